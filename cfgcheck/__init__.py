@@ -1,0 +1,42 @@
+"""cfgcheck: catch LLM training configs that would crash, before anything launches.
+
+Public API::
+
+    import cfgcheck
+    result = cfgcheck.check("conf", "config", ["data.max_seq_length=3063"])
+    result.ok, result.findings
+    cfgcheck.validate(plain_dict_or_dictconfig).raise_for_errors()
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from cfgcheck.compose import compose, load_yaml
+from cfgcheck.errors import ConfigError, ConfigLoadError
+from cfgcheck.findings import CheckResult, Finding
+from cfgcheck.schema import RunConfig
+from cfgcheck.validate import validate
+
+__version__ = "0.1.0"
+
+
+def check(
+    config_dir: str | Path = "conf",
+    config_name: str = "config",
+    overrides: Sequence[str] = (),
+) -> CheckResult:
+    """Compose a config with Hydra and validate it."""
+    return validate(compose(config_dir, config_name, overrides))
+
+
+__all__ = [
+    "CheckResult",
+    "ConfigError",
+    "ConfigLoadError",
+    "Finding",
+    "RunConfig",
+    "check",
+    "compose",
+    "load_yaml",
+    "validate",
+]

@@ -1,0 +1,26 @@
+"""``cfgcheck check``: compose, validate, report. Exit 0 ok, 1 error findings, 2 unreadable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    from cfgcheck.cli._common import add_config_args
+    from cfgcheck.report import formats
+
+    parser = sub.add_parser("check", help="validate a Hydra-composed run config")
+    add_config_args(parser, formats())
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cfgcheck import check
+    from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
+    from cfgcheck.report import get_reporter
+
+    result = check(args.config_dir, args.config_name, args.overrides)
+    get_reporter(args.format)(result, sys.stdout)
+    return EXIT_OK if result.ok else EXIT_FINDINGS

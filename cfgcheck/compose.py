@@ -1,0 +1,75 @@
+"""Composing a run config from a Hydra ``conf/`` tree, and loading plain YAML files.
+
+Composition never instantiates anything: ``_target_`` keys are data here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cfgcheck.errors import ConfigLoadError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+DEFAULT_CONFIG_DIR = "conf"
+DEFAULT_CONFIG_NAME = "config"
+
+
+def one_line(e: BaseException) -> str:
+    """An exception message on one line, without Hydra's search-path dump."""
+    text = str(e).split("Config search path:")[0]
+    return " ".join(text.split()) or type(e).__name__
+
+
+def compose(
+    config_dir: str | Path = DEFAULT_CONFIG_DIR,
+    config_name: str = DEFAULT_CONFIG_NAME,
+    overrides: Sequence[str] = (),
+) -> DictConfig:
+    """Compose ``config_name`` from ``config_dir`` with Hydra override strings.
+
+    Raises :class:`ConfigLoadError` with a one-line message when the directory or the
+    primary config is missing, a YAML file is malformed or an override is bad.
+    """
+    directory = Path(config_dir).expanduser().resolve()
+    if not directory.is_dir():
+        raise ConfigLoadError(f"config directory not found: {config_dir}")
+    name = config_name.removesuffix(".yaml")
+    if not (directory / f"{name}.yaml").is_file():
+        raise ConfigLoadError(f"primary config not found: {Path(config_dir) / name}.yaml")
+
+    import yaml
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(
+            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
+        ):
+            return hydra_compose(config_name=name, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as e:
+        raise ConfigLoadError(one_line(e)) from e
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Load an already-composed run config from one YAML (or JSON) file."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigLoadError(f"cannot read {p}: {e.strerror or e}") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigLoadError(f"malformed YAML in {p}: {one_line(e)}") from e

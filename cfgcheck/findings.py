@@ -1,0 +1,89 @@
+"""Findings and the result of a check.
+
+A :class:`Finding` is one problem (or remark) about a run config: a stable
+kebab-case ``rule`` id, a ``severity``, the dotted config ``paths`` involved, a
+``message`` that names the offending values and a ``hint`` with the concrete fix.
+A :class:`CheckResult` collects every finding of one check; reporters render it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from cfgcheck.schema.run import RunConfig
+
+Severity = Literal["error", "warning", "info"]
+
+SEVERITY_ORDER: Mapping[Severity, int] = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a config value was set: a YAML file and line, or a command-line override."""
+
+    file: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return self.file if self.line is None else f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    paths: tuple[str, ...]
+    message: str
+    hint: str
+    # Source location of each path after composition (filled by the Hydra layer when known).
+    locations: Mapping[str, Location | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "paths": list(self.paths),
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then infos; stable within a severity."""
+    return sorted(findings, key=lambda f: SEVERITY_ORDER[f.severity])
+
+
+@dataclass
+class CheckResult:
+    """Every finding of one check, plus the validated config when the schema accepted it."""
+
+    findings: list[Finding]
+    config: RunConfig | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def by_rule(self, rule: str) -> list[Finding]:
+        return [f for f in self.findings if f.rule == rule]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "findings": [f.to_dict() for f in self.findings]}
+
+    def raise_for_errors(self) -> None:
+        """Raise :class:`~cfgcheck.errors.ConfigError` carrying every error finding."""
+        from cfgcheck.errors import ConfigError
+
+        if not self.ok:
+            raise ConfigError(self.errors)

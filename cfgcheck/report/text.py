@@ -1,0 +1,48 @@
+"""``--format text``: one block per finding, errors first, then a summary line."""
+
+from __future__ import annotations
+
+import os
+from typing import TextIO
+
+from cfgcheck.findings import CheckResult, Finding
+from cfgcheck.report import register
+
+_COLORS = {"error": "31", "warning": "33", "info": "36", "ok": "32", "dim": "2"}
+
+
+def _use_color(out: TextIO) -> bool:
+    if os.environ.get("NO_COLOR"):
+        return False
+    return bool(os.environ.get("FORCE_COLOR")) or (hasattr(out, "isatty") and out.isatty())
+
+
+def _paint(text: str, style: str, color: bool) -> str:
+    return f"\033[{_COLORS[style]}m{text}\033[0m" if color else text
+
+
+def format_finding(f: Finding, color: bool = False) -> str:
+    head = _paint(f"{f.severity}[{f.rule}]", f.severity, color)
+    lines = [f"{head} {', '.join(f.paths)}", f"  {f.message}"]
+    lines += [
+        f"  {_paint('at', 'dim', color)} {loc} ({path})"
+        for path, loc in f.locations.items()
+        if loc is not None
+    ]
+    lines.append(f"  {_paint('fix:', 'dim', color)} {f.hint}")
+    return "\n".join(lines)
+
+
+def summary(result: CheckResult) -> str:
+    counts = {s: sum(f.severity == s for f in result.findings) for s in _COLORS if s != "ok"}
+    parts = [f"{n} {s}{'' if n == 1 else 's'}" for s, n in counts.items() if s != "dim"]
+    verdict = "config OK" if result.ok else "config has errors"
+    return f"{verdict}: {', '.join(parts)}"
+
+
+@register("text")
+def report_text(result: CheckResult, out: TextIO) -> None:
+    color = _use_color(out)
+    for f in result.findings:
+        out.write(format_finding(f, color) + "\n\n")
+    out.write(_paint(summary(result), "ok" if result.ok else "error", color) + "\n")

@@ -1,0 +1,91 @@
+"""Fine-tuning method, quantization, precision and attention kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from cfgcheck.rules._registry import Problem, rule
+from cfgcheck.schema.run import RunConfig
+
+FOUR_BIT = ("nf4", "nf4-dq", "fp4")
+
+
+@rule("qlora-needs-4bit", requires=("trainer",))
+def qlora_needs_4bit(cfg: RunConfig) -> Iterator[Problem]:
+    """QLoRA trains adapters on a 4-bit quantized base model."""
+    t = cfg.trainer
+    if t.finetuning == "qlora" and t.quantization not in FOUR_BIT:
+        yield Problem(
+            "error",
+            ("trainer.finetuning", "trainer.quantization"),
+            f"trainer.finetuning=qlora needs a 4-bit base model but trainer.quantization="
+            f"{t.quantization}",
+            "set trainer.quantization=nf4 (or nf4-dq for double quantization), or "
+            "trainer.finetuning=lora for adapters on an unquantized base",
+        )
+
+
+@rule("lora-needs-rank", requires=("trainer",))
+def lora_needs_rank(cfg: RunConfig) -> Iterator[Problem]:
+    """LoRA and QLoRA need a rank and at least one target module."""
+    t = cfg.trainer
+    if t.finetuning == "full":
+        return
+    if t.lora.rank is None:
+        yield Problem(
+            "error",
+            ("trainer.finetuning", "trainer.lora.rank"),
+            f"trainer.finetuning={t.finetuning} but trainer.lora.rank is not set",
+            "set trainer.lora.rank (8 to 64 is usual, e.g. trainer.lora.rank=16)",
+        )
+    if not t.lora.targets:
+        yield Problem(
+            "error",
+            ("trainer.finetuning", "trainer.lora.targets"),
+            f"trainer.finetuning={t.finetuning} but trainer.lora.targets is empty: no "
+            f"adapter is attached and nothing trains",
+            "set trainer.lora.targets, e.g. [q_proj, v_proj] or all linear layers",
+        )
+
+
+@rule("quantized-full-finetuning", requires=("trainer",))
+def quantized_full_finetuning(cfg: RunConfig) -> Iterator[Problem]:
+    """Quantized weights cannot be trained directly; they need adapters."""
+    t = cfg.trainer
+    if t.finetuning == "full" and t.quantization != "none":
+        yield Problem(
+            "error",
+            ("trainer.finetuning", "trainer.quantization"),
+            f"trainer.finetuning=full with trainer.quantization={t.quantization}: quantized "
+            f'weights take no gradients (transformers: "You cannot perform fine-tuning on '
+            f'purely quantized models")',
+            "set trainer.finetuning=qlora (4-bit) or lora, or trainer.quantization=none",
+        )
+
+
+@rule("flash-attention-precision", requires=("trainer",))
+def flash_attention_precision(cfg: RunConfig) -> Iterator[Problem]:
+    """FlashAttention kernels run only in fp16 or bf16."""
+    t = cfg.trainer
+    if t.attention == "flash" and t.precision == "32-true":
+        yield Problem(
+            "error",
+            ("trainer.attention", "trainer.precision"),
+            "trainer.attention=flash with trainer.precision=32-true: FlashAttention fails "
+            'with "FlashAttention only support fp16 and bf16 data type" on fp32 inputs',
+            "set trainer.precision=bf16-mixed (or bf16-true / 16-mixed), or trainer.attention=sdpa",
+        )
+
+
+@rule("lora-settings-unused", requires=("trainer",))
+def lora_settings_unused(cfg: RunConfig) -> Iterator[Problem]:
+    """A LoRA rank with full fine-tuning is ignored."""
+    t = cfg.trainer
+    if t.finetuning == "full" and t.lora.rank is not None:
+        yield Problem(
+            "info",
+            ("trainer.finetuning", "trainer.lora.rank"),
+            f"trainer.lora.rank={t.lora.rank} is ignored because trainer.finetuning=full "
+            f"trains every weight",
+            "set trainer.finetuning=lora to train adapters, or remove trainer.lora.rank",
+        )

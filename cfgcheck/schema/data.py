@@ -1,0 +1,45 @@
+"""The ``data`` section: sequence length, padding, truncation, collation, datasets."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cfgcheck.schema._base import Section
+
+Padding = Literal["max_length", "longest", "do_not_pad"]
+Collator = Literal["default", "padded", "packed"]
+
+
+class DataConfig(Section):
+    max_seq_length: int = Field(gt=0, description="Longest sequence fed to the model.")
+    padding: Padding = Field(
+        "longest",
+        description="Tokenizer padding: 'max_length' pads every sample to max_length; "
+        "'longest' (padding=True) pads to the longest sample of a tokenizer call only.",
+    )
+    truncation: bool = True
+    max_length: int | None = Field(
+        None, gt=0, description="Tokenizer max_length. Defaults to max_seq_length."
+    )
+    pad_to_multiple_of: int | None = Field(None, gt=0)
+    collator: Collator = Field(
+        "padded",
+        description="'default' is torch's default_collate (needs equal lengths); 'padded' "
+        "pads each batch to its longest sample; 'packed' concatenates samples.",
+    )
+    ignore_index: int = Field(-100, description="Label value the loss ignores.")
+    paths: list[str] = Field(default_factory=list, description="Training data files.")
+    format: Literal["auto", "jsonl", "text", "parquet"] = "auto"
+    text_field: str = Field("text", description="JSONL/Parquet field holding the text.")
+    template: str | None = Field(
+        None,
+        description="Python format string over a record's fields, e.g. "
+        "'{instruction}\\n{input}\\n{output}'. Overrides text_field.",
+    )
+
+    @property
+    def effective_max_length(self) -> int:
+        """The tokenizer call's ``max_length``: ``max_length`` or else ``max_seq_length``."""
+        return self.max_length if self.max_length is not None else self.max_seq_length

@@ -1,0 +1,96 @@
+"""The ``model`` section: architecture shape of a decoder-only transformer.
+
+Derived fields are computed in one place, :meth:`ModelConfig._derive`, LitGPT-style:
+
+* ``padded_vocab_size = ceil(vocab_size / padding_multiple) * padding_multiple``
+  (embedding / lm_head rows; equals ``vocab_size`` when no multiple is given)
+* ``n_query_groups = n_head``          (plain multi-head attention, no GQA)
+* ``head_size = n_embd // n_head``
+* ``intermediate_size = 4 * n_embd``
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from cfgcheck.schema._base import Section
+
+MlpKind = Literal["gelu", "swiglu", "geglu"]
+NormKind = Literal["rmsnorm", "layernorm"]
+
+
+def find_multiple(n: int, k: int) -> int:
+    """Smallest multiple of ``k`` that is >= ``n``."""
+    return n if n % k == 0 else n + k - (n % k)
+
+
+class ModelConfig(Section):
+    name: str = Field(description="Model name, e.g. tinyllama-1.1b.")
+    source: str | None = Field(None, description="Where the shape was taken from (URL).")
+    block_size: int = Field(gt=0, description="Longest sequence the model can attend to.")
+    vocab_size: int = Field(
+        gt=0, description="Size of the tokenizer vocabulary the model was built for."
+    )
+    padding_multiple: int | None = Field(
+        None, gt=0, description="Round the embedding rows up to a multiple of this."
+    )
+    padded_vocab_size: int | None = Field(
+        None, gt=0, description="Embedding rows. Derived from vocab_size when not given."
+    )
+    n_layer: int = Field(gt=0)
+    n_embd: int = Field(gt=0, description="Hidden size.")
+    n_head: int = Field(gt=0, description="Attention (query) heads.")
+    n_query_groups: int | None = Field(
+        None, gt=0, description="Key/value heads (GQA). Defaults to n_head."
+    )
+    head_size: int | None = Field(None, gt=0, description="Defaults to n_embd // n_head.")
+    intermediate_size: int | None = Field(None, gt=0, description="MLP width; default 4*n_embd.")
+    mlp: MlpKind = "swiglu"
+    norm: NormKind = "rmsnorm"
+    bias: bool = Field(False, description="Bias on every linear layer.")
+    attn_bias: bool = Field(False, description="Bias on the q/k/v projections only.")
+    lm_head_bias: bool = False
+    tie_embeddings: bool = Field(False, description="lm_head shares the embedding matrix.")
+    parallel_residual: bool = False
+    shared_attention_norm: bool = Field(
+        False, description="One norm feeds both attention and MLP (parallel residual)."
+    )
+    rotary_fraction: float = Field(1.0, gt=0, le=1, description="Share of head dims with RoPE.")
+
+    @model_validator(mode="after")
+    def _derive(self) -> ModelConfig:
+        """Fill the derived fields. Never raises: shape problems are rules, not schema errors."""
+        if self.padded_vocab_size is None:
+            multiple = self.padding_multiple or 1
+            self.padded_vocab_size = find_multiple(self.vocab_size, multiple)
+        if self.n_query_groups is None:
+            self.n_query_groups = self.n_head
+        if self.head_size is None:
+            self.head_size = self.n_embd // self.n_head
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.n_embd
+        return self
+
+    # Typed accessors for the derived fields (always set after validation).
+    @property
+    def rows(self) -> int:
+        """Embedding rows (``padded_vocab_size``)."""
+        assert self.padded_vocab_size is not None  # set by _derive
+        return self.padded_vocab_size
+
+    @property
+    def kv_heads(self) -> int:
+        assert self.n_query_groups is not None  # set by _derive
+        return self.n_query_groups
+
+    @property
+    def head_dim(self) -> int:
+        assert self.head_size is not None  # set by _derive
+        return self.head_size
+
+    @property
+    def mlp_width(self) -> int:
+        assert self.intermediate_size is not None  # set by _derive
+        return self.intermediate_size

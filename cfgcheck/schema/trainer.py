@@ -1,0 +1,55 @@
+"""The ``trainer`` section: batch sizes, parallelism, precision, optimizer, fine-tuning."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cfgcheck.schema._base import Section
+
+Strategy = Literal["single", "ddp", "fsdp", "zero1", "zero2", "zero3"]
+Precision = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]
+Optimizer = Literal["adamw", "adamw_8bit", "paged_adamw_8bit", "sgd", "adafactor"]
+Finetuning = Literal["full", "lora", "qlora"]
+Quantization = Literal["none", "int8", "nf4", "nf4-dq", "fp4"]
+Attention = Literal["eager", "sdpa", "flash"]
+
+
+class LoraConfig(Section):
+    rank: int | None = Field(None, gt=0, description="LoRA rank r.")
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "v_proj"],
+        description="Module names that get adapters (q_proj, k_proj, v_proj, o_proj, "
+        "gate_proj, up_proj, down_proj, lm_head).",
+    )
+
+
+class TrainerConfig(Section):
+    micro_batch_size: int = Field(gt=0, description="Samples per device per forward pass.")
+    gradient_accumulation_steps: int = Field(1, gt=0)
+    global_batch_size: int | None = Field(
+        None, gt=0, description="micro_batch_size * accumulation * devices * num_nodes."
+    )
+    devices: int = Field(1, gt=0, description="GPUs per node.")
+    num_nodes: int = Field(1, gt=0)
+    strategy: Strategy = "single"
+    precision: Precision = "bf16-mixed"
+    optimizer: Optimizer = "adamw"
+    learning_rate: float = Field(3e-4, gt=0)
+    gradient_checkpointing: bool = False
+    finetuning: Finetuning = "full"
+    quantization: Quantization = Field("none", description="Weight quantization of the base.")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    attention: Attention = "sdpa"
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.num_nodes
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Samples per optimizer step across all devices."""
+        return self.micro_batch_size * self.gradient_accumulation_steps * self.world_size

@@ -1,0 +1,134 @@
+"""Validation: schema errors become findings, then every rule whose sections passed runs."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from cfgcheck.compose import one_line
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import CheckResult, Finding, sort_findings
+from cfgcheck.rules import run_rules
+from cfgcheck.schema.run import SECTIONS, RunConfig
+
+
+def to_plain(config: Any) -> Any:
+    """A plain ``dict`` from a mapping or an OmegaConf ``DictConfig`` (interpolations resolved)."""
+    if type(config).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            return OmegaConf.to_container(config, resolve=True, throw_on_missing=True)
+        except OmegaConfBaseException as e:
+            raise ConfigLoadError(f"cannot resolve the config: {one_line(e)}") from e
+    return config
+
+
+def validate(config: Mapping[str, Any] | Any) -> CheckResult:
+    """Validate a composed run config (plain mapping or ``DictConfig``) and run every rule.
+
+    Never stops at the first problem: schema errors in one section do not hide rules
+    between the sections that passed.
+    """
+    raw = to_plain(config)
+    if not isinstance(raw, Mapping):
+        finding = Finding(
+            "invalid-value",
+            "error",
+            ("<root>",),
+            f"the run config must be a mapping of sections, got {type(raw).__name__}",
+            f"write a mapping with the sections {', '.join(SECTIONS)}",
+        )
+        return CheckResult([finding])
+    try:
+        run = RunConfig.model_validate(raw)
+    except ValidationError as e:
+        findings = list(_schema_findings(e, RunConfig))
+        broken = {str(err["loc"][0]) for err in e.errors() if err["loc"]}
+        valid: dict[str, Any] = {
+            name: model.model_validate(raw[name])
+            for name, model in SECTIONS.items()
+            if name not in broken and name in raw
+        }
+        partial = RunConfig.model_construct(**valid)
+        findings += run_rules(partial, valid)
+        return CheckResult(sort_findings(findings))
+    return CheckResult(sort_findings(run_rules(run, SECTIONS)), config=run)
+
+
+def _schema_findings(error: ValidationError, root: type[BaseModel]) -> Iterator[Finding]:
+    for err in error.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "<root>"
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            yield Finding(
+                "unknown-key",
+                "error",
+                (path,),
+                f"unknown key {path} (value {err['input']!r}): nothing reads it, so a "
+                f"misspelled setting is silently ignored",
+                _unknown_key_hint(err, root),
+            )
+        elif kind == "missing":
+            yield Finding(
+                "missing-key",
+                "error",
+                (path,),
+                f"required key {path} is missing",
+                f"set {path} in its config group file or with the override {path}=<value>",
+            )
+        else:
+            yield Finding(
+                "invalid-value",
+                "error",
+                (path,),
+                f"{path}={err['input']!r} is invalid: {err['msg']}",
+                _invalid_value_hint(err, path),
+            )
+
+
+def _model_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the last element of ``loc``."""
+    model: type[BaseModel] | None = root
+    for part in loc[:-1]:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+        model = (
+            annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            else None
+        )
+    return model
+
+
+def _unknown_key_hint(err: ErrorDetails, root: type[BaseModel]) -> str:
+    loc = err["loc"]
+    parent = ".".join(str(p) for p in loc[:-1])
+    owner = _model_at(root, loc)
+    if owner is None:
+        return f"remove {'.'.join(str(p) for p in loc)}"
+    known = list(owner.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    where = f" under {parent}" if parent else ""
+    if close:
+        return f"did you mean {parent + '.' if parent else ''}{close[0]}? Known keys{where}: " + (
+            ", ".join(known)
+        )
+    return f"remove it; known keys{where}: " + ", ".join(known)
+
+
+def _invalid_value_hint(err: ErrorDetails, path: str) -> str:
+    ctx = err.get("ctx") or {}
+    if err["type"] == "literal_error" and "expected" in ctx:
+        return f"set {path} to one of {ctx['expected']}"
+    if err["type"].startswith(("int_", "float_", "bool_", "string_")) and isinstance(
+        err["input"], str
+    ):
+        return f"write {path} without quotes, as a {err['type'].split('_')[0]}"
+    return f"set {path} to a valid value ({err['msg'].lower()})"
