@@ -61,16 +61,20 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _derive(self) -> ModelConfig:
-        """Fill the derived fields. Never raises: shape problems are rules, not schema errors."""
-        if self.padded_vocab_size is None:
-            multiple = self.padding_multiple or 1
-            self.padded_vocab_size = find_multiple(self.vocab_size, multiple)
-        if self.n_query_groups is None:
-            self.n_query_groups = self.n_head
-        if self.head_size is None:
-            self.head_size = self.n_embd // self.n_head
-        if self.intermediate_size is None:
-            self.intermediate_size = 4 * self.n_embd
+        """Fill the derived fields. Never raises: shape problems are rules, not schema errors.
+
+        Values are written past pydantic's ``__setattr__`` so that ``model_fields_set`` keeps
+        meaning "given by the user" (rules tell a derived head_size from an explicit one).
+        """
+        derived = {
+            "padded_vocab_size": find_multiple(self.vocab_size, self.padding_multiple or 1),
+            "n_query_groups": self.n_head,
+            "head_size": self.n_embd // self.n_head,
+            "intermediate_size": 4 * self.n_embd,
+        }
+        for name, value in derived.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         return self
 
     # Typed accessors for the derived fields (always set after validation).

@@ -1,0 +1,28 @@
+"""Shared fixtures: the repository root, the shipped conf/, and a composed default config."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+
+
+@pytest.fixture(scope="session")
+def default_config() -> dict[str, Any]:
+    """The shipped default run config, composed once with Hydra, as a plain dict."""
+    from cfgcheck import compose
+    from cfgcheck.validate import to_plain
+
+    plain: dict[str, Any] = to_plain(compose(CONF, "config"))
+    return plain
+
+
+@pytest.fixture
+def cfg(default_config: dict[str, Any]) -> dict[str, Any]:
+    """A fresh deep copy of the default config that a test may edit."""
+    return copy.deepcopy(default_config)
