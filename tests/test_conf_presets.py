@@ -1,0 +1,86 @@
+"""The shipped conf/ tree: every preset is valid, links its source, and passes its shape rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cfgcheck import check
+from cfgcheck.rules import run_rules
+from cfgcheck.schema import ModelConfig, RunConfig
+from tests.conftest import CONF
+
+MODEL_PRESETS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+
+# Each model with its own tokenizer preset, and the fix its pairing needs, if any.
+PAIRS = {
+    "tinyllama-1.1b": ("llama-2", []),
+    "llama-2-7b": ("llama-2", []),
+    "llama-3-8b": ("llama-3", []),
+    "mistral-7b-v0.1": ("mistral", []),
+    "qwen1.5-7b": ("qwen1.5", []),
+    "gemma-2b": ("gemma", []),
+    # phi-2 ships no pad token: padding needs one (pad = eos is the usual fix).
+    "phi-2": ("phi-2", ['+tokenizer.pad_token="<|endoftext|>"', "+tokenizer.pad_token_id=50256"]),
+}
+
+TOKENIZER_RULES = {"vocab-mismatch", "special-token-out-of-range", "pad-token-missing"}
+
+
+def load(path: Path) -> dict[str, object]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_required_presets_ship() -> None:
+    assert set(PAIRS) <= set(MODEL_PRESETS)
+
+
+@pytest.mark.parametrize("name", MODEL_PRESETS)
+def test_model_preset_is_valid_and_links_its_source(name: str) -> None:
+    model = ModelConfig.model_validate(load(CONF / "model" / f"{name}.yaml"))
+    assert model.name == name
+    assert model.source is not None and model.source.startswith("https://")
+
+
+@pytest.mark.parametrize("name", MODEL_PRESETS)
+def test_model_preset_passes_shape_rules(name: str) -> None:
+    model = ModelConfig.model_validate(load(CONF / "model" / f"{name}.yaml"))
+    findings = list(run_rules(RunConfig.model_construct(model=model), {"model"}))
+    assert findings == []
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_model_with_its_tokenizer_has_no_tokenizer_errors(name: str) -> None:
+    tokenizer, fix = PAIRS[name]
+    result = check(CONF, "config", [f"model={name}", f"tokenizer={tokenizer}", *fix])
+    assert [f for f in result.errors if f.rule in TOKENIZER_RULES] == []
+
+
+def test_phi2_without_a_pad_token_is_flagged() -> None:
+    result = check(CONF, "config", ["model=phi-2", "tokenizer=phi-2"])
+    assert [f.rule for f in result.errors] == ["pad-token-missing"]
+
+
+@pytest.mark.parametrize("group", ["tokenizer", "data", "trainer"])
+def test_every_group_option_composes_and_validates_its_section(group: str) -> None:
+    for path in sorted((CONF / group).glob("*.yaml")):
+        result = check(CONF, "config", [f"{group}={path.stem}"])
+        schema_errors = [f for f in result.findings if f.rule in {"unknown-key", "invalid-value"}]
+        assert schema_errors == [], path.name
+
+
+def test_gemma_shape_gives_its_published_parameter_count() -> None:
+    """The gemma-2b preset's shape reproduces 2,506,172,416 parameters (tied embeddings,
+    head_size 256 with 8 heads and one KV head, GeGLU 16384)."""
+    m = ModelConfig.model_validate(load(CONF / "model" / "gemma-2b.yaml"))
+    q = m.n_embd * m.n_head * m.head_dim
+    kv = 2 * m.n_embd * m.kv_heads * m.head_dim
+    o = m.n_head * m.head_dim * m.n_embd
+    mlp = 3 * m.n_embd * m.mlp_width
+    layer = q + kv + o + mlp + 2 * m.n_embd
+    total = m.rows * m.n_embd + m.n_layer * layer + m.n_embd
+    assert total == 2_506_172_416
