@@ -25,8 +25,11 @@ def check(
     config_name: str = "config",
     overrides: Sequence[str] = (),
 ) -> CheckResult:
-    """Compose a config with Hydra and validate it."""
-    return validate(compose(config_dir, config_name, overrides))
+    """Compose a config with Hydra and validate it; findings carry source locations."""
+    from cfgcheck.locations import with_locations
+
+    result = validate(compose(config_dir, config_name, overrides))
+    return with_locations(result, config_dir, config_name, overrides)
 
 
 __all__ = [

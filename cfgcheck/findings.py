@@ -48,7 +48,13 @@ class Finding:
             "paths": list(self.paths),
             "message": self.message,
             "hint": self.hint,
+            # Parallel to "paths": where each value was set, or null when unknown.
+            "locations": [_location_dict(self.locations.get(p)) for p in self.paths],
         }
+
+
+def _location_dict(location: Location | None) -> dict[str, Any] | None:
+    return None if location is None else {"file": location.file, "line": location.line}
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:

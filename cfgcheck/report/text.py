@@ -23,12 +23,14 @@ def _paint(text: str, style: str, color: bool) -> str:
 
 def format_finding(f: Finding, color: bool = False) -> str:
     head = _paint(f"{f.severity}[{f.rule}]", f.severity, color)
-    lines = [f"{head} {', '.join(f.paths)}", f"  {f.message}"]
+    lines = [f"{head} {', '.join(f.paths)}"]
+    # Compiler-style `file:line: path` lines (column 0), so editors and terminals link them.
     lines += [
-        f"  {_paint('at', 'dim', color)} {loc} ({path})"
+        f"{loc}: {path} {_paint('set here', 'dim', color)}"
         for path, loc in f.locations.items()
         if loc is not None
     ]
+    lines.append(f"  {f.message}")
     lines.append(f"  {_paint('fix:', 'dim', color)} {f.hint}")
     return "\n".join(lines)
 

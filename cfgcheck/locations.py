@@ -1,0 +1,205 @@
+"""Source locations: which file and line, or which command-line override, set each value.
+
+A :class:`SourceMap` is built from Hydra's own defaults list (the config files composed, in
+merge order, each with its final package, ``# @package`` headers and ``_self_`` placement
+included) and the line marks of each file's YAML nodes. The last writer wins, as in Hydra's
+merge; command-line value overrides come last and are reported as
+``<override data.max_seq_length=3063>`` with no line. A value nobody set (a schema default, a
+derived field) has no location.
+
+It is only built when a check has findings, so a clean check pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cfgcheck.findings import CheckResult, Location
+
+if TYPE_CHECKING:
+    import yaml
+
+
+@dataclass
+class SourceMap:
+    """Dotted config path -> where its value was last set."""
+
+    entries: dict[str, Location] = field(default_factory=dict)
+    # Paths whose value replaces everything beneath it (scalars, lists, overrides): a path
+    # under one of them (``data.paths.0``) is located where the whole value was set.
+    covering: set[str] = field(default_factory=set)
+
+    def set(self, path: str, location: Location, covering: bool) -> None:
+        if covering:
+            self._drop_children(path)
+            self.covering.add(path)
+        else:
+            self.covering.discard(path)
+        self.entries[path] = location
+
+    def delete(self, path: str) -> None:
+        self._drop_children(path)
+        self.entries.pop(path, None)
+        self.covering.discard(path)
+
+    def lookup(self, path: str) -> Location | None:
+        if path in self.entries:
+            return self.entries[path]
+        parts = path.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            prefix = ".".join(parts[:i])
+            if prefix in self.covering:
+                return self.entries[prefix]
+        return None
+
+    def _drop_children(self, path: str) -> None:
+        below = path + "."
+        for key in [k for k in self.entries if k.startswith(below)]:
+            del self.entries[key]
+            self.covering.discard(key)
+
+
+def display_path(path: Path, cwd: Path | None = None) -> str:
+    """``path`` relative to the current directory when it lies under it, else absolute."""
+    base = (cwd or Path.cwd()).resolve()
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _record_node(
+    smap: SourceMap, node: yaml.Node, prefix: str, file: str, *, root: bool = False
+) -> None:
+    """Record every key of a YAML mapping node under ``prefix`` (the file's package)."""
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        if root and key == "defaults":
+            continue  # Hydra consumes the defaults list; it is not part of the config
+        path = _join(prefix, key)
+        location = Location(file, key_node.start_mark.line + 1)
+        is_mapping = isinstance(value_node, yaml.MappingNode)
+        smap.set(path, location, covering=not is_mapping)
+        if is_mapping:
+            _record_node(smap, value_node, path, file)
+
+
+def _record_override_value(smap: SourceMap, path: str, value: Any, location: Location) -> None:
+    if isinstance(value, Mapping):
+        # A dict override merges into the existing node, like a YAML mapping.
+        smap.set(path, location, covering=False)
+        for key, sub in value.items():
+            _record_override_value(smap, _join(path, str(key)), sub, location)
+    else:
+        smap.set(path, location, covering=True)
+
+
+def source_map(
+    config_dir: str | Path,
+    config_name: str,
+    overrides: Sequence[str] = (),
+    cwd: Path | None = None,
+) -> SourceMap:
+    """The source map of a composition; call it with arguments that compose successfully.
+
+    Files outside ``config_dir``'s file search path (package or structured configs) are not
+    mapped, so their values have no location.
+    """
+    import yaml
+    from hydra import initialize_config_dir
+    from hydra._internal.config_repository import CachingConfigRepository
+    from hydra._internal.defaults_list import create_defaults_list
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    directory = Path(config_dir).expanduser().resolve()
+    name = config_name.removesuffix(".yaml")
+    smap = SourceMap()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(
+            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
+        ):
+            loader: Any = GlobalHydra.instance().config_loader()
+            repo = CachingConfigRepository(loader.repository)
+            parsed = OverridesParser.create().parse_overrides(list(overrides))
+            defaults = create_defaults_list(
+                repo=repo,
+                config_name=name,
+                overrides_list=parsed,
+                prepend_hydra=False,
+                skip_missing=False,
+            )
+            for result_default in defaults.defaults:
+                if result_default.config_path is None:
+                    continue
+                loaded = repo.load_config(result_default.config_path)
+                source = getattr(loaded, "path", "") if loaded is not None else ""
+                if not source.startswith("file://"):
+                    continue
+                file = Path(source.removeprefix("file://")) / f"{result_default.config_path}.yaml"
+                node = yaml.compose(file.read_text(encoding="utf-8"), Loader=_loader())
+                if node is not None:
+                    shown = display_path(file, cwd)
+                    _record_node(smap, node, result_default.package or "", shown, root=True)
+            for override in defaults.overrides.config_overrides:
+                path = override.key_or_group
+                if override.is_delete():
+                    smap.delete(path)
+                    continue
+                location = Location(f"<override {override.input_line}>", None)
+                _record_override_value(smap, path, override.value(), location)
+    finally:
+        GlobalHydra.instance().clear()
+    return smap
+
+
+def _loader() -> Any:
+    """libyaml's loader when PyYAML was built with it (several times faster)."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def locate(result: CheckResult, smap: SourceMap) -> CheckResult:
+    """``result`` with each finding's paths located in ``smap`` (``None`` when unknown)."""
+    findings = [
+        dataclasses.replace(f, locations={p: smap.lookup(p) for p in f.paths})
+        for f in result.findings
+    ]
+    return dataclasses.replace(result, findings=findings)
+
+
+def with_locations(
+    result: CheckResult,
+    config_dir: str | Path,
+    config_name: str,
+    overrides: Sequence[str] = (),
+) -> CheckResult:
+    """Attach source locations to ``result``'s findings; free when there are none.
+
+    Locations are a convenience: if the source map cannot be built, findings stay unlocated.
+    """
+    if not result.findings:
+        return result
+    import yaml
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        smap = source_map(config_dir, config_name, overrides)
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError, OSError, ValueError):
+        return result
+    return locate(result, smap)
