@@ -40,4 +40,4 @@ def formats() -> list[str]:
 
 
 def _load_builtin() -> None:
-    from cfgcheck.report import json_report, text  # noqa: F401  (registers on import)
+    from cfgcheck.report import github, json_report, text  # noqa: F401  (registers on import)
