@@ -1,0 +1,102 @@
+"""``cfgcheck schema``: write JSON Schemas for editors into ``schemas/``.
+
+One file per section (``model.schema.json`` ...), one for the whole composed run config
+(``run.schema.json``) and one for primary and ``# @package _global_`` experiment configs
+(``config.schema.json``: the run config with a Hydra ``defaults`` list and a ``hydra`` key
+allowed, every key optional since the groups supply the sections). A YAML file opts in with
+a yaml-language-server modeline, e.g.
+``# yaml-language-server: $schema=../../schemas/model.schema.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_OUT = "schemas"
+
+_DEFAULTS_LIST = {
+    "description": "Hydra defaults list: group choices (`- model: llama-3-8b`) and `_self_`.",
+    "type": "array",
+    "items": {"anyOf": [{"type": "string"}, {"type": "object"}]},
+}
+_HYDRA = {"description": "Hydra's own settings (run dir, sweeper...).", "type": "object"}
+
+
+def _optional_everywhere(schema: Any) -> Any:
+    """A copy of ``schema`` with every ``required`` list removed (a partial config)."""
+    if isinstance(schema, dict):
+        return {k: _optional_everywhere(v) for k, v in schema.items() if k != "required"}
+    if isinstance(schema, list):
+        return [_optional_everywhere(v) for v in schema]
+    return schema
+
+
+def primary_config_schema(run: dict[str, Any]) -> dict[str, Any]:
+    """The schema of a primary (or ``_global_``) config file, derived from the run schema."""
+    schema: dict[str, Any] = _optional_everywhere(copy.deepcopy(run))
+    schema["$id"] = "cfgcheck/config.schema.json"
+    schema["title"] = "Primary config"
+    schema["properties"] = {"defaults": _DEFAULTS_LIST, **schema["properties"], "hydra": _HYDRA}
+    return schema
+
+
+def schema_files() -> dict[str, str]:
+    """``{file name: JSON text}`` of every schema ``cfgcheck schema`` writes."""
+    from cfgcheck.jsonschema import json_schemas
+
+    schemas = json_schemas()
+    schemas["config"] = primary_config_schema(schemas["run"])
+    return {
+        f"{name}.schema.json": json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+        for name, schema in sorted(schemas.items())
+    }
+
+
+def stale_files(out: Path) -> list[str]:
+    """Files under ``out`` that differ from the generated schemas, are missing or extra."""
+    expected = schema_files()
+    present = {p.name for p in out.glob("*.schema.json")} if out.is_dir() else set()
+    stale = [
+        name
+        for name, text in expected.items()
+        if name not in present or (out / name).read_text(encoding="utf-8") != text
+    ]
+    return sorted(stale + sorted(present - set(expected)))
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("schema", help="write JSON Schemas for editor completion")
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"output directory (default: ./{DEFAULT_OUT})"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when the files in --out are stale",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
+
+    out = Path(args.out)
+    if args.check:
+        stale = stale_files(out)
+        for name in stale:
+            print(f"{out / name}: stale; run `cfgcheck schema --out {out}`")
+        return EXIT_FINDINGS if stale else EXIT_OK
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in schema_files().items():
+            (out / name).write_text(text, encoding="utf-8")
+            print(out / name)
+    except OSError as e:
+        print(f"cfgcheck: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_LOAD
+    return EXIT_OK
