@@ -98,3 +98,30 @@ def save_folder(
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     (directory / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
     return directory
+
+
+def sentencepiece_model(
+    directory: Path, vocab_size: int = 100, corpus: Sequence[str] = CORPUS
+) -> Path:
+    """Train a SentencePiece BPE model (Llama layout: <unk>=0, <s>=1, </s>=2, no pad) on
+    ``corpus`` with the ``sentencepiece`` library; save ``directory/tokenizer.model``."""
+    import io
+
+    import sentencepiece as spm
+
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(list(corpus) * 3),
+        model_writer=out,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "tokenizer.model"
+    path.write_bytes(out.getvalue())
+    return path

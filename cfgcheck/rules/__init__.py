@@ -1,9 +1,17 @@
 """Cross-field rules. Importing this package registers every built-in rule."""
 
-from cfgcheck.rules import batching, finetuning, sequence, shapes, tokens, vocab
+from cfgcheck.rules import (
+    batching,
+    finetuning,
+    sequence,
+    shapes,
+    tokenizer_files,
+    tokens,
+    vocab,
+)
 from cfgcheck.rules._registry import Problem, Rule, all_rules, rule, run_rules
 
 __all__ = ["Problem", "Rule", "all_rules", "rule", "run_rules"]
 
 # Keep the rule modules referenced so linters see why they are imported.
-_MODULES = (batching, finetuning, sequence, shapes, tokens, vocab)
+_MODULES = (batching, finetuning, sequence, shapes, tokenizer_files, tokens, vocab)

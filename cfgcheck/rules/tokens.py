@@ -24,14 +24,44 @@ def pad_token_missing(cfg: RunConfig) -> Iterator[Problem]:
     if facts.has_pad or not pads(cfg):
         return
     eos = facts.eos_token or "the eos token"
+    eos_id = (
+        f" (tokenizer.pad_token_id={facts.eos_token_id})" if facts.eos_token_id is not None else ""
+    )
+    where = f"the tokenizer at tokenizer.path={facts.path}" if facts.resolved else "the tokenizer"
     yield Problem(
         "error",
         ("tokenizer.pad_token", "data.padding", "data.collator"),
         f"data.padding={cfg.data.padding} with data.collator={cfg.data.collator} pads, but "
-        f'the tokenizer has no pad token: transformers fails with "ValueError: Asking to '
+        f'{where} has no pad token: transformers fails with "ValueError: Asking to '
         f'pad but the tokenizer does not have a padding token"',
-        f"set tokenizer.pad_token to an existing token (pad = eos: tokenizer.pad_token={eos}, "
-        f"or the unk token), or add a pad token and resize the model's embeddings",
+        f"set tokenizer.pad_token to an existing token (pad = eos: tokenizer.pad_token={eos}"
+        f"{eos_id}, or the unk token), or add a pad token "
+        f"(tokenizer.add_special_tokens({{'pad_token': '<pad>'}})) and resize the model's "
+        f"embeddings (model.resize_token_embeddings(len(tokenizer)))",
+    )
+
+
+@rule("pad-is-eos", requires=("tokenizer", "data", "trainer"))
+def pad_is_eos(cfg: RunConfig) -> Iterator[Problem]:
+    """pad = eos with a padding collator: masking pad labels also masks every real EOS."""
+    facts = tokenizer_facts(cfg.tokenizer)
+    if cfg.data.collator != "padded" or not pads(cfg):
+        return
+    same_id = facts.pad_token_id is not None and facts.pad_token_id == facts.eos_token_id
+    same_token = facts.pad_token is not None and facts.pad_token == facts.eos_token
+    if not (same_id or same_token):
+        return
+    shown = facts.pad_token if facts.pad_token is not None else f"id {facts.pad_token_id}"
+    yield Problem(
+        "warning",
+        ("tokenizer.pad_token", "tokenizer.eos_token", "data.collator"),
+        f"tokenizer.pad_token is the eos token ({shown!r}) and data.collator=padded: a collator "
+        f"that sets labels to data.ignore_index={cfg.data.ignore_index} where input_ids == "
+        f"pad_token_id (transformers' DataCollatorForLanguageModeling does) also masks every "
+        f"real EOS, so the model never learns to stop generating",
+        "give padding its own token: tokenizer.pad_token set to the unk token or a reserved "
+        "token, or add '<pad>' and resize the embeddings; or mask labels by the attention "
+        "mask, not by the pad id (cfgcheck's collate does), or use data.collator=packed",
     )
 
 
@@ -42,10 +72,13 @@ def special_token_out_of_range(cfg: RunConfig) -> Iterator[Problem]:
     rows = cfg.model.rows
     for name, token_id in facts.special_ids().items():
         if token_id >= rows:
+            what = f"tokenizer.{name}_token_id={token_id}"
+            if facts.resolved:
+                what = f"the {name} token id {token_id} ({facts.sources.get(name, facts.path)})"
             yield Problem(
                 "error",
-                (f"tokenizer.{name}_token_id", "model.padded_vocab_size"),
-                f"tokenizer.{name}_token_id={token_id} is not below model.padded_vocab_size="
+                (facts.token_path(name), "model.padded_vocab_size"),
+                f"{what} is not below model.padded_vocab_size="
                 f'{rows}: the embedding lookup of that token fails with "IndexError: index '
                 f'out of range in self" (a device-side assert on CUDA)',
                 f"use a {name} token already in the vocabulary (id < {rows}), or add it and "

@@ -29,11 +29,11 @@ def vocab_mismatch(cfg: RunConfig) -> Iterator[Problem]:
     facts = tokenizer_facts(cfg.tokenizer)
     if facts.size is None:
         return
-    size, where = facts.size, facts.size_source
+    size, where, src = facts.size, facts.size_source, facts.size_path
     if size > m.rows:
         yield Problem(
             "error",
-            ("tokenizer.vocab_size", "model.padded_vocab_size"),
+            (src, "model.padded_vocab_size"),
             f"the tokenizer has {size} tokens ({where}) but model {m.name} has only "
             f"{m.rows} embedding rows (model.padded_vocab_size): {_CRASH}",
             f"use the tokenizer the model was trained with, or set model.vocab_size={size} "
@@ -42,7 +42,7 @@ def vocab_mismatch(cfg: RunConfig) -> Iterator[Problem]:
     elif size != m.vocab_size:
         yield Problem(
             "error",
-            ("tokenizer.vocab_size", "model.vocab_size"),
+            (src, "model.vocab_size"),
             f"the tokenizer has {size} tokens ({where}) but model.vocab_size={m.vocab_size}: "
             f"the model was built for another tokenizer, so ids map to the wrong embeddings",
             f"set model.vocab_size={size} for a model trained from scratch, or use the "

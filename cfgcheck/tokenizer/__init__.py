@@ -1,5 +1,13 @@
 """What cfgcheck knows about the run's tokenizer."""
 
-from cfgcheck.tokenizer.facts import TokenizerFacts, tokenizer_facts
+from cfgcheck.tokenizer.facts import Conflict, TokenizerFacts, tokenizer_facts
+from cfgcheck.tokenizer.resolve import ResolvedTokenizer, TokenizerFileError, resolve_tokenizer
 
-__all__ = ["TokenizerFacts", "tokenizer_facts"]
+__all__ = [
+    "Conflict",
+    "ResolvedTokenizer",
+    "TokenizerFacts",
+    "TokenizerFileError",
+    "resolve_tokenizer",
+    "tokenizer_facts",
+]

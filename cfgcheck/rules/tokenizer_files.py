@@ -1,0 +1,63 @@
+"""The tokenizer files at ``tokenizer.path``: readable, and agreeing with declared values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from cfgcheck.rules._registry import Problem, rule
+from cfgcheck.schema.run import RunConfig
+from cfgcheck.tokenizer import tokenizer_facts
+
+
+@rule("tokenizer-unreadable", requires=("tokenizer",))
+def tokenizer_unreadable(cfg: RunConfig) -> Iterator[Problem]:
+    """tokenizer.path must point to a readable tokenizer.json, folder or tokenizer.model."""
+    facts = tokenizer_facts(cfg.tokenizer)
+    if facts.error is None:
+        return
+    yield Problem(
+        "error",
+        ("tokenizer.path",),
+        f"tokenizer.path={facts.path} cannot be used: {facts.error}; the training script "
+        f"fails loading it (rules below use the declared tokenizer values instead)",
+        "point tokenizer.path at a tokenizer.json, a folder holding one (with its "
+        "tokenizer_config.json), or a SentencePiece tokenizer.model; relative paths resolve "
+        "against the current directory",
+    )
+
+
+@rule("tokenizer-declared-mismatch", requires=("tokenizer",))
+def tokenizer_declared_mismatch(cfg: RunConfig) -> Iterator[Problem]:
+    """Declared tokenizer.vocab_size and special-token ids must match the tokenizer files."""
+    facts = tokenizer_facts(cfg.tokenizer)
+    for c in facts.conflicts:
+        yield Problem(
+            "error",
+            (c.path, "tokenizer.path"),
+            f"{c.path}={c.declared} is declared, but the tokenizer at tokenizer.path="
+            f"{facts.path} says {c.resolved} ({c.source}): rules and scripts that trust the "
+            f"declared value use the wrong number",
+            f"set {c.path} to the files' value, or remove {c.path} and let cfgcheck read it",
+        )
+
+
+@rule("special-token-not-in-vocab", requires=("tokenizer",))
+def special_token_not_in_vocab(cfg: RunConfig) -> Iterator[Problem]:
+    """A declared special-token string must exist in the tokenizer's vocabulary."""
+    facts = tokenizer_facts(cfg.tokenizer)
+    unk = facts.unk_token_id
+    for name, token in facts.unknown_tokens.items():
+        becomes = (
+            f"transformers silently maps it to the unk id {unk}"
+            if unk is not None
+            else "transformers gives it no id"
+        )
+        yield Problem(
+            "warning",
+            (f"tokenizer.{name}_token", "tokenizer.path"),
+            f"tokenizer.{name}_token={token!r} is not in the vocabulary of tokenizer.path="
+            f"{facts.path} ({facts.size_source}): {becomes}",
+            f"use a token the tokenizer has for tokenizer.{name}_token (e.g. the eos token "
+            f"{facts.eos_token!r}), or add {token!r} with tokenizer.add_special_tokens and "
+            f"resize the model's embeddings",
+        )
