@@ -10,6 +10,7 @@ Public API::
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cfgcheck.compose import compose, load_yaml
 from cfgcheck.errors import ConfigError, ConfigLoadError
@@ -32,6 +33,18 @@ def check(
     return with_locations(result, config_dir, config_name, overrides)
 
 
+def __getattr__(name: str) -> Any:
+    # cfgcheck.main, the @hydra.main drop-in, loads Hydra's launcher code: only on first use.
+    if name == "main":
+        from cfgcheck.hydra import main
+
+        return main
+    raise AttributeError(f"module 'cfgcheck' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from cfgcheck.hydra import main
+
 __all__ = [
     "CheckResult",
     "ConfigError",
@@ -41,5 +54,6 @@ __all__ = [
     "check",
     "compose",
     "load_yaml",
+    "main",
     "validate",
 ]

@@ -13,6 +13,11 @@ def register(sub: Any) -> None:
 
     parser = sub.add_parser("check", help="validate a Hydra-composed run config")
     add_config_args(parser, formats())
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="the overrides are a Hydra sweep (model=a,b x=range(1,4)): check every point",
+    )
     parser.set_defaults(run=run)
 
 
@@ -21,6 +26,10 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
     from cfgcheck.report import get_reporter
 
+    if getattr(args, "sweep", False):
+        from cfgcheck.hydra.cli import run_sweep
+
+        return run_sweep(args)
     result = check(args.config_dir, args.config_name, args.overrides)
     get_reporter(args.format)(result, sys.stdout)
     return EXIT_OK if result.ok else EXIT_FINDINGS

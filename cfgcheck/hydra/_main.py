@@ -1,0 +1,219 @@
+"""``@cfgcheck.main``: a drop-in for ``@hydra.main`` that validates before the task runs.
+
+Hydra itself does the launching (``hydra.main`` is used underneath), so every Hydra flag,
+output directory, logging set-up, launcher and sweeper keeps working. cfgcheck adds two gates:
+
+- every job validates its composed config; the task function is called with the typed
+  :class:`~cfgcheck.RunConfig`, or never: the report goes to stderr and the process exits 1
+  (2 when the config cannot even be resolved). The raw ``DictConfig`` of the running job stays
+  reachable with :func:`current_dictconfig`.
+- a multirun (``-m``, or ``hydra.mode=MULTIRUN`` in the config) is expanded and every point is
+  validated *before* Hydra launches anything; one failing point refuses the whole sweep.
+
+Both gates raise ``SystemExit`` rather than use a Hydra Callback: Hydra 1.3 turns an exception
+raised in a callback into a warning and runs the job anyway.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from cfgcheck.errors import ConfigError, ConfigLoadError
+from cfgcheck.findings import CheckResult
+from cfgcheck.hydra.sweep import SweepChecker, SweepResult, _compose_errors, plan_sweep
+from cfgcheck.validate import validate
+
+if TYPE_CHECKING:
+    import argparse
+
+    from omegaconf import DictConfig
+
+    from cfgcheck.schema import RunConfig
+
+EXIT_FINDINGS, EXIT_LOAD = 1, 2
+
+_CURRENT: ContextVar[DictConfig | None] = ContextVar("cfgcheck_current_dictconfig", default=None)
+
+Task = Callable[["RunConfig"], Any]
+
+
+def current_dictconfig() -> DictConfig:
+    """The raw composed job config (an OmegaConf ``DictConfig``) of the running task.
+
+    Only valid inside a task function decorated with :func:`main`; use it for keys that the
+    schema does not model. Raises ``RuntimeError`` elsewhere.
+    """
+    cfg = _CURRENT.get()
+    if cfg is None:
+        raise RuntimeError("current_dictconfig() is only available inside a @cfgcheck.main task")
+    return cfg
+
+
+_UNSET: Any = object()  # an argument the caller left out: Hydra's own default applies
+
+
+def main(
+    config_path: str | None = _UNSET,
+    config_name: str | None = None,
+    version_base: str | None = _UNSET,
+) -> Callable[[Task], Callable[..., Any]]:
+    """Like ``hydra.main``, but the task receives a validated :class:`~cfgcheck.RunConfig`.
+
+    The arguments are handed to ``hydra.main`` unchanged; omitted ones keep Hydra's defaults.
+    """
+    import hydra
+    from hydra.main import _UNSPECIFIED_
+
+    path = _UNSPECIFIED_ if config_path is _UNSET else config_path
+    base = _UNSPECIFIED_ if version_base is _UNSET else version_base
+
+    def decorator(task: Task) -> Callable[..., Any]:
+        @functools.wraps(task)
+        def job(cfg: DictConfig) -> Any:
+            run = _validated(cfg)
+            token = _CURRENT.set(cfg)
+            try:
+                return task(run)
+            finally:
+                _CURRENT.reset(token)
+
+        hydra_entry = hydra.main(config_path=path, config_name=config_name, version_base=base)(job)
+
+        @functools.wraps(task)
+        def entry(cfg_passthrough: DictConfig | None = None) -> Any:
+            if cfg_passthrough is None:
+                _refuse_bad_sweep(job, _config_path(path), config_name)
+            return hydra_entry(cfg_passthrough)
+
+        return entry
+
+    return decorator
+
+
+def _config_path(path: str | None) -> str | None:
+    """``config_path`` as ``hydra.main`` resolves an omitted one (after it set the version base)."""
+    from hydra import version
+    from hydra.main import _UNSPECIFIED_
+
+    if path is _UNSPECIFIED_:
+        return None if version.base_at_least("1.2") else "."
+    return path
+
+
+def _stop(code: int, error: ConfigError | ConfigLoadError) -> NoReturn:
+    """End the job: exit in a single run; in a multirun, fail this job (Hydra records it)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        raise error
+    raise SystemExit(code)
+
+
+def _validated(cfg: DictConfig) -> RunConfig:
+    """The typed config of a job, or the job stops with the report on stderr."""
+    from cfgcheck.report.text import report_text
+
+    try:
+        result: CheckResult = validate(cfg)
+    except ConfigLoadError as e:
+        print(f"cfgcheck: error: {e}", file=sys.stderr)
+        _stop(EXIT_LOAD, e)
+    if result.findings:
+        report_text(result, sys.stderr)
+    if result.config is None or not result.ok:
+        print("cfgcheck: the task was not started: fix the errors above", file=sys.stderr)
+        _stop(EXIT_FINDINGS, ConfigError(result.errors))
+    return result.config
+
+
+def _refuse_bad_sweep(job: Callable[..., Any], config_path: str | None, name: str | None) -> None:
+    """Before a multirun launches, validate every point; exit 1 if any fails."""
+    from hydra._internal.utils import get_args_parser
+
+    args = get_args_parser().parse_args()
+    if (
+        args.experimental_rerun is not None
+        or args.help
+        or args.hydra_help
+        or args.cfg is not None
+        or args.info is not None
+        or args.shell_completion
+    ):
+        return
+    result = _check_multirun(job, args, config_path, name)
+    if result is None or result.ok:
+        return
+    from cfgcheck.hydra.report import report_sweep_text
+
+    report_sweep_text(result, sys.stderr)
+    print(
+        f"cfgcheck: sweep refused: {len(result.failing)} of {len(result.points)} points fail; "
+        "no job was launched",
+        file=sys.stderr,
+    )
+    raise SystemExit(EXIT_FINDINGS)
+
+
+def _check_multirun(
+    job: Callable[..., Any],
+    args: argparse.Namespace,
+    config_path: str | None,
+    config_name: str | None,
+) -> SweepResult | None:
+    """Every point of the sweep this command line would launch, checked; None when it is not
+    a multirun, the sweeper is not Hydra's basic one, or the config is broken (Hydra reports
+    that itself, as usual)."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import (
+        create_automatic_config_search_path,
+        detect_calling_file_or_module_from_task_function,
+        detect_task_name,
+    )
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    name = args.config_name if args.config_name is not None else config_name
+    path = args.config_path if args.config_path is not None else config_path
+    calling_file, calling_module = detect_calling_file_or_module_from_task_function(job)
+    if calling_file is None and calling_module is None:
+        return None
+    search_path = create_automatic_config_search_path(calling_file, calling_module, path)
+    if args.config_dir is not None:
+        directory = os.path.abspath(args.config_dir)
+        if not os.path.isdir(directory):
+            return None
+        search_path.prepend(
+            provider="command-line",
+            path=f"file://{directory}",
+            anchor=SearchPathQuery(provider="schema"),
+        )
+    overrides = list(args.overrides)
+    try:
+        hydra_app = Hydra.create_main_hydra2(
+            task_name=detect_task_name(calling_file, calling_module),
+            config_search_path=search_path,
+        )
+    except _compose_errors():
+        return None
+    try:
+        # The run mode as hydra's _run_app decides it.
+        mode = hydra_app.get_mode(config_name=name, overrides=overrides)
+        if mode != RunMode.MULTIRUN:
+            if not args.multirun:
+                return None
+            overrides.append("hydra.mode=MULTIRUN")
+        plan = plan_sweep(hydra_app, name, overrides)
+        if plan is None:
+            return None
+        return SweepChecker(hydra_app, name, plan.hydra_overrides).check_all(plan.points)
+    except _compose_errors():
+        return None
+    finally:
+        GlobalHydra.instance().clear()

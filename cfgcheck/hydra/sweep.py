@@ -1,0 +1,283 @@
+"""Whole-sweep checks: every point of a Hydra multirun sweep is validated before any job runs.
+
+A sweep (``model=a,b data.max_seq_length=1024,2048``) is expanded into its points exactly as
+Hydra's ``BasicSweeper`` does (comma lists, ``range()``, ``choice()``, ``glob()``, plus
+``hydra.sweeper.params`` from the config). Composing every point with Hydra is slow (tens of
+milliseconds each), so the fast path composes once per combination of *compose-level*
+overrides (config-group choices, ``hydra.*`` settings, ``@package`` overrides) and applies each
+point's value overrides to a copy of that composition with Hydra's own override code
+(``key=value`` must exist, ``+key`` adds, ``++key`` forces, ``~key`` deletes; values typed by
+Hydra's override parser). :meth:`SweepChecker.check_composed` composes a point fully, the
+reference the fast path is tested against.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from cfgcheck.compose import DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME, one_line
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import CheckResult, Finding
+from cfgcheck.validate import validate
+
+if TYPE_CHECKING:
+    from hydra._internal.hydra import Hydra
+    from hydra.core.override_parser.types import Override
+    from omegaconf import DictConfig
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+Point = tuple[str, ...]
+
+
+def _compose_errors() -> tuple[type[Exception], ...]:
+    """What Hydra raises on a bad config or override (as :func:`cfgcheck.compose` catches)."""
+    import yaml
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return (HydraException, OmegaConfBaseException, yaml.YAMLError)
+
+
+def _finding_key(f: Finding) -> tuple[str, str, tuple[str, ...], str, str]:
+    return (f.rule, f.severity, f.paths, f.message, f.hint)
+
+
+@dataclass(frozen=True)
+class PointVerdict:
+    """The verdict on one point of a sweep: a check result, or why it could not be composed."""
+
+    overrides: Point
+    result: CheckResult | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.result is not None and self.result.ok
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [] if self.result is None else self.result.findings
+
+    def signature(self) -> tuple[Any, ...]:
+        """What two ways of checking the same point must agree on."""
+        return (self.ok, self.error, tuple(_finding_key(f) for f in self.findings))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "overrides": list(self.overrides),
+            "ok": self.ok,
+            "error": self.error,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+@dataclass
+class SweepResult:
+    """Every point of a sweep with its verdict; the sweep is OK only when every point is."""
+
+    points: list[PointVerdict]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.points)
+
+    @property
+    def failing(self) -> list[PointVerdict]:
+        return [p for p in self.points if not p.ok]
+
+    def findings(self) -> list[Finding]:
+        """Every distinct finding over all points, in first-seen order."""
+        seen: dict[tuple[str, str, tuple[str, ...], str, str], Finding] = {}
+        for point in self.points:
+            for f in point.findings:
+                seen.setdefault(_finding_key(f), f)
+        return list(seen.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "findings": [f.to_dict() for f in self.findings()],
+            "points": [p.to_dict() for p in self.points],
+        }
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """The points of a sweep and the ``hydra.*`` overrides every job of it is composed with."""
+
+    points: list[Point]
+    hydra_overrides: Point = ()
+
+
+def plan_sweep(
+    hydra_app: Hydra, config_name: str | None, overrides: Sequence[str]
+) -> SweepPlan | None:
+    """Expand a multirun command line into its points as Hydra's BasicSweeper would.
+
+    Returns None when the config selects another sweeper (Optuna, Ax, ...): its points are
+    only known while it runs. Raises Hydra/OmegaConf exceptions on a bad config or override.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    master = hydra_app.compose_config(
+        config_name=config_name,
+        overrides=list(overrides),
+        run_mode=RunMode.MULTIRUN,
+        from_shell=False,
+        with_log_configuration=False,
+    )
+    sweeper = master.hydra.sweeper
+    if sweeper.get("_target_") != BASIC_SWEEPER:
+        return None
+    params = sweeper.get("params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()]
+    arguments += cast(list[str], OmegaConf.to_container(master.hydra.overrides.task))
+    parser = OverridesParser.create(config_loader=hydra_app.config_loader)
+    batches = BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)
+    hydra_overrides = cast(list[str], OmegaConf.to_container(master.hydra.overrides.hydra))
+    return SweepPlan([tuple(p) for p in batches[0]], tuple(hydra_overrides))
+
+
+class SweepChecker:
+    """Validates sweep points of one app (a Hydra instance and a primary config)."""
+
+    def __init__(
+        self, hydra_app: Hydra, config_name: str | None, hydra_overrides: Sequence[str] = ()
+    ) -> None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        self._hydra = hydra_app
+        self._name = config_name
+        self._hydra_overrides = list(hydra_overrides)
+        self._parser = OverridesParser.create(config_loader=hydra_app.config_loader)
+        self._parsed: dict[str, Override] = {}
+        self._bases: dict[Point, DictConfig | str] = {}
+        self.compositions = 0  # how many times Hydra composed (for benchmarks and tests)
+
+    def check_all(self, points: Iterable[Point], *, fast: bool = True) -> SweepResult:
+        check = self.check if fast else self.check_composed
+        return SweepResult([check(p) for p in points])
+
+    def check(self, point: Point) -> PointVerdict:
+        """Fast path: a cached composition per group choice, value overrides applied to a copy."""
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+        try:
+            parsed = [self._parse(s) for s in point]
+        except ConfigLoadError as e:
+            return PointVerdict(point, error=str(e))
+        key = tuple(s for s, o in zip(point, parsed, strict=True) if self._compose_level(o))
+        values = [o for o in parsed if not self._compose_level(o)]
+        base = self._base(key)
+        if isinstance(base, str):
+            return PointVerdict(point, error=base)
+        cfg = copy.deepcopy(base)
+        try:
+            ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        except _compose_errors() as e:
+            return PointVerdict(point, error=one_line(e))
+        return self._validate(point, cfg)
+
+    def check_composed(self, point: Point) -> PointVerdict:
+        """Reference path: compose the point with Hydra from scratch, then validate."""
+        cfg = self._compose(list(point))
+        if isinstance(cfg, str):
+            return PointVerdict(point, error=cfg)
+        return self._validate(point, cfg)
+
+    @staticmethod
+    def _validate(point: Point, cfg: DictConfig) -> PointVerdict:
+        try:
+            return PointVerdict(point, result=validate(cfg))
+        except ConfigLoadError as e:
+            return PointVerdict(point, error=str(e))
+
+    def _parse(self, text: str) -> Override:
+        if text not in self._parsed:
+            try:
+                self._parsed[text] = self._parser.parse_override(text)
+            except _compose_errors() as e:
+                raise ConfigLoadError(one_line(e)) from e
+        return self._parsed[text]
+
+    def _compose_level(self, o: Override) -> bool:
+        """Overrides that change what is composed, as Hydra's defaults list sorts them."""
+        if o.is_hydra_override() or o.package is not None:
+            return True
+        repository = self._hydra.config_loader.repository  # type: ignore[attr-defined]
+        return bool(repository.group_exists(o.key_or_group)) and not isinstance(o.value(), dict)
+
+    def _base(self, key: Point) -> DictConfig | str:
+        if key not in self._bases:
+            self._bases[key] = self._compose(list(key))
+        return self._bases[key]
+
+    def _compose(self, overrides: list[str]) -> DictConfig | str:
+        """The job config Hydra would hand a job with these overrides, or a one-line error."""
+        from hydra.types import RunMode
+        from omegaconf import open_dict
+
+        self.compositions += 1
+        try:
+            cfg = self._hydra.compose_config(
+                config_name=self._name,
+                overrides=[*self._hydra_overrides, *overrides],
+                run_mode=RunMode.RUN,
+                from_shell=False,
+                with_log_configuration=False,
+            )
+        except _compose_errors() as e:
+            return one_line(e)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+
+
+def check_sweep(
+    config_dir: str | Path = DEFAULT_CONFIG_DIR,
+    config_name: str = DEFAULT_CONFIG_NAME,
+    overrides: Sequence[str] = (),
+    *,
+    fast: bool = True,
+) -> SweepResult:
+    """Expand a sweep over ``config_dir`` and validate every point (``cfgcheck check --sweep``).
+
+    Raises :class:`ConfigLoadError` (one line) when the config or an override cannot be read.
+    """
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    directory = Path(config_dir).expanduser().resolve()
+    if not directory.is_dir():
+        raise ConfigLoadError(f"config directory not found: {config_dir}")
+    name = config_name.removesuffix(".yaml")
+    if not (directory / f"{name}.yaml").is_file():
+        raise ConfigLoadError(f"primary config not found: {Path(config_dir) / name}.yaml")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(
+            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
+        ):
+            hydra_app = GlobalHydra.instance().hydra
+            assert hydra_app is not None  # set by initialize_config_dir
+            try:
+                plan = plan_sweep(hydra_app, name, overrides)
+            except _compose_errors() as e:
+                raise ConfigLoadError(one_line(e)) from e
+            if plan is None:
+                raise ConfigLoadError(
+                    "the config selects a sweeper other than Hydra's basic sweeper; its points "
+                    "are only known while it runs (set hydra/sweeper=basic to check a sweep)"
+                )
+            checker = SweepChecker(hydra_app, name, plan.hydra_overrides)
+            return checker.check_all(plan.points, fast=fast)
+    finally:
+        GlobalHydra.instance().clear()
