@@ -106,6 +106,66 @@ def _record_override_value(smap: SourceMap, path: str, value: Any, location: Loc
         smap.set(path, location, covering=True)
 
 
+@dataclass(frozen=True)
+class ComposedFiles:
+    """What Hydra's defaults list says a composition is made of."""
+
+    # (config file, final package) in merge order; only files of a ``file://`` search path.
+    files: list[tuple[Path, str]]
+    # Group -> chosen option (``{"model": "tinyllama-1.1b", ...}``; ``None`` when unset).
+    choices: dict[str, str | None]
+    # The value overrides (Hydra ``Override`` objects), in command-line order.
+    config_overrides: list[Any]
+
+
+def composed_files(
+    config_dir: str | Path, config_name: str, overrides: Sequence[str] = ()
+) -> ComposedFiles:
+    """The config files a composition merges, from Hydra's defaults list (no merging done).
+
+    Raises Hydra's own exceptions for a composition that fails.
+    """
+    from hydra import initialize_config_dir
+    from hydra._internal.config_repository import CachingConfigRepository
+    from hydra._internal.defaults_list import create_defaults_list
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    directory = Path(config_dir).expanduser().resolve()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(
+            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
+        ):
+            loader: Any = GlobalHydra.instance().config_loader()
+            repo = CachingConfigRepository(loader.repository)
+            parsed = OverridesParser.create().parse_overrides(list(overrides))
+            defaults = create_defaults_list(
+                repo=repo,
+                config_name=config_name.removesuffix(".yaml"),
+                overrides_list=parsed,
+                prepend_hydra=False,
+                skip_missing=False,
+            )
+            files: list[tuple[Path, str]] = []
+            for result_default in defaults.defaults:
+                if result_default.config_path is None:
+                    continue
+                loaded = repo.load_config(result_default.config_path)
+                source = getattr(loaded, "path", "") if loaded is not None else ""
+                if source.startswith("file://"):
+                    base = Path(source.removeprefix("file://"))
+                    file = base / f"{result_default.config_path}.yaml"
+                    files.append((file, result_default.package or ""))
+            return ComposedFiles(
+                files,
+                dict(defaults.overrides.known_choices),
+                list(defaults.overrides.config_overrides),
+            )
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def source_map(
     config_dir: str | Path,
     config_name: str,
@@ -118,51 +178,20 @@ def source_map(
     mapped, so their values have no location.
     """
     import yaml
-    from hydra import initialize_config_dir
-    from hydra._internal.config_repository import CachingConfigRepository
-    from hydra._internal.defaults_list import create_defaults_list
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    directory = Path(config_dir).expanduser().resolve()
-    name = config_name.removesuffix(".yaml")
+    composed = composed_files(config_dir, config_name, overrides)
     smap = SourceMap()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(
-            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
-        ):
-            loader: Any = GlobalHydra.instance().config_loader()
-            repo = CachingConfigRepository(loader.repository)
-            parsed = OverridesParser.create().parse_overrides(list(overrides))
-            defaults = create_defaults_list(
-                repo=repo,
-                config_name=name,
-                overrides_list=parsed,
-                prepend_hydra=False,
-                skip_missing=False,
-            )
-            for result_default in defaults.defaults:
-                if result_default.config_path is None:
-                    continue
-                loaded = repo.load_config(result_default.config_path)
-                source = getattr(loaded, "path", "") if loaded is not None else ""
-                if not source.startswith("file://"):
-                    continue
-                file = Path(source.removeprefix("file://")) / f"{result_default.config_path}.yaml"
-                node = yaml.compose(file.read_text(encoding="utf-8"), Loader=_loader())
-                if node is not None:
-                    shown = display_path(file, cwd)
-                    _record_node(smap, node, result_default.package or "", shown, root=True)
-            for override in defaults.overrides.config_overrides:
-                path = override.key_or_group
-                if override.is_delete():
-                    smap.delete(path)
-                    continue
-                location = Location(f"<override {override.input_line}>", None)
-                _record_override_value(smap, path, override.value(), location)
-    finally:
-        GlobalHydra.instance().clear()
+    for file, package in composed.files:
+        node = yaml.compose(file.read_text(encoding="utf-8"), Loader=_loader())
+        if node is not None:
+            _record_node(smap, node, package, display_path(file, cwd), root=True)
+    for override in composed.config_overrides:
+        path = override.key_or_group
+        if override.is_delete():
+            smap.delete(path)
+            continue
+        location = Location(f"<override {override.input_line}>", None)
+        _record_override_value(smap, path, override.value(), location)
     return smap
 
 
