@@ -1,0 +1,84 @@
+"""``cfgcheck serve``: the validator service over HTTP (FastAPI + uvicorn, the ``service`` extra).
+
+Listens on 127.0.0.1:8000 by default; ``POST /v1/validate`` answers what
+``cfgcheck check --format json`` prints. See :mod:`cfgcheck.service`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    from cfgcheck.compose import DEFAULT_CONFIG_DIR
+    from cfgcheck.service.settings import ServiceSettings
+
+    defaults = ServiceSettings()
+    parser = sub.add_parser("serve", help="run the validator HTTP service")
+    parser.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    parser.add_argument(
+        "--config-dir",
+        default=DEFAULT_CONFIG_DIR,
+        help="Hydra config directory for {config_name, overrides} requests (default: ./conf)",
+    )
+    parser.add_argument(
+        "--allow-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="directory tokenizer/data paths may point into (repeatable; default: the "
+        "working directory)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=defaults.max_body_bytes,
+        help=f"request size limit (default: {defaults.max_body_bytes})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=defaults.request_timeout_s,
+        help=f"per-request time limit in seconds (default: {defaults.request_timeout_s:g})",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=defaults.workers,
+        help=f"validation threads (default: {defaults.workers})",
+    )
+    parser.add_argument("--access-log", action="store_true", help="log every request")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.service.settings import ServiceSettings, SettingsError
+
+    try:
+        import uvicorn
+
+        from cfgcheck.service import create_app
+    except ImportError as e:
+        raise ConfigLoadError(
+            f"cfgcheck serve needs FastAPI and uvicorn: pip install 'cfgcheck[service]' ({e})"
+        ) from e
+    try:
+        settings = ServiceSettings(
+            config_dir=Path(args.config_dir),
+            allowed_roots=tuple(Path(p) for p in args.allow_root),
+            max_body_bytes=args.max_body_bytes,
+            request_timeout_s=args.timeout,
+            workers=args.workers,
+        )
+    except SettingsError as e:
+        raise ConfigLoadError(str(e)) from e
+    missing = [str(p) for p in settings.allowed_roots if not p.expanduser().is_dir()]
+    if missing:
+        raise ConfigLoadError(f"--allow-root directory not found: {', '.join(missing)}")
+    app = create_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log)
+    return 0

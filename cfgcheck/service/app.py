@@ -1,0 +1,159 @@
+"""The FastAPI application of the validator service, built by :func:`create_app`.
+
+Imported only by :func:`cfgcheck.service.create_app`, so FastAPI is needed only to serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.service import runner
+from cfgcheck.service.body import media_type, read_limited
+from cfgcheck.service.errors import RequestError
+from cfgcheck.service.models import CheckResponse, ErrorResponse, HealthResponse
+from cfgcheck.service.openapi import VALIDATE_REQUEST_BODY, build_openapi
+from cfgcheck.service.settings import ServiceSettings
+
+log = logging.getLogger("cfgcheck.service")
+
+
+class Gate:
+    """Counts validations running or queued (timed-out ones too, until their thread ends)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self.count >= self.limit:
+                return False
+            self.count += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": text}
+    for status, text in {
+        400: "Malformed body: not JSON/YAML, not UTF-8, empty, or a bad Content-Length.",
+        413: "The body is over the size limit.",
+        415: "Unsupported Content-Type.",
+        422: "Refused: nesting/size limits, non-JSON values, resolver interpolations, paths "
+        "outside the allowed roots, or a compose request that does not compose.",
+        503: "Too many validations in flight; retry later.",
+        504: "The validation ran past the per-request time limit.",
+    }.items()
+}
+
+
+def create_app(settings: ServiceSettings | None = None) -> FastAPI:
+    """The validator service. Raises :class:`ConfigLoadError` if the config dir is missing."""
+    from cfgcheck import __version__
+    from cfgcheck.jsonschema import json_schemas
+
+    settings = settings or ServiceSettings()
+    if not settings.config_dir.expanduser().is_dir():
+        raise ConfigLoadError(f"config directory not found: {settings.config_dir}")
+    if settings.offline:
+        # Validation may load tokenizers; nothing it does may reach the network.
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    job = runner.Runner(settings)
+    executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="cfgcheck-validate")
+    gate = Gate(settings.max_pending)
+    schemas = json_schemas()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(
+        title="cfgcheck validator service",
+        version=__version__,
+        description="POST a run config (or a config name and Hydra overrides) and get the "
+        "verdict of `cfgcheck check --format json`.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+
+    @app.exception_handler(RequestError)
+    async def refused(_: Request, exc: RequestError) -> JSONResponse:
+        headers = {"Retry-After": "1"} if exc.status == 503 else None
+        return JSONResponse({"detail": exc.detail}, exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        return JSONResponse({"detail": "; ".join(parts) or "invalid request"}, 422)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": f"internal error ({type(exc).__name__})"}, 500)
+
+    @app.post(
+        "/v1/validate",
+        response_class=Response,
+        responses={200: {"model": CheckResponse, "description": "The verdict."}, **_ERRORS},
+        openapi_extra={"requestBody": VALIDATE_REQUEST_BODY},
+        summary="Validate a run config",
+    )
+    async def validate(request: Request) -> Response:
+        """The verdict on a composed run config (JSON or YAML, by Content-Type) or on
+        `{"config_name": ..., "overrides": [...]}` composed from the server's config directory.
+        HTTP 200 for a verdict either way: `ok` says whether the config has errors."""
+        kind = media_type(request.headers.get("content-type"))
+        body = await read_limited(
+            request.headers.get("content-length"), request.stream(), settings.max_body_bytes
+        )
+        if not gate.enter():
+            raise RequestError(503, "too many validations in flight; retry in a moment")
+
+        def work() -> str:
+            try:
+                return job.run(body, kind)
+            finally:
+                gate.leave()
+
+        done = executor.submit(work)
+        try:
+            text = await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(done)), settings.request_timeout_s
+            )
+        except TimeoutError:
+            if done.cancel():  # never started: it will not leave the gate itself
+                gate.leave()
+            raise RequestError(
+                504, f"validation took longer than {settings.request_timeout_s:g} s; not finished"
+            ) from None
+        return Response(text, media_type="application/json")
+
+    @app.get("/v1/schema", summary="JSON Schemas of the run config and each section")
+    async def schema() -> dict[str, dict[str, Any]]:
+        """`{"run": ..., "model": ..., "tokenizer": ..., "data": ..., "trainer": ...}`."""
+        return schemas
+
+    @app.get("/healthz", summary="Liveness")
+    async def healthz() -> HealthResponse:
+        return HealthResponse(status="ok", version=__version__)
+
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,12 @@
+"""A request the service refuses: an HTTP status and a one-line message for ``{"detail": ...}``."""
+
+from __future__ import annotations
+
+
+class RequestError(ValueError):
+    """A malformed or refused request. ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail

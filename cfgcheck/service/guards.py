@@ -1,0 +1,54 @@
+"""Checks on a parsed request body before any validation work: size of the tree, JSON-only
+types, string keys, and no OmegaConf resolver calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cfgcheck.service.errors import RequestError
+from cfgcheck.service.interpolation import uses_resolver
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def check_tree(tree: Any, max_depth: int, max_nodes: int) -> None:
+    """Raise :class:`RequestError` (422) naming the first offending path.
+
+    Iterative, so a deeply nested or self-referencing YAML document (anchors and aliases)
+    stops at ``max_depth`` / ``max_nodes`` instead of recursing or expanding without bound.
+    """
+    stack: list[tuple[str, Any, int]] = [("<root>", tree, 1)]
+    nodes = 0
+    while stack:
+        path, value, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            raise RequestError(422, f"the config has more than {max_nodes} values; not accepted")
+        if depth > max_depth:
+            raise RequestError(
+                422, f"the config nests deeper than {max_depth} levels (at {path}); not accepted"
+            )
+        if isinstance(value, dict):
+            for key, child in value.items():
+                if not isinstance(key, str):
+                    raise RequestError(
+                        422, f"keys must be strings; got {key!r} ({type(key).__name__}) in {path}"
+                    )
+                stack.append((key if path == "<root>" else f"{path}.{key}", child, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", child, depth + 1) for i, child in enumerate(value))
+        elif not isinstance(value, _SCALARS):
+            raise RequestError(
+                422,
+                f"{path} is a {type(value).__name__}; only JSON values (mappings, lists, "
+                f"strings, numbers, booleans, null) are accepted; quote it to send a string",
+            )
+        elif isinstance(value, str) and uses_resolver(value):
+            raise RequestError(422, resolver_refused([path]))
+
+
+def resolver_refused(paths: list[str]) -> str:
+    return (
+        f"OmegaConf resolver interpolations are not accepted (at {', '.join(paths)}): the "
+        f"service never resolves ${{oc.env:...}} or any other resolver; send resolved values"
+    )

@@ -1,0 +1,61 @@
+"""Request and response models of the validator service (they make its OpenAPI document)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_OVERRIDES = 128
+MAX_OVERRIDE_CHARS = 1000
+CONFIG_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*$"
+# Top-level keys that mark a body as a compose request rather than a composed run config
+# (a run config never has them: unknown top-level keys are schema errors).
+COMPOSE_KEYS = frozenset({"config_name", "overrides"})
+
+
+class ComposeRequest(BaseModel):
+    """Compose ``config_name`` from the server's config directory with Hydra overrides."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    config_name: str = Field(
+        "config",
+        max_length=200,
+        pattern=CONFIG_NAME_PATTERN,
+        description="Primary config in the server's config directory, e.g. 'config'.",
+    )
+    overrides: list[Annotated[str, Field(max_length=MAX_OVERRIDE_CHARS)]] = Field(
+        default_factory=list,
+        max_length=MAX_OVERRIDES,
+        description="Hydra override strings, e.g. 'data.max_seq_length=2048', 'model=llama-3-8b'. "
+        "Interpolations, sweeps and hydra.* keys are refused.",
+    )
+
+
+class FindingOut(BaseModel):
+    """One finding, as ``cfgcheck check --format json`` prints it (more keys may be added)."""
+
+    rule: str = Field(description="Stable kebab-case rule id.")
+    severity: Literal["error", "warning", "info"]
+    paths: list[str] = Field(description="Dotted config paths involved.")
+    message: str
+    hint: str = Field(description="The concrete fix.")
+
+
+class CheckResponse(BaseModel):
+    """The verdict: exactly the JSON of ``cfgcheck check --format json``."""
+
+    ok: bool = Field(description="True when there is no error finding (warnings allowed).")
+    findings: list[FindingOut]
+
+
+class ErrorResponse(BaseModel):
+    """A refused request: one line saying why."""
+
+    detail: str
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+    version: str

@@ -1,0 +1,103 @@
+"""One validation request, start to verdict, run off the event loop.
+
+Order matters: the body is parsed and screened (size of the tree, types, resolver calls),
+a compose request is screened and composed, file paths are confined to the allowed roots,
+and only then does :func:`cfgcheck.validate` run (it may read tokenizer and dataset files).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.service.body import parse_body
+from cfgcheck.service.errors import RequestError
+from cfgcheck.service.guards import check_tree, resolver_refused
+from cfgcheck.service.interpolation import resolver_paths
+from cfgcheck.service.models import COMPOSE_KEYS, ComposeRequest
+from cfgcheck.service.overrides import screen_overrides
+from cfgcheck.service.paths import refused_paths
+from cfgcheck.service.settings import ServiceSettings
+
+
+class Runner:
+    """Turns a request body into the ``cfgcheck check --format json`` text."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.config_dir = settings.config_dir.expanduser().resolve()
+        self.roots = settings.roots()
+        # Hydra's compose API keeps global state: one composition at a time per process.
+        self._compose_lock = threading.Lock()
+
+    def run(self, body: bytes, kind: str) -> str:
+        payload = parse_body(body, kind)
+        check_tree(payload, self.settings.max_depth, self.settings.max_nodes)
+        if not isinstance(payload, dict):
+            raise RequestError(
+                422,
+                f"the body must be a mapping (a run config or {{config_name, overrides}}), "
+                f"got {_kind(payload)}",
+            )
+        config = self.compose(payload) if COMPOSE_KEYS & payload.keys() else payload
+        refused = refused_paths(config, self.roots)
+        if refused:
+            raise RequestError(422, "paths refused: " + "; ".join(refused))
+        return verdict(config)
+
+    def compose(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Compose a ``{config_name, overrides}`` request into a plain, resolved config."""
+        try:
+            request = ComposeRequest.model_validate(payload)
+        except ValidationError as e:
+            raise RequestError(422, _one_line_errors(e)) from e
+        screen_overrides(request.overrides, self.config_dir)
+        from omegaconf import OmegaConf
+
+        from cfgcheck.compose import compose
+        from cfgcheck.validate import to_plain
+
+        try:
+            with self._compose_lock:
+                cfg = compose(self.config_dir, request.config_name, request.overrides)
+            # Resolver calls are refused wherever they come from, before anything resolves.
+            found = resolver_paths(OmegaConf.to_container(cfg, resolve=False))
+            if found:
+                raise RequestError(422, resolver_refused(found))
+            plain = to_plain(cfg)
+        except ConfigLoadError as e:
+            raise RequestError(422, self._hide_dir(str(e))) from e
+        if not isinstance(plain, dict):  # a primary config that is a list or a scalar
+            raise RequestError(422, f"{request.config_name} does not compose to a mapping")
+        return plain
+
+    def _hide_dir(self, message: str) -> str:
+        """Say ``<config-dir>`` instead of the server's own directory layout."""
+        return message.replace(str(self.config_dir), "<config-dir>")
+
+
+def verdict(config: Mapping[str, Any]) -> str:
+    """What ``cfgcheck check --format json`` prints for ``config``, via the same reporter."""
+    from cfgcheck import validate
+    from cfgcheck.report import get_reporter
+
+    out = io.StringIO()
+    get_reporter("json")(validate(config), out)
+    return out.getvalue()
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _one_line_errors(error: ValidationError) -> str:
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<body>"
+        parts.append(f"{loc}: {err['msg']}")
+    return "invalid compose request: " + "; ".join(parts)
