@@ -27,18 +27,18 @@ TEXTS: tuple[str, ...] = (
 def tokenizer_folder(
     directory: Path,
     *,
-    pad: bool = True,
+    pad: bool | str = True,
     added: tuple[str, ...] = (),
 ) -> tuple[Path, Any]:
     """A transformers tokenizer folder (BPE tokenizer.json + tokenizer_config.json) and the
-    ``PreTrainedTokenizerFast`` loaded from it, offline. With ``pad``, ``<pad>`` is a
-    special token of the vocabulary and the pad token."""
+    tokenizer ``AutoTokenizer`` loads from it, offline. ``pad=True``: ``<pad>`` is a special
+    token of the base vocabulary (id 3) and the pad token; ``pad=False``: no pad token; a
+    string: that token (put it in ``added`` to append it after the base vocabulary)."""
     from transformers import AutoTokenizer
 
-    special = ("<unk>", "<s>", "</s>", "<pad>") if pad else ("<unk>", "<s>", "</s>")
-    folder = save_folder(
-        bpe(special=special, added=added), directory, pad_token="<pad>" if pad else None
-    )
+    special = ("<unk>", "<s>", "</s>", "<pad>") if pad is True else ("<unk>", "<s>", "</s>")
+    pad_token = "<pad>" if pad is True else (pad or None)
+    folder = save_folder(bpe(special=special, added=added), directory, pad_token=pad_token)
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     return folder, tok
 
