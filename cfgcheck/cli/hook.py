@@ -1,0 +1,194 @@
+"""``cfgcheck hook FILE...``: the pre-commit entry point.
+
+pre-commit passes the changed files as arguments (``cfgcheck check`` would read them as
+overrides). The hook maps them to the compositions they take part in and checks each:
+
+- every primary config (``*.yaml`` at the root of the config dir), as it stands;
+- each changed group option that a primary does not select by default, selected into that
+  primary (``model=phi-2``, or ``+group=option`` when the primary has no such group), keeping
+  only the findings about the option itself: those whose paths all lie in its package (schema
+  errors, single-section rules). A mismatch with the primary's other defaults (a phi-2 model
+  with the default Llama-2 tokenizer) is not the option's fault;
+- each experiment config (a group file with ``# @package _global_``) that changed, or whose
+  composition with a primary includes a changed file, added to that primary
+  (``+experiment=long``).
+
+Exit 0 when every composition is clean, 1 when one has an error finding, 2 when one cannot
+be composed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cfgcheck.findings import Finding
+
+_HEADER = re.compile(r"^\s*#\s*@(\S+)\s+(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One composition to check: a primary config and the overrides that select files."""
+
+    primary: str
+    overrides: tuple[str, ...] = ()
+    # Only findings whose paths all lie under this package count (None: every finding).
+    scope: str | None = None
+
+    def keeps(self, finding: Finding) -> bool:
+        scope = self.scope
+        if scope is None:
+            return True
+        return scope == "" or all(p == scope or p.startswith(scope + ".") for p in finding.paths)
+
+    def label(self, config_dir: Path) -> str:
+        from cfgcheck.locations import display_path
+
+        shown = display_path(config_dir.resolve() / f"{self.primary}.yaml")
+        return " ".join([shown, *self.overrides])
+
+
+def package_header(file: Path) -> str | None:
+    """The ``# @package`` of a config file, read as Hydra does (leading ``# @`` lines)."""
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if not line.strip():
+            continue
+        match = _HEADER.match(line)
+        if match is None:
+            return None
+        if match.group(1) == "package":
+            return match.group(2)
+    return None
+
+
+def _config_path(config_dir: Path, file: str) -> str | None:
+    """``model/phi-2`` for ``conf/model/phi-2.yaml``; None outside the dir or not YAML."""
+    path = Path(file).resolve()
+    if path.suffix != ".yaml":
+        return None
+    try:
+        return path.relative_to(config_dir).with_suffix("").as_posix()
+    except ValueError:
+        return None
+
+
+def _compose_errors() -> tuple[type[Exception], ...]:
+    import yaml
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return (HydraException, OmegaConfBaseException, yaml.YAMLError, OSError, ValueError)
+
+
+def _select(group: str, option: str, choices: dict[str, str | None]) -> str:
+    return f"{group}={option}" if group in choices else f"+{group}={option}"
+
+
+def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
+    """The compositions that the changed files take part in (see the module docstring)."""
+    from cfgcheck.locations import composed_files
+
+    directory = config_dir.resolve()
+    changed_paths = {p for f in changed if (p := _config_path(directory, f)) is not None}
+    primaries = sorted(p.stem for p in directory.glob("*.yaml"))
+    experiments = sorted(
+        p.relative_to(directory).with_suffix("").as_posix()
+        for p in directory.glob("*/**/*.yaml")
+        if package_header(p) == "_global_"
+    )
+    changed_files = {directory / f"{p}.yaml" for p in changed_paths}
+    out: list[Target] = []
+    for primary in primaries:
+        out.append(Target(primary))
+        try:
+            base = composed_files(directory, primary)
+        except _compose_errors():
+            continue  # the base target reports the composition error
+        in_base = {file for file, _ in base.files}
+        for path in sorted(changed_paths):
+            if "/" not in path or path in experiments or directory / f"{path}.yaml" in in_base:
+                continue
+            group, option = path.rsplit("/", 1)
+            overrides = (_select(group, option, base.choices),)
+            file = directory / f"{path}.yaml"
+            package = group.replace("/", ".")  # Hydra's default package of a group
+            try:
+                composed = composed_files(directory, primary, overrides)
+            except _compose_errors():
+                pass  # the target reports the error
+            else:
+                package = next((pkg for f, pkg in composed.files if f == file), package)
+            out.append(Target(primary, overrides, package))
+        for path in experiments:
+            group, option = path.rsplit("/", 1)
+            target = Target(primary, (_select(group, option, base.choices),))
+            if path in changed_paths:
+                out.append(target)
+                continue
+            try:
+                composed = composed_files(directory, primary, target.overrides)
+            except _compose_errors():
+                continue  # checked (and reported) only when the experiment itself changed
+            if {file for file, _ in composed.files} & changed_files:
+                out.append(target)
+    return out
+
+
+def register(sub: Any) -> None:
+    from cfgcheck.compose import DEFAULT_CONFIG_DIR
+    from cfgcheck.report import formats
+
+    parser = sub.add_parser(
+        "hook", help="pre-commit hook: check the configs that the changed files take part in"
+    )
+    parser.add_argument(
+        "--config-dir", default=DEFAULT_CONFIG_DIR, help="Hydra config directory (default: ./conf)"
+    )
+    parser.add_argument("--format", choices=formats(), default="text", help="output format")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="changed files")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cfgcheck import check
+    from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.report import get_reporter
+
+    config_dir = Path(args.config_dir)
+    if not config_dir.is_dir():
+        raise ConfigLoadError(f"config directory not found: {args.config_dir}")
+    report = get_reporter(args.format)
+    code = EXIT_OK
+    checked = targets(config_dir, args.files)
+    for target in checked:
+        label = target.label(config_dir)
+        try:
+            result = check(config_dir, target.primary, list(target.overrides))
+        except ConfigLoadError as e:
+            print(f"{label}: cannot compose: {e}")
+            code = EXIT_LOAD
+            continue
+        result = dataclasses.replace(
+            result, findings=[f for f in result.findings if target.keeps(f)]
+        )
+        if result.findings:
+            print(f"== {label}")
+            report(result, sys.stdout)
+        if not result.ok and code == EXIT_OK:
+            code = EXIT_FINDINGS
+    verdict = "OK" if code == EXIT_OK else "failed"
+    print(f"cfgcheck hook: {len(checked)} composition(s) checked: {verdict}")
+    return code
