@@ -18,6 +18,12 @@ def register(sub: Any) -> None:
         action="store_true",
         help="the overrides are a Hydra sweep (model=a,b x=range(1,4)): check every point",
     )
+    parser.add_argument(
+        "--scan-data",
+        action="store_true",
+        help="also tokenize data.paths with the real tokenizer and add the scan's findings "
+        "(see `cfgcheck data`)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -31,5 +37,9 @@ def run(args: argparse.Namespace) -> int:
 
         return run_sweep(args)
     result = check(args.config_dir, args.config_name, args.overrides)
+    if getattr(args, "scan_data", False):
+        from cfgcheck.data.check import with_scan_findings
+
+        result = with_scan_findings(result)
     get_reporter(args.format)(result, sys.stdout)
     return EXIT_OK if result.ok else EXIT_FINDINGS

@@ -1,0 +1,63 @@
+"""``cfgcheck data``: compose the config, then scan the dataset with the real tokenizer.
+
+Exit 0 no error findings, 1 error findings (schema or scan), 2 the config, tokenizer or data
+could not be read (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    from cfgcheck.cli._common import add_config_args
+
+    parser = sub.add_parser(
+        "data",
+        help="scan the dataset with the real tokenizer: lengths, truncation, padding waste",
+    )
+    add_config_args(parser, ["text", "json"])
+    parser.add_argument("--png", metavar="PATH", help="also write a length histogram PNG")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cfgcheck import check
+    from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
+    from cfgcheck.data import ScanError, scan_dataset, scan_findings
+    from cfgcheck.findings import CheckResult, sort_findings
+    from cfgcheck.report import get_reporter
+
+    composed = check(args.config_dir, args.config_name, args.overrides)
+    if composed.config is None:
+        # The schema rejected the config: show why; there is nothing to scan with.
+        get_reporter(args.format)(composed, sys.stdout)
+        return EXIT_FINDINGS
+    run_cfg = composed.config
+    try:
+        report = scan_dataset(run_cfg)
+    except ScanError as e:
+        print(f"cfgcheck: error: {e}", file=sys.stderr)
+        return EXIT_LOAD
+    result = CheckResult(sort_findings(scan_findings(report, run_cfg)), config=run_cfg)
+    if args.format == "json":
+        payload = {**result.to_dict(), "scan": report.to_dict()}
+        json.dump(payload, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from cfgcheck.data.render import render_text
+
+        sys.stdout.write(render_text(report, run_cfg.data.paths) + "\n")
+        get_reporter("text")(result, sys.stdout)
+    if args.png:
+        from cfgcheck.data.render import PlotUnavailableError, write_png
+
+        try:
+            write_png(report, Path(args.png))
+        except PlotUnavailableError as e:
+            print(f"cfgcheck: {e}", file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_FINDINGS

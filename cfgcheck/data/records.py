@@ -1,0 +1,183 @@
+"""Read the configured data files and render each record to the text that gets tokenized.
+
+Formats: JSONL (one object per line), plain text (one sample per non-empty line) and Parquet
+(needs pyarrow). A record becomes text through ``data.template`` (``str.format`` over the
+record's fields) or else its ``data.text_field``. Texts come in chunks, so the tokenizer can
+encode a whole chunk in one multi-threaded call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cfgcheck.schema.data import DataConfig
+
+CHUNK = 2048
+
+
+class DataReadError(ValueError):
+    """A data file is missing, unreadable, or a record cannot be rendered."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rendered texts of consecutive records of one file."""
+
+    file: Path
+    first: int  # 1-based record number (the line for JSONL and text) of texts[0]
+    texts: list[str]
+    bytes_done: int  # bytes of this file read so far (for progress)
+    lines: list[int] | None = None  # line numbers when records skip blank lines
+
+
+def file_format(path: Path, declared: str) -> str:
+    if declared != "auto":
+        return declared
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        return "jsonl"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    return "text"
+
+
+def renderer(data: DataConfig) -> Callable[[Mapping[str, Any]], str]:
+    """Record -> text: ``data.template.format(**record)`` or ``record[data.text_field]``."""
+    if data.template is not None:
+        template = data.template
+
+        def render(record: Mapping[str, Any]) -> str:
+            return template.format_map(record)
+
+        return render
+    field = data.text_field
+
+    def pick(record: Mapping[str, Any]) -> str:
+        return str(record[field])
+
+    return pick
+
+
+def iter_text_chunks(
+    data: DataConfig, base: Path | None = None, size: int = CHUNK
+) -> Iterator[Chunk]:
+    """Every record of ``data.paths`` (relative to ``base`` or the working directory), rendered,
+    in dataset order, ``size`` texts at a time. Raises :class:`DataReadError`."""
+    if not data.paths:
+        raise DataReadError("data.paths is empty: there is no dataset to scan")
+    render = renderer(data)
+    for name in data.paths:
+        path = (base or Path.cwd()) / name
+        if not path.is_file():
+            raise DataReadError(f"data file {name} does not exist (resolved to {path.resolve()})")
+        fmt = file_format(path, data.format)
+        if fmt == "jsonl":
+            yield from _jsonl(path, render, size)
+        elif fmt == "parquet":
+            yield from _parquet(path, data, render, size)
+        else:
+            yield from _text(path, size)
+
+
+def _fail_render(path: Path, line: int, e: Exception, what: str) -> DataReadError:
+    if isinstance(e, KeyError):
+        return DataReadError(f"{path}:{line}: the record has no field {e.args[0]!r} used by {what}")
+    return DataReadError(f"{path}:{line}: cannot render the record with {what}: {e}")
+
+
+def _what(render: Callable[[Mapping[str, Any]], str]) -> str:
+    return "data.template" if render.__name__ == "render" else "data.text_field"
+
+
+def _jsonl(path: Path, render: Callable[[Mapping[str, Any]], str], size: int) -> Iterator[Chunk]:
+    texts: list[str] = []
+    lines: list[int] = []
+    done = 0
+    loads = json.loads
+    try:
+        with path.open("rb") as f:
+            for number, raw in enumerate(f, 1):
+                done += len(raw)
+                if not raw.strip():
+                    continue
+                try:
+                    record = loads(raw)
+                except ValueError as e:
+                    raise DataReadError(f"{path}:{number}: not valid JSON: {e}") from e
+                if not isinstance(record, dict):
+                    raise DataReadError(f"{path}:{number}: a JSONL record must be an object")
+                try:
+                    texts.append(render(record))
+                except (KeyError, ValueError, IndexError, AttributeError) as e:
+                    raise _fail_render(path, number, e, _what(render)) from e
+                lines.append(number)
+                if len(texts) >= size:
+                    yield Chunk(path, lines[0], texts, done, lines)
+                    texts, lines = [], []
+    except OSError as e:
+        raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
+    if texts:
+        yield Chunk(path, lines[0], texts, done, lines)
+
+
+def _text(path: Path, size: int) -> Iterator[Chunk]:
+    texts: list[str] = []
+    lines: list[int] = []
+    done = 0
+    try:
+        with path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                done += len(line)
+                stripped = line.rstrip("\n")
+                if not stripped.strip():
+                    continue
+                texts.append(stripped)
+                lines.append(number)
+                if len(texts) >= size:
+                    yield Chunk(path, lines[0], texts, done, lines)
+                    texts, lines = [], []
+    except OSError as e:
+        raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise DataReadError(f"{path} is not UTF-8 text: {e}") from e
+    if texts:
+        yield Chunk(path, lines[0], texts, done, lines)
+
+
+def _parquet(
+    path: Path, data: DataConfig, render: Callable[[Mapping[str, Any]], str], size: int
+) -> Iterator[Chunk]:
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise DataReadError(f"reading {path} needs pyarrow: pip install pyarrow") from e
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError on a bad file
+        raise DataReadError(f"{path} is not a readable Parquet file: {e}") from e
+    columns = pf.schema_arrow.names
+    total = max(pf.metadata.num_rows, 1)
+    number = 0
+    for batch in pf.iter_batches(batch_size=size):
+        rows = batch.num_rows
+        if data.template is None:
+            if data.text_field not in columns:
+                raise DataReadError(
+                    f"{path}: no column {data.text_field!r} (data.text_field); columns: "
+                    + ", ".join(columns)
+                )
+            texts = [str(t) for t in batch.column(data.text_field).to_pylist()]
+        else:
+            texts = []
+            for i, record in enumerate(batch.to_pylist()):
+                try:
+                    texts.append(render(record))
+                except (KeyError, ValueError, IndexError, AttributeError) as e:
+                    raise _fail_render(path, number + i + 1, e, "data.template") from e
+        first = number + 1
+        number += rows
+        yield Chunk(path, first, texts, int(path.stat().st_size * number / total))

@@ -1,0 +1,89 @@
+"""Show a scan: a summary table and a histogram in the terminal, optionally a PNG."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from cfgcheck.data.scan import ScanReport
+
+BAR = "█"
+
+
+def histogram(lengths: Sequence[int], bins: int = 12, width: int = 40) -> list[str]:
+    """Equal-width bins from the shortest to the longest sample, one bar per bin."""
+    lo, hi = min(lengths), max(lengths)
+    step = max(1, -(-(hi - lo + 1) // bins))
+    counts = [0] * (-(-(hi - lo + 1) // step))
+    for n in lengths:
+        counts[(n - lo) // step] += 1
+    peak = max(counts)
+    digits = len(str(hi))
+    lines = []
+    for i, c in enumerate(counts):
+        start = lo + i * step
+        end = min(start + step - 1, hi)
+        bar = BAR * (round(c / peak * width) if c else 0) or ("▏" if c else "")
+        lines.append(f"  {start:>{digits}}-{end:<{digits}} | {bar:<{width}} {c}")
+    return lines
+
+
+def render_text(report: ScanReport, paths: Sequence[str]) -> str:
+    pct = report.percentiles()
+    lines = [
+        f"dataset    {', '.join(paths)}: {report.samples:,} samples, {report.tokens:,} tokens "
+        f"({report.seconds:.2f} s)",
+        f"tokenizer  {report.tokenizer}",
+        "lengths    " + "  ".join(f"{k} {v:,}" for k, v in pct.items()),
+        f"           longest: {report.longest.file}:{report.longest.line}",
+        f"limits     max_length {report.max_length:,} (truncation "
+        f"{'on' if report.truncation else 'off'}), model.block_size {report.block_size:,}",
+        f"truncated  {report.truncated:,} of {report.samples:,} samples are longer than "
+        f"max_length ({report.truncated / report.samples:.1%})"
+        + ("" if report.truncation else ", kept whole: truncation is off"),
+        f"padding    waste at trainer.micro_batch_size={report.micro_batch_size}, dataset order:",
+    ]
+    names = {
+        "max_length": f"pad every sample to {report.max_length:,}",
+        "longest": "pad each micro batch to its longest",
+        "packed": f"pack into blocks of {report.max_seq_length:,}",
+    }
+    for key, w in report.waste.items():
+        mark = "   <- configured" if key == report.configured else ""
+        lines.append(f"  {key:<10} {names[key]:<38} {w.share:6.1%}{mark}")
+    lines.append("histogram  tokens per sample")
+    lines += histogram(report.lengths)
+    return "\n".join(lines) + "\n"
+
+
+class PlotUnavailableError(ValueError):
+    pass
+
+
+def write_png(report: ScanReport, path: Path) -> None:
+    """A histogram PNG with max_length and block_size marked. Needs matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise PlotUnavailableError(
+            "--png needs matplotlib, which is not installed: pip install matplotlib "
+            "(or cfgcheck[plot])"
+        ) from e
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.hist(list(report.lengths), bins=min(60, max(5, report.samples // 5)), color="#4c72b0")
+    ax.axvline(report.max_length, color="#dd8452", linestyle="--", label="max_length")
+    ax.axvline(report.block_size, color="#c44e52", linestyle=":", label="model.block_size")
+    ax.set_xlabel("tokens per sample")
+    ax.set_ylabel("samples")
+    ax.set_title(f"{report.samples:,} samples, p50 {report.percentiles()['p50']:,}")
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png")
+    except OSError as e:
+        raise PlotUnavailableError(f"cannot write {path}: {e.strerror or e}") from e
+    finally:
+        plt.close(fig)
