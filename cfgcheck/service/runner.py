@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import CheckResult
 from cfgcheck.service.body import parse_body
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.guards import check_tree, resolver_refused
@@ -44,18 +45,18 @@ class Runner:
                 f"the body must be a mapping (a run config or {{config_name, overrides}}), "
                 f"got {_kind(payload)}",
             )
-        config = self.compose(payload) if COMPOSE_KEYS & payload.keys() else payload
+        request = _compose_request(payload) if COMPOSE_KEYS & payload.keys() else None
+        config = payload if request is None else self.compose(request)
         refused = refused_paths(config, self.roots)
         if refused:
             raise RequestError(422, "paths refused: " + "; ".join(refused))
-        return verdict(config)
+        result = validate_config(config)
+        if request is not None and result.findings:
+            result = self._locate(result, request)
+        return render(result)
 
-    def compose(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def compose(self, request: ComposeRequest) -> dict[str, Any]:
         """Compose a ``{config_name, overrides}`` request into a plain, resolved config."""
-        try:
-            request = ComposeRequest.model_validate(payload)
-        except ValidationError as e:
-            raise RequestError(422, _one_line_errors(e)) from e
         screen_overrides(request.overrides, self.config_dir)
         from omegaconf import OmegaConf
 
@@ -76,19 +77,41 @@ class Runner:
             raise RequestError(422, f"{request.config_name} does not compose to a mapping")
         return plain
 
+    def _locate(self, result: CheckResult, request: ComposeRequest) -> CheckResult:
+        """Source locations of the findings, as ``cfgcheck check`` attaches them."""
+        try:
+            from cfgcheck.locations import with_locations
+        except ImportError:  # pragma: no cover - locations are optional to the verdict
+            return result
+        with self._compose_lock:
+            return with_locations(result, self.config_dir, request.config_name, request.overrides)
+
     def _hide_dir(self, message: str) -> str:
         """Say ``<config-dir>`` instead of the server's own directory layout."""
         return message.replace(str(self.config_dir), "<config-dir>")
 
 
-def verdict(config: Mapping[str, Any]) -> str:
-    """What ``cfgcheck check --format json`` prints for ``config``, via the same reporter."""
+def validate_config(config: Mapping[str, Any]) -> CheckResult:
+    """:func:`cfgcheck.validate` (a module attribute, so tests can slow it down)."""
     from cfgcheck import validate
+
+    return validate(config)
+
+
+def render(result: CheckResult) -> str:
+    """What ``cfgcheck check --format json`` prints for ``result``: the same reporter."""
     from cfgcheck.report import get_reporter
 
     out = io.StringIO()
-    get_reporter("json")(validate(config), out)
+    get_reporter("json")(result, out)
     return out.getvalue()
+
+
+def _compose_request(payload: dict[str, Any]) -> ComposeRequest:
+    try:
+        return ComposeRequest.model_validate(payload)
+    except ValidationError as e:
+        raise RequestError(422, _one_line_errors(e)) from e
 
 
 def _kind(value: Any) -> str:
