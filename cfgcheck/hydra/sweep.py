@@ -13,7 +13,7 @@ reference the fast path is tested against.
 
 from __future__ import annotations
 
-import copy
+import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,8 +158,9 @@ class SweepChecker:
         self._name = config_name
         self._hydra_overrides = list(hydra_overrides)
         self._parser = OverridesParser.create(config_loader=hydra_app.config_loader)
-        self._parsed: dict[str, Override] = {}
-        self._bases: dict[Point, DictConfig | str] = {}
+        # override string -> (parsed, whether it changes what is composed)
+        self._parsed: dict[str, tuple[Override, bool]] = {}
+        self._bases: dict[Point, bytes | str] = {}  # pickled composition, or why it failed
         self.compositions = 0  # how many times Hydra composed (for benchmarks and tests)
 
     def check_all(self, points: Iterable[Point], *, fast: bool = True) -> SweepResult:
@@ -174,12 +175,14 @@ class SweepChecker:
             parsed = [self._parse(s) for s in point]
         except ConfigLoadError as e:
             return PointVerdict(point, error=str(e))
-        key = tuple(s for s, o in zip(point, parsed, strict=True) if self._compose_level(o))
-        values = [o for o in parsed if not self._compose_level(o)]
+        key = tuple(s for s, (_, level) in zip(point, parsed, strict=True) if level)
+        values = [o for o, level in parsed if not level]
         base = self._base(key)
         if isinstance(base, str):
             return PointVerdict(point, error=base)
-        cfg = copy.deepcopy(base)
+        # A copy of the composition: unpickling is ~5x faster than copy.deepcopy here and
+        # keeps OmegaConf's flags and node metadata.
+        cfg = pickle.loads(base)
         try:
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         except _compose_errors() as e:
@@ -200,12 +203,13 @@ class SweepChecker:
         except ConfigLoadError as e:
             return PointVerdict(point, error=str(e))
 
-    def _parse(self, text: str) -> Override:
+    def _parse(self, text: str) -> tuple[Override, bool]:
         if text not in self._parsed:
             try:
-                self._parsed[text] = self._parser.parse_override(text)
+                override = self._parser.parse_override(text)
             except _compose_errors() as e:
                 raise ConfigLoadError(one_line(e)) from e
+            self._parsed[text] = (override, self._compose_level(override))
         return self._parsed[text]
 
     def _compose_level(self, o: Override) -> bool:
@@ -215,9 +219,10 @@ class SweepChecker:
         repository = self._hydra.config_loader.repository  # type: ignore[attr-defined]
         return bool(repository.group_exists(o.key_or_group)) and not isinstance(o.value(), dict)
 
-    def _base(self, key: Point) -> DictConfig | str:
+    def _base(self, key: Point) -> bytes | str:
         if key not in self._bases:
-            self._bases[key] = self._compose(list(key))
+            cfg = self._compose(list(key))
+            self._bases[key] = cfg if isinstance(cfg, str) else pickle.dumps(cfg)
         return self._bases[key]
 
     def _compose(self, overrides: list[str]) -> DictConfig | str:
