@@ -217,3 +217,46 @@ def test_collators_pickle_for_dataloader_workers(real: tuple[Path, Any]) -> None
     packed = make_collate_fn(run)
     assert isinstance(packed, PackedCollator)
     assert pickle.loads(pickle.dumps(packed)) == packed
+
+
+def test_pad_equal_eos_keeps_real_eos_labels(tmp_path: Path) -> None:
+    """Labels are masked by position (length / attention_mask), not by pad id: with
+    pad = eos the real EOS ending a sample is still learned. transformers'
+    DataCollatorForLanguageModeling masks by id and loses it (the pad-is-eos warning)."""
+    from transformers import DataCollatorForLanguageModeling
+
+    folder, tok = tokenizer_folder(tmp_path, pad=False)
+    cfg = run_config(folder, tok, tokenizer={"pad_token": "</s>", "pad_token_id": 2})
+    run = validated(cfg)
+    configure_tokenizer(tok, run)
+    eos = tok.eos_token_id
+    data = [{"input_ids": tok(t)["input_ids"] + [eos]} for t in TEXTS[2:4]]
+    ours = make_collate_fn(run)(data)
+    n = len(data[1]["input_ids"])
+    assert ours["labels"][1, n - 1].item() == eos  # the real EOS is a target
+    assert ours["labels"][1, n:].eq(-100).all() and ours["input_ids"][1, n:].eq(eos).all()
+    theirs = DataCollatorForLanguageModeling(tok, mlm=False)(data)
+    assert theirs["labels"][1, n - 1].item() == -100
+
+
+def test_readme_flow_from_a_hydra_conf_dir(real: tuple[Path, Any], tmp_path: Path) -> None:
+    """The README's example: cfgcheck.check() on a conf/ tree, then the helpers, one step."""
+    import yaml
+
+    from tests.crash.support import train_step
+
+    folder, tok = real
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "config.yaml").write_text(yaml.safe_dump(run_config(folder, tok)))
+    result = cfgcheck.check(
+        conf, "config", ["data.max_seq_length=24", "trainer.micro_batch_size=2"]
+    )
+    result.raise_for_errors()
+    configure_tokenizer(tok, result)
+    samples = [tok(t, **tokenizer_kwargs(result)) for t in TEXTS]  # BatchEncoding mappings
+    loader = DataLoader(samples, batch_size=2, collate_fn=make_collate_fn(result))
+    batch = next(iter(loader))
+    assert batch["input_ids"].shape == (2, 24)
+    assert result.config is not None
+    train_step(llama(result.config.model), batch)
