@@ -132,6 +132,33 @@ def test_sweep_declared_in_the_config_is_checked_without_dash_m(app: Path) -> No
     assert "point 2/2: data.max_seq_length=8192" in proc.stderr
 
 
+OTHER_SWEEPER = """
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+
+class OtherSweeper(BasicSweeper):
+    \"\"\"Sweeps like the basic sweeper under another name: cfgcheck cannot expand it ahead.\"\"\"
+"""
+
+
+def test_with_another_sweeper_each_job_is_still_gated(app: Path) -> None:
+    # Hydra only loads sweepers from the hydra_plugins namespace package.
+    (app / "hydra_plugins").mkdir()
+    (app / "hydra_plugins" / "other_sweeper.py").write_text(OTHER_SWEEPER)
+    proc = run_app(
+        app,
+        "-m",
+        "hydra.sweeper._target_=hydra_plugins.other_sweeper.OtherSweeper",
+        "data.max_seq_length=1024,4096,2048",
+    )
+    assert proc.returncode == 1
+    # No pre-launch refusal: the jobs ran one by one, and the bad one never reached the task.
+    assert sorted(markers(app)) == ["tinyllama-1.1b-1024", "tinyllama-1.1b-2048"]
+    assert "sweep refused" not in proc.stderr
+    assert "data.max_seq_length=4096 is above model.block_size=2048" in proc.stderr
+    assert "cfgcheck.errors.ConfigError" in proc.stderr
+
+
 def test_hydra_flags_still_work(app: Path) -> None:
     proc = run_app(app, "--cfg", "job", "data.max_seq_length=3063")
     assert proc.returncode == 0, proc.stderr  # --cfg prints, it runs no task

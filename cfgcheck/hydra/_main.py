@@ -5,8 +5,10 @@ output directory, logging set-up, launcher and sweeper keeps working. cfgcheck a
 
 - every job validates its composed config; the task function is called with the typed
   :class:`~cfgcheck.RunConfig`, or never: the report goes to stderr and the process exits 1
-  (2 when the config cannot even be resolved). The raw ``DictConfig`` of the running job stays
-  reachable with :func:`current_dictconfig`.
+  (2 when the config cannot even be resolved). A passing job prints its warnings, if any. In
+  a multirun the failing job raises :class:`~cfgcheck.ConfigError` instead, so Hydra records it
+  as failed. The raw ``DictConfig`` of the running job stays reachable with
+  :func:`current_dictconfig`.
 - a multirun (``-m``, or ``hydra.mode=MULTIRUN`` in the config) is expanded and every point is
   validated *before* Hydra launches anything; one failing point refuses the whole sweep.
 
@@ -124,8 +126,10 @@ def _validated(cfg: DictConfig) -> RunConfig:
     except ConfigLoadError as e:
         print(f"cfgcheck: error: {e}", file=sys.stderr)
         _stop(EXIT_LOAD, e)
-    if result.findings:
+    if not result.ok:
         report_text(result, sys.stderr)
+    elif result.warnings:  # a passing job shows its warnings, not its infos
+        report_text(CheckResult(result.warnings, result.config), sys.stderr)
     if result.config is None or not result.ok:
         print("cfgcheck: the task was not started: fix the errors above", file=sys.stderr)
         _stop(EXIT_FINDINGS, ConfigError(result.errors))
