@@ -3,6 +3,7 @@
 from cfgcheck.rules import (
     batching,
     finetuning,
+    memory,
     sequence,
     shapes,
     tokenizer_files,
@@ -14,4 +15,4 @@ from cfgcheck.rules._registry import Problem, Rule, all_rules, rule, run_rules
 __all__ = ["Problem", "Rule", "all_rules", "rule", "run_rules"]
 
 # Keep the rule modules referenced so linters see why they are imported.
-_MODULES = (batching, finetuning, sequence, shapes, tokenizer_files, tokens, vocab)
+_MODULES = (batching, finetuning, memory, sequence, shapes, tokenizer_files, tokens, vocab)

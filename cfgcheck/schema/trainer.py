@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from cfgcheck.schema._base import Section
+from cfgcheck.schema.gpu import GpuConfig
 
 Strategy = Literal["single", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Precision = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]
@@ -14,6 +15,7 @@ Optimizer = Literal["adamw", "adamw_8bit", "paged_adamw_8bit", "sgd", "adafactor
 Finetuning = Literal["full", "lora", "qlora"]
 Quantization = Literal["none", "int8", "nf4", "nf4-dq", "fp4"]
 Attention = Literal["eager", "sdpa", "flash"]
+LossChunking = Literal["none", "chunked", "fused"]
 
 
 class LoraConfig(Section):
@@ -44,6 +46,15 @@ class TrainerConfig(Section):
     quantization: Quantization = Field("none", description="Weight quantization of the base.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
     attention: Attention = "sdpa"
+    loss_chunking: LossChunking = Field(
+        "none",
+        description="'none': full logits plus their fp32 upcast for the loss (transformers); "
+        "'chunked': lm_head and loss in sequence chunks, no fp32 upcast (LitGPT); 'fused': "
+        "a fused linear + cross-entropy kernel that never holds the full logits (Liger).",
+    )
+    gpu: GpuConfig | None = Field(
+        None, description="The GPU the run is meant for, used when no GPU is visible."
+    )
 
     @property
     def world_size(self) -> int:

@@ -1,0 +1,174 @@
+"""Estimate vs published peak memory of real training runs (measured-memory.csv).
+
+Each row becomes a cfgcheck config: the model preset from conf/model/, the row's method,
+quantization, micro batch, sequence length, precision, optimizer, checkpointing and LoRA
+settings, plus what the row's *source* did (one mapping per source, never per row):
+
+* litgpt-resource-tables: LitGPT finetune/lora.py (10/2023): lm_head and loss in chunks of
+  128 tokens (loss_chunking=chunked), torch SDPA, LoRA dropout 0.05 (its default), gradient
+  accumulation (batch 128 / micro batch). Metric: max_memory_allocated() / 1e9 -> compared with
+  cfgcheck's *allocated* figure.
+* torchtune-readme-old: torchtune single-device LoRA/QLoRA recipes: full fp32 logits and
+  loss (loss_chunking=none), SDPA, LoRA dropout 0.05. The README's "peak memory" is read as
+  torch's peak reserved -> compared with cfgcheck's *reserved* figure.
+* peft-metamathqa: transformers + PEFT: full logits upcast to fp32 (none), SDPA, LoRA
+  dropout 0 (PEFT's default). Metric: 99th percentile of reserved -> *reserved*.
+
+Usage: python benchmarks/memory_accuracy.py [--csv PATH] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cfgcheck.memory import estimate
+from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "measured-memory.csv"
+FIELDS = [
+    "source",
+    "model",
+    "method",
+    "quantization",
+    "micro_batch",
+    "seq_len",
+    "precision",
+    "optimizer",
+    "grad_checkpointing",
+    "lora_r",
+    "lora_targets",
+    "gpus",
+    "gpu",
+    "metric",
+    "peak_gb",
+]
+TARGETS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj"}
+
+# What each source's training code does, beyond the row's columns.
+SOURCES: dict[str, dict[str, Any]] = {
+    "litgpt-resource-tables": {
+        "trainer": {
+            "loss_chunking": "chunked",
+            "attention": "sdpa",
+            "lora_dropout": 0.05,
+            "gradient_accumulation_steps": 32,
+        },
+        "metric": "allocated",
+    },
+    "torchtune-readme-old": {
+        "trainer": {
+            "loss_chunking": "none",
+            "attention": "sdpa",
+            "lora_dropout": 0.05,
+            "gradient_accumulation_steps": 1,
+        },
+        "metric": "reserved",
+    },
+    "peft-metamathqa": {
+        "trainer": {
+            "loss_chunking": "none",
+            "attention": "sdpa",
+            "lora_dropout": 0.0,
+            "gradient_accumulation_steps": 1,
+        },
+        "metric": "reserved",
+    },
+}
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    return [dict(zip(FIELDS, row, strict=True)) for row in csv.reader(lines)]
+
+
+def row_config(row: dict[str, str]) -> tuple[ModelConfig, DataConfig, TrainerConfig, str]:
+    source = SOURCES[row["source"]]
+    extra = dict(source["trainer"])
+    model = ModelConfig.model_validate(
+        yaml.safe_load((ROOT / "conf" / "model" / f"{row['model']}.yaml").read_text())
+    )
+    data = DataConfig(max_seq_length=int(row["seq_len"]))
+    method = row["method"]
+    lora: dict[str, Any] = {"dropout": extra.pop("lora_dropout")}
+    if method != "full":
+        lora |= {"rank": int(row["lora_r"]), "targets": [TARGETS[c] for c in row["lora_targets"]]}
+    trainer = TrainerConfig.model_validate(
+        {
+            "micro_batch_size": int(row["micro_batch"]),
+            "devices": int(row["gpus"]),
+            "precision": row["precision"],
+            "optimizer": row["optimizer"],
+            "gradient_checkpointing": row["grad_checkpointing"] == "true",
+            "finetuning": method,
+            "quantization": {"none": "none", "nf4": "nf4", "nf4-dq": "nf4-dq"}[row["quantization"]],
+            "lora": lora,
+            **extra,
+        }
+    )
+    return model, data, trainer, source["metric"]
+
+
+def evaluate(path: Path) -> list[dict[str, Any]]:
+    results = []
+    for row in read_rows(path):
+        model, data, trainer, metric = row_config(row)
+        est = estimate(model, data, trainer)
+        value = est.allocated_bytes if metric == "allocated" else est.reserved_bytes
+        estimated = value / 1e9  # the sources report GB = 1e9 bytes
+        measured = float(row["peak_gb"])
+        results.append(
+            {
+                "source": row["source"],
+                "config": f"{row['model']} {row['method']} {row['quantization']} "
+                f"b={row['micro_batch']} s={row['seq_len']}"
+                f"{' ckpt' if trainer.gradient_checkpointing else ''}"
+                f"{'' if row['method'] == 'full' else ' r=' + row['lora_r']}",
+                "metric": metric,
+                "measured": measured,
+                "estimated": estimated,
+                "error": (estimated - measured) / measured,
+            }
+        )
+    return results
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| source | run | metric | measured GB | estimate GB | error |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['source']} | {r['config']} | {r['metric']} | {r['measured']:.2f} | "
+            f"{r['estimated']:.2f} | {r['error']:+.1%} |"
+        )
+    errs = [abs(r["error"]) for r in results]
+    lines.append("")
+    lines.append(
+        f"{len(results)} runs: median |error| {statistics.median(errs):.1%}, "
+        f"worst |error| {max(errs):.1%}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    args = parser.parse_args(argv)
+    if not args.csv.is_file():
+        print(f"memory_accuracy: no such file {args.csv}", file=sys.stderr)
+        return 2
+    print(table(evaluate(args.csv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""``cfgcheck memory``: the per-GPU peak memory estimate of a run, by component, against the
+live or declared GPU. Exit 0 fits (or no GPU known), 1 over the GPU or an invalid config,
+2 unreadable config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+GIB = 1024**3
+
+
+def register(sub: Any) -> None:
+    from cfgcheck.cli._common import add_config_args
+
+    parser = sub.add_parser("memory", help="estimate peak GPU memory per component")
+    add_config_args(parser, ["text", "json"])
+    parser.set_defaults(run=run)
+
+
+def _payload(result: Any) -> dict[str, Any]:
+    from cfgcheck.memory import devices
+    from cfgcheck.memory.estimate import estimate
+
+    cfg = result.config
+    est = estimate(cfg.model, cfg.data, cfg.trainer)
+    try:
+        avail = devices.available(cfg.trainer.gpu, cfg.trainer.devices)
+    except devices.UnknownGpuError:
+        avail = None
+    out: dict[str, Any] = {"estimate": est.to_dict(), "available": None, "fits": None}
+    if avail is not None:
+        out["available"] = {
+            "gib": round(avail.bytes / GIB, 3),
+            "source": avail.device.source,
+            "device": avail.device.name,
+            "where": avail.where,
+        }
+        out["fits"] = est.total_bytes <= avail.bytes
+        out["share"] = round(est.total_bytes / avail.bytes, 4)
+    return out
+
+
+def _text(p: dict[str, Any]) -> str:
+    e = p["estimate"]
+    rows = [("component", "GiB", "share", "note")]
+    rows += [
+        (c["label"], f"{c['gib']:.2f}", f"{c['share']:.1%}", c["note"]) for c in e["components"]
+    ]
+    rows.append(("total per GPU", f"{e['total_gib']:.2f}", "100.0%", f"peak at {e['phase']}"))
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]}".rstrip() for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    head = (
+        f"parameters {e['params']:,} (trainable {e['trainable_params']:,}), "
+        f"{e['world_size']} GPU(s), sequence length {e['seq_len']}"
+    )
+    lines.insert(0, head)
+    lines.append(
+        f"torch max_memory_allocated ~ {e['allocated_gib']:.2f} GiB, "
+        f"max_memory_reserved ~ {e['reserved_gib']:.2f} GiB"
+    )
+    a = p["available"]
+    if a is None:
+        lines.append("available: unknown (no GPU visible, trainer.gpu not set): not checked")
+    else:
+        verdict = "fits" if p["fits"] else "DOES NOT FIT"
+        lines.append(
+            f"available: {a['gib']:.2f} GiB ({a['where']}): {e['total_gib']:.2f} GiB is "
+            f"{p['share']:.0%}, {verdict}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cfgcheck import check
+    from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
+    from cfgcheck.report import get_reporter
+
+    result = check(args.config_dir, args.config_name, args.overrides)
+    if result.config is None:
+        print("cfgcheck memory: the config does not validate:", file=sys.stderr)
+        get_reporter("text")(result, sys.stderr)
+        return EXIT_FINDINGS
+    payload = _payload(result)
+    if args.format == "json":
+        json.dump(payload, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(_text(payload))
+    return EXIT_FINDINGS if payload["fits"] is False else EXIT_OK

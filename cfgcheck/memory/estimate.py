@@ -1,0 +1,181 @@
+"""Peak GPU memory of a training step, per GPU, by component.
+
+The peak is the larger of two moments of a step:
+
+* end of forward / start of backward: weights, autocast copies, optimizer states (kept from
+  the previous step), gradients only when they persist (gradient accumulation) or appear at
+  the very start of backward (the lm_head's), all activations, and the logits/loss peak;
+* the optimizer step: weights, gradients, optimizer states and the step's temporaries.
+
+``allocated`` is what ``torch.cuda.max_memory_allocated()`` reports; ``reserved`` adds the
+caching allocator's fragmentation (:data:`FRAGMENTATION`); ``total`` adds the CUDA context
+(:data:`CUDA_CONTEXT_GIB`), which no torch counter sees but the GPU does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cfgcheck.memory import activations as act
+from cfgcheck.memory import sharding, weights
+from cfgcheck.memory.params import ParamCount, count_params
+from cfgcheck.schema.data import DataConfig
+from cfgcheck.schema.model import ModelConfig, find_multiple
+from cfgcheck.schema.trainer import TrainerConfig
+
+GIB = 1024**3
+# CUDA context + cuBLAS/cuDNN workspaces of a PyTorch process: ~0.5 GiB on Ampere/Hopper with
+# lazy module loading (CUDA >= 11.7); stated openly, not measured by torch's counters.
+CUDA_CONTEXT_GIB = 0.5
+# PyTorch's caching allocator reserves more than it hands out (block rounding, split blocks);
+# reserved ~ allocated x this. An assumption, not a calibrated figure.
+FRAGMENTATION = 1.05
+
+
+@dataclass(frozen=True)
+class Component:
+    key: str
+    label: str
+    bytes: int
+    note: str = ""
+
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-GPU peak memory. ``components`` sum to ``total_bytes``."""
+
+    components: tuple[Component, ...]
+    phase: str
+    params: ParamCount
+    trainable: int
+    world_size: int
+    seq_len: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+    def get(self, key: str) -> int:
+        return sum(c.bytes for c in self.components if c.key == key)
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self.total_bytes - self.get("fragmentation") - self.get("cuda_context")
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.allocated_bytes + self.get("fragmentation")
+
+    def to_dict(self) -> dict[str, Any]:
+        total = self.total_bytes
+        return {
+            "phase": self.phase,
+            "params": self.params.total,
+            "trainable_params": self.trainable,
+            "world_size": self.world_size,
+            "seq_len": self.seq_len,
+            "components": [
+                {
+                    "key": c.key,
+                    "label": c.label,
+                    "bytes": c.bytes,
+                    "gib": round(c.gib, 3),
+                    "share": round(c.bytes / total, 4) if total else 0.0,
+                    "note": c.note,
+                }
+                for c in self.components
+            ],
+            "allocated_gib": round(self.allocated_bytes / GIB, 3),
+            "reserved_gib": round(self.reserved_bytes / GIB, 3),
+            "total_gib": round(self.total_gib, 3),
+            "notes": list(self.notes),
+        }
+
+
+def sequence_length(d: DataConfig) -> int:
+    """Worst-case tokens per sample: ``max_seq_length`` rounded up to ``pad_to_multiple_of``."""
+    return find_multiple(d.max_seq_length, d.pad_to_multiple_of or 1)
+
+
+def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
+    """Peak per-GPU memory of one training step of this model, data and trainer."""
+    seq = sequence_length(d)
+    b = t.micro_batch_size
+    div = sharding.divisors(t)
+    w = weights.weight_bytes(m, t) // div.weights
+    lora = 0 if t.finetuning == "full" else weights.trainable_params(m, t)
+    adapters = lora * weights.master_bytes(t) // div.weights
+    auto = weights.autocast_copy_bytes(m, t) // div.weights
+    grads = weights.gradient_bytes(m, t) // div.gradients
+    states = weights.optimizer_state_bytes(m, t) // div.optimizer
+    step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
+    buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
+    acts = act.activation_bytes(m, t, b, seq)
+    logits = act.logits_bytes(m, t, b, seq)
+    if t.gradient_accumulation_steps > 1:
+        fwd_grads = grads
+    elif t.finetuning == "full":  # the lm_head's gradient appears first in backward
+        fwd_grads = m.rows * m.n_embd * weights.master_bytes(t) // div.gradients
+    else:
+        fwd_grads = 0
+    forward = auto + fwd_grads + acts + logits
+    step = grads + step_tmp
+    base = [
+        Component("weights", "weights", w, _weights_note(t)),
+        Component("adapters", "LoRA adapters", adapters) if lora else None,
+        Component("optimizer_states", "optimizer states", states, t.optimizer),
+        Component("sharding_buffers", "sharding buffers", buffers, t.strategy) if buffers else None,
+    ]
+    if forward >= step:
+        phase = "forward"
+        parts = [
+            Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
+            Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
+            Component("activations", "activations", acts, _act_note(t)),
+            Component("logits_loss", "logits and loss", logits, t.loss_chunking),
+        ]
+    else:
+        phase = "optimizer step"
+        parts = [
+            Component("gradients", "gradients", grads),
+            Component("optimizer_step", "optimizer step temporaries", step_tmp),
+        ]
+    comps = [c for c in [*base, *parts] if c is not None]
+    allocated = sum(c.bytes for c in comps)
+    comps.append(
+        Component(
+            "fragmentation",
+            "allocator fragmentation",
+            int(allocated * (FRAGMENTATION - 1)),
+            f"reserved = allocated x {FRAGMENTATION}",
+        )
+    )
+    comps.append(Component("cuda_context", "CUDA context", int(CUDA_CONTEXT_GIB * GIB), "fixed"))
+    return MemoryEstimate(
+        components=tuple(comps),
+        phase=phase,
+        params=count_params(m),
+        trainable=weights.trainable_params(m, t),
+        world_size=t.world_size,
+        seq_len=seq,
+    )
+
+
+def _weights_note(t: TrainerConfig) -> str:
+    if t.quantization != "none" and t.finetuning != "full":
+        return f"{t.quantization} block linears"
+    return "fp32 master weights" if weights.master_bytes(t) == 4 else "16-bit"
+
+
+def _act_note(t: TrainerConfig) -> str:
+    return f"{t.attention}, " + ("checkpointed" if t.gradient_checkpointing else "all layers")

@@ -1,0 +1,54 @@
+"""What each parallel strategy divides by the world size, and the buffers it adds per GPU.
+
+* single / ddp: nothing is divided. DDP keeps its gradient buckets, a second copy of the
+  gradients (``gradient_as_bucket_view=False``, the default).
+* zero1: optimizer states (and the step's temporaries) divided.
+* zero2: + gradients divided.
+* zero3 / fsdp: + weights divided; the unit being computed is all-gathered in full, and the
+  next one prefetched: two of the largest layer's parameters in the compute dtype, plus, when
+  it trains, one layer of unsharded gradients before the reduce-scatter.
+Activations and logits are never divided (data parallelism splits the batch, not a sample).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cfgcheck.memory.params import count_params
+from cfgcheck.memory.weights import master_bytes
+from cfgcheck.schema.model import ModelConfig
+from cfgcheck.schema.trainer import TrainerConfig
+
+
+@dataclass(frozen=True)
+class Divisors:
+    weights: int
+    gradients: int
+    optimizer: int
+
+
+def divisors(t: TrainerConfig) -> Divisors:
+    n = t.world_size
+    s = t.strategy
+    if s in ("zero3", "fsdp"):
+        return Divisors(n, n, n)
+    if s == "zero2":
+        return Divisors(1, n, n)
+    if s == "zero1":
+        return Divisors(1, 1, n)
+    return Divisors(1, 1, 1)
+
+
+def buffer_bytes(m: ModelConfig, t: TrainerConfig, gradients: int) -> int:
+    """Extra per-GPU buffers of the strategy (DDP buckets, FSDP/ZeRO-3 gather buffers)."""
+    if t.world_size == 1:
+        return 0
+    if t.strategy == "ddp":
+        return gradients
+    if t.strategy in ("zero3", "fsdp"):
+        pc = count_params(m)
+        unit = max(pc.per_block, pc.embedding, pc.lm_head)
+        compute = 4 if t.precision == "32-true" else 2
+        grads = unit * master_bytes(t) if t.finetuning == "full" else 0
+        return 2 * unit * compute + grads
+    return 0

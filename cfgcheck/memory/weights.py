@@ -1,0 +1,91 @@
+"""Bytes of weights, gradients and optimizer states, from the parameter count and settings."""
+
+from __future__ import annotations
+
+from cfgcheck.memory.params import ParamCount, block_linears, count_params, lora_params
+from cfgcheck.schema.model import ModelConfig
+from cfgcheck.schema.trainer import TrainerConfig
+
+# Bytes per quantized weight element: bitsandbytes stores int8 weights with one fp32 scale
+# per output row (added separately); 4-bit in blocks of 64 with an fp32 absmax per block, or,
+# double-quantized, an int8 absmax per block and an fp32 scale per 256 blocks.
+QUANT_BYTES: dict[str, float] = {
+    "int8": 1.0,
+    "nf4": 0.5 + 4 / 64,
+    "fp4": 0.5 + 4 / 64,
+    "nf4-dq": 0.5 + 1 / 64 + 4 / (64 * 256),
+}
+
+
+def master_bytes(t: TrainerConfig) -> int:
+    """Bytes per stored (trainable) parameter: fp32 unless ``bf16-true``."""
+    return 2 if t.precision == "bf16-true" else 4
+
+
+def trainable_params(m: ModelConfig, t: TrainerConfig) -> int:
+    if t.finetuning == "full":
+        return count_params(m).total
+    return lora_params(m, t.lora.rank or 0, t.lora.targets)
+
+
+def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """The base model's weights (adapters not included), quantized block linears included."""
+    pc = count_params(m)
+    stored = master_bytes(t)
+    if t.quantization not in QUANT_BYTES or t.finetuning == "full":
+        return pc.total * stored
+    quant = pc.linear_weights * QUANT_BYTES[t.quantization]
+    if t.quantization == "int8":
+        quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
+    return int(quant) + pc.unquantized * stored
+
+
+def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """Mixed precision: the 16-bit casts of fp32 linear weights that autocast makes and
+    autograd keeps for backward (every unquantized linear, lm_head included)."""
+    if not t.precision.endswith("-mixed"):
+        return 0
+    pc: ParamCount = count_params(m)
+    quantized = t.quantization in QUANT_BYTES and t.finetuning != "full"
+    linear = 0 if quantized else pc.linear_weights
+    head = m.rows * m.n_embd
+    adapters = 0 if t.finetuning == "full" else trainable_params(m, t)
+    return 2 * (linear + head + adapters)
+
+
+def gradient_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    return trainable_params(m, t) * master_bytes(t)
+
+
+def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """Adafactor (no first moment): a row and a column vector per matrix, full otherwise."""
+    pc = count_params(m)
+    if t.finetuning != "full":
+        r = t.lora.rank or 0
+        n_adapted = trainable_params(m, t) // max(r, 1)  # sum of (in + out) over adapters
+        n_mats = 2 * len(t.lora.targets) * m.n_layer
+        return 4 * (n_adapted + r * n_mats)
+    per_block = sum(x.in_features + x.out_features for x in block_linears(m))
+    vectors = pc.total - pc.linear_weights - pc.embedding - pc.lm_head
+    head = 0 if m.tie_embeddings else m.rows + m.n_embd
+    return 4 * (per_block * m.n_layer + m.rows + m.n_embd + head + vectors)
+
+
+def optimizer_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    n = trainable_params(m, t)
+    if t.optimizer == "adamw":
+        return 2 * n * master_bytes(t)
+    if t.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
+        return int(n * (2 + 2 * 4 / 256))  # two int8 states + fp32 absmax per 256-block
+    if t.optimizer == "sgd":
+        return n * master_bytes(t)  # one momentum buffer
+    return _adafactor_bytes(m, t)
+
+
+def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """Temporaries of the optimizer step: torch's foreach AdamW/SGD build one
+    parameter-sized intermediate list (e.g. ``sqrt(exp_avg_sq)``); 8-bit and Adafactor
+    update parameter by parameter."""
+    if t.optimizer in ("adamw", "sgd"):
+        return trainable_params(m, t) * master_bytes(t)
+    return 0

@@ -1,0 +1,115 @@
+"""GPU memory: the estimated per-GPU peak against the live or declared GPU, and GPU
+capabilities (bf16, FlashAttention) against the config."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from cfgcheck.memory import devices
+from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
+from cfgcheck.memory.fixes import fixes
+from cfgcheck.rules._registry import Problem, rule
+from cfgcheck.schema.run import RunConfig
+
+WARN_SHARE = 0.9
+PATHS = ("trainer.micro_batch_size", "data.max_seq_length", "model.name", "trainer.gpu")
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _breakdown(e: MemoryEstimate) -> str:
+    top = sorted(e.components, key=lambda c: -c.bytes)[:4]
+    return ", ".join(f"{c.label} {_gib(c.bytes)}" for c in top)
+
+
+def _fix_hint(cfg: RunConfig, need: int | None) -> str:
+    found = fixes(cfg.model, cfg.data, cfg.trainer)
+    if not found:
+        return "use a GPU with more memory (trainer.gpu.name=H100 / H200) or a smaller model"
+    parts = []
+    for f in found:
+        fits = "" if need is None or f.total_bytes > need else ", fits"
+        parts.append(f"{f.setting} saves {_gib(f.saved_bytes)} (-> {_gib(f.total_bytes)}{fits})")
+    return "each fix with its per-GPU estimate: " + "; ".join(parts)
+
+
+def _available(cfg: RunConfig) -> tuple[devices.Available | None, Problem | None]:
+    try:
+        return devices.available(cfg.trainer.gpu, cfg.trainer.devices), None
+    except devices.UnknownGpuError as e:
+        return None, Problem(
+            "error",
+            ("trainer.gpu.name",),
+            f"trainer.gpu.name={e} is not a GPU cfgcheck knows, and trainer.gpu.memory_gib is "
+            f"not set: its memory is unknown",
+            f"set trainer.gpu.name to one of {', '.join(devices.known_names())}, or set "
+            f"trainer.gpu.memory_gib (e.g. trainer.gpu.memory_gib=24)",
+        )
+
+
+@rule("gpu-memory", requires=("model", "data", "trainer"))
+def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
+    """The estimated peak memory per GPU must fit the GPU (error over 100 %, warning over 90 %)."""
+    avail, problem = _available(cfg)
+    if problem is not None:
+        yield problem
+        return
+    est = estimate(cfg.model, cfg.data, cfg.trainer)
+    t = cfg.trainer
+    what = (
+        f"{cfg.model.name}, {t.finetuning}, micro_batch_size={t.micro_batch_size}, "
+        f"seq {est.seq_len}, {t.precision}"
+    )
+    if avail is None:
+        yield Problem(
+            "info",
+            ("trainer.gpu",),
+            f"could not check GPU memory: no GPU is visible and trainer.gpu is not set; the "
+            f"estimated peak is {_gib(est.total_bytes)} per GPU ({what})",
+            "set trainer.gpu.name (e.g. trainer.gpu.name=A100-80GB) or trainer.gpu.memory_gib, "
+            "or run on the training machine; `cfgcheck memory` shows the breakdown",
+        )
+        return
+    share = est.total_bytes / avail.bytes
+    if share <= WARN_SHARE:
+        return
+    over = share > 1
+    yield Problem(
+        "error" if over else "warning",
+        PATHS,
+        f"estimated peak {_gib(est.total_bytes)} per GPU ({what}: {_breakdown(est)}) is "
+        f"{share:.0%} of {_gib(avail.bytes)}, the {avail.where}"
+        + (": the run will fail with CUDA out of memory" if over else ": little headroom"),
+        _fix_hint(cfg, avail.bytes),
+    )
+
+
+@rule("gpu-capability", requires=("trainer",))
+def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
+    """bf16 needs compute capability 8.0+; so does FlashAttention."""
+    avail, problem = _available(cfg)
+    if avail is None or problem is not None or avail.device.capability is None:
+        return
+    dev = avail.device
+    t = cfg.trainer
+    cc = ".".join(map(str, dev.capability or ()))
+    if t.precision.startswith("bf16") and dev.bf16 is False:
+        yield Problem(
+            "error",
+            ("trainer.precision", "trainer.gpu"),
+            f"trainer.precision={t.precision} on {dev.name} (compute capability {cc}): bf16 "
+            f"needs compute capability 8.0 (Ampere) or newer",
+            "set trainer.precision=16-mixed (fp16 with loss scaling) or 32-true, or use an "
+            "Ampere+ GPU (A10G, L4, A100, H100)",
+        )
+    if t.attention == "flash" and dev.flash_attention is False:
+        yield Problem(
+            "error",
+            ("trainer.attention", "trainer.gpu"),
+            f"trainer.attention=flash on {dev.name} (compute capability {cc}): FlashAttention-2 "
+            f'needs compute capability 8.0+ ("FlashAttention only supports Ampere GPUs or newer")',
+            "set trainer.attention=sdpa (PyTorch picks the memory-efficient kernel), or use an "
+            "Ampere+ GPU",
+        )
