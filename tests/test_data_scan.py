@@ -1,0 +1,267 @@
+"""The dataset length scan: real tokenizer, real files (JSONL, text, Parquet) in tmp dirs."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cfgcheck import validate
+from cfgcheck.data import ScanError, scan_dataset, scan_findings
+from cfgcheck.data.stats import padding_waste, percentile
+from cfgcheck.schema.run import RunConfig
+from tests.factories import CORPUS, bpe, save_folder, sentencepiece_model
+
+TEMPLATE = "Q: {question}\nA: {answer}"
+
+
+def records(n: int) -> list[dict[str, str]]:
+    """n records of growing length, built from the factory corpus."""
+    return [{"question": CORPUS[i % 8], "answer": " ".join(CORPUS[: 1 + i % 8])} for i in range(n)]
+
+
+@pytest.fixture
+def tok_dir(tmp_path: Path) -> Path:
+    return save_folder(bpe(), tmp_path / "tok", pad_token="<unk>")
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def make_run(cfg: dict[str, Any], tok: Path, data: Path, **data_kw: Any) -> RunConfig:
+    cfg["tokenizer"] = {"path": str(tok), "pad_token": "<unk>"}
+    cfg["model"]["vocab_size"] = 259
+    cfg["data"].update({"paths": [str(data)], "template": TEMPLATE, "format": "auto", **data_kw})
+    result = validate(cfg)
+    assert result.config is not None, result.findings
+    return result.config
+
+
+def expected_lengths(tok: Path, rows: list[dict[str, str]]) -> list[int]:
+    from tokenizers import Tokenizer
+
+    tk = Tokenizer.from_file(str(tok / "tokenizer.json"))
+    return [len(tk.encode(TEMPLATE.format(**r)).ids) for r in rows]
+
+
+# --- statistics -------------------------------------------------------------------------
+
+
+def test_percentile_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert [percentile(values, q) for q in (1, 50, 90, 99, 100)] == [1, 50, 90, 99, 100]
+    assert percentile([7], 50) == 7
+
+
+def test_padding_waste_of_each_scheme() -> None:
+    w = padding_waste(
+        [1, 3, 2, 4, 6],
+        max_length=4,
+        truncation=True,
+        micro_batch_size=2,
+        pad_to_multiple_of=None,
+        block=4,
+    )
+    # fed lengths 1 3 2 4 4 (the 6 is cut to 4) = 14 tokens
+    assert (w["max_length"].tokens, w["max_length"].slots) == (14, 5 * 4)
+    assert w["longest"].slots == 2 * 3 + 2 * 4 + 1 * 4
+    assert (w["packed"].tokens, w["packed"].slots) == (16, 4 * 4)  # packing keeps all 16
+    assert w["max_length"].share == pytest.approx(1 - 14 / 20)
+
+
+def test_padding_waste_rounds_to_the_multiple() -> None:
+    w = padding_waste(
+        [5, 9],
+        max_length=16,
+        truncation=False,
+        micro_batch_size=2,
+        pad_to_multiple_of=8,
+        block=16,
+    )
+    assert w["longest"].slots == 2 * 16 and w["max_length"].slots == 2 * 16
+
+
+# --- reading and tokenizing -------------------------------------------------------------
+
+
+def test_jsonl_lengths_are_the_tokenizers_lengths(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    rows = records(50)
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", rows))
+    report = scan_dataset(run, chunk_size=7)  # several chunks, one file
+    want = expected_lengths(tok_dir, rows)
+    assert list(report.lengths) == want
+    assert report.longest.length == max(want)
+    assert report.longest.line == want.index(max(want)) + 1
+    assert report.tokens == sum(want)
+
+
+def test_text_and_parquet_read_the_same_samples(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = records(20)
+    texts = [TEMPLATE.format(**r).replace("\n", " ") for r in rows]
+    (tmp_path / "d.txt").write_text("\n".join(texts) + "\n\n")
+    pq.write_table(pa.table({"text": texts}), tmp_path / "d.parquet")
+    pq.write_table(
+        pa.table(
+            {"question": [r["question"] for r in rows], "answer": [r["answer"] for r in rows]}
+        ),
+        tmp_path / "t.parquet",
+    )
+    text_run = make_run(cfg, tok_dir, tmp_path / "d.txt", template=None)
+    pq_run = make_run(cfg, tok_dir, tmp_path / "d.parquet", template=None)
+    lengths = list(scan_dataset(text_run).lengths)
+    assert len(lengths) == 20
+    assert list(scan_dataset(pq_run).lengths) == lengths
+    templated = make_run(cfg, tok_dir, tmp_path / "t.parquet")
+    assert list(scan_dataset(templated).lengths) == expected_lengths(tok_dir, rows)
+
+
+def test_several_files_in_order(cfg: dict[str, Any], tok_dir: Path, tmp_path: Path) -> None:
+    a, b = records(5), records(9)[4:]
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "a.jsonl", a))
+    run.data.paths.append(str(write_jsonl(tmp_path / "b.jsonl", b)))
+    assert list(scan_dataset(run).lengths) == expected_lengths(tok_dir, a + b)
+
+
+def test_sentencepiece_scan_matches_transformers(cfg: dict[str, Any], tmp_path: Path) -> None:
+    model = sentencepiece_model(tmp_path / "sp")
+    rows = records(10)
+    run = make_run(cfg, tmp_path / "sp", write_jsonl(tmp_path / "d.jsonl", rows))
+    from cfgcheck.tokenizer.hf import load_auto_tokenizer
+
+    hf = load_auto_tokenizer(model.parent)
+    want = [len(hf(TEMPLATE.format(**r))["input_ids"]) for r in rows]
+    assert list(scan_dataset(run).lengths) == want
+
+
+def test_progress_line(cfg: dict[str, Any], tok_dir: Path, tmp_path: Path) -> None:
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(30)))
+    out = io.StringIO()
+    scan_dataset(run, progress=out, chunk_size=10)
+    assert "scanning [" in out.getvalue() and "30 samples" in out.getvalue()
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ('{"question": "a", "answer": "b"}\n{"question": \n', "d.jsonl:2: not valid JSON"),
+        (
+            '{"question": "a"}\n',
+            "d.jsonl:1: the record has no field 'answer' used by data.template",
+        ),
+        ("[1, 2]\n", "d.jsonl:1: a JSONL record must be an object"),
+        ("\n\n", "the dataset has no samples"),
+    ],
+)
+def test_bad_data_is_a_scan_error(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, content: str, reason: str
+) -> None:
+    (tmp_path / "d.jsonl").write_text(content)
+    run = make_run(cfg, tok_dir, tmp_path / "d.jsonl")
+    with pytest.raises(ScanError, match=reason.replace("(", r"\(").replace("[", r"\[")):
+        scan_dataset(run)
+
+
+def test_missing_file_and_missing_tokenizer_path(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    run = make_run(cfg, tok_dir, tmp_path / "nope.jsonl")
+    with pytest.raises(ScanError, match=r"nope\.jsonl does not exist"):
+        scan_dataset(run)
+    cfg["tokenizer"] = {"vocab_size": 259, "pad_token": "<unk>"}
+    run = validate(cfg).config
+    assert run is not None
+    with pytest.raises(ScanError, match=r"needs the real tokenizer: set tokenizer\.path"):
+        scan_dataset(run)
+
+
+# --- findings ---------------------------------------------------------------------------
+
+
+def test_longer_than_block_size_without_truncation(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    rows = records(16)
+    want = expected_lengths(tok_dir, rows)
+    block = sorted(want)[-3]  # two samples are longer
+    cfg["model"]["block_size"] = block
+    run = make_run(
+        cfg,
+        tok_dir,
+        write_jsonl(tmp_path / "d.jsonl", rows),
+        max_seq_length=block,
+        truncation=False,
+    )
+    (f,) = [f for f in scan_findings(scan_dataset(run), run) if f.severity == "error"]
+    assert f.rule == "data-longer-than-block-size"
+    n_over = sum(1 for n in want if n > block)
+    assert f"{n_over} of 16 samples" in f.message
+    assert f"Cannot attend to {max(want)}, block size is only {block}" in f.message
+    assert f"d.jsonl:{want.index(max(want)) + 1}" in f.message
+    assert "data.truncation=true" in f.hint
+    # the fix: truncation at max_length <= block_size
+    run.data.truncation = True
+    assert not [f for f in scan_findings(scan_dataset(run), run) if f.severity == "error"]
+
+
+def test_max_length_above_block_size_with_truncation(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    rows = records(16)
+    cfg["model"]["block_size"] = 16
+    run = make_run(
+        cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", rows), max_seq_length=16, max_length=64
+    )
+    rules = {f.rule: f for f in scan_findings(scan_dataset(run), run)}
+    f = rules["data-longer-than-block-size"]
+    assert f.paths == ("data.max_length", "model.block_size")
+    assert "Cannot attend to 64, block size is only 16" in f.message
+
+
+def test_heavy_truncation_is_a_warning(cfg: dict[str, Any], tok_dir: Path, tmp_path: Path) -> None:
+    rows = records(40)
+    want = sorted(expected_lengths(tok_dir, rows))
+    run = make_run(
+        cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", rows), max_seq_length=want[len(want) // 2]
+    )
+    report = scan_dataset(run)
+    (f,) = [f for f in scan_findings(report, run) if f.rule == "data-truncated"]
+    assert f.severity == "warning"
+    cut = sum(1 for n in want if n > want[len(want) // 2])
+    assert f"{cut} of 40 samples" in f.message and f"max={want[-1]}" in f.message
+    assert f"data.max_seq_length to {percentile(want, 99)}" in f.hint
+    run.data.max_seq_length = want[-1]
+    assert not [f for f in scan_findings(scan_dataset(run), run) if f.rule == "data-truncated"]
+
+
+def test_padding_waste_info(cfg: dict[str, Any], tok_dir: Path, tmp_path: Path) -> None:
+    run = make_run(
+        cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(12)), padding="max_length"
+    )
+    (f,) = [f for f in scan_findings(scan_dataset(run), run) if f.rule == "data-padding-waste"]
+    assert f.severity == "info" and "padding every sample to max_length" in f.message
+    assert "data.collator=packed" in f.hint
+    run.data.padding, run.data.collator = "do_not_pad", "packed"
+    assert not [f for f in scan_findings(scan_dataset(run), run) if f.rule == "data-padding-waste"]
+
+
+def test_histogram_counts_every_sample() -> None:
+    from cfgcheck.data.render import histogram
+
+    lines = histogram([3, 3, 4, 10, 50], bins=4)
+    assert sum(int(line.split()[-1]) for line in lines) == 5
+    assert lines[0].lstrip().startswith("3-")
