@@ -234,3 +234,15 @@ def test_cli_sweep_bad_syntax_exits_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("cfgcheck: error: ")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_sweep_text_lists_every_failing_point(tmp_path: Path) -> None:
+    # 12 failing points: the first 10 in full, the rest one line each with their rule ids.
+    proc = cli(tmp_path, "--sweep", "data.max_seq_length=range(2049,2061)")
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert out.count("error[seq-len-over-block-size]") == 10
+    assert "point 10/12: data.max_seq_length=2058\n" in out
+    assert "point 11/12: data.max_seq_length=2059  [seq-len-over-block-size]" in out
+    assert "point 12/12: data.max_seq_length=2060  [seq-len-over-block-size]" in out
+    assert out.rstrip().endswith("sweep has errors: 12 of 12 points fail")
