@@ -47,6 +47,7 @@ def main() -> None:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="bench"):
         hydra_app = GlobalHydra.instance().hydra
+        assert hydra_app is not None
         t0 = time.perf_counter()
         plan = plan_sweep(hydra_app, "config", SWEEP)
         assert plan is not None
