@@ -1,0 +1,139 @@
+"""gpu-memory and gpu-capability findings, in-process and through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cfgcheck import check
+from cfgcheck.memory import devices
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+GIB = 1024**3
+
+
+def rules(*overrides: str) -> dict[str, Any]:
+    with devices.use_provider(list):
+        result = check(CONF, "config", list(overrides))
+    return {f.rule: f for f in result.findings if f.rule.startswith("gpu-")}
+
+
+def test_default_fits_its_declared_gpu() -> None:
+    assert rules() == {}
+
+
+def test_over_the_gpu_is_an_error_with_savings_per_fix() -> None:
+    found = rules("model=llama-2-7b", "trainer.gpu.name=A10G")
+    f = found["gpu-memory"]
+    assert f.severity == "error" and "A10G" in f.message and "llama-2-7b" in f.message
+    assert "trainer.gradient_checkpointing=true saves" in f.hint and "fits" in f.hint
+    assert "trainer.micro_batch_size=2 trainer.gradient_accumulation_steps=8" in f.hint
+
+
+def test_the_suggested_fix_passes() -> None:
+    fixed = rules(
+        "model=llama-2-7b", "trainer.gpu.name=A10G", "trainer.gradient_checkpointing=true"
+    )
+    assert "gpu-memory" not in fixed
+
+
+def test_above_90_percent_is_a_warning() -> None:
+    from cfgcheck.memory.estimate import estimate
+
+    with devices.use_provider(list):
+        cfg = check(CONF, "config", []).config
+    assert cfg is not None
+    need = estimate(cfg.model, cfg.data, cfg.trainer).total_bytes / GIB
+    found = rules(f"+trainer.gpu.memory_gib={need / 0.95:.3f}", "trainer.gpu.name=null")
+    assert found["gpu-memory"].severity == "warning"
+
+
+def test_no_gpu_known_is_an_info_not_a_silent_pass() -> None:
+    f = rules("trainer.gpu=null")["gpu-memory"]
+    assert f.severity == "info" and "could not check" in f.message
+
+
+def test_unknown_gpu_name_is_an_error() -> None:
+    f = rules("trainer.gpu.name=GTX480")["gpu-memory"]
+    assert f.severity == "error" and "A10G" in f.hint
+
+
+def test_live_gpu_free_memory_is_used() -> None:
+    def provider() -> list[devices.Device]:
+        return [devices.Device(0, "NVIDIA L4", 22 * GIB, 4 * GIB, (8, 9), "live")]
+
+    with devices.use_provider(provider):
+        result = check(CONF, "config", [])
+    (f,) = [f for f in result.findings if f.rule == "gpu-memory"]
+    assert f.severity == "error" and "live GPU 0" in f.message
+
+
+def test_bf16_and_flash_on_a_gpu_without_them() -> None:
+    found = [
+        f.message
+        for f in check(CONF, "config", ["trainer.gpu.name=T4", "trainer.attention=flash"]).errors
+    ]
+    assert any("bf16" in m and "7.5" in m for m in found)
+    assert any("FlashAttention" in m for m in found)
+    assert not [
+        f
+        for f in check(CONF, "config", ["trainer.gpu.name=A10G"]).errors
+        if f.rule == "gpu-capability"
+    ]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, devices.NO_LIVE_ENV: "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "cfgcheck", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def test_cli_memory_text_and_json_agree() -> None:
+    text = cli("memory")
+    assert text.returncode == 0, text.stderr
+    assert "activations" in text.stdout and "available:" in text.stdout
+    proc = cli("memory", "--format", "json")
+    data = json.loads(proc.stdout)
+    comps = data["estimate"]["components"]
+    assert abs(sum(c["bytes"] for c in comps) / GIB - data["estimate"]["total_gib"]) < 0.01
+    assert f"{data['estimate']['total_gib']:.2f}" in text.stdout
+    assert data["fits"] is True and data["available"]["device"] == "H200"
+
+
+def test_cli_memory_over_the_gpu_exits_1() -> None:
+    proc = cli("memory", "model=llama-2-7b", "trainer.gpu.name=A10G", "--format", "json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["fits"] is False
+
+
+def test_cli_check_json_has_memory_findings() -> None:
+    proc = cli("check", "--format", "json", "model=llama-2-7b", "trainer.gpu.name=A10G")
+    assert proc.returncode == 1
+    found = {f["rule"]: f for f in json.loads(proc.stdout)["findings"]}
+    assert found["gpu-memory"]["severity"] == "error"
+    ok = cli(
+        "check", "model=llama-2-7b", "trainer.gpu.name=A10G", "trainer.gradient_checkpointing=true"
+    )
+    assert ok.returncode == 0, ok.stdout
+
+
+def test_check_fast_path_does_not_import_torch() -> None:
+    code = (
+        "import sys, cfgcheck; cfgcheck.check('conf', 'config', ['trainer.gpu=null']); "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert proc.stdout.split() == ["False", "False"], proc.stderr
