@@ -93,6 +93,14 @@ def test_schema_error_stops_the_job(app: Path) -> None:
     assert "did you mean data.max_seq_length?" in proc.stderr
 
 
+def test_unresolvable_config_stops_the_job_with_exit_2(app: Path) -> None:
+    proc = run_app(app, "data.max_seq_length=${no_such_key}")
+    assert proc.returncode == 2
+    assert markers(app) == {}
+    assert "cfgcheck: error: cannot resolve the config" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_multirun_with_one_bad_point_refuses_the_whole_sweep(app: Path) -> None:
     proc = run_app(app, "-m", "model=tinyllama-1.1b,llama-2-7b", "data.max_seq_length=1024,4096")
     assert proc.returncode == 1
