@@ -260,3 +260,15 @@ def test_readme_flow_from_a_hydra_conf_dir(real: tuple[Path, Any], tmp_path: Pat
     assert batch["input_ids"].shape == (2, 24)
     assert result.config is not None
     train_step(llama(result.config.model), batch)
+
+
+def test_packed_batch_trains_one_step(real: tuple[Path, Any]) -> None:
+    from tests.crash.support import train_step
+
+    folder, tok = real
+    run = validated(run_config(folder, tok, data={"collator": "packed", "padding": "do_not_pad"}))
+    batch = batches(run, samples(tok, run))[1]  # 64 + 16 + 56 + 14 tokens -> 5 rows of 32
+    assert batch["input_ids"].shape == (5, 32)
+    model = llama(run.model)
+    model.config.use_cache = False
+    train_step(model, batch)
