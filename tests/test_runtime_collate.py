@@ -267,8 +267,8 @@ def test_packed_batch_trains_one_step(real: tuple[Path, Any]) -> None:
 
     folder, tok = real
     run = validated(run_config(folder, tok, data={"collator": "packed", "padding": "do_not_pad"}))
-    batch = batches(run, samples(tok, run))[1]  # 64 + 16 + 56 + 14 tokens -> 5 rows of 32
-    assert batch["input_ids"].shape == (5, 32)
+    batch = batches(run, samples(tok, run))[1]  # 32 (truncated) + 16 + 32 + 14 -> 3 rows
+    assert batch["input_ids"].shape == (3, 32)
     model = llama(run.model)
     model.config.use_cache = False
     train_step(model, batch)
