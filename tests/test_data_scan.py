@@ -105,8 +105,8 @@ def test_jsonl_lengths_are_the_tokenizers_lengths(
 def test_text_and_parquet_read_the_same_samples(
     cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
 ) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
 
     rows = records(20)
     texts = [TEMPLATE.format(**r).replace("\n", " ") for r in rows]

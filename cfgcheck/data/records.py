@@ -154,7 +154,7 @@ def _parquet(
     try:
         import pyarrow.parquet as pq  # type: ignore[import-untyped]
     except ImportError as e:
-        raise DataReadError(f"reading {path} needs pyarrow: pip install pyarrow") from e
+        raise DataReadError(f"reading {path} needs pyarrow: install cfgcheck[data]") from e
     try:
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError on a bad file
