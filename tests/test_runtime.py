@@ -148,3 +148,17 @@ def test_import_does_not_load_torch() -> None:
     code = "import sys, cfgcheck.runtime; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_malformed_samples_are_one_line_value_errors() -> None:
+    pytest.importorskip("torch")
+    from cfgcheck.runtime import PaddedCollator
+
+    collate = PaddedCollator(pad_token_id=0, ignore_index=-100, max_seq_length=8)
+    with pytest.raises(ValueError, match=r"no 'input_ids' \(keys: text\)"):
+        collate([{"text": "hello"}])
+    with pytest.raises(ValueError, match="flat list or 1-D tensor of ints"):
+        collate([{"input_ids": [[1, 2], [3, 4]]}])
+    with pytest.raises(ValueError, match="length differs from its 2 input_ids"):
+        collate([{"input_ids": [1, 2], "labels": [1]}])
+    assert collate([[1, 2, 3], [4]])["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
