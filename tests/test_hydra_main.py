@@ -83,6 +83,9 @@ def test_bad_config_stops_the_job_before_the_task(app: Path) -> None:
     assert "data.max_seq_length=3063 is above model.block_size=2048" in proc.stderr
     assert "the task was not started" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # Where the offending values were set: the override and the model group file.
+    assert "<override data.max_seq_length=3063>" in proc.stderr
+    assert "model/tinyllama-1.1b.yaml:" in proc.stderr
 
 
 def test_schema_error_stops_the_job(app: Path) -> None:

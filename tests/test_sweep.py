@@ -219,6 +219,10 @@ def test_cli_sweep_json(tmp_path: Path) -> None:
         "data.max_seq_length",
         "model.block_size",
     ]
+    located = report["points"][1]["findings"][0]["locations"]
+    assert located[0] == {"file": "<override data.max_seq_length=4096>", "line": None}
+    assert located[1]["file"].endswith("model/tinyllama-1.1b.yaml")
+    assert isinstance(located[1]["line"], int)
 
 
 def test_cli_sweep_uncomposable_point_fails_it(tmp_path: Path) -> None:

@@ -127,13 +127,31 @@ def _validated(cfg: DictConfig) -> RunConfig:
         print(f"cfgcheck: error: {e}", file=sys.stderr)
         _stop(EXIT_LOAD, e)
     if not result.ok:
-        report_text(result, sys.stderr)
+        report_text(_located(result), sys.stderr)
     elif result.warnings:  # a passing job shows its warnings, not its infos
         report_text(CheckResult(result.warnings, result.config), sys.stderr)
     if result.config is None or not result.ok:
         print("cfgcheck: the task was not started: fix the errors above", file=sys.stderr)
         _stop(EXIT_FINDINGS, ConfigError(result.errors))
     return result.config
+
+
+def _located(result: CheckResult) -> CheckResult:
+    """``result`` with the file:line (or override) that set each offending value, when the
+    job's primary config comes from a directory (not a ``pkg://`` package)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from cfgcheck.locations import with_locations
+
+    if not HydraConfig.initialized():
+        return result
+    hc = HydraConfig.get()
+    dirs = [
+        s.path for s in hc.runtime.config_sources if s.provider == "main" and s.schema == "file"
+    ]
+    if not dirs or not hc.job.config_name:
+        return result
+    return with_locations(result, dirs[0], hc.job.config_name, list(hc.overrides.task))
 
 
 def _refuse_bad_sweep(job: Callable[..., Any], config_path: str | None, name: str | None) -> None:
