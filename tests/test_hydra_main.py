@@ -111,6 +111,8 @@ def test_multirun_with_one_bad_point_refuses_the_whole_sweep(app: Path) -> None:
     assert not (app / "multirun").exists()  # Hydra never started the sweep
     assert "point 2/4: model=tinyllama-1.1b data.max_seq_length=4096" in proc.stderr
     assert "error[seq-len-over-block-size]" in proc.stderr
+    assert "<override data.max_seq_length=4096>" in proc.stderr
+    assert "model/tinyllama-1.1b.yaml:" in proc.stderr
     assert "sweep refused: 1 of 4 points fail; no job was launched" in proc.stderr
     assert "Launching" not in proc.stdout + proc.stderr
 

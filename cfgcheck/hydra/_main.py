@@ -234,8 +234,20 @@ def _check_multirun(
         plan = plan_sweep(hydra_app, name, overrides)
         if plan is None:
             return None
-        return SweepChecker(hydra_app, name, plan.hydra_overrides).check_all(plan.points)
+        result = SweepChecker(hydra_app, name, plan.hydra_overrides).check_all(plan.points)
     except _compose_errors():
         return None
     finally:
         GlobalHydra.instance().clear()
+    # The app's own config directory ("file://" or a plain path; not a pkg:// package).
+    main_dirs = [
+        e.path.removeprefix("file://")
+        for e in search_path.get_path()
+        if e.provider == "main" and e.path and "://" not in e.path.removeprefix("file://")
+    ]
+    if main_dirs and name and args.config_dir is None:
+        from cfgcheck.hydra.cli import locate_failing
+        from cfgcheck.hydra.report import DETAILED_POINTS
+
+        result = locate_failing(result, main_dirs[0], name, DETAILED_POINTS)
+    return result
