@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -47,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_LOAD
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`cfgcheck check | head -1`): no traceback, and no second
+        # error when Python flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a process killed by the signal
     return code
 
 

@@ -1,0 +1,56 @@
+"""The text report: compiler-style location lines, and a closed pipe is no traceback."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+from cfgcheck.findings import Finding, Location
+from cfgcheck.report.text import format_finding
+from tests.conftest import REPO
+
+CFGCHECK = shutil.which("cfgcheck")
+COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
+
+
+def test_located_paths_become_file_line_lines_under_the_head() -> None:
+    f = Finding(
+        "seq-len-over-block-size",
+        "error",
+        ("data.max_seq_length", "model.block_size", "model.padded_vocab_size"),
+        "the message",
+        "the fix",
+        {
+            "data.max_seq_length": Location("conf/data/a.yaml", 3),
+            "model.block_size": Location("<override model.block_size=1000>", None),
+            "model.padded_vocab_size": None,
+        },
+    )
+    assert format_finding(f).splitlines() == [
+        "error[seq-len-over-block-size] data.max_seq_length, model.block_size, "
+        "model.padded_vocab_size",
+        "conf/data/a.yaml:3: data.max_seq_length set here",
+        "<override model.block_size=1000>: model.block_size set here",
+        "  the message",
+        "  fix: the fix",
+    ]
+
+
+def test_unlocated_finding_keeps_the_plain_block() -> None:
+    f = Finding("lora-needs-rank", "error", ("trainer.lora.rank",), "m", "h")
+    assert format_finding(f) == "error[lora-needs-rank] trainer.lora.rank\n  m\n  fix: h"
+
+
+def test_reader_closing_the_pipe_is_no_traceback() -> None:
+    proc = subprocess.Popen(
+        [*COMMAND, "check", "data.max_seq_length=3063"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # like `cfgcheck check | head -0`
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
