@@ -219,3 +219,4 @@ def test_pad_is_eos_fixes(cfg: dict[str, Any], folder: Path, fix: dict[str, Any]
 def test_declared_only_pad_is_eos(cfg: dict[str, Any]) -> None:
     cfg["tokenizer"].update(pad_token="</s>", pad_token_id=2)
     assert only(cfg, "pad-is-eos").severity == "warning"
+

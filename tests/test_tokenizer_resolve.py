@@ -76,7 +76,25 @@ def bpe_added_tokens_decoder(d: Path) -> Path:
     return d
 
 
+def wordpiece_json_only(d: Path) -> Path:
+    """A folder with a lone tokenizer.json (added tokens inside it, no side files)."""
+    save_file(wordpiece(added=["<x>", "<y>"]), d)
+    return d
+
+
+def demo_tokenizer(d: Path) -> Path:
+    """The demo tokenizer shipped in assets/ (built from the shipped dataset)."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    shutil.copytree(REPO / "assets" / "demo-tokenizer", d)
+    return d
+
+
 BUILDERS: dict[str, Callable[[Path], Path]] = {
+    "wordpiece-json-only": wordpiece_json_only,
+    "demo": demo_tokenizer,
     "bpe-pad-added": bpe_with_pad_added,
     "bpe-no-pad": bpe_no_pad,
     "wordpiece-bert": wordpiece_bert,
