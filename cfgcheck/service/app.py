@@ -57,6 +57,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         415: "Unsupported Content-Type.",
         422: "Refused: nesting/size limits, non-JSON values, resolver interpolations, paths "
         "outside the allowed roots, or a compose request that does not compose.",
+        500: "A bug in validation (logged by the server; no traceback is sent).",
         503: "Too many validations in flight; retry later.",
         504: "The validation ran past the per-request time limit.",
     }.items()
@@ -144,6 +145,13 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             raise RequestError(
                 504, f"validation took longer than {settings.request_timeout_s:g} s; not finished"
             ) from None
+        except RequestError:
+            raise
+        except Exception as e:  # a bug in validation: logged here, one line to the client
+            log.exception("validation failed on a %s body of %d bytes", kind, len(body))
+            return JSONResponse(
+                {"detail": f"internal error while validating ({type(e).__name__}); logged"}, 500
+            )
         return Response(text, media_type="application/json")
 
     @app.get("/v1/schema", summary="JSON Schemas of the run config and each section")
