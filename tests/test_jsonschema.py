@@ -112,3 +112,14 @@ def test_cli_writes_and_checks_schemas(tmp_path: Path) -> None:
     assert fresh.returncode == 0
     (out / "model.schema.json").write_text("{}\n")
     assert stale_files(out) == ["model.schema.json"]
+
+
+def test_primary_schema_checks_partial_sections_through_refs() -> None:
+    """A primary or ``_global_`` experiment config may set a few keys of a section."""
+    validator = jsonschema.Draft202012Validator(load("config.schema.json"))
+    experiment = {"defaults": [{"override /model": "llama-2-7b"}], "data": {"max_seq_length": 8}}
+    validator.validate(experiment)
+    bad = {"data": {"max_seq_lenght": 8}, "trainer": {"lora": {"rank": 0}}}
+    errors = {"/".join(map(str, e.absolute_path)): e.message for e in validator.iter_errors(bad)}
+    assert "max_seq_lenght" in errors["data"]
+    assert "trainer/lora/rank" in errors
