@@ -25,8 +25,8 @@ def summary(result: SweepResult) -> str:
 def report_sweep_text(result: SweepResult, out: TextIO, *, detailed: int = DETAILED_POINTS) -> None:
     """One block per failing point (overrides, then its error findings), then a summary line."""
     total = len(result.points)
-    for shown, point in enumerate(result.failing):
-        index = result.points.index(point) + 1
+    failing = [(i, p) for i, p in enumerate(result.points, 1) if not p.ok]
+    for shown, (index, point) in enumerate(failing):
         overrides = " ".join(point.overrides) or "(no overrides)"
         errors = [] if point.result is None else point.result.errors
         if shown < detailed:
@@ -39,6 +39,6 @@ def report_sweep_text(result: SweepResult, out: TextIO, *, detailed: int = DETAI
         else:
             what = point.error or ", ".join(sorted({f.rule for f in errors}))
             out.write(f"point {index}/{total}: {overrides}  [{what}]\n")
-    if len(result.failing) > detailed:
+    if len(failing) > detailed:
         out.write("\n")
     out.write(summary(result) + "\n")
