@@ -5,14 +5,17 @@ quantization, micro batch, sequence length, precision, optimizer, checkpointing 
 settings, plus what the row's *source* did (one mapping per source, never per row):
 
 * litgpt-resource-tables: LitGPT finetune/lora.py (10/2023): lm_head and loss in chunks of
-  128 tokens (loss_chunking=chunked), torch SDPA, LoRA dropout 0.05 (its default), gradient
-  accumulation (batch 128 / micro batch). Metric: max_memory_allocated() / 1e9 -> compared with
+  128 tokens (loss_chunking=chunked); torch SDPA with is_causal and no mask, which runs the
+  FlashAttention-2 kernel in bf16 on an A100 (attention=flash: no mask, no s x s tensor);
+  LoRA dropout 0.05 (its default); gradient accumulation (batch 128 / micro batch 4). Metric: max_memory_allocated() / 1e9 -> compared with
   cfgcheck's *allocated* figure.
 * torchtune-readme-old: torchtune single-device LoRA/QLoRA recipes: full fp32 logits and
-  loss (loss_chunking=none), SDPA, LoRA dropout 0.05. The README's "peak memory" is read as
+  loss (loss_chunking=none); SDPA with is_causal and no mask, the flash kernel on an RTX 4090
+  (attention=flash); LoRA dropout 0.05. The README's "peak memory" is read as
   torch's peak reserved -> compared with cfgcheck's *reserved* figure.
-* peft-metamathqa: transformers + PEFT: full logits upcast to fp32 (none), SDPA, LoRA
-  dropout 0 (PEFT's default). Metric: 99th percentile of reserved -> *reserved*.
+* peft-metamathqa: transformers + PEFT: full logits upcast to fp32 (none); SDPA with the
+  padding mask of batches padded to the longest (attention=sdpa, micro batch 4 > 1: masked);
+  LoRA dropout 0 (PEFT's default). Metric: 99th percentile of reserved -> *reserved*.
 
 Usage: python benchmarks/memory_accuracy.py [--csv PATH] [--markdown]
 """
@@ -57,7 +60,7 @@ SOURCES: dict[str, dict[str, Any]] = {
     "litgpt-resource-tables": {
         "trainer": {
             "loss_chunking": "chunked",
-            "attention": "sdpa",
+            "attention": "flash",
             "lora_dropout": 0.05,
             "gradient_accumulation_steps": 32,
         },
@@ -66,7 +69,7 @@ SOURCES: dict[str, dict[str, Any]] = {
     "torchtune-readme-old": {
         "trainer": {
             "loss_chunking": "none",
-            "attention": "sdpa",
+            "attention": "flash",
             "lora_dropout": 0.05,
             "gradient_accumulation_steps": 1,
         },

@@ -64,10 +64,14 @@ def test_layer_activations_by_hand() -> None:
     # two rank-2 A outputs 2*2*2, two RMSNorms (fp32 input copy + rstd) 2*(4*8+4),
     # q 2*8, k and v expanded to 2 heads 2*2*8, sdpa output 2*8 + lse 4*2, MLP 3*2*16.
     per_token = 16 + 8 + 72 + 16 + 32 + 16 + 8 + 96
+    # padded batches: sdpa also keeps the bf16 (b, 1, s, s) mask, 2 bytes per token and key
     layer = act.layer_activations(MODEL, trainer())
-    assert (layer.per_token, layer.attention_scores) == (per_token, 0)
+    assert (layer.per_token, layer.attention_scores) == (per_token, 2)
     flash = act.layer_activations(MODEL, trainer(attention="flash"))
-    assert flash.per_token == per_token - 2 * 2 * (8 - 4)  # k, v not expanded
+    native_gqa = per_token - 2 * 2 * (8 - 4)  # k and v not expanded to 2 heads
+    assert (flash.per_token, flash.attention_scores) == (native_gqa, 0)
+    unmasked = act.layer_activations(MODEL, trainer(), masked=False)
+    assert (unmasked.per_token, unmasked.attention_scores) == (native_gqa, 0)
     eager = act.layer_activations(MODEL, trainer(attention="eager"))
     assert eager.attention_scores == 2 * (4 + 2)  # fp32 softmax + bf16 copy per head
 

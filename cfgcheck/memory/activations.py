@@ -4,13 +4,17 @@ Starts from Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Models", sbh(34 + 5as/h) bytes per layer in 16-bit) and replaces its fixed coefficients with
 the tensors PyTorch actually keeps, for the layout of the model:
 
-* GQA: k and v are ``n_query_groups * head_size`` wide; eager and sdpa attention (transformers'
-  ``repeat_kv``) save them expanded to ``n_head`` heads, flash attention does not.
+* GQA: k and v are ``n_query_groups * head_size`` wide; eager attention and sdpa with a
+  padding mask (transformers' ``repeat_kv``) save them expanded to ``n_head`` heads; flash and
+  unmasked sdpa (``enable_gqa``) do not.
+* sdpa with a padding mask: torch converts transformers' boolean (batch, 1, s, s) mask to the
+  compute dtype in every layer and the kernel keeps it.
 * SwiGLU/GeGLU keep three ``intermediate_size`` tensors (gate, activation, up), GELU one.
 * RMSNorm in 16-bit keeps an fp32 copy of its input (4 bytes x hidden); LayerNorm keeps its
   input and two fp32 statistics per token.
 * eager attention keeps the s x s softmax output in fp32 and its 16-bit copy per head;
-  sdpa/flash keep only q, k, v, the output and a log-sum-exp per head and token.
+  sdpa/flash keep only q, k, v, the output and a log-sum-exp per head and token (their output
+  is laid out as (batch, seq, heads, dim), so it is also the o_proj input, not a copy).
 * A frozen linear keeps nothing of its input (autograd saves ``x`` only when the weight needs
   a gradient); a trained or bitsandbytes-quantized one keeps its input.
 * LoRA adapters keep their dropout mask (1 byte) and dropped-out input, and the rank-r output.
@@ -39,7 +43,7 @@ class LayerActivations:
     """Bytes one layer keeps for ``tokens`` tokens of sequences of length ``seq``."""
 
     per_token: int
-    attention_scores: int  # eager only: bytes per (token x key position)
+    attention_scores: int  # eager / masked sdpa: bytes per (token x key position)
 
     def bytes(self, tokens: int, seq: int) -> int:
         return tokens * (self.per_token + self.attention_scores * seq)
@@ -54,8 +58,11 @@ def _norm_bytes(m: ModelConfig, p: int, weight_trained: bool) -> int:
     return 4 * h + 4 + (p * h if weight_trained else 0)
 
 
-def layer_activations(m: ModelConfig, t: TrainerConfig) -> LayerActivations:
-    """Saved-for-backward bytes of one transformer block, without checkpointing."""
+def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> LayerActivations:
+    """Saved-for-backward bytes of one transformer block, without checkpointing.
+
+    ``masked``: batches are padded, so transformers passes sdpa an attention mask.
+    """
     p = act_bytes(t)
     h, a, kv, d, inter = m.n_embd, m.n_head, m.kv_heads, m.head_dim, m.mlp_width
     full = t.finetuning == "full"
@@ -75,11 +82,13 @@ def layer_activations(m: ModelConfig, t: TrainerConfig) -> LayerActivations:
             else:
                 saved.add(lin.source)
             total += p * rank  # lora_A output, saved by lora_B
+    if t.attention != "eager":
+        saved.discard("attn_out")  # the kernel's output, counted below, is the o_proj input
     total += sum(p * sizes[s] for s in saved)
     # norms
     total += _norm_bytes(m, p, full) * (1 if m.shared_attention_norm else 2)
     # attention core
-    expanded = t.attention != "flash"
+    expanded = t.attention == "eager" or (t.attention == "sdpa" and masked)
     kv_width = a * d if expanded else kv * d
     total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
     scores = 0
@@ -87,6 +96,8 @@ def layer_activations(m: ModelConfig, t: TrainerConfig) -> LayerActivations:
         scores = a * (4 + (p if p == 2 else 0))  # fp32 softmax output + its 16-bit copy
     else:
         total += p * a * d + 4 * a  # kernel output + log-sum-exp
+        if t.attention == "sdpa" and masked:
+            scores = p  # the mask in the compute dtype, broadcast over heads
     # MLP
     total += p * inter * (3 if m.mlp in ("swiglu", "geglu") else 1)
     return LayerActivations(per_token=total, attention_scores=scores)
@@ -102,10 +113,12 @@ def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     return _norm_bytes(m, p, t.finetuning == "full") + (p * m.n_embd if trained_head else 0)
 
 
-def activation_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
+def activation_bytes(
+    m: ModelConfig, t: TrainerConfig, batch: int, seq: int, masked: bool = True
+) -> int:
     """Activations kept at the end of the forward pass of one micro-batch."""
     tokens = batch * seq
-    layer = layer_activations(m, t).bytes(tokens, seq)
+    layer = layer_activations(m, t, masked).bytes(tokens, seq)
     head = head_activations(m, t) * tokens
     if t.gradient_checkpointing:
         # each layer's input, plus one layer recomputed during backward

@@ -107,6 +107,13 @@ def sequence_length(d: DataConfig) -> int:
     return find_multiple(d.max_seq_length, d.pad_to_multiple_of or 1)
 
 
+def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
+    """Whether batches carry padding (so transformers hands sdpa an attention mask)."""
+    if d.collator == "packed":
+        return False
+    return d.padding == "max_length" or t.micro_batch_size > 1
+
+
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Peak per-GPU memory of one training step of this model, data and trainer."""
     seq = sequence_length(d)
@@ -120,7 +127,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     states = weights.optimizer_state_bytes(m, t) // div.optimizer
     step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
-    acts = act.activation_bytes(m, t, b, seq)
+    acts = act.activation_bytes(m, t, b, seq, masked=padded_batches(d, t))
     logits = act.logits_bytes(m, t, b, seq)
     if t.gradient_accumulation_steps > 1:
         fwd_grads = grads
