@@ -7,8 +7,8 @@ settings, plus what the row's *source* did (one mapping per source, never per ro
 * litgpt-resource-tables: LitGPT finetune/lora.py (10/2023): lm_head and loss in chunks of
   128 tokens (loss_chunking=chunked); torch SDPA with is_causal and no mask, which runs the
   FlashAttention-2 kernel in bf16 on an A100 (attention=flash: no mask, no s x s tensor);
-  LoRA dropout 0.05 (its default); gradient accumulation (batch 128 / micro batch 4). Metric: max_memory_allocated() / 1e9 -> compared with
-  cfgcheck's *allocated* figure.
+  LoRA dropout 0.05 (its default); gradient accumulation (batch 128 / micro batch 4).
+  Metric: max_memory_allocated() / 1e9 -> compared with cfgcheck's *allocated* figure.
 * torchtune-readme-old: torchtune single-device LoRA/QLoRA recipes: full fp32 logits and
   loss (loss_chunking=none); SDPA with is_causal and no mask, the flash kernel on an RTX 4090
   (attention=flash); LoRA dropout 0.05. The README's "peak memory" is read as
@@ -17,13 +17,19 @@ settings, plus what the row's *source* did (one mapping per source, never per ro
   padding mask of batches padded to the longest (attention=sdpa, micro batch 4 > 1: masked);
   LoRA dropout 0 (PEFT's default). Metric: 99th percentile of reserved -> *reserved*.
 
-Usage: python benchmarks/memory_accuracy.py [--csv PATH] [--markdown]
+Data length: LitGPT pads each batch to its longest sample; the rows' 1304 is Alpaca's longest
+sample, so each row's seq_len is used as the padded length (data.max_seq_length).
+The last lines show how the summary moves with the allocator fragmentation factor, the one
+assumed constant that reserved-memory rows depend on.
+
+Usage: python benchmarks/memory_accuracy.py [--csv PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import statistics
 import sys
 from pathlib import Path
@@ -33,6 +39,9 @@ import yaml
 
 from cfgcheck.memory import estimate
 from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
+
+# the module (its name is shadowed by the function in cfgcheck.memory)
+estimate_module = importlib.import_module("cfgcheck.memory.estimate")
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "measured-memory.csv"
@@ -170,6 +179,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory_accuracy: no such file {args.csv}", file=sys.stderr)
         return 2
     print(table(evaluate(args.csv)))
+    print("\nsensitivity to the fragmentation factor (reserved = allocated x f):")
+    saved = estimate_module.FRAGMENTATION
+    try:
+        for f in (1.0, 1.05, 1.10):
+            estimate_module.FRAGMENTATION = f
+            errs = [abs(r["error"]) for r in evaluate(args.csv)]
+            print(
+                f"  f={f:.2f}: median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%}"
+            )
+    finally:
+        estimate_module.FRAGMENTATION = saved
     return 0
 
 
