@@ -81,6 +81,8 @@ def test_declared_size_and_ids_against_the_files(cfg: dict[str, Any], folder: Pa
     size = findings["tokenizer.vocab_size"]
     assert "tokenizer.vocab_size=32000" in size.message and "says 259" in size.message
     assert "'</s>' has id 2" in findings["tokenizer.eos_token_id"].message
+    assert "tokenizer.vocab_size=259" in size.hint
+    assert "tokenizer.eos_token_id=2" in findings["tokenizer.eos_token_id"].hint
     use_tokenizer(cfg, folder, vocab_size=259, eos_token_id=2, pad_token="<unk>")
     assert validate(cfg).ok
 
@@ -219,4 +221,3 @@ def test_pad_is_eos_fixes(cfg: dict[str, Any], folder: Path, fix: dict[str, Any]
 def test_declared_only_pad_is_eos(cfg: dict[str, Any]) -> None:
     cfg["tokenizer"].update(pad_token="</s>", pad_token_id=2)
     assert only(cfg, "pad-is-eos").severity == "warning"
-

@@ -37,7 +37,8 @@ def tokenizer_declared_mismatch(cfg: RunConfig) -> Iterator[Problem]:
             f"{c.path}={c.declared} is declared, but the tokenizer at tokenizer.path="
             f"{facts.path} says {c.resolved} ({c.source}): rules and scripts that trust the "
             f"declared value use the wrong number",
-            f"set {c.path} to the files' value, or remove {c.path} and let cfgcheck read it",
+            f"set {c.path}={c.value} (the files' value), or remove {c.path} and let cfgcheck "
+            f"read it from the files",
         )
 
 

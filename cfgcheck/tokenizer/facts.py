@@ -29,6 +29,7 @@ class Conflict:
     declared: str
     resolved: str
     source: str  # where the resolved value came from
+    value: str = "null"  # the value that agrees with the files (for the fix)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ def merge(tok: TokenizerConfig, real: ResolvedTokenizer) -> TokenizerFacts:
                         str(declared_id),
                         f"{token!r} has id {token_id}",
                         sources.get(name, str(real.path)),
+                        str(token_id),
                     )
                 )
             elif token_id is None and token is None:
@@ -165,7 +167,13 @@ def merge(tok: TokenizerConfig, real: ResolvedTokenizer) -> TokenizerFacts:
         values[f"{name}_token"], values[f"{name}_token_id"] = token, token_id
     if tok.vocab_size is not None and tok.vocab_size != real.size:
         conflicts.append(
-            Conflict("tokenizer.vocab_size", str(tok.vocab_size), str(real.size), real.size_source)
+            Conflict(
+                "tokenizer.vocab_size",
+                str(tok.vocab_size),
+                str(real.size),
+                real.size_source,
+                str(real.size),
+            )
         )
     return TokenizerFacts(
         size=real.size,
