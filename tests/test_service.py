@@ -276,3 +276,29 @@ def test_settings_must_be_positive() -> None:
 
     with pytest.raises(SettingsError, match="max_depth=0"):
         ServiceSettings(max_depth=0)
+
+
+def test_compositions_are_cached_until_the_conf_changes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    monkeypatch.chdir(REPO)
+    app = create_app(ServiceSettings(config_dir=conf, allowed_roots=(REPO,)))
+    body = {"overrides": ["data.max_seq_length=3063"]}
+    with TestClient(app) as c:
+        first = c.post("/v1/validate", json=body)
+        again = c.post("/v1/validate", json=body)
+        model = conf / "model" / "tinyllama-1.1b.yaml"
+        model.write_text(model.read_text().replace("block_size: 2048", "block_size: 4096"))
+        st = model.stat()
+        os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        edited = c.post("/v1/validate", json=body)
+    assert first.text == again.text
+    assert first.json()["ok"] is False
+    assert edited.status_code == 200 and edited.json()["ok"] is True
+    cache = app.state.runner.cache
+    assert (cache.hits, cache.misses) == (1, 2)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 from cfgcheck.service.body import parse_body
+from cfgcheck.service.cache import ComposeCache
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.guards import check_tree, resolver_refused
 from cfgcheck.service.interpolation import resolver_paths
@@ -35,6 +36,7 @@ class Runner:
         self.roots = settings.roots()
         # Hydra's compose API keeps global state: one composition at a time per process.
         self._compose_lock = threading.Lock()
+        self.cache = ComposeCache(self.config_dir)
 
     def run(self, body: bytes, kind: str) -> str:
         payload = parse_body(body, kind)
@@ -58,6 +60,10 @@ class Runner:
     def compose(self, request: ComposeRequest) -> dict[str, Any]:
         """Compose a ``{config_name, overrides}`` request into a plain, resolved config."""
         screen_overrides(request.overrides, self.config_dir)
+        key = self.cache.key(request.config_name, request.overrides)
+        return self.cache.config(key, lambda: self._compose(request))
+
+    def _compose(self, request: ComposeRequest) -> dict[str, Any]:
         from omegaconf import OmegaConf
 
         from cfgcheck.compose import compose
@@ -80,11 +86,26 @@ class Runner:
     def _locate(self, result: CheckResult, request: ComposeRequest) -> CheckResult:
         """Source locations of the findings, as ``cfgcheck check`` attaches them."""
         try:
-            from cfgcheck.locations import with_locations
+            from cfgcheck.locations import locate
         except ImportError:  # pragma: no cover - locations are optional to the verdict
             return result
-        with self._compose_lock:
-            return with_locations(result, self.config_dir, request.config_name, request.overrides)
+        key = self.cache.key(request.config_name, request.overrides)
+        smap = self.cache.extra(key, "source_map", lambda: self._source_map(request))
+        return result if smap is None else locate(result, smap)
+
+    def _source_map(self, request: ComposeRequest) -> Any:
+        """The composition's source map, or ``None`` where ``with_locations`` gives up too."""
+        import yaml
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        from cfgcheck.locations import source_map
+
+        try:
+            with self._compose_lock:
+                return source_map(self.config_dir, request.config_name, request.overrides)
+        except (HydraException, OmegaConfBaseException, yaml.YAMLError, OSError, ValueError):
+            return None
 
     def _hide_dir(self, message: str) -> str:
         """Say ``<config-dir>`` instead of the server's own directory layout."""
