@@ -32,7 +32,8 @@ def test_over_the_gpu_is_an_error_with_savings_per_fix() -> None:
     f = found["gpu-memory"]
     assert f.severity == "error" and "A10G" in f.message and "llama-2-7b" in f.message
     assert "trainer.gradient_checkpointing=true saves" in f.hint and "fits" in f.hint
-    assert "trainer.micro_batch_size=2 trainer.gradient_accumulation_steps=8" in f.hint
+    # the largest micro batch that fits, with the accumulation that keeps the global batch
+    assert "trainer.micro_batch_size=1 trainer.gradient_accumulation_steps=16 saves" in f.hint
 
 
 def test_the_suggested_fix_passes() -> None:

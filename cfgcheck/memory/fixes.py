@@ -17,6 +17,11 @@ class Fix:
     saved_bytes: int
 
 
+def _smaller_micro_batches(micro: int) -> list[int]:
+    """Divisors of ``micro`` below it, largest first (the global batch stays the same)."""
+    return [k for k in range(micro - 1, 0, -1) if micro % k == 0]
+
+
 def _candidates(t: TrainerConfig) -> list[tuple[str, TrainerConfig]]:
     out: list[tuple[str, TrainerConfig]] = []
     if not t.gradient_checkpointing:
@@ -26,18 +31,16 @@ def _candidates(t: TrainerConfig) -> list[tuple[str, TrainerConfig]]:
                 t.model_copy(update={"gradient_checkpointing": True}),
             )
         )
-    if t.micro_batch_size > 1:
-        micro = t.micro_batch_size // 2
+    for micro in _smaller_micro_batches(t.micro_batch_size):
         accum = t.gradient_accumulation_steps * t.micro_batch_size // micro
-        if micro * accum == t.micro_batch_size * t.gradient_accumulation_steps:
-            out.append(
-                (
-                    f"trainer.micro_batch_size={micro} trainer.gradient_accumulation_steps={accum}",
-                    t.model_copy(
-                        update={"micro_batch_size": micro, "gradient_accumulation_steps": accum}
-                    ),
-                )
+        out.append(
+            (
+                f"trainer.micro_batch_size={micro} trainer.gradient_accumulation_steps={accum}",
+                t.model_copy(
+                    update={"micro_batch_size": micro, "gradient_accumulation_steps": accum}
+                ),
             )
+        )
     if t.loss_chunking == "none":
         out.append(
             ("trainer.loss_chunking=chunked", t.model_copy(update={"loss_chunking": "chunked"}))
@@ -73,12 +76,24 @@ def _candidates(t: TrainerConfig) -> list[tuple[str, TrainerConfig]]:
     return out
 
 
-def fixes(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[Fix]:
-    """Every applicable fix that lowers the per-GPU estimate, largest saving first."""
+def fixes(m: ModelConfig, d: DataConfig, t: TrainerConfig, budget: int | None = None) -> list[Fix]:
+    """Every applicable fix that lowers the per-GPU estimate, largest saving first.
+
+    Of the smaller micro batches only one is kept: the largest that fits ``budget`` (bytes),
+    else the smallest.
+    """
     base = estimate(m, d, t).total_bytes
-    found = []
+    found: list[Fix] = []
+    micro: Fix | None = None
     for setting, changed in _candidates(t):
         total = estimate(m, d, changed).total_bytes
-        if total < base:
-            found.append(Fix(setting, total, base - total))
+        if total >= base:
+            continue
+        fix = Fix(setting, total, base - total)
+        if not setting.startswith("trainer.micro_batch_size="):
+            found.append(fix)
+        elif micro is None or budget is None or micro.total_bytes > budget:
+            micro = fix  # candidates come largest micro batch first
+    if micro is not None:
+        found.append(micro)
     return sorted(found, key=lambda f: -f.saved_bytes)

@@ -25,7 +25,7 @@ def _breakdown(e: MemoryEstimate) -> str:
 
 
 def _fix_hint(cfg: RunConfig, need: int | None) -> str:
-    found = fixes(cfg.model, cfg.data, cfg.trainer)
+    found = fixes(cfg.model, cfg.data, cfg.trainer, need)
     if not found:
         return "use a GPU with more memory (trainer.gpu.name=H100 / H200) or a smaller model"
     parts = []
