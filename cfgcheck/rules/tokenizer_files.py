@@ -48,6 +48,12 @@ def special_token_not_in_vocab(cfg: RunConfig) -> Iterator[Problem]:
     facts = tokenizer_facts(cfg.tokenizer)
     unk = facts.unk_token_id
     for name, token in facts.unknown_tokens.items():
+        known = [
+            (what, t)
+            for what, t in (("unk", facts.unk_token), ("eos", facts.eos_token))
+            if t is not None and what != name and what not in facts.unknown_tokens
+        ]
+        example = f" (e.g. the {known[0][0]} token {known[0][1]!r})" if known else ""
         becomes = (
             f"transformers silently maps it to the unk id {unk}"
             if unk is not None
@@ -58,7 +64,6 @@ def special_token_not_in_vocab(cfg: RunConfig) -> Iterator[Problem]:
             (f"tokenizer.{name}_token", "tokenizer.path"),
             f"tokenizer.{name}_token={token!r} is not in the vocabulary of tokenizer.path="
             f"{facts.path} ({facts.size_source}): {becomes}",
-            f"use a token the tokenizer has for tokenizer.{name}_token (e.g. the eos token "
-            f"{facts.eos_token!r}), or add {token!r} with tokenizer.add_special_tokens and "
-            f"resize the model's embeddings",
+            f"use a token the tokenizer has for tokenizer.{name}_token{example}, or add "
+            f"{token!r} with tokenizer.add_special_tokens and resize the model's embeddings",
         )
