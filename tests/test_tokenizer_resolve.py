@@ -16,6 +16,7 @@ import pytest
 from cfgcheck.schema.tokenizer import TokenizerConfig
 from cfgcheck.tokenizer import TokenizerFileError, resolve_tokenizer, tokenizer_facts
 from cfgcheck.tokenizer.hf import load_auto_tokenizer
+from cfgcheck.tokenizer.resolve import FAST_PATH_CLASSES
 from tests.factories import bpe, save_file, save_folder, sentencepiece_model, wordpiece
 
 SPECIALS = ("pad", "eos", "bos", "unk")
@@ -279,3 +280,29 @@ def test_fast_path_imports_neither_transformers_nor_torch(tmp_path: Path) -> Non
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "261"
+
+
+def _with_class(d: Path, cls: str) -> Path:
+    bpe_with_pad_added(d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["tokenizer_class"] = cls
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return d
+
+
+@pytest.mark.parametrize("cls", sorted(c for c in FAST_PATH_CLASSES if c is not None))
+def test_fast_path_classes_agree_with_transformers(cls: str, tmp_path: Path) -> None:
+    folder = _with_class(tmp_path / cls, cls)
+    assert resolve_tokenizer(folder).backend == "tokenizers"
+    assert fast_view(folder) == hf_view(load_auto_tokenizer(folder))
+
+
+@pytest.mark.parametrize("cls", ["BertTokenizer", "GemmaTokenizerFast"])
+def test_classes_that_add_tokens_go_through_transformers(cls: str, tmp_path: Path) -> None:
+    """These classes add default special tokens ([MASK], ...) on load: the plain
+    tokenizer.json emulation would undercount, so transformers answers."""
+    folder = _with_class(tmp_path / cls, cls)
+    real = resolve_tokenizer(folder)
+    hf = load_auto_tokenizer(folder)
+    assert real.backend == "transformers" and real.size == len(hf) > 261
+    assert fast_view(folder) == hf_view(hf)

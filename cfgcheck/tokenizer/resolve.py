@@ -4,8 +4,10 @@ Fast path: a ``tokenizer.json`` (a lone file, or a folder holding one and the tr
 files ``tokenizer_config.json`` / ``special_tokens_map.json`` / ``added_tokens.json``) is read
 with the ``tokenizers`` library only, emulating what transformers' ``from_pretrained`` does with
 the side files: special tokens missing from the vocabulary are added, so ``len(tokenizer)``
-grows. Fallback: a SentencePiece ``tokenizer.model`` is loaded with transformers'
-``AutoTokenizer``, offline and without remote code (see :mod:`cfgcheck.tokenizer.hf`).
+grows. Fallback: a SentencePiece ``tokenizer.model``, or a folder whose ``tokenizer_class``
+adds tokens of its own on load (not in :data:`FAST_PATH_CLASSES`, e.g. BERT or Gemma), is
+loaded with transformers' ``AutoTokenizer``, offline and without remote code (see
+:mod:`cfgcheck.tokenizer.hf`).
 
 Results are cached by resolved path and modification time, so every rule that asks reads the
 files once.
@@ -21,6 +23,24 @@ from pathlib import Path
 from typing import Any
 
 SPECIAL_NAMES: tuple[str, ...] = ("pad", "eos", "bos", "unk")
+# tokenizer_config.json classes whose loading the fast path reproduces exactly (checked against
+# transformers in tests/test_tokenizer_resolve.py). Other classes add tokens of their own on
+# load, so transformers answers for them when it is installed.
+FAST_PATH_CLASSES: frozenset[str | None] = frozenset(
+    {
+        None,
+        "PreTrainedTokenizerFast",
+        "TokenizersBackend",
+        "LlamaTokenizer",
+        "LlamaTokenizerFast",
+        "GPT2Tokenizer",
+        "GPT2TokenizerFast",
+        "Qwen2Tokenizer",
+        "Qwen2TokenizerFast",
+        "CodeGenTokenizer",
+        "CodeGenTokenizerFast",
+    }
+)
 SIDE_FILES: tuple[str, ...] = (
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -87,12 +107,15 @@ def _resolve_cached(p: Path, stamp: tuple[int, ...]) -> ResolvedTokenizer:
     del stamp  # part of the cache key only
     if p.is_dir():
         if (p / "tokenizer.json").is_file():
+            cls = _tokenizer_class(p)
+            if cls not in FAST_PATH_CLASSES and _has_transformers():
+                return _from_transformers(p / "tokenizer.json", p)
             return _from_tokenizer_json(p / "tokenizer.json", folder=p)
         if (p / "tokenizer.model").is_file():
-            return _from_sentencepiece(p / "tokenizer.model")
+            return _from_transformers(p / "tokenizer.model", p)
         raise TokenizerFileError(f"{p} holds neither a tokenizer.json nor a tokenizer.model")
     if p.suffix == ".model":
-        return _from_sentencepiece(p)
+        return _from_transformers(p, p.parent if p.name == "tokenizer.model" else None)
     return _from_tokenizer_json(p, folder=None)
 
 
@@ -206,16 +229,30 @@ def _side_files(folder: Path) -> tuple[dict[str, SpecialToken], list[str]]:
     return specials, extra
 
 
-def _from_sentencepiece(path: Path) -> ResolvedTokenizer:
+def _tokenizer_class(folder: Path) -> str | None:
+    path = folder / "tokenizer_config.json"
+    cls = _read_json(path).get("tokenizer_class") if path.is_file() else None
+    return cls if isinstance(cls, str) else None
+
+
+def _has_transformers() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None
+
+
+def _from_transformers(path: Path, folder: Path | None) -> ResolvedTokenizer:
+    """Ask transformers (the fallback): a SentencePiece model, or a tokenizer class that adds
+    tokens of its own on load (BERT's [MASK], Gemma's defaults, ...)."""
     from cfgcheck.tokenizer.hf import load_auto_tokenizer
 
-    hf = load_auto_tokenizer(path)
+    hf = load_auto_tokenizer(folder if folder is not None else path)
     vocab = {str(k): int(v) for k, v in hf.get_vocab().items()}
     specials: dict[str, SpecialToken] = {}
+    where = f"{path.parent.name}/{path.name} via transformers {type(hf).__name__}"
     for name in SPECIAL_NAMES:
         token = getattr(hf, f"{name}_token", None)
         if token is not None:
             token_id = getattr(hf, f"{name}_token_id", None)
-            specials[name] = SpecialToken(str(token), token_id, f"{path.parent.name}/{path.name}")
-    folder = path.parent if path.name == "tokenizer.model" else None
+            specials[name] = SpecialToken(str(token), token_id, where)
     return _build(path, folder, vocab, int(hf.vocab_size), specials, backend="transformers")
