@@ -60,7 +60,7 @@ def test_openapi_describes_request_and_response(client: TestClient) -> None:
     assert set(schemas["RunConfig"]["required"]) == {"model", "tokenizer", "data", "trainer"}
     ok = op["responses"]["200"]["content"]["application/json"]["schema"]
     assert ok == {"$ref": "#/components/schemas/CheckResponse"}
-    assert {"400", "413", "415", "422", "503", "504"} <= set(op["responses"])
+    assert {"400", "408", "413", "415", "422", "503", "504"} <= set(op["responses"])
     assert {"/v1/schema", "/healthz"} <= set(doc["paths"])
 
 
@@ -216,6 +216,23 @@ def test_invalid_content_length_is_400() -> None:
     with pytest.raises(RequestError) as e:
         asyncio.run(read_limited("ten", empty(), 100))
     assert e.value.status == 400
+
+
+def test_slow_body_answers_408() -> None:
+    import asyncio
+
+    from cfgcheck.service.body import read_within
+    from cfgcheck.service.errors import RequestError
+
+    async def trickle() -> Any:
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            yield b" "
+
+    with pytest.raises(RequestError) as e:
+        asyncio.run(read_within(None, trickle(), 1000, 0.2))
+    assert e.value.status == 408
+    assert "within 0.2 s" in e.value.detail
 
 
 def test_time_limit_answers_504(monkeypatch: pytest.MonkeyPatch, cfg: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.service import runner
-from cfgcheck.service.body import media_type, read_limited
+from cfgcheck.service.body import media_type, read_within
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.models import CheckResponse, ErrorResponse, HealthResponse
 from cfgcheck.service.openapi import VALIDATE_REQUEST_BODY, build_openapi
@@ -53,6 +53,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": text}
     for status, text in {
         400: "Malformed body: not JSON/YAML, not UTF-8, empty, or a bad Content-Length.",
+        408: "The body did not arrive within the per-request time limit.",
         413: "The body is over the size limit.",
         415: "Unsupported Content-Type.",
         422: "Refused: nesting/size limits, non-JSON values, resolver interpolations, paths "
@@ -123,8 +124,11 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         `{"config_name": ..., "overrides": [...]}` composed from the server's config directory.
         HTTP 200 for a verdict either way: `ok` says whether the config has errors."""
         kind = media_type(request.headers.get("content-type"))
-        body = await read_limited(
-            request.headers.get("content-length"), request.stream(), settings.max_body_bytes
+        body = await read_within(
+            request.headers.get("content-length"),
+            request.stream(),
+            settings.max_body_bytes,
+            settings.request_timeout_s,
         )
         if not gate.enter():
             raise RequestError(503, "too many validations in flight; retry in a moment")

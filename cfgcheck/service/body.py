@@ -49,6 +49,18 @@ async def read_limited(
     return b"".join(chunks)
 
 
+async def read_within(
+    content_length: str | None, stream: AsyncIterator[bytes], limit: int, timeout: float
+) -> bytes:
+    """:func:`read_limited`, refused with 408 if the body has not arrived within ``timeout``."""
+    import asyncio
+
+    try:
+        return await asyncio.wait_for(read_limited(content_length, stream, limit), timeout)
+    except TimeoutError:
+        raise RequestError(408, f"the request body did not arrive within {timeout:g} s") from None
+
+
 def parse_body(body: bytes, kind: str) -> Any:
     """The JSON or YAML document in ``body``; 400 with the parser's message when malformed."""
     if not body.strip():
