@@ -37,7 +37,13 @@ def render_text(report: ScanReport, paths: Sequence[str]) -> str:
         "lengths    " + "  ".join(f"{k} {v:,}" for k, v in pct.items()),
         f"           longest: {report.longest.file}:{report.longest.line}",
         f"limits     max_length {report.max_length:,} (truncation "
-        f"{'on' if report.truncation else 'off'}), model.block_size {report.block_size:,}",
+        f"{'on' if report.truncation else 'off'})"
+        + (
+            f", max_seq_length {report.max_seq_length:,}"
+            if report.max_seq_length != report.max_length
+            else ""
+        )
+        + f", model.block_size {report.block_size:,}",
         f"truncated  {report.truncated:,} of {report.samples:,} samples are longer than "
         f"max_length ({report.truncated / report.samples:.1%})"
         + ("" if report.truncation else ", kept whole: truncation is off"),
@@ -73,13 +79,25 @@ def write_png(report: ScanReport, path: Path) -> None:
             "(or cfgcheck[plot])"
         ) from e
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.hist(list(report.lengths), bins=min(60, max(5, report.samples // 5)), color="#4c72b0")
-    ax.axvline(report.max_length, color="#dd8452", linestyle="--", label="max_length")
-    ax.axvline(report.block_size, color="#c44e52", linestyle=":", label="model.block_size")
+    ax.hist(
+        list(report.lengths),
+        bins=min(60, max(5, report.samples // 5)),
+        color="#4c72b0",
+        edgecolor="white",
+    )
+    top = max(report.lengths)
+    # Mark the limits that fall near the data; far-away ones would squash the histogram.
+    for value, style, label in (
+        (report.max_length, ("#dd8452", "--"), f"max_length {report.max_length}"),
+        (report.block_size, ("#c44e52", ":"), f"model.block_size {report.block_size}"),
+    ):
+        if value <= 2 * top:
+            ax.axvline(value, color=style[0], linestyle=style[1], label=label)
     ax.set_xlabel("tokens per sample")
     ax.set_ylabel("samples")
     ax.set_title(f"{report.samples:,} samples, p50 {report.percentiles()['p50']:,}")
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
     fig.tight_layout()
     try:
         fig.savefig(path, format="png")
