@@ -306,3 +306,16 @@ def test_classes_that_add_tokens_go_through_transformers(cls: str, tmp_path: Pat
     hf = load_auto_tokenizer(folder)
     assert real.backend == "transformers" and real.size == len(hf) > 261
     assert fast_view(folder) == hf_view(hf)
+
+
+def test_without_transformers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Core install: a SentencePiece model names the extra to install; a class that would
+    need transformers falls back to the tokenizer.json emulation."""
+    model = sentencepiece_model(tmp_path / "sp")
+    bert = _with_class(tmp_path / "bert", "BertTokenizer")
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(TokenizerFileError, match=r"install cfgcheck\[transformers\]"):
+        resolve_tokenizer(model)
+    fallback = resolve_tokenizer(bert)
+    assert fallback.backend == "tokenizers"
+    assert "BertTokenizer may add tokens on load" in fallback.size_source

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -108,8 +108,12 @@ def _resolve_cached(p: Path, stamp: tuple[int, ...]) -> ResolvedTokenizer:
     if p.is_dir():
         if (p / "tokenizer.json").is_file():
             cls = _tokenizer_class(p)
-            if cls not in FAST_PATH_CLASSES and _has_transformers():
-                return _from_transformers(p / "tokenizer.json", p)
+            if cls not in FAST_PATH_CLASSES:
+                if _has_transformers():
+                    return _from_transformers(p / "tokenizer.json", p)
+                fast = _from_tokenizer_json(p / "tokenizer.json", folder=p)
+                note = f"; {cls} may add tokens on load: install cfgcheck[transformers]"
+                return replace(fast, size_source=fast.size_source + note)
             return _from_tokenizer_json(p / "tokenizer.json", folder=p)
         if (p / "tokenizer.model").is_file():
             return _from_transformers(p / "tokenizer.model", p)
