@@ -19,6 +19,7 @@ from cfgcheck import validate
 from cfgcheck.jsonschema import json_schemas
 from cfgcheck.service import ServiceSettings, create_app
 from cfgcheck.service import runner as service_runner
+from cfgcheck.service.models import CheckResponse
 from tests.conftest import CONF, REPO
 
 YAML = {"content-type": "application/yaml"}
@@ -104,6 +105,9 @@ def test_compose_request_matches_library_check(client: TestClient) -> None:
     assert r.status_code == 200
     assert r.json() == cfgcheck.check(CONF, "config", overrides).to_dict()
     assert r.json()["ok"] is False
+    parsed = CheckResponse.model_validate(r.json())  # the documented response model
+    located = [loc for f in parsed.findings for loc in f.locations or () if loc is not None]
+    assert "<override data.max_seq_length=9000>" in {loc.file for loc in located}
 
 
 def test_compose_request_defaults_to_config(client: TestClient) -> None:

@@ -33,6 +33,13 @@ class ComposeRequest(BaseModel):
     )
 
 
+class LocationOut(BaseModel):
+    """Where a value was set: a config file and line, or ``<override ...>`` with no line."""
+
+    file: str
+    line: int | None = None
+
+
 class FindingOut(BaseModel):
     """One finding, as ``cfgcheck check --format json`` prints it (more keys may be added)."""
 
@@ -41,6 +48,10 @@ class FindingOut(BaseModel):
     paths: list[str] = Field(description="Dotted config paths involved.")
     message: str
     hint: str = Field(description="The concrete fix.")
+    locations: list[LocationOut | None] | None = Field(
+        None,
+        description="One per path: where its value was set (compose requests), or null.",
+    )
 
 
 class CheckResponse(BaseModel):
