@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,7 +17,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from tests.conftest import REPO  # noqa: E402
-from tests.test_cli import COMMAND  # noqa: E402
+
+CFGCHECK = shutil.which("cfgcheck")
+COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
 
 SECRET = "e2e-s3cr3t-4b7d-never-sent"
 

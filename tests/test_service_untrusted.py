@@ -216,6 +216,9 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     (root / "sneaky").mkdir()
     (root / "sneaky" / "tokenizer.json").symlink_to(secret_file)
     (root / "data.jsonl").write_text('{"text": "hello"}\n')
+    os.mkfifo(root / "fifo")  # reading it would block a worker thread forever
+    (root / "fifodir").mkdir()
+    os.mkfifo(root / "fifodir" / "tokenizer.json")
     monkeypatch.chdir(root)
     return {"root": root, "outside": outside, "secret": secret_file}
 
@@ -265,6 +268,8 @@ def test_paths_inside_the_roots_are_validated(
         (lambda t: "link.json", "symlink"),
         (lambda t: "linkdir/tokenizer.json", "symlink"),
         (lambda t: "sneaky", "folder holding a symlink"),
+        (lambda t: "fifo", "not a regular file"),
+        (lambda t: "fifodir", "FIFO"),
         (lambda t: "~/tokenizer.json", "'~'"),
         (lambda t: "hf://meta-llama/Llama-2-7b-hf", "remote"),
         (lambda t: "https://example.com/tokenizer.json", "remote"),

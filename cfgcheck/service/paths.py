@@ -2,8 +2,9 @@
 
 Checked before validation runs (validation may open ``tokenizer.path`` and dataset files):
 a path is refused when it has a ``..`` component, starts with ``~``, names a remote location,
-or lies outside every allowed root once symlinks are resolved. For a folder, symlinks directly
-inside it (the files a tokenizer folder is read from) must stay inside the roots too.
+or lies outside every allowed root once symlinks are resolved; so is anything but a regular
+file or folder (a FIFO would block the reading thread forever). For a folder, the entries
+directly inside it (the files a tokenizer folder is read from) must pass the same checks.
 """
 
 from __future__ import annotations
@@ -80,9 +81,12 @@ def _refusal(value: str, roots: Sequence[Path], base: Path) -> str | None:
             else "is"
         )
         return f"{how} a location outside the directories this service may read"
+    if resolved.exists() and not (resolved.is_file() or resolved.is_dir()):
+        return "is not a regular file or folder (a device, FIFO or socket is never read)"
     if resolved.is_dir() and not _folder_confined(resolved, roots):
         return (
-            "is a folder holding a symlink that leads outside the directories this service may read"
+            "is a folder holding a symlink that leads outside the directories this service "
+            "may read, or a device, FIFO or socket"
         )
     return None
 
@@ -92,4 +96,10 @@ def _folder_confined(folder: Path, roots: Sequence[Path]) -> bool:
         entries = list(os.scandir(folder))[:_MAX_FOLDER_ENTRIES]
     except OSError:
         return True  # unreadable: validation reports it; nothing is read from outside
-    return all(_inside(Path(os.path.realpath(e.path)), roots) for e in entries if e.is_symlink())
+    for entry in entries:
+        target = Path(os.path.realpath(entry.path))
+        if entry.is_symlink() and not _inside(target, roots):
+            return False
+        if target.exists() and not (target.is_file() or target.is_dir()):
+            return False
+    return True
