@@ -54,6 +54,7 @@ def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
     max_examples=50,
     deadline=None,
     derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 def test_api_conforms_to_its_openapi(case: schemathesis.Case) -> None:
