@@ -265,3 +265,30 @@ def test_histogram_counts_every_sample() -> None:
     lines = histogram([3, 3, 4, 10, 50], bins=4)
     assert sum(int(line.split()[-1]) for line in lines) == 5
     assert lines[0].lstrip().startswith("3-")
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("tty", "min_bytes", "shown"), [(True, 0, True), (False, 0, False), (True, 1 << 40, False)]
+)
+def test_progress_only_on_a_terminal_for_large_scans(
+    cfg: dict[str, Any],
+    tok_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tty: bool,
+    min_bytes: int,
+    shown: bool,
+) -> None:
+    from cfgcheck.data import scan as scan_module
+
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(30)))
+    err = _Tty() if tty else io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setattr(scan_module, "PROGRESS_MIN_BYTES", min_bytes)
+    scan_dataset(run, chunk_size=10)
+    assert ("scanning [" in err.getvalue()) is shown
