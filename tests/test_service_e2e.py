@@ -154,3 +154,15 @@ def test_serve_help_lists_the_options() -> None:
     assert proc.returncode == 0
     for option in ("--host", "--port", "--config-dir", "--allow-root", "--timeout"):
         assert option in proc.stdout
+
+
+def test_the_cli_fast_path_does_not_import_the_web_stack() -> None:
+    code = (
+        "import sys, cfgcheck.cli as c; c.build_parser(); "
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette', 'httpx') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
