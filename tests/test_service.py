@@ -323,3 +323,20 @@ def test_compositions_are_cached_until_the_conf_changes(
     assert edited.status_code == 200 and edited.json()["ok"] is True
     cache = app.state.runner.cache
     assert (cache.hits, cache.misses) == (1, 2)
+
+
+def test_a_bug_in_validation_is_a_one_line_500(
+    monkeypatch: pytest.MonkeyPatch, cfg: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.chdir(REPO)
+
+    def broken(config: Any) -> Any:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(service_runner, "validate_config", broken)
+    with client_for() as c:
+        r = c.post("/v1/validate", json=cfg)
+    assert r.status_code == 500
+    assert r.json() == {"detail": "internal error while validating (ZeroDivisionError); logged"}
+    assert "Traceback" not in r.text
+    assert "ZeroDivisionError" in caplog.text  # the traceback goes to the server's log
