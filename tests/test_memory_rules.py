@@ -138,3 +138,9 @@ def test_check_fast_path_does_not_import_torch() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert proc.stdout.split() == ["False", "False"], proc.stderr
+
+
+def test_a_tiny_declared_memory_is_an_error_not_a_crash() -> None:
+    # found by the service fuzzer: memory_gib=5e-324 rounds to 0 bytes
+    f = rules("+trainer.gpu.memory_gib=5e-324", "trainer.gpu.name=null")["gpu-memory"]
+    assert f.severity == "error"

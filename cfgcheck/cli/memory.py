@@ -39,7 +39,7 @@ def _payload(result: Any) -> dict[str, Any]:
             "where": avail.where,
         }
         out["fits"] = est.total_bytes <= avail.bytes
-        out["share"] = round(est.total_bytes / avail.bytes, 4)
+        out["share"] = round(est.total_bytes / avail.bytes, 4) if avail.bytes > 0 else None
     return out
 
 
@@ -70,7 +70,7 @@ def _text(p: dict[str, Any]) -> str:
         verdict = "fits" if p["fits"] else "DOES NOT FIT"
         lines.append(
             f"available: {a['gib']:.2f} GiB ({a['where']}): {e['total_gib']:.2f} GiB is "
-            f"{p['share']:.0%}, {verdict}"
+            f"{p['share'] or float('inf'):.0%}, {verdict}"
         )
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ ignores live GPUs (reproducible CI and pre-commit runs use the declared ``traine
 from __future__ import annotations
 
 import glob
+import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -183,7 +184,8 @@ def declared_device(gpu: GpuConfig) -> Device | None:
         raise UnknownGpuError(gpu.name)
     if spec is None and gpu.memory_gib is None:
         return None
-    total = int((gpu.memory_gib or (spec.memory_gib if spec else 0)) * GIB)
+    gib = gpu.memory_gib or (spec.memory_gib if spec else 0)
+    total = int(min(gib, 1e9) * GIB) if math.isfinite(gib) else int(1e9 * GIB)
     name = spec.name if spec else (gpu.name or f"{gpu.memory_gib:g} GiB GPU")
     return Device(0, name, total, total, spec.capability if spec else None, "declared")
 

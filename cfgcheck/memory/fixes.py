@@ -18,8 +18,10 @@ class Fix:
 
 
 def _smaller_micro_batches(micro: int) -> list[int]:
-    """Divisors of ``micro`` below it, largest first (the global batch stays the same)."""
-    return [k for k in range(micro - 1, 0, -1) if micro % k == 0]
+    """Smaller micro batches that divide ``micro`` (so the global batch stays the same),
+    largest first: ``micro / d`` for d up to 64, and 1."""
+    found = {micro // d for d in range(2, min(micro, 64) + 1) if micro % d == 0} | {1}
+    return sorted((k for k in found if k < micro), reverse=True)
 
 
 def _candidates(t: TrainerConfig) -> list[tuple[str, TrainerConfig]]:

@@ -72,7 +72,7 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
             "or run on the training machine; `cfgcheck memory` shows the breakdown",
         )
         return
-    share = est.total_bytes / avail.bytes
+    share = est.total_bytes / avail.bytes if avail.bytes > 0 else float("inf")
     if share <= WARN_SHARE:
         return
     over = share > 1
