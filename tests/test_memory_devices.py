@@ -69,3 +69,57 @@ def test_no_live_gpu_env_and_no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(devices.NO_LIVE_ENV)
     monkeypatch.setattr(devices, "nvidia_present", lambda: False)
     assert devices.live_devices() == []
+
+
+class FakeNvml:
+    """Stands in for the pynvml module: one 80 GiB A100 with 60 GiB free."""
+
+    class Mem:
+        total, free = 80 * GIB, 60 * GIB
+
+    def __init__(self) -> None:
+        self.shutdown = False
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> FakeNvml.Mem:
+        return self.Mem()
+
+    def nvmlDeviceGetName(self, h: int) -> bytes:
+        return b"NVIDIA A100-SXM4-80GB"
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
+        return (8, 0)
+
+
+def test_nvml_probe_reads_free_total_and_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvml = FakeNvml()
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake_nvml)
+    monkeypatch.delenv(devices.NO_LIVE_ENV, raising=False)
+    monkeypatch.setattr(devices, "nvidia_present", lambda: True)
+    (dev,) = devices.live_devices()
+    assert (dev.name, dev.free_bytes, dev.total_bytes, dev.capability) == (
+        "NVIDIA A100-SXM4-80GB",
+        60 * GIB,
+        80 * GIB,
+        (8, 0),
+    )
+    assert fake_nvml.shutdown and devices.lookup(dev.name) is not None
+
+
+def test_without_nvml_torch_cuda_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)  # import fails
+    monkeypatch.delenv(devices.NO_LIVE_ENV, raising=False)
+    monkeypatch.setattr(devices, "nvidia_present", lambda: True)
+    assert devices.live_devices() == []  # the CPU build of torch sees no CUDA device
