@@ -58,7 +58,7 @@ def total(m: ModelConfig, seq: int, **kw: Any) -> int:
     return estimate(m, DataConfig(max_seq_length=seq), TrainerConfig.model_validate(kw)).total_bytes
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, database=None)
 @given(shapes(), trainers(), st.integers(1, 4096))
 def test_more_batch_sequence_rank_never_less(m: ModelConfig, t: dict[str, Any], seq: int) -> None:
     base = total(m, seq, **t)
@@ -68,7 +68,7 @@ def test_more_batch_sequence_rank_never_less(m: ModelConfig, t: dict[str, Any], 
     assert total(m, seq, **(t | {"lora": lora})) >= base
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, database=None)
 @given(shapes(), trainers(), st.integers(1, 4096), st.integers(2, 16))
 def test_checkpointing_and_sharding_never_more(
     m: ModelConfig, t: dict[str, Any], seq: int, gpus: int
@@ -84,7 +84,7 @@ def test_checkpointing_and_sharding_never_more(
         assert total(m, seq, **(t | {"devices": gpus, "strategy": strategy})) <= single
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, database=None)
 @given(shapes(), st.sampled_from(["nf4", "nf4-dq", "int8"]))
 def test_quantized_weights_never_more_than_16_bit(m: ModelConfig, q: str) -> None:
     bf16 = TrainerConfig(micro_batch_size=1, precision="bf16-true", finetuning="lora")
