@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Memory verdicts in the tests use the GPU the config declares, never a GPU that happens to be
+# on the machine running them (subprocesses inherit this).
+os.environ["CFGCHECK_NO_LIVE_GPU"] = "1"
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"

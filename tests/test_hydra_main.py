@@ -105,7 +105,15 @@ def test_unresolvable_config_stops_the_job_with_exit_2(app: Path) -> None:
 
 
 def test_multirun_with_one_bad_point_refuses_the_whole_sweep(app: Path) -> None:
-    proc = run_app(app, "-m", "model=tinyllama-1.1b,llama-2-7b", "data.max_seq_length=1024,4096")
+    # Checkpointing keeps llama-2-7b at 4096 tokens inside the default A100-80GB, so the one bad
+    # point is TinyLlama's 4096 > 2048 block.
+    proc = run_app(
+        app,
+        "-m",
+        "model=tinyllama-1.1b,llama-2-7b",
+        "data.max_seq_length=1024,4096",
+        "trainer.gradient_checkpointing=true",
+    )
     assert proc.returncode == 1
     assert markers(app) == {}  # not even the good points ran
     assert not (app / "multirun").exists()  # Hydra never started the sweep

@@ -110,7 +110,7 @@ def test_cli_memory_text_and_json_agree() -> None:
     comps = data["estimate"]["components"]
     assert abs(sum(c["bytes"] for c in comps) / GIB - data["estimate"]["total_gib"]) < 0.01
     assert f"{data['estimate']['total_gib']:.2f}" in text.stdout
-    assert data["fits"] is True and data["available"]["device"] == "H200"
+    assert data["fits"] is True and data["available"]["device"] == "A100-80GB"
 
 
 def test_cli_memory_over_the_gpu_exits_1() -> None:

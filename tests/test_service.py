@@ -340,3 +340,14 @@ def test_a_bug_in_validation_is_a_one_line_500(
     assert r.json() == {"detail": "internal error while validating (ZeroDivisionError); logged"}
     assert "Traceback" not in r.text
     assert "ZeroDivisionError" in caplog.text  # the traceback goes to the server's log
+
+
+def test_app_serves_again_after_its_lifespan_restarts() -> None:
+    """A second lifespan (server restart, another client) must not inherit a shut-down pool."""
+    app = create_app(ServiceSettings(config_dir=CONF, allowed_roots=(REPO,)))
+    body = {"config_name": "config", "overrides": []}
+    for _ in range(2):
+        with TestClient(app) as client:
+            response = client.post("/v1/validate", json=body)
+            assert response.status_code == 200, response.text
+            assert response.json()["ok"] is True

@@ -190,7 +190,11 @@ def test_cli_sweep_all_good_exits_0(tmp_path: Path) -> None:
 
 def test_cli_sweep_bad_point_exits_1_and_names_it(tmp_path: Path) -> None:
     proc = cli(
-        tmp_path, "--sweep", "model=tinyllama-1.1b,llama-2-7b", "data.max_seq_length=1024,4096"
+        tmp_path,
+        "--sweep",
+        "model=tinyllama-1.1b,llama-2-7b",
+        "data.max_seq_length=1024,4096",
+        "trainer.gradient_checkpointing=true",  # llama-2-7b at 4096 fits the A100-80GB
     )
     assert proc.returncode == 1
     assert "point 2/4: model=tinyllama-1.1b data.max_seq_length=4096" in proc.stdout

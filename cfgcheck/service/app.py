@@ -9,8 +9,8 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -49,6 +49,31 @@ class Gate:
             self.count -= 1
 
 
+class WorkerPool:
+    """The validation threads. Started on first use and released when the app shuts down, so
+    an app whose lifespan runs more than once (a restarted server, several test clients) gets
+    a fresh pool each time instead of one that refuses new work."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], str]) -> Future[str]:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self.workers, thread_name_prefix="cfgcheck-validate"
+                )
+            return self._executor.submit(fn)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": text}
     for status, text in {
@@ -78,14 +103,14 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
     job = runner.Runner(settings)
-    executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="cfgcheck-validate")
+    pool = WorkerPool(settings.workers)
     gate = Gate(settings.max_pending)
     schemas = json_schemas()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        executor.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown()
 
     app = FastAPI(
         title="cfgcheck validator service",
@@ -139,7 +164,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             finally:
                 gate.leave()
 
-        done = executor.submit(work)
+        done = pool.submit(work)
         try:
             text = await asyncio.wait_for(
                 asyncio.shield(asyncio.wrap_future(done)), settings.request_timeout_s
