@@ -44,7 +44,7 @@ from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
 estimate_module = importlib.import_module("cfgcheck.memory.estimate")
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "measured-memory.csv"
+DEFAULT_CSV = ROOT / "benchmarks" / "reference" / "measured-memory.csv"
 FIELDS = [
     "source",
     "model",

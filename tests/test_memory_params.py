@@ -12,7 +12,7 @@ from cfgcheck.memory.params import count_params, lora_params
 from cfgcheck.schema.model import ModelConfig
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCE = REPO.parent / "shared" / "reference" / "param-counts.csv"
+REFERENCE = REPO / "benchmarks" / "reference" / "param-counts.csv"
 PRESETS = sorted((REPO / "conf" / "model").glob("*.yaml"))
 
 
@@ -23,8 +23,6 @@ def preset(name: str) -> ModelConfig:
 
 
 def published() -> list[tuple[str, int]]:
-    if not REFERENCE.is_file():
-        return []
     lines = [ln for ln in REFERENCE.read_text().splitlines() if ln and not ln.startswith("#")]
     return [(row[0], int(row[-1])) for row in csv.reader(lines)]
 
