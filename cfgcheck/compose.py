@@ -5,7 +5,8 @@ Composition never instantiates anything: ``_target_`` keys are data here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,42 @@ def one_line(e: BaseException) -> str:
     return " ".join(text.split()) or type(e).__name__
 
 
+def compose_errors(*extra: type[Exception]) -> tuple[type[Exception], ...]:
+    """What Hydra, OmegaConf and YAML raise on a bad config or override (imported lazily),
+    plus the ``extra`` exception types a caller also treats as "cannot compose"."""
+    import yaml
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return (HydraException, OmegaConfBaseException, yaml.YAMLError, *extra)
+
+
+@contextmanager
+def hydra_session(config_dir: str | Path, config_name: str) -> Iterator[str]:
+    """Hydra initialized on ``config_dir`` for the ``with`` block; yields the primary config's
+    name. Hydra's global state is cleared before and after, so sessions never leak into each
+    other. Raises :class:`ConfigLoadError` when the directory or the primary config is missing.
+    """
+    directory = Path(config_dir).expanduser().resolve()
+    if not directory.is_dir():
+        raise ConfigLoadError(f"config directory not found: {config_dir}")
+    name = config_name.removesuffix(".yaml")
+    if not (directory / f"{name}.yaml").is_file():
+        raise ConfigLoadError(f"primary config not found: {Path(config_dir) / name}.yaml")
+
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(
+            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
+        ):
+            yield name
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def compose(
     config_dir: str | Path = DEFAULT_CONFIG_DIR,
     config_name: str = DEFAULT_CONFIG_NAME,
@@ -34,30 +71,13 @@ def compose(
     Raises :class:`ConfigLoadError` with a one-line message when the directory or the
     primary config is missing, a YAML file is malformed or an override is bad.
     """
-    directory = Path(config_dir).expanduser().resolve()
-    if not directory.is_dir():
-        raise ConfigLoadError(f"config directory not found: {config_dir}")
-    name = config_name.removesuffix(".yaml")
-    if not (directory / f"{name}.yaml").is_file():
-        raise ConfigLoadError(f"primary config not found: {Path(config_dir) / name}.yaml")
-
-    import yaml
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(
-            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
-        ):
+        with hydra_session(config_dir, config_name) as name:
+            from hydra import compose as hydra_compose
+
             return hydra_compose(config_name=name, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as e:
+    except compose_errors() as e:
         raise ConfigLoadError(one_line(e)) from e
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def load_yaml(path: str | Path) -> Any:

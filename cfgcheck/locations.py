@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cfgcheck.compose import compose_errors, hydra_session
 from cfgcheck.findings import CheckResult, Location
 
 if TYPE_CHECKING:
@@ -125,45 +126,37 @@ def composed_files(
 
     Raises Hydra's own exceptions for a composition that fails.
     """
-    from hydra import initialize_config_dir
     from hydra._internal.config_repository import CachingConfigRepository
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    directory = Path(config_dir).expanduser().resolve()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(
-            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
-        ):
-            loader: Any = GlobalHydra.instance().config_loader()
-            repo = CachingConfigRepository(loader.repository)
-            parsed = OverridesParser.create().parse_overrides(list(overrides))
-            defaults = create_defaults_list(
-                repo=repo,
-                config_name=config_name.removesuffix(".yaml"),
-                overrides_list=parsed,
-                prepend_hydra=False,
-                skip_missing=False,
-            )
-            files: list[tuple[Path, str]] = []
-            for result_default in defaults.defaults:
-                if result_default.config_path is None:
-                    continue
-                loaded = repo.load_config(result_default.config_path)
-                source = getattr(loaded, "path", "") if loaded is not None else ""
-                if source.startswith("file://"):
-                    base = Path(source.removeprefix("file://"))
-                    file = base / f"{result_default.config_path}.yaml"
-                    files.append((file, result_default.package or ""))
-            return ComposedFiles(
-                files,
-                dict(defaults.overrides.known_choices),
-                list(defaults.overrides.config_overrides),
-            )
-    finally:
-        GlobalHydra.instance().clear()
+    with hydra_session(config_dir, config_name) as name:
+        loader: Any = GlobalHydra.instance().config_loader()
+        repo = CachingConfigRepository(loader.repository)
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        defaults = create_defaults_list(
+            repo=repo,
+            config_name=name,
+            overrides_list=parsed,
+            prepend_hydra=False,
+            skip_missing=False,
+        )
+        files: list[tuple[Path, str]] = []
+        for result_default in defaults.defaults:
+            if result_default.config_path is None:
+                continue
+            loaded = repo.load_config(result_default.config_path)
+            source = getattr(loaded, "path", "") if loaded is not None else ""
+            if source.startswith("file://"):
+                base = Path(source.removeprefix("file://"))
+                file = base / f"{result_default.config_path}.yaml"
+                files.append((file, result_default.package or ""))
+        return ComposedFiles(
+            files,
+            dict(defaults.overrides.known_choices),
+            list(defaults.overrides.config_overrides),
+        )
 
 
 def source_map(
@@ -223,12 +216,8 @@ def with_locations(
     """
     if not result.findings:
         return result
-    import yaml
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         smap = source_map(config_dir, config_name, overrides)
-    except (HydraException, OmegaConfBaseException, yaml.YAMLError, OSError, ValueError):
+    except compose_errors(OSError, ValueError):
         return result
     return locate(result, smap)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cfgcheck.compose import compose_errors
+
 if TYPE_CHECKING:
     from cfgcheck.findings import Finding
 
@@ -84,14 +86,6 @@ def _config_path(config_dir: Path, file: str) -> str | None:
         return None
 
 
-def _compose_errors() -> tuple[type[Exception], ...]:
-    import yaml
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    return (HydraException, OmegaConfBaseException, yaml.YAMLError, OSError, ValueError)
-
-
 def _select(group: str, option: str, choices: dict[str, str | None]) -> str:
     return f"{group}={option}" if group in choices else f"+{group}={option}"
 
@@ -114,7 +108,7 @@ def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
         out.append(Target(primary))
         try:
             base = composed_files(directory, primary)
-        except _compose_errors():
+        except compose_errors(OSError, ValueError):
             continue  # the base target reports the composition error
         in_base = {file for file, _ in base.files}
         for path in sorted(changed_paths):
@@ -126,7 +120,7 @@ def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
             package = group.replace("/", ".")  # Hydra's default package of a group
             try:
                 composed = composed_files(directory, primary, overrides)
-            except _compose_errors():
+            except compose_errors(OSError, ValueError):
                 pass  # the target reports the error
             else:
                 package = next((pkg for f, pkg in composed.files if f == file), package)
@@ -139,7 +133,7 @@ def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
                 continue
             try:
                 composed = composed_files(directory, primary, target.overrides)
-            except _compose_errors():
+            except compose_errors(OSError, ValueError):
                 continue  # checked (and reported) only when the experiment itself changed
             if {file for file, _ in composed.files} & changed_files:
                 out.append(target)

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from cfgcheck.compose import compose_errors
 from cfgcheck.errors import ConfigError, ConfigLoadError
 from cfgcheck.findings import CheckResult
-from cfgcheck.hydra.sweep import SweepChecker, SweepResult, _compose_errors, plan_sweep
+from cfgcheck.hydra.sweep import SweepChecker, SweepResult, plan_sweep
 from cfgcheck.validate import validate
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ def _check_multirun(
             task_name=detect_task_name(calling_file, calling_module),
             config_search_path=search_path,
         )
-    except _compose_errors():
+    except compose_errors():
         return None
     try:
         # The run mode as hydra's _run_app decides it.
@@ -235,7 +236,7 @@ def _check_multirun(
         if plan is None:
             return None
         result = SweepChecker(hydra_app, name, plan.hydra_overrides).check_all(plan.points)
-    except _compose_errors():
+    except compose_errors():
         return None
     finally:
         GlobalHydra.instance().clear()

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from cfgcheck.compose import DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME, one_line
+from cfgcheck.compose import (
+    DEFAULT_CONFIG_DIR,
+    DEFAULT_CONFIG_NAME,
+    compose_errors,
+    hydra_session,
+    one_line,
+)
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult, Finding
 from cfgcheck.validate import validate
@@ -32,15 +38,6 @@ if TYPE_CHECKING:
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 Point = tuple[str, ...]
-
-
-def _compose_errors() -> tuple[type[Exception], ...]:
-    """What Hydra raises on a bad config or override (as :func:`cfgcheck.compose` catches)."""
-    import yaml
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    return (HydraException, OmegaConfBaseException, yaml.YAMLError)
 
 
 def _finding_key(f: Finding) -> tuple[str, str, tuple[str, ...], str, str]:
@@ -185,7 +182,7 @@ class SweepChecker:
         cfg = pickle.loads(base)
         try:
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-        except _compose_errors() as e:
+        except compose_errors() as e:
             return PointVerdict(point, error=one_line(e))
         return self._validate(point, cfg)
 
@@ -207,7 +204,7 @@ class SweepChecker:
         if text not in self._parsed:
             try:
                 override = self._parser.parse_override(text)
-            except _compose_errors() as e:
+            except compose_errors() as e:
                 raise ConfigLoadError(one_line(e)) from e
             self._parsed[text] = (override, self._compose_level(override))
         return self._parsed[text]
@@ -239,7 +236,7 @@ class SweepChecker:
                 from_shell=False,
                 with_log_configuration=False,
             )
-        except _compose_errors() as e:
+        except compose_errors() as e:
             return one_line(e)
         with open_dict(cfg):
             del cfg["hydra"]
@@ -257,32 +254,19 @@ def check_sweep(
 
     Raises :class:`ConfigLoadError` (one line) when the config or an override cannot be read.
     """
-    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    directory = Path(config_dir).expanduser().resolve()
-    if not directory.is_dir():
-        raise ConfigLoadError(f"config directory not found: {config_dir}")
-    name = config_name.removesuffix(".yaml")
-    if not (directory / f"{name}.yaml").is_file():
-        raise ConfigLoadError(f"primary config not found: {Path(config_dir) / name}.yaml")
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(
-            config_dir=str(directory), version_base="1.3", job_name="cfgcheck"
-        ):
-            hydra_app = GlobalHydra.instance().hydra
-            assert hydra_app is not None  # set by initialize_config_dir
-            try:
-                plan = plan_sweep(hydra_app, name, overrides)
-            except _compose_errors() as e:
-                raise ConfigLoadError(one_line(e)) from e
-            if plan is None:
-                raise ConfigLoadError(
-                    "the config selects a sweeper other than Hydra's basic sweeper; its points "
-                    "are only known while it runs (set hydra/sweeper=basic to check a sweep)"
-                )
-            checker = SweepChecker(hydra_app, name, plan.hydra_overrides)
-            return checker.check_all(plan.points, fast=fast)
-    finally:
-        GlobalHydra.instance().clear()
+    with hydra_session(config_dir, config_name) as name:
+        hydra_app = GlobalHydra.instance().hydra
+        assert hydra_app is not None  # set by hydra_session's initialize_config_dir
+        try:
+            plan = plan_sweep(hydra_app, name, overrides)
+        except compose_errors() as e:
+            raise ConfigLoadError(one_line(e)) from e
+        if plan is None:
+            raise ConfigLoadError(
+                "the config selects a sweeper other than Hydra's basic sweeper; its points "
+                "are only known while it runs (set hydra/sweeper=basic to check a sweep)"
+            )
+        checker = SweepChecker(hydra_app, name, plan.hydra_overrides)
+        return checker.check_all(plan.points, fast=fast)

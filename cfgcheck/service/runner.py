@@ -95,16 +95,13 @@ class Runner:
 
     def _source_map(self, request: ComposeRequest) -> Any:
         """The composition's source map, or ``None`` where ``with_locations`` gives up too."""
-        import yaml
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
-
+        from cfgcheck.compose import compose_errors
         from cfgcheck.locations import source_map
 
         try:
             with self._compose_lock:
                 return source_map(self.config_dir, request.config_name, request.overrides)
-        except (HydraException, OmegaConfBaseException, yaml.YAMLError, OSError, ValueError):
+        except compose_errors(OSError, ValueError):
             return None
 
     def _hide_dir(self, message: str) -> str:
