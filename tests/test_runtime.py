@@ -17,19 +17,12 @@ from cfgcheck.runtime import (
     padding_side,
     tokenizer_kwargs,
 )
-from tests.crash.support import TEXTS, run_config, tokenizer_folder
+from tests.crash.support import TEXTS, run_config, tokenizer_folder, validated
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     return tokenizer_folder(tmp_path_factory.mktemp("tok"))
-
-
-def validated(cfg: dict[str, Any]) -> cfgcheck.RunConfig:
-    result = cfgcheck.validate(cfg)
-    assert result.ok, [f.message for f in result.errors]
-    assert result.config is not None
-    return result.config
 
 
 @pytest.mark.parametrize(

@@ -25,19 +25,12 @@ from cfgcheck.runtime import (  # noqa: E402
     make_collate_fn,
     tokenizer_kwargs,
 )
-from tests.crash.support import TEXTS, llama, run_config, tokenizer_folder  # noqa: E402
+from tests.crash.support import TEXTS, llama, run_config, tokenizer_folder, validated  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     return tokenizer_folder(tmp_path_factory.mktemp("tok"))
-
-
-def validated(cfg: dict[str, Any]) -> cfgcheck.RunConfig:
-    result = cfgcheck.validate(cfg)
-    assert result.ok, [f.message for f in result.errors]
-    assert result.config is not None
-    return result.config
 
 
 def samples(tok: Any, run: cfgcheck.RunConfig, texts: tuple[str, ...] = TEXTS) -> list[Any]:

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import cfgcheck
 from cfgcheck.schema.model import ModelConfig
 from tests.factories import CORPUS, bpe, save_folder
 
@@ -41,6 +42,14 @@ def tokenizer_folder(
     folder = save_folder(bpe(special=special, added=added), directory, pad_token=pad_token)
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     return folder, tok
+
+
+def validated(cfg: dict[str, Any]) -> cfgcheck.RunConfig:
+    """The typed config of a plain dict that must pass every rule."""
+    result = cfgcheck.validate(cfg)
+    assert result.ok, [f.message for f in result.errors]
+    assert result.config is not None
+    return result.config
 
 
 def run_config(
