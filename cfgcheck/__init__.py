@@ -26,10 +26,15 @@ def check(
     config_name: str = "config",
     overrides: Sequence[str] = (),
 ) -> CheckResult:
-    """Compose a config with Hydra and validate it; findings carry source locations."""
+    """Compose a config with Hydra and validate it; findings carry source locations.
+
+    Compositions are cached by content (see :mod:`cfgcheck.compose_cache`), so a repeated
+    check of an unchanged tree does not import Hydra unless it has findings to locate.
+    """
+    from cfgcheck.compose_cache import compose_cached
     from cfgcheck.locations import with_locations
 
-    result = validate(compose(config_dir, config_name, overrides))
+    result = validate(compose_cached(config_dir, config_name, overrides))
     return with_locations(result, config_dir, config_name, overrides)
 
 

@@ -35,11 +35,10 @@ def compose_errors(*extra: type[Exception]) -> tuple[type[Exception], ...]:
     return (HydraException, OmegaConfBaseException, yaml.YAMLError, *extra)
 
 
-@contextmanager
-def hydra_session(config_dir: str | Path, config_name: str) -> Iterator[str]:
-    """Hydra initialized on ``config_dir`` for the ``with`` block; yields the primary config's
-    name. Hydra's global state is cleared before and after, so sessions never leak into each
-    other. Raises :class:`ConfigLoadError` when the directory or the primary config is missing.
+def primary_config(config_dir: str | Path, config_name: str) -> tuple[Path, str]:
+    """The resolved config directory and the primary config's name (without ``.yaml``).
+
+    Raises :class:`ConfigLoadError` when the directory or the primary config is missing.
     """
     directory = Path(config_dir).expanduser().resolve()
     if not directory.is_dir():
@@ -47,6 +46,16 @@ def hydra_session(config_dir: str | Path, config_name: str) -> Iterator[str]:
     name = config_name.removesuffix(".yaml")
     if not (directory / f"{name}.yaml").is_file():
         raise ConfigLoadError(f"primary config not found: {Path(config_dir) / name}.yaml")
+    return directory, name
+
+
+@contextmanager
+def hydra_session(config_dir: str | Path, config_name: str) -> Iterator[str]:
+    """Hydra initialized on ``config_dir`` for the ``with`` block; yields the primary config's
+    name. Hydra's global state is cleared before and after, so sessions never leak into each
+    other. Raises :class:`ConfigLoadError` when the directory or the primary config is missing.
+    """
+    directory, name = primary_config(config_dir, config_name)
 
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ import pytest
 # Memory verdicts in the tests use the GPU the config declares, never a GPU that happens to be
 # on the machine running them (subprocesses inherit this).
 os.environ["CFGCHECK_NO_LIVE_GPU"] = "1"
+# Compositions are cached in a directory of this test session, never in the user's ~/.cache.
+os.environ["CFGCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="cfgcheck-test-cache-")
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"

@@ -1,0 +1,185 @@
+"""A content-keyed cache of Hydra compositions, for the ``cfgcheck check`` fast path.
+
+Importing Hydra and composing costs about 0.1 s, half of a check; pre-commit hooks and CI
+check the same tree over and over. A composition is a pure function of the config files, the
+primary config's name, the overrides and the installed Hydra/OmegaConf, so the key hashes all
+of them: every ``*.yaml``/``*.yml`` under the config directory, byte for byte.
+
+What is stored is the composed container. Interpolations that call a resolver
+(``${oc.env:...}``) are stored unresolved and resolved by OmegaConf on every run, since they
+read the environment. A container whose interpolations only reference other keys
+(``outputs/${name}``) depends on nothing but the composition, so it is stored resolved, and a
+hit then needs neither Hydra nor OmegaConf. Nothing is stored when
+- the config uses a resolver other than OmegaConf's own ``oc.*`` (``${hydra:...}``,
+  ``${now:...}``, or a custom one: those need the Hydra context or code that may change), or
+- Hydra may read configs from outside the config directory: a config file or an override
+  mentions ``searchpath`` (``hydra.searchpath``; a plain text test, on the safe side), or a
+  ``hydra_plugins`` package is installed (search-path plugins live there; hydra-core itself
+  ships none). The key does not cover such files.
+
+``CFGCHECK_NO_CACHE=1`` turns the cache off; ``CFGCHECK_CACHE_DIR`` moves it (default
+``$XDG_CACHE_HOME/cfgcheck`` or ``~/.cache/cfgcheck``). Unreadable or corrupt entries are
+ignored and rewritten; writes are atomic; a hit touches its entry, and each store keeps the
+:data:`MAX_ENTRIES` most recently used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cfgcheck.compose import compose, primary_config
+
+FORMAT = 1  # bump when the stored layout changes
+MAX_ENTRIES = 256  # stores prune the least recently used entries beyond this
+_RESOLVER_CALL = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
+_FOREIGN_RESOLVER = re.compile(r"\$\{\s*(?!oc\.)[A-Za-z_][\w.]*\s*:")
+
+
+def cache_dir() -> Path | None:
+    """Where compositions are cached, or ``None`` when caching is off."""
+    if os.environ.get("CFGCHECK_NO_CACHE") or importlib.util.find_spec("hydra_plugins"):
+        return None
+    explicit = os.environ.get("CFGCHECK_CACHE_DIR")
+    if explicit:
+        return Path(explicit) / "compose"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cfgcheck" / "compose"
+
+
+def _installed(package: str) -> str:
+    """Identity of an installed package without importing it: its origin file's stat."""
+    spec = importlib.util.find_spec(package)
+    origin = spec.origin if spec is not None else None
+    if origin is None:
+        return f"{package}:none"
+    st = os.stat(origin)
+    return f"{package}:{origin}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | None:
+    """sha256 over everything a composition depends on, or ``None`` when the composition may
+    read files outside ``directory``. Raises OSError on unreadable files."""
+    if any("searchpath" in o for o in overrides):
+        return None
+    from cfgcheck import __version__
+
+    h = hashlib.sha256()
+    for part in (
+        f"format={FORMAT}",
+        f"cfgcheck={__version__}",
+        _installed("hydra"),
+        _installed("omegaconf"),
+        str(directory),
+        name,
+        json.dumps(list(overrides)),
+    ):
+        h.update(part.encode() + b"\0")
+    files = sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    for path in files:
+        data = path.read_bytes()
+        if b"searchpath" in data:
+            return None
+        h.update(path.relative_to(directory).as_posix().encode() + b"\0")
+        h.update(data + b"\0")
+    return h.hexdigest()
+
+
+def _needs_omegaconf(text: str) -> bool:
+    """Interpolations or MISSING (``???``) values: resolve through OmegaConf, as uncached."""
+    return "${" in text or '"???"' in text
+
+
+def _load(path: Path) -> Any | None:
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT or "config" not in entry:
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # most recently used: kept by _prune
+    if not entry.get("omegaconf"):
+        return entry["config"]
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(entry["config"])
+
+
+def _store(path: Path, entry: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(entry, f)
+        os.replace(tmp, path)
+        _prune(path.parent)
+    except OSError:
+        return  # a read-only or full disk only costs the next run its cache hit
+
+
+def _prune(directory: Path) -> None:
+    """Keep the :data:`MAX_ENTRIES` most recently used entries."""
+    entries = list(directory.glob("*.json"))
+    if len(entries) <= MAX_ENTRIES:
+        return
+    by_use = sorted(entries, key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for stale in by_use[MAX_ENTRIES:]:
+        stale.unlink(missing_ok=True)
+
+
+def _survives_json(container: Any) -> bool:
+    return bool(json.loads(json.dumps(container)) == container)
+
+
+def _entry(cfg: Any) -> dict[str, Any] | None:
+    """The cache entry of a composed config, or ``None`` when it uses a resolver that only
+    Hydra or the user's code registers, or does not survive a JSON round trip unchanged
+    (integer keys)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    container = OmegaConf.to_container(cfg, resolve=False)
+    text = json.dumps(container)
+    if _FOREIGN_RESOLVER.search(text) or not _survives_json(container):
+        return None
+    if _needs_omegaconf(text) and not _RESOLVER_CALL.search(text) and '"???"' not in text:
+        try:  # only references between keys: resolve them once, here
+            resolved = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException:
+            resolved = None  # a broken reference: fails the same way at every validation
+        if resolved is not None and _survives_json(resolved):
+            return {"format": FORMAT, "omegaconf": False, "config": resolved}
+    return {"format": FORMAT, "omegaconf": _needs_omegaconf(text), "config": container}
+
+
+def compose_cached(config_dir: str | Path, config_name: str, overrides: Sequence[str] = ()) -> Any:
+    """The composed config: from the cache when the same inputs were composed before (a plain
+    dict, or a ``DictConfig`` when it holds interpolations), else composed with Hydra (a
+    ``DictConfig``) and stored. Same verdicts, same :class:`ConfigLoadError` as :func:`compose`.
+    """
+    directory, name = primary_config(config_dir, config_name)
+    where = cache_dir()
+    key = None
+    if where is not None:
+        try:
+            key = cache_key(directory, name, overrides)
+        except OSError:
+            key = None  # an unreadable file: let Hydra report it
+    if key is not None and where is not None:
+        hit = _load(where / f"{key}.json")
+        if hit is not None:
+            return hit
+    cfg = compose(directory, name, overrides)
+    entry = _entry(cfg)
+    if entry is not None and key is not None and where is not None:
+        _store(where / f"{key}.json", entry)
+    return cfg
