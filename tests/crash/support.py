@@ -99,26 +99,18 @@ def run_config(
 
 
 def llama(m: ModelConfig) -> Any:
-    """A random-weight transformers Llama with the shape of ``m`` (RoPE positions)."""
+    """A random-weight transformers Llama with the shape of ``m`` (RoPE positions), from the
+    same shape mapping the memory estimate's meta-device cross-check uses."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from cfgcheck.memory.hf_shapes import hf_config
+
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=m.rows,
-        hidden_size=m.n_embd,
-        intermediate_size=m.mlp_width,
-        num_hidden_layers=m.n_layer,
-        num_attention_heads=m.n_head,
-        num_key_value_heads=m.kv_heads,
-        head_dim=m.head_dim,
-        max_position_embeddings=m.block_size,
-        tie_word_embeddings=m.tie_embeddings,
-        attn_implementation="sdpa",
-        pad_token_id=None,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
+    config = hf_config(m)
+    assert isinstance(config, LlamaConfig), type(config)  # the tests' shapes are Llama-like
+    config.pad_token_id = config.bos_token_id = config.eos_token_id = None
+    config._attn_implementation = "sdpa"
     return LlamaForCausalLM(config).eval()
 
 
