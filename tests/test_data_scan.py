@@ -292,3 +292,25 @@ def test_progress_only_on_a_terminal_for_large_scans(
     monkeypatch.setattr(scan_module, "PROGRESS_MIN_BYTES", min_bytes)
     scan_dataset(run, chunk_size=10)
     assert ("scanning [" in err.getvalue()) is shown
+
+
+def test_text_lines_keep_their_numbers_and_bytes_are_counted(tmp_path: Path) -> None:
+    from cfgcheck.data.records import iter_text_chunks
+    from cfgcheck.schema.data import DataConfig
+
+    raw = "première ligne\r\n\r\nsecond line\n".encode()
+    (tmp_path / "d.txt").write_bytes(raw)
+    data = DataConfig(max_seq_length=64, paths=["d.txt"], format="text")
+    (chunk,) = iter_text_chunks(data, base=tmp_path)
+    assert chunk.texts == ["première ligne", "second line"]  # CRLF and the blank line gone
+    assert chunk.lines == [1, 3]
+    assert chunk.bytes_done == len(raw)  # bytes, not characters: progress is by file size
+
+
+def test_text_that_is_not_utf8_names_its_line(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "d.txt").write_bytes(b"fine\nlatin-1 caf\xe9\n")
+    run = make_run(cfg, tok_dir, tmp_path / "d.txt", format="text")
+    with pytest.raises(ScanError, match=r"d\.txt:2: not UTF-8 text"):
+        scan_dataset(run)

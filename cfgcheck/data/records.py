@@ -93,27 +93,19 @@ def _what(render: Callable[[Mapping[str, Any]], str]) -> str:
     return "data.template" if render.__name__ == "render" else "data.text_field"
 
 
-def _jsonl(path: Path, render: Callable[[Mapping[str, Any]], str], size: int) -> Iterator[Chunk]:
+def _line_chunks(path: Path, size: int, to_text: Callable[[bytes, int], str]) -> Iterator[Chunk]:
+    """The non-blank lines of ``path`` turned into texts by ``to_text(line, number)``, ``size``
+    at a time; progress is counted in bytes read."""
     texts: list[str] = []
     lines: list[int] = []
     done = 0
-    loads = json.loads
     try:
         with path.open("rb") as f:
             for number, raw in enumerate(f, 1):
                 done += len(raw)
                 if not raw.strip():
                     continue
-                try:
-                    record = loads(raw)
-                except ValueError as e:
-                    raise DataReadError(f"{path}:{number}: not valid JSON: {e}") from e
-                if not isinstance(record, dict):
-                    raise DataReadError(f"{path}:{number}: a JSONL record must be an object")
-                try:
-                    texts.append(render(record))
-                except (KeyError, ValueError, IndexError, AttributeError) as e:
-                    raise _fail_render(path, number, e, _what(render)) from e
+                texts.append(to_text(raw, number))
                 lines.append(number)
                 if len(texts) >= size:
                     yield Chunk(path, lines[0], texts, done, lines)
@@ -122,30 +114,34 @@ def _jsonl(path: Path, render: Callable[[Mapping[str, Any]], str], size: int) ->
         raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
     if texts:
         yield Chunk(path, lines[0], texts, done, lines)
+
+
+def _jsonl(path: Path, render: Callable[[Mapping[str, Any]], str], size: int) -> Iterator[Chunk]:
+    what = _what(render)
+
+    def to_text(raw: bytes, number: int) -> str:
+        try:
+            record = json.loads(raw)
+        except ValueError as e:
+            raise DataReadError(f"{path}:{number}: not valid JSON: {e}") from e
+        if not isinstance(record, dict):
+            raise DataReadError(f"{path}:{number}: a JSONL record must be an object")
+        try:
+            return render(record)
+        except (KeyError, ValueError, IndexError, AttributeError) as e:
+            raise _fail_render(path, number, e, what) from e
+
+    return _line_chunks(path, size, to_text)
 
 
 def _text(path: Path, size: int) -> Iterator[Chunk]:
-    texts: list[str] = []
-    lines: list[int] = []
-    done = 0
-    try:
-        with path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                done += len(line)
-                stripped = line.rstrip("\n")
-                if not stripped.strip():
-                    continue
-                texts.append(stripped)
-                lines.append(number)
-                if len(texts) >= size:
-                    yield Chunk(path, lines[0], texts, done, lines)
-                    texts, lines = [], []
-    except OSError as e:
-        raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise DataReadError(f"{path} is not UTF-8 text: {e}") from e
-    if texts:
-        yield Chunk(path, lines[0], texts, done, lines)
+    def to_text(raw: bytes, number: int) -> str:
+        try:
+            return raw.decode("utf-8").rstrip("\n").removesuffix("\r")
+        except UnicodeDecodeError as e:
+            raise DataReadError(f"{path}:{number}: not UTF-8 text: {e}") from e
+
+    return _line_chunks(path, size, to_text)
 
 
 def _parquet(
