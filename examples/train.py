@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 import cfgcheck
 from cfgcheck import RunConfig
 from cfgcheck.hydra import current_dictconfig
+from cfgcheck.runtime import tokenizer_kwargs
 
 
 @cfgcheck.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -34,6 +35,9 @@ def train(run: RunConfig) -> None:
     # The raw OmegaConf config is still there, e.g. for keys the schema does not model.
     print(f"  config keys: {', '.join(current_dictconfig())}")
     print(f"  Hydra output dir: {HydraConfig.get().runtime.output_dir}")
+    # What the data pipeline must do, straight from the checked config, so it cannot drift:
+    # the tokenizer call's kwargs here, and `make_collate_fn(run)` for the DataLoader (torch).
+    print(f"  tokenizer call: tokenizer(texts, **{tokenizer_kwargs(run)})")
     # A real script would build the model, tokenizer and data loader from `run` here.
 
 
