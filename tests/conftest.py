@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -18,6 +19,14 @@ os.environ["CFGCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="cfgcheck-test-cache-
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
+
+
+def requires(*modules: str) -> pytest.MarkDecorator:
+    """Skip a test whose optional dependency is not installed, naming the extra to install."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    return pytest.mark.skipif(
+        bool(missing), reason=f"needs {', '.join(missing)}: pip install 'cfgcheck[transformers]'"
+    )
 
 
 @pytest.fixture(scope="session")

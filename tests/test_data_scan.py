@@ -13,6 +13,7 @@ from cfgcheck import validate
 from cfgcheck.data import ScanError, scan_dataset, scan_findings
 from cfgcheck.data.stats import padding_waste, percentile
 from cfgcheck.schema.run import RunConfig
+from tests.conftest import requires
 from tests.factories import CORPUS, bpe, save_folder, sentencepiece_model
 
 TEMPLATE = "Q: {question}\nA: {answer}"
@@ -134,6 +135,7 @@ def test_several_files_in_order(cfg: dict[str, Any], tok_dir: Path, tmp_path: Pa
     assert list(scan_dataset(run).lengths) == expected_lengths(tok_dir, a + b)
 
 
+@requires("transformers")
 def test_sentencepiece_scan_matches_transformers(cfg: dict[str, Any], tmp_path: Path) -> None:
     model = sentencepiece_model(tmp_path / "sp")
     rows = records(10)

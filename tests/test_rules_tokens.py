@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from cfgcheck import Finding, validate
+from tests.conftest import requires
 from tests.factories import bpe, save_folder, sentencepiece_model
 
 
@@ -106,6 +107,7 @@ def test_malformed_tokenizer_json_is_a_finding(cfg: dict[str, Any], tmp_path: Pa
 # --- pad-token-missing --------------------------------------------------------------------
 
 
+@requires("transformers")
 def test_pad_token_missing_in_the_files_and_the_real_error(
     cfg: dict[str, Any], folder: Path
 ) -> None:
@@ -186,6 +188,7 @@ def test_declared_pad_token_not_in_vocab(cfg: dict[str, Any], folder: Path) -> N
 # --- pad-is-eos ---------------------------------------------------------------------------
 
 
+@requires("transformers")
 def test_pad_is_eos_with_a_padding_collator(cfg: dict[str, Any], folder: Path) -> None:
     use_tokenizer(cfg, folder, pad_token="</s>")
     cfg["model"]["vocab_size"] = 259

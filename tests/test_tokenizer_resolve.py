@@ -17,6 +17,7 @@ from cfgcheck.schema.tokenizer import TokenizerConfig
 from cfgcheck.tokenizer import TokenizerFileError, resolve_tokenizer, tokenizer_facts
 from cfgcheck.tokenizer.hf import load_auto_tokenizer
 from cfgcheck.tokenizer.resolve import FAST_PATH_CLASSES
+from tests.conftest import requires
 from tests.factories import bpe, save_file, save_folder, sentencepiece_model, wordpiece
 
 SPECIALS = ("pad", "eos", "bos", "unk")
@@ -120,6 +121,7 @@ def fast_view(path: Path) -> dict[str, Any]:
     return view
 
 
+@requires("transformers")
 @pytest.mark.parametrize("kind", sorted(BUILDERS))
 def test_fast_path_agrees_with_transformers(kind: str, tmp_path: Path) -> None:
     folder = BUILDERS[kind](tmp_path / kind)
@@ -136,6 +138,7 @@ def test_added_tokens_are_counted_and_named(tmp_path: Path) -> None:
     assert real.specials["pad"].source == "tok/special_tokens_map.json"
 
 
+@requires("transformers")
 def test_sentencepiece_model_goes_through_transformers(tmp_path: Path) -> None:
     import sentencepiece as spm
 
@@ -151,6 +154,7 @@ def test_sentencepiece_model_goes_through_transformers(tmp_path: Path) -> None:
         assert "pad" not in real.specials
 
 
+@requires("transformers")
 def test_oddly_named_sentencepiece_file(tmp_path: Path) -> None:
     model = sentencepiece_model(tmp_path / "sp")
     renamed = model.rename(tmp_path / "spm-v1.model")
@@ -207,6 +211,7 @@ def test_declared_values_that_disagree_are_conflicts(tmp_path: Path) -> None:
     assert facts.eos_token_id == 2  # the files win
 
 
+@requires("transformers")
 def test_unknown_declared_token_maps_to_unk_like_transformers(tmp_path: Path) -> None:
     folder = bpe_no_pad(tmp_path / "tok")
     facts = tokenizer_facts(TokenizerConfig(path=str(folder), pad_token="[PAD]"))
@@ -255,7 +260,7 @@ def _garbage_model(d: Path) -> Path:
         (_wrong_json, "is not a valid tokenizer.json"),
         (_bad_side_file, "tokenizer_config.json is not valid JSON"),
         (_empty_folder, "holds neither a tokenizer.json nor a tokenizer.model"),
-        (_garbage_model, "transformers cannot load"),
+        pytest.param(_garbage_model, "transformers cannot load", marks=requires("transformers")),
         (lambda d: d, "does not exist"),
     ],
 )
@@ -290,6 +295,7 @@ def _with_class(d: Path, cls: str) -> Path:
     return d
 
 
+@requires("transformers")
 @pytest.mark.parametrize("cls", sorted(c for c in FAST_PATH_CLASSES if c is not None))
 def test_fast_path_classes_agree_with_transformers(cls: str, tmp_path: Path) -> None:
     folder = _with_class(tmp_path / cls, cls)
@@ -297,6 +303,7 @@ def test_fast_path_classes_agree_with_transformers(cls: str, tmp_path: Path) -> 
     assert fast_view(folder) == hf_view(load_auto_tokenizer(folder))
 
 
+@requires("transformers")
 @pytest.mark.parametrize("cls", ["BertTokenizer", "GemmaTokenizerFast"])
 def test_classes_that_add_tokens_go_through_transformers(cls: str, tmp_path: Path) -> None:
     """These classes add default special tokens ([MASK], ...) on load: the plain

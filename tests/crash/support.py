@@ -34,7 +34,11 @@ def tokenizer_folder(
     """A transformers tokenizer folder (BPE tokenizer.json + tokenizer_config.json) and the
     tokenizer ``AutoTokenizer`` loads from it, offline. ``pad=True``: ``<pad>`` is a special
     token of the base vocabulary (id 3) and the pad token; ``pad=False``: no pad token; a
-    string: that token (put it in ``added`` to append it after the base vocabulary)."""
+    string: that token (put it in ``added`` to append it after the base vocabulary).
+    Skips the calling test when transformers is not installed."""
+    import pytest
+
+    pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
     special = ("<unk>", "<s>", "</s>", "<pad>") if pad is True else ("<unk>", "<s>", "</s>")
