@@ -16,6 +16,9 @@ hit then needs neither Hydra nor OmegaConf. Nothing is stored when
   mentions ``searchpath`` (``hydra.searchpath``; a plain text test, on the safe side), or a
   ``hydra_plugins`` package is installed (search-path plugins live there; hydra-core itself
   ships none). The key does not cover such files.
+- the process has structured configs registered in Hydra's ``ConfigStore`` (a library caller
+  inside a Hydra app): code the key does not cover. Such a process does not read the cache
+  either.
 
 ``CFGCHECK_NO_CACHE=1`` turns the cache off; ``CFGCHECK_CACHE_DIR`` moves it (default
 ``$XDG_CACHE_HOME/cfgcheck`` or ``~/.cache/cfgcheck``). Unreadable or corrupt entries are
@@ -31,6 +34,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +57,18 @@ def cache_dir() -> Path | None:
         return Path(explicit) / "compose"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "cfgcheck" / "compose"
+
+
+_HYDRA_OWN_NODES = {"hydra", "_dummy_empty_config_.yaml"}
+
+
+def _config_store_in_use() -> bool:
+    """Whether code in this process registered configs in Hydra's ConfigStore (checked
+    without importing Hydra: if it was never imported, nothing was registered)."""
+    store = sys.modules.get("hydra.core.config_store")
+    if store is None:
+        return False
+    return any(name not in _HYDRA_OWN_NODES for name in store.ConfigStore.instance().repo)
 
 
 def _installed(package: str) -> str:
@@ -167,7 +183,7 @@ def compose_cached(config_dir: str | Path, config_name: str, overrides: Sequence
     ``DictConfig``) and stored. Same verdicts, same :class:`ConfigLoadError` as :func:`compose`.
     """
     directory, name = primary_config(config_dir, config_name)
-    where = cache_dir()
+    where = None if _config_store_in_use() else cache_dir()
     key = None
     if where is not None:
         try:

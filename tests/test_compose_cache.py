@@ -166,3 +166,21 @@ def test_the_least_recently_used_entries_are_pruned(
     compose_cached(conf, "config", ["data.max_seq_length=1000"])  # a hit refreshes the oldest
     compose_cached(conf, "config", ["data.max_seq_length=1003"])  # a fourth entry: prune one
     assert sorted(entries(cache)) == sorted(entry(n) for n in (1000, 1002, 1003))
+
+
+def test_structured_configs_in_the_config_store_bypass_the_cache(cache: Path, conf: Path) -> None:
+    """Configs registered from Python are code the key does not cover: a process that has
+    them neither stores nor reads compositions."""
+    from hydra.core.config_store import ConfigStore
+
+    compose_cached(conf, "config")  # stored while the store holds only Hydra's own nodes
+    (stored,) = entries(cache)
+    store = ConfigStore.instance()
+    store.store(name="cfgcheck_test_node", node={"seed": 7})
+    try:
+        stored.write_text("{not json")  # a read would recompose and rewrite it
+        compose_cached(conf, "config", ["data.max_seq_length=1000"])
+        compose_cached(conf, "config")
+        assert entries(cache) == [stored] and stored.read_text() == "{not json"
+    finally:
+        del store.repo["cfgcheck_test_node.yaml"]
