@@ -71,6 +71,33 @@ def test_pad_multiple_over_block_size(cfg: dict[str, Any]) -> None:
     assert not fired(cfg, "pad-multiple-over-block-size")
 
 
+def test_pad_multiple_mismatch(cfg: dict[str, Any]) -> None:
+    cfg["data"]["pad_to_multiple_of"] = 12  # max_seq_length 1024 = 85 x 12 + 4
+    f = only(cfg, "pad-multiple-mismatch")
+    assert f.paths == ("data.max_seq_length", "data.pad_to_multiple_of", "data.truncation")
+    assert "truncation length (1024) is not a multiple of pad_to_multiple_of (12)" in f.message
+    assert "data.max_seq_length=1020" in f.hint
+
+
+def test_pad_multiple_mismatch_names_max_length_when_set(cfg: dict[str, Any]) -> None:
+    cfg["data"].update(pad_to_multiple_of=64, max_length=1000)
+    f = only(cfg, "pad-multiple-mismatch")
+    assert "data.max_length=1000" in f.message and "data.max_length=960" in f.hint
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"pad_to_multiple_of": 64},  # 1024 = 16 x 64
+        {"pad_to_multiple_of": 12, "padding": "do_not_pad", "collator": "padded"},
+        {"pad_to_multiple_of": 12, "truncation": False},
+    ],
+)
+def test_pad_multiple_mismatch_passes(cfg: dict[str, Any], data: dict[str, Any]) -> None:
+    cfg["data"].update(data)
+    assert not fired(cfg, "pad-multiple-mismatch")
+
+
 # --- vocab-mismatch ---------------------------------------------------------------------
 
 

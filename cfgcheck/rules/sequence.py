@@ -41,5 +41,29 @@ def pad_multiple_over_block_size(cfg: RunConfig) -> Iterator[Problem]:
             f"data.pad_to_multiple_of={multiple} rounds a {longest}-token sample up to {padded} "
             f"tokens, above model.block_size={block}",
             f"use a data.max_seq_length that is a multiple of {multiple} and <= {block} "
-            f"(e.g. {block - block % multiple}), or a smaller data.pad_to_multiple_of",
+            f"(e.g. {block - block % multiple}) with data.truncation=true, or a smaller "
+            f"data.pad_to_multiple_of",
         )
+
+
+@rule("pad-multiple-mismatch", requires=("data",))
+def pad_multiple_mismatch(cfg: RunConfig) -> Iterator[Problem]:
+    """With padding and truncation, max_length must be a multiple of pad_to_multiple_of."""
+    d = cfg.data
+    multiple, length = d.pad_to_multiple_of, d.effective_max_length
+    if multiple is None or d.padding == "do_not_pad" or not d.truncation:
+        return
+    if length % multiple == 0:
+        return
+    source = "data.max_length" if d.max_length is not None else "data.max_seq_length"
+    lower = length - length % multiple
+    yield Problem(
+        "error",
+        (source, "data.pad_to_multiple_of", "data.truncation"),
+        f"{source}={length} is not a multiple of data.pad_to_multiple_of={multiple}, with "
+        f"data.padding={d.padding} and data.truncation=true: the first tokenizer call fails "
+        f'with "ValueError: Truncation and padding are both activated but truncation length '
+        f'({length}) is not a multiple of pad_to_multiple_of ({multiple})."',
+        (f"set {source}={lower} (a multiple of {multiple}), " if lower > 0 else "")
+        + "or remove data.pad_to_multiple_of",
+    )

@@ -118,6 +118,20 @@ def llama(m: ModelConfig) -> Any:
     return LlamaForCausalLM(config).eval()
 
 
+def from_shape(m: ModelConfig) -> Any:
+    """A random-weight transformers model of whichever architecture has ``m``'s layout (Llama,
+    Phi, Gemma, Qwen2), built through ``cfgcheck.memory.hf_shapes.hf_config``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cfgcheck.memory.hf_shapes import hf_config
+
+    torch.manual_seed(0)
+    config = hf_config(m)
+    config.pad_token_id = config.bos_token_id = config.eos_token_id = None
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
 def gpt2(m: ModelConfig) -> Any:
     """A random-weight transformers GPT-2 with the shape of ``m``: learned absolute position
     embeddings with exactly ``block_size`` rows (``n_positions``)."""
