@@ -169,3 +169,26 @@ def test_pad_multiple_over_block_size(real: tuple[Path, Any]) -> None:
     batch = dict(tok([text, "short"], return_tensors="pt", **tokenizer_kwargs(good)))
     assert batch["input_ids"].shape[1] == 24
     assert train_step(gpt2(good.model), {**batch, "labels": batch["input_ids"]})
+
+
+def test_ignore_index_that_is_a_token_is_never_learned(real: tuple[Path, Any]) -> None:
+    """ignore-index-is-token (a warning): not a crash, a silent loss of signal. With
+    data.ignore_index=0 (the <unk> id here), torch's cross-entropy gives every position whose
+    label is token 0 no gradient, so the model never learns to predict it."""
+    _, tok = real
+    result = cfgcheck.validate(config(real, data={"ignore_index": 0}))
+    (finding,) = result.by_rule("ignore-index-is-token")
+    assert finding.severity == "warning" and "data.ignore_index=0" in finding.message
+
+    logits = torch.zeros(1, 3, len(tok), requires_grad=True)
+    labels = torch.tensor([[0, 5, 0]])  # token 0 is a real label at positions 0 and 2
+    for ignore, learned in ((0, [False, True, False]), (-100, [True, True, True])):
+        logits.grad = None
+        loss = torch.nn.functional.cross_entropy(
+            logits.view(-1, len(tok)), labels.view(-1), ignore_index=ignore
+        )
+        loss.backward()
+        assert logits.grad is not None
+        has_signal = [bool(logits.grad[0, i].abs().sum() > 0) for i in range(3)]
+        assert has_signal == learned
+    assert cfgcheck.validate(config(real)).by_rule("ignore-index-is-token") == []
