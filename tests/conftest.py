@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,19 @@ os.environ["CFGCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="cfgcheck-test-cache-
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
+
+# The real installed command (the console script), or the module where it is not on PATH.
+CFGCHECK = shutil.which("cfgcheck")
+COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
+
+
+def run_cfgcheck(
+    *args: str, cwd: Path = REPO, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``cfgcheck`` command in a fresh process; never raises on its exit code."""
+    return subprocess.run(
+        [*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def requires(*modules: str) -> pytest.MarkDecorator:

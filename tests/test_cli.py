@@ -12,15 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CONF, REPO
-
-CFGCHECK = shutil.which("cfgcheck")
-COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
-
-
-def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
-    )
+from tests.conftest import run_cfgcheck as run
 
 
 def check_json(*overrides: str) -> tuple[int, dict[str, Any]]:

@@ -4,7 +4,6 @@ shipped conf/ (with the demo tokenizer built from the shipped dataset) and on ba
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,17 +13,10 @@ import pytest
 
 from cfgcheck.cli import main
 from tests.conftest import REPO
+from tests.conftest import run_cfgcheck as run
 from tests.factories import bpe, save_folder
 
-CFGCHECK = shutil.which("cfgcheck")
-COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
 DEMO = ("tokenizer=demo-bpe",)
-
-
-def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 def data_json(*args: str) -> tuple[int, dict[str, Any]]:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +15,10 @@ import yaml
 
 from cfgcheck.cli.schema import schema_files, stale_files
 from cfgcheck.jsonschema import json_schemas
-from tests.conftest import CONF, REPO
+from tests.conftest import COMMAND, CONF, REPO
 
 SCHEMAS = REPO / "schemas"
 MODELINE = re.compile(r"^# yaml-language-server: \$schema=(\S+)$", re.MULTILINE)
-CFGCHECK = shutil.which("cfgcheck")
-COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
 
 
 def test_committed_schemas_are_up_to_date() -> None:

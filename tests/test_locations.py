@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,7 @@ import pytest
 import cfgcheck
 from cfgcheck.findings import Finding, Location
 from cfgcheck.locations import SourceMap, source_map
-from tests.conftest import CONF, REPO
-
-CFGCHECK = shutil.which("cfgcheck")
-COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
+from tests.conftest import COMMAND, CONF, REPO
 
 
 def finding(result: cfgcheck.CheckResult, rule: str) -> Finding:

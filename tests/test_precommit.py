@@ -12,10 +12,8 @@ import pytest
 import yaml
 
 from cfgcheck.cli.hook import Target, package_header, targets
-from tests.conftest import CONF, REPO
+from tests.conftest import COMMAND, CONF, REPO
 
-CFGCHECK = shutil.which("cfgcheck")
-COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
     "GIT_AUTHOR_EMAIL": "t@example.com",

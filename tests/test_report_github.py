@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 import subprocess
-import sys
 
 from cfgcheck.findings import CheckResult, Finding, Location
 from cfgcheck.report import formats, get_reporter
 from cfgcheck.report.github import annotation, escape_data, escape_property
-from tests.conftest import REPO
-
-CFGCHECK = shutil.which("cfgcheck")
-COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
+from tests.conftest import COMMAND, REPO
 
 
 def test_escaping_follows_the_actions_toolkit() -> None:

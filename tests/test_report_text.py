@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 
 from cfgcheck.findings import Finding, Location
 from cfgcheck.report.text import format_finding
-from tests.conftest import REPO
-
-CFGCHECK = shutil.which("cfgcheck")
-COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
+from tests.conftest import COMMAND, REPO
 
 
 def test_located_paths_become_file_line_lines_under_the_head() -> None:

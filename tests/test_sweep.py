@@ -4,9 +4,7 @@ group choice) agreeing with composing every point with Hydra, and ``cfgcheck che
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +21,7 @@ from cfgcheck.hydra.sweep import (
     check_sweep,
     plan_sweep,
 )
-from tests.conftest import CONF
-
-CFGCHECK = shutil.which("cfgcheck")
-COMMAND = [CFGCHECK] if CFGCHECK else [sys.executable, "-m", "cfgcheck"]
+from tests.conftest import COMMAND, CONF
 
 
 @pytest.fixture
