@@ -10,7 +10,7 @@ files is recorded as a :class:`Conflict`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cfgcheck.schema.tokenizer import TokenizerConfig
 from cfgcheck.tokenizer.resolve import (
@@ -108,8 +108,7 @@ def tokenizer_facts(tok: TokenizerConfig) -> TokenizerFacts:
     try:
         real = resolve_tokenizer(tok.path)
     except TokenizerFileError as e:
-        base = declared_facts(tok)
-        return TokenizerFacts(**{**base.__dict__, "path": tok.path, "error": str(e)})
+        return replace(declared_facts(tok), path=tok.path, error=str(e))
     return merge(tok, real)
 
 
