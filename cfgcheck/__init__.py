@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cfgcheck.compose import compose, load_yaml
 from cfgcheck.errors import ConfigError, ConfigLoadError
-from cfgcheck.findings import CheckResult, Finding
+from cfgcheck.findings import CheckResult, Finding, Fix
 from cfgcheck.schema import RunConfig
 from cfgcheck.validate import validate
 
@@ -55,6 +55,7 @@ __all__ = [
     "ConfigError",
     "ConfigLoadError",
     "Finding",
+    "Fix",
     "RunConfig",
     "check",
     "compose",

@@ -32,6 +32,18 @@ class Location:
 
 
 @dataclass(frozen=True)
+class Fix:
+    """A machine-readable fix: Hydra overrides that, pasted together on the same command line
+    (plain ``key=value``, no ``+``), remove the finding and introduce no new error."""
+
+    overrides: tuple[str, ...]
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"overrides": list(self.overrides), "summary": self.summary}
+
+
+@dataclass(frozen=True)
 class Finding:
     rule: str
     severity: Severity
@@ -40,6 +52,8 @@ class Finding:
     hint: str
     # Source location of each path after composition (filled by the Hydra layer when known).
     locations: Mapping[str, Location | None] = field(default_factory=dict)
+    # Machine-readable fixes, each one complete on its own (see :class:`Fix`).
+    fixes: tuple[Fix, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +64,7 @@ class Finding:
             "hint": self.hint,
             # Parallel to "paths": where each value was set, or null when unknown.
             "locations": [_location_dict(self.locations.get(p)) for p in self.paths],
+            "fixes": [fix.to_dict() for fix in self.fixes],
         }
 
 

@@ -1,5 +1,6 @@
 """Cross-field rules. Importing this package registers every built-in rule."""
 
+from cfgcheck.findings import Fix
 from cfgcheck.rules import (
     batching,
     finetuning,
@@ -12,7 +13,7 @@ from cfgcheck.rules import (
 )
 from cfgcheck.rules._registry import Problem, Rule, all_rules, rule, run_rules
 
-__all__ = ["Problem", "Rule", "all_rules", "rule", "run_rules"]
+__all__ = ["Fix", "Problem", "Rule", "all_rules", "rule", "run_rules"]
 
 # Keep the rule modules referenced so linters see why they are imported.
 _MODULES = (batching, finetuning, memory, sequence, shapes, tokenizer_files, tokens, vocab)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from cfgcheck.findings import Finding, Severity
+from cfgcheck.findings import Finding, Fix, Severity
 from cfgcheck.schema.run import SECTIONS, RunConfig
 
 
@@ -24,6 +24,7 @@ class Problem:
     paths: tuple[str, ...]
     message: str
     hint: str
+    fixes: tuple[Fix, ...] = ()
 
 
 RuleFunc = Callable[[RunConfig], Iterable[Problem]]
@@ -40,7 +41,7 @@ class Rule:
 
     def check(self, config: RunConfig) -> Iterator[Finding]:
         for p in self.func(config):
-            yield Finding(self.id, p.severity, p.paths, p.message, p.hint)
+            yield Finding(self.id, p.severity, p.paths, p.message, p.hint, fixes=p.fixes)
 
 
 class DuplicateRuleError(ValueError):

@@ -16,6 +16,7 @@ Finetuning = Literal["full", "lora", "qlora"]
 Quantization = Literal["none", "int8", "nf4", "nf4-dq", "fp4"]
 Attention = Literal["eager", "sdpa", "flash"]
 LossChunking = Literal["none", "chunked", "fused"]
+Framework = Literal["hf", "litgpt", "torchtune"]
 
 
 class LoraConfig(Section):
@@ -51,6 +52,12 @@ class TrainerConfig(Section):
         description="'none': full logits plus their fp32 upcast for the loss (transformers); "
         "'chunked': lm_head and loss in sequence chunks, no fp32 upcast (LitGPT); 'fused': "
         "a fused linear + cross-entropy kernel that never holds the full logits (Liger).",
+    )
+    framework: Framework = Field(
+        "hf",
+        description="Whose conventions the run follows: 'hf' (transformers / TRL / PEFT / "
+        "bitsandbytes), 'litgpt' or 'torchtune'. Rules and the memory estimate model that "
+        "stack's behaviour (see docs/memory.md).",
     )
     gpu: GpuConfig | None = Field(
         None, description="The GPU the run is meant for, used when no GPU is visible."

@@ -40,6 +40,13 @@ class LocationOut(BaseModel):
     line: int | None = None
 
 
+class FixOut(BaseModel):
+    """A machine-readable fix: overrides that, applied together, remove the finding."""
+
+    overrides: list[str]
+    summary: str
+
+
 class FindingOut(BaseModel):
     """One finding, as ``cfgcheck check --format json`` prints it (more keys may be added)."""
 
@@ -51,6 +58,11 @@ class FindingOut(BaseModel):
     locations: list[LocationOut | None] | None = Field(
         None,
         description="One per path: where its value was set (compose requests), or null.",
+    )
+    fixes: list[FixOut] = Field(
+        default_factory=list,
+        description="Machine-readable fixes: each one's overrides, applied together, remove "
+        "the finding and introduce no new error.",
     )
 
 
