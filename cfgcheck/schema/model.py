@@ -58,6 +58,29 @@ class ModelConfig(Section):
         False, description="One norm feeds both attention and MLP (parallel residual)."
     )
     rotary_fraction: float = Field(1.0, gt=0, le=1, description="Share of head dims with RoPE.")
+    # Elements of today's architectures (LitGPT's names: litgpt/config.py).
+    architecture: str | None = Field(
+        None,
+        description="The Hugging Face model_type that runs this shape (llama, mistral, qwen2, "
+        "qwen3, gemma, gemma2, phi, phi3, gpt2, ...): decides the module names LoRA targets "
+        "and which transformers class builds it. None: inferred from the layout.",
+    )
+    norm_qk: bool = Field(False, description="RMSNorm on each query and key head (Qwen3).")
+    post_attention_norm: bool = Field(
+        False, description="A norm on the attention output before the residual add (Gemma 2)."
+    )
+    post_mlp_norm: bool = Field(
+        False, description="A norm on the MLP output before the residual add (Gemma 2)."
+    )
+    sliding_window_size: int | None = Field(
+        None, gt=0, description="Local attention window in tokens (Mistral v0.1, Gemma 2)."
+    )
+    attention_logit_softcapping: float | None = Field(
+        None, gt=0, description="tanh soft-capping of attention scores (Gemma 2)."
+    )
+    final_logit_softcapping: float | None = Field(
+        None, gt=0, description="tanh soft-capping of the output logits (Gemma 2)."
+    )
 
     @model_validator(mode="after")
     def _derive(self) -> ModelConfig:
