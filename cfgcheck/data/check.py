@@ -12,6 +12,8 @@ from cfgcheck.data.scan import (
     scan_findings,
 )
 from cfgcheck.findings import CheckResult, Finding, sort_findings
+from cfgcheck.pipeline import Pipeline
+from cfgcheck.schema.run import RunConfig
 
 
 def with_scan_findings(result: CheckResult) -> CheckResult:
@@ -47,7 +49,8 @@ def with_scan_findings(result: CheckResult) -> CheckResult:
     else:
         extra = scan_findings(report, run)
         return CheckResult(
-            sort_findings([*(refine(f, report) for f in result.findings), *extra]), config=run
+            sort_findings([*(refine(f, report, run) for f in result.findings), *extra]),
+            config=run,
         )
     return CheckResult(sort_findings([*result.findings, *extra]), config=run)
 
@@ -57,12 +60,20 @@ def with_scan_findings(result: CheckResult) -> CheckResult:
 _LENGTH_RULES = frozenset({"seq-len-over-block-size", "pad-multiple-over-block-size"})
 
 
-def refine(finding: Finding, report: ScanReport) -> Finding:
+def refine(finding: Finding, report: ScanReport, run: RunConfig) -> Finding:
     """``finding``, downgraded to a warning when the scanned data cannot trigger it: no
-    sample reaches the model longer than model.block_size (length rules), or every sample
-    reaches the collator at the same length (``ragged-batch``)."""
+    sample reaches the model longer than model.block_size (length rules), every sample
+    reaches the collator at the same length (``ragged-batch``), or, when only packing needs
+    a pad id, every sample fills whole rows (``pad-token-missing``)."""
     if finding.severity != "error":
         return finding
+    only_packing = Pipeline.of(run).pad_uses() == ("packing",)
+    if finding.rule == "pad-token-missing" and only_packing and report.rows_full:
+        return _downgraded(
+            finding,
+            f"every scanned sample is a whole number of {report.max_seq_length}-token rows, "
+            f"so no row is padded; other data would be",
+        )
     scanned_fits = report.longest_fed <= report.block_size and report.collator != "packed"
     if finding.rule in _LENGTH_RULES and scanned_fits:
         return _downgraded(

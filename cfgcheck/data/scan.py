@@ -65,6 +65,7 @@ class ScanReport:
     # most two kept: one means batches stack) and the longest batch length a sample forces.
     fed_lengths: frozenset[int] = frozenset()
     longest_fed: int = 0
+    rows_full: bool = False  # packing: every sample fills whole rows, no row is ever padded
 
     @property
     def samples(self) -> int:
@@ -176,6 +177,7 @@ def scan_dataset(
     pipe = Pipeline.of(run)
     fed_lengths: set[int] = set()  # what each sample reaches the collator with
     longest_fed = 0  # the longest batch length a sample forces (pad_to_multiple_of included)
+    rows_full = True  # every sample's real tokens fill whole packed rows
     lengths: array[int] = array("l")
     longest = Sample("", 0, -1)
     over: list[Sample] = []
@@ -197,6 +199,8 @@ def scan_dataset(
                 longest = Sample(shown(c.file), c.lines[i] if c.lines else c.first + i, top)
             if len(fed_lengths) < 2:
                 fed_lengths.update(pipe.sample_length(k) for k in n)
+            if rows_full:
+                rows_full = all(pipe.truncated(k) % d.max_seq_length == 0 for k in n)
             fed_top = pipe.model_length(top)
             longest_fed = max(longest_fed, fed_top)
             if fed_top > m.block_size and d.collator != "packed":
@@ -237,6 +241,7 @@ def scan_dataset(
         over_block_count=over_count,
         fed_lengths=frozenset(fed_lengths),
         longest_fed=longest_fed,
+        rows_full=rows_full,
     )
     report.waste = padding_waste(
         lengths,
