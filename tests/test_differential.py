@@ -42,7 +42,15 @@ from hypothesis import strategies as st  # noqa: E402
 
 import cfgcheck  # noqa: E402
 from cfgcheck.data.check import with_scan_findings  # noqa: E402
-from tests.factories import CORPUS, bpe, save_folder  # noqa: E402
+from tests.factories import CORPUS  # noqa: E402
+from tests.real_pipeline import (  # noqa: E402
+    TOKENIZERS,
+    Case,
+    apply_overrides,
+    build_tokenizers,
+    real_step,
+    run_config,
+)
 
 EXAMPLES = int(os.environ.get("CFGCHECK_DIFF_EXAMPLES", "30"))
 FALSE_ALARM_RATE = 0.02
@@ -51,47 +59,9 @@ WORDS = " ".join(CORPUS[:8]).split()
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
-# --- tokenizers -----------------------------------------------------------------------------
-# "pad": <pad> is a special token and tokenizer_config.json's pad_token.
-# "nopad": no pad token (unk and eos exist).
-# "section": no pad in tokenizer_config.json, only in tokenizer.json's "padding" section.
-# "bare": no pad and no unk token in the config (a declared pad missing from the vocabulary
-#         then gets no id at all).
-TOKENIZERS = ("pad", "nopad", "section", "bare")
-
-
-def _build_tokenizers(root: Path) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    with_pad = ("<unk>", "<s>", "</s>", "<pad>")
-    out["pad"] = save_folder(bpe(special=with_pad), root / "pad", pad_token="<pad>")
-    out["nopad"] = save_folder(bpe(), root / "nopad")
-    section = bpe(special=with_pad)
-    section.enable_padding(pad_id=3, pad_token="<pad>")
-    out["section"] = save_folder(section, root / "section")
-    out["bare"] = save_folder(bpe(), root / "bare", unk_token=None)
-    return out
-
-
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return _build_tokenizers(tmp_path_factory.mktemp("diff-tokenizers"))
-
-
-# --- generated cases ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Case:
-    tokenizer: str
-    declared_pad: str | None
-    padding: str
-    truncation: bool
-    max_seq_length: int
-    max_length: int | None
-    pad_to_multiple_of: int | None
-    collator: str
-    micro_batch_size: int
-    block_size: int
-    texts: tuple[str, ...]
-    shape: tuple[int, int, int | None] = (32, 2, None)  # n_embd, n_head, explicit head_size
+    return build_tokenizers(tmp_path_factory.mktemp("diff-tokenizers"))
 
 
 def _texts(seed: int, count: int, longest: int) -> tuple[str, ...]:
@@ -101,6 +71,7 @@ def _texts(seed: int, count: int, longest: int) -> tuple[str, ...]:
     )
 
 
+# --- generated cases ---
 cases = st.builds(
     Case,
     tokenizer=st.sampled_from(TOKENIZERS),
@@ -116,145 +87,6 @@ cases = st.builds(
     texts=st.builds(_texts, st.integers(0, 10**6), st.integers(1, 6), st.sampled_from([3, 8, 30])),
     shape=st.sampled_from([(32, 2, None), (32, 2, None), (32, 4, 16), (30, 4, 8), (36, 8, 8)]),
 )
-
-
-# --- the real pipeline (independent of cfgcheck) ---------------------------------------------
-def load_tokenizer(folder: Path, declared_pad: str | None) -> Any:
-    from transformers import PreTrainedTokenizerFast
-
-    tok = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
-    tok.padding_side = "right"
-    if declared_pad is not None:
-        tok.pad_token = declared_pad  # what a training script does with the config's value
-    return tok
-
-
-def pack(features: list[dict[str, Any]], length: int, pad_id: int | None) -> dict[str, Any]:
-    """Concatenate the real tokens of the batch into rows of ``length``; the last row is
-    filled with the pad id (labels -100)."""
-    ids: list[int] = []
-    for f in features:
-        ids += [i for i, m in zip(f["input_ids"], f["attention_mask"], strict=True) if m]
-    fill = -len(ids) % length
-    if fill and pad_id is None:
-        raise ValueError("packing needs a pad id to fill the last row")
-    labels = ids + [-100] * fill
-    ids = ids + [pad_id or 0] * fill
-    rows = torch.tensor(ids).view(-1, length)
-    return {"input_ids": rows, "labels": torch.tensor(labels).view(-1, length)}
-
-
-def real_step(case: Case, folder: Path) -> str | None:
-    """Run the pipeline; None when every batch trained, else the error."""
-    from torch.utils.data import default_collate
-    from transformers import DataCollatorWithPadding, LlamaConfig, LlamaForCausalLM
-
-    try:
-        tok = load_tokenizer(folder, case.declared_pad)
-        kwargs = {
-            "padding": {"do_not_pad": False}.get(case.padding, case.padding),
-            "truncation": case.truncation,
-            "max_length": case.max_length or case.max_seq_length,
-            "pad_to_multiple_of": case.pad_to_multiple_of,
-        }
-        features = [dict(tok(t, **kwargs)) for t in case.texts]
-        torch.manual_seed(0)
-        n_embd, n_head, head_size = case.shape
-        config = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=n_embd,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=n_head,
-            num_key_value_heads=n_head,
-            head_dim=head_size or n_embd // n_head,
-            max_position_embeddings=case.block_size,
-            pad_token_id=None,
-            bos_token_id=None,
-            eos_token_id=None,
-        )
-        model = LlamaForCausalLM(config)
-        model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        padder = DataCollatorWithPadding(tok, pad_to_multiple_of=case.pad_to_multiple_of)
-        for start in range(0, len(features), case.micro_batch_size):
-            chunk = features[start : start + case.micro_batch_size]
-            if case.collator == "packed":
-                batch = pack(chunk, case.max_seq_length, tok.pad_token_id)
-            else:
-                if case.collator == "default":
-                    batch = default_collate(
-                        [{k: torch.tensor(v) for k, v in f.items()} for f in chunk]
-                    )
-                else:
-                    batch = dict(padder(chunk))
-                labels = batch["input_ids"].clone()
-                labels[batch["attention_mask"] == 0] = -100
-                batch["labels"] = labels
-            batch.pop("token_type_ids", None)
-            t = batch["input_ids"].shape[1]
-            if t > case.block_size:  # LitGPT's guard (litgpt/model.py, GPT.forward)
-                raise ValueError(f"Cannot attend to {t}, block size is only {case.block_size}")
-            loss = model(**batch).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-    except Exception as e:  # the verdict is "it crashed"; the reason is shown on disagreement
-        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
-    return None
-
-
-# --- cfgcheck's verdict --------------------------------------------------------------------
-def run_config(case: Case, folder: Path, data_file: Path) -> dict[str, Any]:
-    tok = load_tokenizer(folder, case.declared_pad)
-    data: dict[str, Any] = {
-        "max_seq_length": case.max_seq_length,
-        "padding": case.padding,
-        "truncation": case.truncation,
-        "collator": case.collator,
-        "paths": [str(data_file)],
-        "format": "jsonl",
-    }
-    if case.max_length is not None:
-        data["max_length"] = case.max_length
-    if case.pad_to_multiple_of is not None:
-        data["pad_to_multiple_of"] = case.pad_to_multiple_of
-    tokenizer: dict[str, Any] = {"path": str(folder)}
-    if case.declared_pad is not None:
-        tokenizer["pad_token"] = case.declared_pad
-    n_embd, n_head, head_size = case.shape
-    shape = {"n_embd": n_embd, "n_head": n_head}
-    if head_size is not None:
-        shape["head_size"] = head_size
-    return {
-        "name": "diff",
-        "model": {
-            "name": "tiny",
-            "block_size": case.block_size,
-            "vocab_size": len(tok),
-            "n_layer": 1,
-            **shape,
-            "intermediate_size": 64,
-        },
-        "tokenizer": tokenizer,
-        "data": data,
-        "trainer": {"micro_batch_size": case.micro_batch_size, "precision": "32-true"},
-    }
-
-
-def apply_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> dict[str, Any]:
-    """Plain ``key=value`` overrides on a copy of ``cfg`` (values parsed as YAML scalars)."""
-    import yaml
-
-    out = json.loads(json.dumps(cfg))
-    for item in overrides:
-        key, _, raw = item.partition("=")
-        node = out
-        *parents, last = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = yaml.safe_load(raw)
-    return out
 
 
 def check_fixes(result: cfgcheck.CheckResult, cfg: dict[str, Any]) -> Iterator[str]:
