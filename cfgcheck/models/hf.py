@@ -339,10 +339,8 @@ class _Reader:
 
     def get(self, key: str) -> Value:
         name = self.arch.aliases.get(key, key)
-        if name in self.data and self.data[name] is not None:
+        if name in self.data:  # an explicit null is kept (sliding_window: null = no window)
             return Value(self.data[name], name)
-        if name in self.data:  # an explicit null: the class default decides
-            return Value(self.arch.defaults.get(name), name)
         return Value(self.arch.defaults.get(name), name, f"{self.arch.cls}.{name}")
 
     def int(self, key: str) -> Value:
