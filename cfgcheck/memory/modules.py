@@ -149,7 +149,7 @@ def module_tree(m: ModelConfig) -> dict[str, str] | None:
         final = "model.final_layernorm" if arch == "phi" else "model.norm"
         tree = {"model": OTHER, "model.embed_tokens": EMBEDDING, "model.layers": OTHER,
                 final: NORM, "model.rotary_emb": OTHER}  # fmt: skip
-        if arch in ("phi", "phi3"):
+        if arch == "phi":
             tree["model.embed_dropout"] = OTHER
         layers = "model.layers"
     block = [(x.path, LINEAR) for x in block_linears(m)] + _block_others(m, arch)
