@@ -179,8 +179,26 @@ def read_text(path: str | Path, limit: int = DEFAULT_LIMITS.max_bytes) -> str:
 
 # -- YAML ---------------------------------------------------------------------------------------
 
-_PLAIN_TAGS = frozenset(
-    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")
+# YAML's own tags. Those that build something other than JSON data (binary, set, timestamp,
+# omap, pairs) pass the screen and are refused by check_plain, which names the key.
+_YAML_TAGS = frozenset(
+    f"tag:yaml.org,2002:{t}"
+    for t in (
+        "str",
+        "int",
+        "float",
+        "bool",
+        "null",
+        "map",
+        "seq",
+        "binary",
+        "set",
+        "timestamp",
+        "omap",
+        "pairs",
+        "merge",
+        "value",
+    )
 )
 
 
@@ -216,8 +234,12 @@ def screen_yaml(text: str, where: str, limits: Limits = DEFAULT_LIMITS) -> None:
 
     def tag_ok(event: Any) -> None:
         tag = getattr(event, "tag", None)
-        if tag not in (None, "!") and tag not in _PLAIN_TAGS:
-            raise refuse(f"the tag {tag!r} is not accepted: configs hold plain data", event)
+        if tag not in (None, "!") and tag not in _YAML_TAGS:
+            mark = event.start_mark
+            raise UnsafeInput(
+                f"malformed YAML in {where} (line {mark.line + 1}): the tag {tag!r} is not "
+                f"accepted (python/... and custom tags construct objects; configs are plain data)"
+            )
 
     try:
         for event in yaml.parse(text, Loader=loader):
@@ -314,37 +336,45 @@ def load_file(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> Any:
 
 def check_plain(tree: Any, where: str, limits: Limits = DEFAULT_LIMITS) -> None:
     """Raise :class:`UnsafeInput` unless ``tree`` is JSON data within ``limits``: string (or
-    int/bool/null, as YAML writes them) keys, finite-size ints, bounded depth and node count,
-    each shared subtree (a YAML alias) counted every time it appears."""
-    stack: list[tuple[Any, int]] = [(tree, 1)]
+    int/bool/null, as YAML writes them) keys, ints of bounded size, bounded depth and node
+    count, each shared subtree (a YAML alias) counted every time it appears. The message
+    names the offending key path."""
+    stack: list[tuple[str, Any, int]] = [("<root>", tree, 1)]
     nodes = 0
     while stack:
-        value, depth = stack.pop()
+        path, value, depth = stack.pop()
         nodes += 1
         if nodes > limits.max_nodes:
             raise UnsafeInput(f"{where}: more than {limits.max_nodes} values; not read")
         if depth > limits.max_depth:
-            raise UnsafeInput(f"{where}: nesting deeper than {limits.max_depth} levels; not read")
+            raise UnsafeInput(
+                f"{where}: nesting deeper than {limits.max_depth} levels (at {path}); not read"
+            )
         if isinstance(value, dict):
             for key, child in value.items():
                 if not isinstance(key, str | int | bool) and key is not None:
-                    raise UnsafeInput(f"{where}: a key of type {type(key).__name__}; not read")
+                    raise UnsafeInput(
+                        f"{where}: {path} has a key of type {type(key).__name__}; not read"
+                    )
                 if isinstance(key, str) and len(key) > limits.max_key_chars:
                     raise UnsafeInput(
-                        f"{where}: a key longer than {limits.max_key_chars} characters; not read"
+                        f"{where}: a key under {path} is longer than {limits.max_key_chars} "
+                        f"characters; not read"
                     )
-                stack.append((child, depth + 1))
+                name = str(key) if len(str(key)) <= 80 else str(key)[:80] + "..."
+                stack.append((name if path == "<root>" else f"{path}.{name}", child, depth + 1))
         elif isinstance(value, list):
-            stack.extend((child, depth + 1) for child in value)
+            stack.extend((f"{path}[{i}]", child, depth + 1) for i, child in enumerate(value))
         elif isinstance(value, int) and not isinstance(value, bool):
             if value.bit_length() > limits.max_int_digits * 3.33:
                 raise UnsafeInput(
-                    f"{where}: an integer of more than {limits.max_int_digits} digits; not read"
+                    f"{where}: {path} is an integer of more than {limits.max_int_digits} "
+                    f"digits; not read"
                 )
         elif not isinstance(value, str | float | bool) and value is not None:
             raise UnsafeInput(
-                f"{where}: a {type(value).__name__} value; configs hold JSON values only "
-                f"(quote it to make it a string)"
+                f"{where}: {path} is a {type(value).__name__}; configs hold JSON values only "
+                f"(mappings, lists, strings, numbers, booleans, null): quote it to send a string"
             )
 
 
