@@ -14,6 +14,8 @@ from typing import Any
 from cfgcheck.compose import one_line
 from cfgcheck.service.errors import RequestError
 
+MAX_KEY_CHARS = 200  # Hydra turns group keys into file names (255 bytes at most)
+
 
 def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
     """Raise :class:`RequestError` (422) for the first override the service refuses."""
@@ -47,6 +49,8 @@ def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
 
 def _refusal(override: Any, config_dir: Path) -> str | None:
     key: str = override.key_or_group
+    if len(key) > MAX_KEY_CHARS:
+        return f"the key is longer than {MAX_KEY_CHARS} characters"
     if key.replace("/", ".").split(".")[0] == "hydra":
         return "hydra.* settings cannot be changed through the service"
     if ".." in key.replace("/", ".").split("."):

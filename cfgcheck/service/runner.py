@@ -138,8 +138,13 @@ class Runner:
             return None
 
     def _hide_dir(self, message: str) -> str:
-        """Say ``<config-dir>`` instead of the server's own directory layout."""
-        return message.replace(str(self.config_dir), "<config-dir>")
+        """Say ``<config-dir>`` / ``<python>`` instead of the server's own directory layout."""
+        import sys
+
+        message = message.replace(str(self.config_dir), "<config-dir>")
+        for prefix in {sys.prefix, sys.base_prefix}:
+            message = message.replace(prefix, "<python>")
+        return message
 
 
 def validate_config(config: Mapping[str, Any]) -> CheckResult:
