@@ -419,4 +419,3 @@ def test_non_json_yaml_values(client: TestClient, content: str, phrase: str | No
     if phrase is not None:
         assert r.status_code == 422
         assert phrase in r.json()["detail"]
-
