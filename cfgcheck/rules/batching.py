@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from cfgcheck.findings import Fix
-from cfgcheck.pipeline import Pipeline
+from cfgcheck.pipeline import Pipeline, round_up
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
 from cfgcheck.tokenizer import tokenizer_facts
@@ -19,6 +19,7 @@ _RAGGED_ERRORS = (
 
 def _ragged_fixes(cfg: RunConfig) -> tuple[Fix, ...]:
     """Each complete on its own: a pad token is added where the fix pads and none exists."""
+    from cfgcheck.rules.sequence import fitting_length
     from cfgcheck.rules.tokens import pad_fix, usable_pad
 
     d = cfg.data
@@ -30,13 +31,21 @@ def _ragged_fixes(cfg: RunConfig) -> tuple[Fix, ...]:
             return ()
         pad = found
     out = [Fix(("data.collator=padded", *pad), "pad each batch to its longest sample")]
-    if d.pad_to_multiple_of is None or d.effective_max_length % d.pad_to_multiple_of == 0:
-        out.append(
-            Fix(
-                ("data.padding=max_length", "data.truncation=true", *pad),
-                f"pad every sample to data.max_length={d.effective_max_length}",
-            )
+    length, multiple = d.effective_max_length, d.pad_to_multiple_of
+    fits = round_up(length, multiple) <= cfg.model.block_size
+    if not fits or (multiple is not None and length % multiple):
+        length = fitting_length(cfg)  # a multiple of pad_to_multiple_of within the block
+    lengths = (
+        ()
+        if length == d.effective_max_length
+        else (f"data.max_length={length}", f"data.max_seq_length={min(d.max_seq_length, length)}")
+    )
+    out.append(
+        Fix(
+            ("data.padding=max_length", "data.truncation=true", *lengths, *pad),
+            f"pad every sample to {length} tokens",
         )
+    )
     return tuple(out)
 
 

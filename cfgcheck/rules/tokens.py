@@ -152,14 +152,13 @@ def special_token_out_of_range(cfg: RunConfig) -> Iterator[Problem]:
             what = f"tokenizer.{name}_token_id={token_id}"
             if facts.resolved:
                 what = f"the {name} token id {token_id} ({facts.sources.get(name, facts.path)})"
-            size = max(token_id + 1, facts.size or 0, cfg.model.vocab_size)
+            declared = cfg.model.vocab_size
+            size = max(token_id + 1, facts.size or 0, declared or 0)
             grown = round_up(size, cfg.model.padding_multiple)
-            fixes = [
-                Fix(
-                    (f"model.vocab_size={size}", f"model.padded_vocab_size={grown}"),
-                    f"grow the embedding to {grown} rows",
-                )
-            ]
+            over = [f"model.padded_vocab_size={grown}"]
+            if declared is not None:
+                over.insert(0, f"model.vocab_size={size}")
+            fixes = [Fix(tuple(over), f"grow the embedding to {grown} rows")]
             if name == "pad":
                 alt = pad_fix(cfg, rows)
                 if alt is not None:
