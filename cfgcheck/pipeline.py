@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 from cfgcheck.schema.data import Collator, DataConfig, Padding
 from cfgcheck.schema.run import RunConfig
@@ -54,6 +54,15 @@ _PADDING_ARG: dict[str, PaddingArg] = {
     "longest": "longest",  # what padding=True means
     "do_not_pad": False,
 }
+
+
+class TokenizerKwargs(TypedDict):
+    """Keyword arguments of a transformers tokenizer call (``tokenizer(text, **kwargs)``)."""
+
+    padding: PaddingArg
+    truncation: bool
+    max_length: int
+    pad_to_multiple_of: int | None
 
 
 def round_up(n: int, multiple: int | None) -> int:
@@ -85,6 +94,13 @@ class Pipeline:
         return cls.from_sections(cfg.data, cfg.trainer)
 
     @classmethod
+    def from_data(cls, d: DataConfig) -> Pipeline:
+        """The pipeline as far as the data section decides it: every length (``longest``,
+        ``shortest``, ``sample_length``, ``model_length``, ``memory_length``) is exact; the
+        micro batch (1) and framework (hf) are placeholders."""
+        return cls.from_sections(d, TrainerConfig(micro_batch_size=1))
+
+    @classmethod
     def from_sections(cls, d: DataConfig, t: TrainerConfig) -> Pipeline:
         return cls(
             padding=d.padding,
@@ -98,7 +114,7 @@ class Pipeline:
         )
 
     # -- 1. the tokenizer call ------------------------------------------------------------
-    def tokenizer_kwargs(self) -> dict[str, PaddingArg | int | None]:
+    def tokenizer_kwargs(self) -> TokenizerKwargs:
         return {
             "padding": _PADDING_ARG[self.padding],
             "truncation": self.truncation,

@@ -107,8 +107,7 @@ def sequence_length(d: DataConfig) -> int:
     """Worst-case tokens per sample, as the pipeline feeds them (:mod:`cfgcheck.pipeline`):
     packed rows are ``max_seq_length``; otherwise the tokenizer's ``max_length`` (which may
     be above ``max_seq_length``) rounded up to ``pad_to_multiple_of``."""
-    # memory_length() reads only the data section; the trainer is a placeholder
-    return Pipeline.from_sections(d, TrainerConfig(micro_batch_size=1)).memory_length()
+    return Pipeline.from_data(d).memory_length()
 
 
 def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:

@@ -57,25 +57,25 @@ def _lengths(pipe: Pipeline, cfg: RunConfig) -> tuple[str, str]:
     return what, f'"ValueError: Cannot attend to {longest}, block size is only {block}" (LitGPT)'
 
 
-@rule("seq-len-over-block-size", requires=("model", "data", "trainer"))
+@rule("seq-len-over-block-size", requires=("model", "data"))
 def seq_len_over_block_size(cfg: RunConfig) -> Iterator[Problem]:
     """The longest sequence the pipeline feeds must not exceed model.block_size."""
-    pipe, d, block = Pipeline.of(cfg), cfg.data, cfg.model.block_size
+    pipe, d, block = Pipeline.from_data(cfg.data), cfg.data, cfg.model.block_size
     longest, unrounded = pipe.longest, pipe.unrounded_longest
     over_unrounded = unrounded is not None and unrounded > block
     if over_unrounded or (pipe.shortest > block and d.effective_max_length > block):
         what, crash = _lengths(pipe, cfg)
         certain = pipe.exact or pipe.shortest > block
+        packed = d.collator == "packed"
         source = (
-            "data.max_length"
-            if d.max_length is not None and d.collator != "packed"
-            else "data.max_seq_length"
+            "data.max_length" if d.max_length is not None and not packed else "data.max_seq_length"
         )
+        length = d.max_seq_length if packed else d.effective_max_length
         yield Problem(
             "error",
             (source, "model.block_size"),
-            f"{what}: {longest or pipe.shortest} tokens, above model.block_size={block} of "
-            f"{cfg.model.name}; "
+            f"{source}={length} is above model.block_size={block} of {cfg.model.name}: "
+            f"{what} ({longest or pipe.shortest} tokens); "
             + ("every batch fails" if certain else "the first batch this long fails")
             + f" with {crash}",
             f"set data.max_seq_length<={block} and data.max_length<={block} with "
@@ -106,10 +106,10 @@ def seq_len_over_block_size(cfg: RunConfig) -> Iterator[Problem]:
         )
 
 
-@rule("pad-multiple-over-block-size", requires=("model", "data", "trainer"))
+@rule("pad-multiple-over-block-size", requires=("model", "data"))
 def pad_multiple_over_block_size(cfg: RunConfig) -> Iterator[Problem]:
     """Rounding up to pad_to_multiple_of must not push sequences past model.block_size."""
-    pipe, d, block = Pipeline.of(cfg), cfg.data, cfg.model.block_size
+    pipe, d, block = Pipeline.from_data(cfg.data), cfg.data, cfg.model.block_size
     multiple = d.pad_to_multiple_of
     if multiple is None or d.collator == "packed":  # packed rows are never rounded
         return
@@ -130,23 +130,24 @@ def pad_multiple_over_block_size(cfg: RunConfig) -> Iterator[Problem]:
         )
 
 
-@rule("max-length-over-max-seq-length", requires=("model", "data", "trainer"))
+@rule("max-length-over-max-seq-length", requires=("model", "data"))
 def max_length_over_max_seq_length(cfg: RunConfig) -> Iterator[Problem]:
     """data.max_length above data.max_seq_length lets longer sequences reach the model."""
-    pipe, d, block = Pipeline.of(cfg), cfg.data, cfg.model.block_size
+    pipe, d, block = Pipeline.from_data(cfg.data), cfg.data, cfg.model.block_size
     longest = pipe.longest
     if d.collator == "packed" or longest is None or longest <= d.max_seq_length:
         return
     if longest > block:
         return  # seq-len-over-block-size / pad-multiple-over-block-size say it
-    target = round_down(d.max_seq_length, d.pad_to_multiple_of) or d.max_seq_length
+    target = round_down(d.max_seq_length, d.pad_to_multiple_of)
     fixes = [Fix((f"data.max_seq_length={longest}",), "declare the length really fed")]
-    fixes.append(
-        Fix(
-            (f"data.max_length={target}", f"data.max_seq_length={target}"),
-            f"truncate to {target} tokens",
+    if target > 0:  # a multiple of pad_to_multiple_of, so the tokenizer call accepts it
+        fixes.append(
+            Fix(
+                (f"data.max_length={target}", f"data.max_seq_length={target}"),
+                f"truncate to {target} tokens",
+            )
         )
-    )
     yield Problem(
         "warning",
         ("data.max_length", "data.max_seq_length"),

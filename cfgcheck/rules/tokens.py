@@ -35,7 +35,9 @@ def usable_pad(facts: TokenizerFacts) -> bool:
 
 def quoted(value: str) -> str:
     """A Hydra override value: quoted unless it is a plain word."""
-    if value.replace("_", "").replace("-", "").replace(".", "").isalnum():
+    plain = value.replace("_", "").replace("-", "").replace(".", "").isalnum()
+    yaml_word = value.lower() in {"null", "none", "true", "false", "yes", "no", "on", "off"}
+    if plain and not yaml_word and not value[0].isdigit():
         return value
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 

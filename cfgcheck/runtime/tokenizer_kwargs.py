@@ -7,22 +7,13 @@ transformers tokenizer and refuses one that disagrees with the config.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
-from cfgcheck.pipeline import Pipeline
+from cfgcheck.pipeline import Pipeline, TokenizerKwargs
 from cfgcheck.runtime._config import Validated, facts_of, run_config
 from cfgcheck.runtime.errors import TokenizerMismatchError
 
-PaddingArg = Literal["max_length", "longest"] | bool
-
-
-class TokenizerKwargs(TypedDict):
-    """Keyword arguments of a transformers tokenizer call (``tokenizer(text, **kwargs)``)."""
-
-    padding: PaddingArg
-    truncation: bool
-    max_length: int
-    pad_to_multiple_of: int | None
+__all__ = ["TokenizerKwargs", "configure_tokenizer", "padding_side", "tokenizer_kwargs"]
 
 
 def tokenizer_kwargs(config: Validated) -> TokenizerKwargs:
@@ -32,13 +23,7 @@ def tokenizer_kwargs(config: Validated) -> TokenizerKwargs:
     ``data.max_seq_length``). The padding side is not a call argument here: set it once
     with :func:`configure_tokenizer` (or pass ``padding_side=padding_side(cfg)``).
     """
-    kwargs = Pipeline.of(run_config(config)).tokenizer_kwargs()
-    return TokenizerKwargs(
-        padding=kwargs["padding"],  # type: ignore[typeddict-item]
-        truncation=bool(kwargs["truncation"]),
-        max_length=int(kwargs["max_length"] or 0),
-        pad_to_multiple_of=kwargs["pad_to_multiple_of"],  # type: ignore[typeddict-item]
-    )
+    return Pipeline.of(run_config(config)).tokenizer_kwargs()
 
 
 def padding_side(config: Validated) -> Literal["right", "left"]:
