@@ -23,8 +23,9 @@ def length_fix(cfg: RunConfig) -> tuple[Fix, ...]:
     d = cfg.data
     target = fitting_length(cfg)
     over = [f"data.max_seq_length={min(d.max_seq_length, target)}", f"data.max_length={target}"]
-    if d.max_length is not None and d.max_length <= target:
-        over[1] = f"data.max_length={d.max_length}"
+    m = d.pad_to_multiple_of
+    if d.max_length is not None and d.max_length <= target and (m is None or d.max_length % m == 0):
+        over[1] = f"data.max_length={d.max_length}"  # already fits: keep it
     if not d.truncation and d.collator != "packed":
         over.append("data.truncation=true")
     if round_down(cfg.model.block_size, d.pad_to_multiple_of) == 0:
