@@ -199,9 +199,13 @@ def _loader() -> Any:
 
 
 def locate(result: CheckResult, smap: SourceMap) -> CheckResult:
-    """``result`` with each finding's paths located in ``smap`` (``None`` when unknown)."""
+    """``result`` with each finding's paths located in ``smap`` (``None`` when unknown).
+
+    A location the finding already carries (a value from a model folder, located at the
+    folder's file by :func:`cfgcheck.validate`) is kept.
+    """
     findings = [
-        dataclasses.replace(f, locations={p: smap.lookup(p) for p in f.paths})
+        dataclasses.replace(f, locations={p: f.locations.get(p) or smap.lookup(p) for p in f.paths})
         for f in result.findings
     ]
     return dataclasses.replace(result, findings=findings)

@@ -175,6 +175,9 @@ def _from_tokenizer_json(path: Path, folder: Path | None) -> ResolvedTokenizer:
     extra: list[str] = []  # tokens transformers adds on load
     if folder is not None:
         specials, extra = _side_files(folder)
+    section = _padding_section_pad(tk)
+    if "pad" not in specials and section is not None:
+        specials["pad"] = SpecialToken(section, None, f"{path.name} padding section")
     for token in [*(s.token for s in specials.values()), *extra]:
         if token not in vocab:
             vocab[token] = max(vocab.values(), default=-1) + 1
@@ -182,6 +185,18 @@ def _from_tokenizer_json(path: Path, folder: Path | None) -> ResolvedTokenizer:
         name: SpecialToken(s.token, vocab.get(s.token), s.source) for name, s in specials.items()
     }
     return _build(path, folder, vocab, base_size, resolved, backend="tokenizers")
+
+
+def _padding_section_pad(tk: Any) -> str | None:
+    """The pad token of tokenizer.json's ``"padding"`` section. transformers'
+    ``TokenizersBackend.__init__`` (``tokenization_utils_tokenizers.py``: ``_padding = ...
+    self._tokenizer.padding``, then ``kwargs.setdefault("pad_token", _padding["pad_token"])``)
+    makes it the pad token unless tokenizer_config.json names one; a string missing from the
+    vocabulary is added like any other special token."""
+    padding = tk.padding
+    if not isinstance(padding, Mapping):
+        return None
+    return token_text(padding.get("pad_token"))
 
 
 def _build(
