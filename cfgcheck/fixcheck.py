@@ -32,8 +32,30 @@ class _Unappliable(Exception):
     """An override this module cannot apply to a composed config."""
 
 
+SCHEMA_RULES = frozenset({"unknown-key", "missing-key", "invalid-value"})
+
+
 def _key(f: Finding) -> tuple[str, tuple[str, ...]]:
     return (f.rule, f.paths)
+
+
+def _blocked(findings: Iterable[Finding]) -> frozenset[str]:
+    """Rules that could not run: they need a section the schema rejected."""
+    from cfgcheck.rules import all_rules
+
+    broken = {f.paths[0].split(".")[0] for f in findings if f.rule in SCHEMA_RULES and f.paths}
+    return frozenset(r.id for r in all_rules() if r.requires & broken)
+
+
+def new_errors(before: Sequence[Finding], after: Sequence[Finding]) -> list[Finding]:
+    """Errors of ``after`` that ``before`` did not have. A rule that could not run before (a
+    section it reads failed the schema) is not new when it fires once the section is fixed:
+    the fix revealed it, it did not cause it."""
+    seen = {_key(f) for f in before if f.severity == "error"}
+    blocked = _blocked(before)
+    return [
+        f for f in after if f.severity == "error" and _key(f) not in seen and f.rule not in blocked
+    ]
 
 
 def _parse(override: str) -> Any:
@@ -77,34 +99,54 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
     return out
 
 
-def _works(
-    raw: Mapping[str, Any], fix_overrides: Sequence[str], finding: Finding, before: set[Any]
-) -> bool | None:
-    """Whether the overrides remove ``finding`` and add no error; None: cannot be applied."""
+def _outcome(
+    raw: Mapping[str, Any], fix: Fix, finding: Finding, before: Sequence[Finding]
+) -> list[Finding] | None:
+    """The errors ``fix`` introduces (``[]``: it works), or None when it cannot be applied.
+    A fix that leaves its finding in place "introduces" that finding."""
     from cfgcheck.validate import validate_plain
 
     try:
-        fixed = apply_overrides(raw, fix_overrides)
+        fixed = apply_overrides(raw, fix.overrides)
     except _Unappliable:
         return None
     after = validate_plain(fixed).findings
-    if any(_key(f) == _key(finding) for f in after):
-        return False
-    return not any(f.severity == "error" and _key(f) not in before for f in after)
+    left = [f for f in after if _key(f) == _key(finding)]
+    return left or new_errors(before, after)
 
 
-def _checked(raw: Mapping[str, Any], finding: Finding, before: set[Any]) -> tuple[Fix, ...]:
+def _combined(a: Fix, b: Fix) -> Fix:
+    return Fix((*a.overrides, *b.overrides), f"{a.summary}, and {b.summary}")
+
+
+def _checked(
+    raw: Mapping[str, Any], finding: Finding, before: Sequence[Finding]
+) -> tuple[Fix, ...]:
     kept: list[Fix] = []
+    broken: list[tuple[Fix, list[Finding]]] = []
     for fix in finding.fixes:
-        if _works(raw, fix.overrides, finding, before) is not False:
+        outcome = _outcome(raw, fix, finding, before)
+        if not outcome:  # works, or a group choice this module cannot apply
             kept.append(fix)
-    if kept or len(finding.fixes) < 2:
+        elif not any(_key(f) == _key(finding) for f in outcome):
+            broken.append((fix, outcome))
+    if kept:
         return tuple(dict.fromkeys(kept))
-    pairs = itertools.islice(itertools.combinations(finding.fixes, 2), MAX_PAIRS)
-    for a, b in pairs:
-        overrides = (*a.overrides, *b.overrides)
-        if _works(raw, overrides, finding, before):
-            return (Fix(overrides, f"{a.summary}, and {b.summary}"),)
+    # No fix works alone: a fix that removes the finding but causes another error, together
+    # with a fix of that error (fp16 on a T4, and a smaller batch to fit the fp16 run) ...
+    tries = 0
+    for fix, caused in broken:
+        for extra in caused[0].fixes:
+            tries += 1
+            if tries > MAX_PAIRS:
+                return ()
+            both = _combined(fix, extra)
+            if _outcome(raw, both, finding, before) == []:
+                return (both,)
+    # ... or two of the finding's own fixes together.
+    for a, b in itertools.islice(itertools.combinations(finding.fixes, 2), MAX_PAIRS):
+        if _outcome(raw, _combined(a, b), finding, before) == []:
+            return (_combined(a, b),)
     return ()
 
 
@@ -112,7 +154,7 @@ def verified(raw: Mapping[str, Any], result: CheckResult) -> CheckResult:
     """``result`` with every error and warning finding's fixes checked (see module docstring)."""
     if not any(f.fixes for f in result.findings if f.severity != "info"):
         return result
-    before = {_key(f) for f in result.findings if f.severity == "error"}
+    before = result.findings
     findings: list[Finding] = []
     for f in result.findings:
         if f.fixes and f.severity != "info":

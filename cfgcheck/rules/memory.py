@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from cfgcheck.findings import Fix
 from cfgcheck.memory import devices
 from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
 from cfgcheck.memory.fixes import fixes
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
+from cfgcheck.schema.trainer import TrainerConfig
 
 WARN_SHARE = 0.9
 PATHS = ("trainer.micro_batch_size", "data.max_seq_length", "model.name", "trainer.gpu")
@@ -86,6 +88,24 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
     )
 
 
+def _fp16_fixes(t: TrainerConfig) -> tuple[Fix, ...]:
+    """fp16 instead of bf16; fp16 mixed precision keeps fp32 master weights, so the same run
+    may need less activation memory to fit (candidates: each is checked before it is shown)."""
+    from cfgcheck.rules.batching import with_micro_batch
+
+    fp16 = "trainer.precision=16-mixed"
+    ckpt = "trainer.gradient_checkpointing=true"
+    return (
+        Fix((fp16,), "fp16 mixed precision with loss scaling"),
+        Fix((fp16, ckpt), "fp16 mixed precision, with activation checkpointing to fit"),
+        Fix(
+            (fp16, ckpt, *with_micro_batch(t, 1)),
+            "fp16 mixed precision, activation checkpointing and one sample per micro batch",
+        ),
+        Fix(("trainer.precision=32-true",), "fp32 (twice the activation memory)"),
+    )
+
+
 @rule("gpu-capability", requires=("trainer",))
 def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
     """bf16 needs compute capability 8.0+; so does FlashAttention."""
@@ -103,6 +123,7 @@ def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
             f"needs compute capability 8.0 (Ampere) or newer",
             "set trainer.precision=16-mixed (fp16 with loss scaling) or 32-true, or use an "
             "Ampere+ GPU (A10G, L4, A100, H100)",
+            fixes=_fp16_fixes(t),
         )
     if t.attention == "flash" and dev.flash_attention is False:
         yield Problem(
@@ -112,4 +133,5 @@ def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
             f'needs compute capability 8.0+ ("FlashAttention only supports Ampere GPUs or newer")',
             "set trainer.attention=sdpa (PyTorch picks the memory-efficient kernel), or use an "
             "Ampere+ GPU",
+            fixes=(Fix(("trainer.attention=sdpa",), "PyTorch SDPA (memory-efficient kernel)"),),
         )
