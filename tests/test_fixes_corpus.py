@@ -52,6 +52,10 @@ CORPUS: dict[str, tuple[str, ...]] = {
     "dropout-range": ("trainer.lora.dropout=1.5",),
     "missing-seq-len": ("~data.max_seq_length",),
     "gpu-unknown": ("trainer.gpu.name=RTX9090",),
+    "lr-full": ("trainer=full", "trainer.learning_rate=0.01"),
+    "lr-lora": ("trainer.learning_rate=0.5",),
+    "lr-tiny": ("trainer.learning_rate=1e-9",),
+    "gpu-ambiguous": ("trainer.gpu.name=A100",),
     "combined": (
         "trainer.devices=2",
         "data.max_seq_length=3063",

@@ -122,3 +122,48 @@ def lora_settings_unused(cfg: RunConfig) -> Iterator[Problem]:
             f"trains every weight",
             "set trainer.finetuning=lora to train adapters, or remove trainer.lora.rank",
         )
+
+
+# Learning rates of published fine-tuning recipes, and the bounds far outside them:
+# - full fine-tuning: Axolotl examples/llama-3/fft-8b.yaml uses 2e-5; LitGPT
+#   config_hub/finetune/llama-2-7b/full.yaml uses 2e-4 (bf16-true, 4 GPUs).
+# - LoRA / QLoRA: LitGPT config_hub/finetune/llama-2-7b/lora.yaml and Axolotl
+#   examples/llama-3/lora-8b.yml use 2e-4 (QLoRA recipes likewise 2e-4).
+# A warning, not an error: nothing crashes, the loss diverges or the model forgets.
+LR_RANGES: dict[str, tuple[float, float, float, str]] = {
+    # method: (lowest usual, highest usual, recipe value, sources)
+    "full": (1e-7, 1e-3, 2e-5, "Axolotl llama-3 fft-8b: 2e-5; LitGPT llama-2-7b full: 2e-4"),
+    "lora": (1e-6, 1e-2, 2e-4, "LitGPT llama-2-7b lora: 2e-4; Axolotl llama-3 lora-8b: 2e-4"),
+    "qlora": (1e-6, 1e-2, 2e-4, "LitGPT and Axolotl QLoRA recipes: 2e-4"),
+}
+
+
+@rule("learning-rate-range", requires=("trainer",))
+def learning_rate_range(cfg: RunConfig) -> Iterator[Problem]:
+    """The learning rate lies in the range the fine-tuning method's recipes use."""
+    t = cfg.trainer
+    low, high, recipe, sources = LR_RANGES[t.finetuning]
+    lr = t.learning_rate
+    if low <= lr <= high:
+        return
+    side = "above" if lr > high else "below"
+    effect = (
+        "the loss diverges (nan) or the model forgets what it knew within the first steps"
+        if lr > high
+        else "the weights barely move: the run spends its budget and learns nothing"
+    )
+    yield Problem(
+        "warning",
+        ("trainer.learning_rate", "trainer.finetuning"),
+        f"trainer.learning_rate={lr:g} is far {side} what {t.finetuning} fine-tuning uses "
+        f"({low:g} to {high:g}): {effect}",
+        f"use a learning rate between {low:g} and {high:g} for {t.finetuning} "
+        f"(recipes: {sources}), e.g. trainer.learning_rate={recipe:g}; from-scratch "
+        f"pretraining of small models may use up to ~3e-3 with finetuning=full",
+        fixes=(
+            Fix(
+                (f"trainer.learning_rate={recipe!r}",),
+                f"the {t.finetuning} recipes' learning rate",
+            ),
+        ),
+    )
