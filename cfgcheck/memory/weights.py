@@ -22,6 +22,16 @@ def master_bytes(t: TrainerConfig) -> int:
     return 2 if t.precision == "bf16-true" else 4
 
 
+def trainable_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """Bytes per trainable parameter (and per gradient element): the master dtype for full
+    fine-tuning, the adapter dtype for LoRA (fp32 under PEFT, see :mod:`stack`)."""
+    if t.finetuning == "full":
+        return master_bytes(t)
+    from cfgcheck.memory.stack import stack
+
+    return stack(m, t).adapter
+
+
 def trainable_params(m: ModelConfig, t: TrainerConfig) -> int:
     if t.finetuning == "full":
         return count_params(m).total
@@ -37,6 +47,10 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     quant = pc.linear_weights * QUANT_BYTES[t.quantization]
     if t.quantization == "int8":
         quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
+    from cfgcheck.memory.stack import stack
+
+    if stack(m, t).kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
+        stored = 4
     return int(quant) + pc.unquantized * stored
 
 
@@ -53,8 +67,15 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     return 2 * (linear + head + adapters)
 
 
+def paged(t: TrainerConfig) -> bool:
+    """bitsandbytes paged optimizers keep their states in CUDA unified memory
+    (``cudaMallocManaged``, bitsandbytes/functional.py ``get_paged``): outside torch's
+    allocator counters, resident on the GPU while it has room, so inside the device total."""
+    return t.optimizer.startswith("paged_")
+
+
 def gradient_bytes(m: ModelConfig, t: TrainerConfig) -> int:
-    return trainable_params(m, t) * master_bytes(t)
+    return trainable_params(m, t) * trainable_bytes(m, t)
 
 
 def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
@@ -74,11 +95,11 @@ def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 def optimizer_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     n = trainable_params(m, t)
     if t.optimizer == "adamw":
-        return 2 * n * master_bytes(t)
+        return 2 * n * trainable_bytes(m, t)
     if t.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
         return int(n * (2 + 2 * 4 / 256))  # two int8 states + fp32 absmax per 256-block
     if t.optimizer == "sgd":
-        return n * master_bytes(t)  # one momentum buffer
+        return n * trainable_bytes(m, t)  # one momentum buffer
     return _adafactor_bytes(m, t)
 
 
@@ -87,5 +108,5 @@ def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     parameter-sized intermediate list (e.g. ``sqrt(exp_avg_sq)``); 8-bit and Adafactor
     update parameter by parameter."""
     if t.optimizer in ("adamw", "sgd"):
-        return trainable_params(m, t) * master_bytes(t)
+        return trainable_params(m, t) * trainable_bytes(m, t)
     return 0
