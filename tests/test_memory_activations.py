@@ -82,3 +82,106 @@ def test_per_layer_bytes_equal_transformers(
     three, two = (act.activation_bytes(shape(n), t, 2, 32, masked=padded) for n in (3, 2))
     formula = three - two
     assert measured == formula
+
+
+# --- the stack's conventions: PEFT adapters, Phi's gelu_new MLP, packed rows -------------------
+
+ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+PHI = {
+    "mlp": "gelu",
+    "norm": "layernorm",
+    "bias": True,
+    "shared_attention_norm": True,
+    "parallel_residual": True,
+    "lm_head_bias": True,
+    "rotary_fraction": 0.4,
+    "n_query_groups": 4,
+    "intermediate_size": 256,
+}
+PHI_NAMES = {"o_proj": "dense", "up_proj": "fc1", "down_proj": "fc2"}
+
+
+def peft_saved_bytes(
+    m: ModelConfig, attention: str, targets: list[str], packed: bool = False
+) -> int:
+    """Saved bytes of a real PEFT LoRA model (peft's defaults: fp32 adapters), dropout 0 (CPU
+    dropout keeps an fp32 noise tensor where CUDA's fused kernel keeps a 1-byte mask)."""
+    peft = pytest.importorskip("peft")
+    from cfgcheck.memory.hf_shapes import hf_config
+
+    cfg = hf_config(m)
+    cfg._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
+    model.config.use_cache = False  # as trainers set it (and packing detection needs it)
+    names = [PHI_NAMES.get(x, x) for x in targets] if m.mlp == "gelu" else targets
+    lora = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=names)
+    model = peft.get_peft_model(model, lora)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    ids = torch.randint(0, 128, (2, 32))
+    kwargs: dict[str, torch.Tensor] = {"input_ids": ids}
+    if packed:  # four samples per row, positions restarting (the packed collator's layout)
+        kwargs["position_ids"] = torch.arange(32).remainder(8).unsqueeze(0).expand(2, 32)
+    else:
+        mask = torch.ones(2, 32, dtype=torch.long)
+        mask[0, -3:] = 0
+        kwargs["attention_mask"] = mask
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(**kwargs)
+    return sum(seen.values())
+
+
+def lora_trainer(targets: list[str], attention: str) -> TrainerConfig:
+    return TrainerConfig(
+        micro_batch_size=2,
+        precision="bf16-true",
+        finetuning="lora",
+        attention=attention,  # type: ignore[arg-type]
+        lora={"rank": 8, "targets": targets, "dropout": 0.0},  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj"], ALL_TARGETS], ids=["qv", "all"])
+def test_peft_lora_layer_bytes_equal_peft(attention: str, targets: list[str]) -> None:
+    """fp32 adapters, each casting its input to fp32 (a copy per adapter)."""
+    t = lora_trainer(targets, attention)
+    measured = peft_saved_bytes(shape(3), attention, targets) - peft_saved_bytes(
+        shape(2), attention, targets
+    )
+    formula = act.activation_bytes(shape(3), t, 2, 32) - act.activation_bytes(shape(2), t, 2, 32)
+    assert measured == formula
+
+
+def test_packed_rows_pay_like_a_padding_mask() -> None:
+    """transformers turns restarting position_ids into a block-diagonal sdpa mask."""
+    t = lora_trainer(["q_proj", "v_proj"], "sdpa")
+    measured = peft_saved_bytes(shape(3), "sdpa", ["q_proj", "v_proj"], packed=True)
+    measured -= peft_saved_bytes(shape(2), "sdpa", ["q_proj", "v_proj"], packed=True)
+    three, two = (act.activation_bytes(shape(n), t, 2, 32, masked=True) for n in (3, 2))
+    assert measured == three - two
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize(
+    "targets", [["q_proj", "v_proj"], ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"]]
+)
+def test_phi_gelu_new_parallel_block_equals_transformers(
+    attention: str, targets: list[str]
+) -> None:
+    """Phi: gelu_new keeps four intermediate-size tensors, one shared LayerNorm, partial
+    rotary. CPU LayerNorm keeps its two statistics in bf16, CUDA in fp32: 4 bytes per token."""
+    m3, m2 = shape(3).model_copy(update=PHI), shape(2).model_copy(update=PHI)
+    m3, m2 = (ModelConfig.model_validate(x.model_dump()) for x in (m3, m2))
+    t = lora_trainer(targets, attention)
+    measured = peft_saved_bytes(m3, attention, targets) - peft_saved_bytes(m2, attention, targets)
+    formula = act.activation_bytes(m3, t, 2, 32) - act.activation_bytes(m2, t, 2, 32)
+    assert measured == formula - 4 * 2 * 32

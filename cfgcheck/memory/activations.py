@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfgcheck.memory.params import block_linears, canonical_target
-from cfgcheck.memory.stack import Stack, compute_bytes, quantized, stack
+from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, stack
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
@@ -85,6 +85,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     """
     s = stack(m, t)
     p = s.act
+    kernel = attention(m, t)
     h, a, kv, d, inter = m.n_embd, m.n_head, m.kv_heads, m.head_dim, m.mlp_width
     full = t.finetuning == "full"
     quant = quantized(t)
@@ -102,7 +103,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
             total += kept
             if shares_input:
                 saved.add(lin.source)
-    if t.attention != "eager":
+    if kernel != "eager":
         saved.discard("attn_out")  # the kernel's output, counted below, is the o_proj input
     total += sum(p * sizes[x] for x in saved)
     # norms
@@ -111,17 +112,17 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head
         total += 4 * (a + kv) * d + 4 * (a + kv)
     # attention core
-    expanded = t.attention == "eager" or (t.attention == "sdpa" and masked)
+    expanded = kernel == "eager" or (kernel == "sdpa" and masked)
     kv_width = a * d if expanded else kv * d
     total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
     scores = 0
-    if t.attention == "eager":
+    if kernel == "eager":
         scores = a * (4 + (p if p == 2 else 0))  # fp32 softmax output + its 16-bit copy
         if m.attention_logit_softcapping:
             scores += a * p  # tanh output of the soft-capping
     else:
         total += p * a * d + 4 * a  # kernel output + log-sum-exp
-        if t.attention == "sdpa" and masked:
+        if kernel == "sdpa" and masked:
             scores = p  # the mask in the compute dtype, broadcast over heads
     # MLP
     total += p * inter * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)

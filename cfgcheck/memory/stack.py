@@ -91,6 +91,15 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
     )
 
 
+def attention(m: ModelConfig, t: TrainerConfig) -> str:
+    """The attention kernel that really runs: transformers has no sdpa path for attention-logit
+    soft-capping (Gemma 2: ``_supports_sdpa = False``, models/gemma2/modeling_gemma2.py), so
+    such a model runs eager attention; flash-attention 2 takes the soft-cap."""
+    if t.framework == "hf" and m.attention_logit_softcapping and t.attention == "sdpa":
+        return "eager"
+    return t.attention
+
+
 def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: int) -> bool:
     """Whether the attention kernel gets a mask: padded batches, packed rows turned into a
     block-diagonal mask (transformers), or a sliding window shorter than the sequence
