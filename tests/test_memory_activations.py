@@ -185,3 +185,62 @@ def test_phi_gelu_new_parallel_block_equals_transformers(
     measured = peft_saved_bytes(m3, attention, targets) - peft_saved_bytes(m2, attention, targets)
     formula = act.activation_bytes(m3, t, 2, 32) - act.activation_bytes(m2, t, 2, 32)
     assert measured == formula - 4 * 2 * 32
+
+
+def autocast_saved_bytes(m: ModelConfig, attention: str, targets: list[str]) -> int:
+    """Saved bytes (weight casts included) of fp32 weights under bf16 autocast: PEFT LoRA on
+    ``targets``, or full fine-tuning when there are none."""
+    from cfgcheck.memory.hf_shapes import hf_config
+
+    cfg = hf_config(m)
+    cfg._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).float()
+    model.config.use_cache = False
+    if targets:
+        peft = pytest.importorskip("peft")
+        lora = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=targets)
+        model = peft.get_peft_model(model, lora)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    ids = torch.randint(0, 128, (2, 32))
+    mask = torch.ones(2, 32, dtype=torch.long)
+    mask[0, -3:] = 0
+    with (
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+        torch.autocast("cpu", dtype=torch.bfloat16),
+    ):
+        model(input_ids=ids, attention_mask=mask)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize(
+    "targets", [[], ["q_proj", "v_proj"], ALL_TARGETS], ids=["full", "qv", "all"]
+)
+def test_mixed_precision_layer_bytes_equal_autocast(attention: str, targets: list[str]) -> None:
+    """bf16-mixed: fp32 residual stream and norm outputs, a 16-bit cast per linear that trains
+    and per adapter, and the 16-bit weight casts autograd keeps (estimate's autocast copies)."""
+    from cfgcheck.memory import weights
+
+    t = TrainerConfig(
+        micro_batch_size=2,
+        precision="bf16-mixed",
+        finetuning="lora" if targets else "full",
+        attention=attention,  # type: ignore[arg-type]
+        lora={"rank": 8, "targets": targets, "dropout": 0.0},  # type: ignore[arg-type]
+    )
+    measured = autocast_saved_bytes(shape(3), attention, targets)
+    measured -= autocast_saved_bytes(shape(2), attention, targets)
+    formula = sum(
+        sign * (act.activation_bytes(shape(n), t, 2, 32) + weights.autocast_copy_bytes(shape(n), t))
+        for n, sign in ((3, 1), (2, -1))
+    )
+    assert measured == formula

@@ -59,19 +59,19 @@ class LayerActivations:
         return tokens * (self.per_token + self.attention_scores * seq)
 
 
-def _norm_bytes(m: ModelConfig, p: int, weight_trained: bool) -> int:
-    """What one norm keeps per token: its input (fp32 copy for RMSNorm) and, when its weight
-    trains, the normalized tensor that multiplies the weight."""
+def _norm_bytes(m: ModelConfig, r: int, weight_trained: bool) -> int:
+    """What one norm keeps per token (``r``: bytes of the residual stream): its input (an fp32
+    copy for RMSNorm) and, when its weight trains, the normalized tensor that multiplies it."""
     h = m.n_embd
     if m.norm == "layernorm":
-        return p * h + 8
-    return 4 * h + 4 + (p * h if weight_trained else 0)
+        return r * h + 8
+    return 4 * h + 4 + (r * h if weight_trained else 0)
 
 
 def _adapter_bytes(s: Stack, in_features: int, rank: int, dropout: bool) -> tuple[int, bool]:
     """Bytes one LoRA adapter keeps per token, and whether it keeps its (shared) input."""
-    a = s.adapter
-    if dropout:
+    a = s.adapter_saved
+    if dropout:  # the 1-byte CUDA dropout mask and what lora_A keeps of the dropout output
         return (a + 1) * in_features + a * rank, False
     if s.adapter_input_copy:
         return a * in_features + a * rank, False
@@ -93,11 +93,16 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     rank = t.lora.rank or 0
     dropout = t.lora.dropout > 0
     sizes = {"attn_in": h, "attn_out": a * d, "mlp_in": h, "mlp_act": inter}
+    # the norms' outputs are in the residual dtype; the attention / MLP outputs in act's
+    width = {"attn_in": s.residual, "mlp_in": s.residual, "attn_out": p, "mlp_act": p}
     saved: set[str] = set()
     total = 0
     for lin in block_linears(m):
         if full or (quant and s.quantized_saves_input):
-            saved.add(lin.source)
+            if s.linear_cast and width[lin.source] != p:
+                total += p * lin.in_features  # its own 16-bit cast of the fp32 input
+            else:
+                saved.add(lin.source)
         if lin.name in adapted and rank:
             kept, shares_input = _adapter_bytes(s, lin.in_features, rank, dropout)
             total += kept
@@ -105,10 +110,10 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
                 saved.add(lin.source)
     if kernel != "eager":
         saved.discard("attn_out")  # the kernel's output, counted below, is the o_proj input
-    total += sum(p * sizes[x] for x in saved)
+    total += sum(width[x] * sizes[x] for x in saved)
     # norms
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
-    total += _norm_bytes(m, p, full) * n_norms
+    total += _norm_bytes(m, s.residual, full) * n_norms
     if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head
         total += 4 * (a + kv) * d + 4 * (a + kv)
     # attention core
@@ -131,17 +136,20 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
 
 def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
     """Gradient checkpointing: each layer's input, kept for the recomputation."""
-    return m.n_layer * act_bytes(t, m) * m.n_embd * tokens
+    return m.n_layer * stack(m, t).residual * m.n_embd * tokens
 
 
 def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     """Per-token bytes kept around the lm_head: the final norm and, when the lm_head trains,
     its input."""
-    p = act_bytes(t, m)
+    s = stack(m, t)
     trained_head = t.finetuning == "full" or "lm_head" in {
         canonical_target(x) for x in t.lora.targets
     }
-    return _norm_bytes(m, p, t.finetuning == "full") + (p * m.n_embd if trained_head else 0)
+    head_input = (s.act if s.linear_cast else s.residual) * m.n_embd
+    return _norm_bytes(m, s.residual, t.finetuning == "full") + (
+        head_input if trained_head else 0
+    )
 
 
 def activation_bytes(

@@ -170,7 +170,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     layer = 0
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
-        hidden_grads = 2 * st.act * m.n_embd * tokens
+        hidden_grads = 2 * st.residual * m.n_embd * tokens
         recompute = auto + grads + act.checkpoint_bytes(m, t, tokens) + layer + hidden_grads
     step = grads + step_tmp
     base = [

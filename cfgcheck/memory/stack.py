@@ -22,6 +22,10 @@ hf (transformers / PEFT / bitsandbytes / TRL):
   masking_utils (``find_packed_sequence_indices``) builds a block-diagonal mask for sdpa and
   eager, so a packed batch pays like a padded one (mask kept, k/v expanded by ``repeat_kv``).
 * Loss: the logits upcast to fp32 (``ForCausalLMLoss``, loss/loss_utils.py).
+* Mixed precision (fp32 weights + ``torch.autocast``): the embedding output is fp32, so the
+  residual stream and the norm outputs are fp32; autocast casts each linear's input to 16-bit
+  itself (it caches only the casts of weights), so every linear whose weight trains keeps its
+  own 16-bit copy, and every adapter keeps its 16-bit cast (checked on CPU autocast).
 
 litgpt: LoRA weights in the model dtype (litgpt/lora.py), no upcast; its bnb path
 (litgpt/utils.py, ``bnb.nn.Linear4bit`` with the model's compute dtype) keeps the stream 16-bit;
@@ -44,9 +48,12 @@ FOUR_BIT = ("nf4", "nf4-dq", "fp4")
 @dataclass(frozen=True)
 class Stack:
     framework: str
-    act: int  # bytes per activation element
-    adapter: int  # bytes per LoRA weight element (and of what the adapter keeps)
-    adapter_input_copy: bool  # each adapter makes its own copy of its input in its dtype
+    act: int  # bytes per element of what the kernels produce (attention, MLP, linear outputs)
+    residual: int  # bytes per element of the residual stream and the norms' outputs
+    linear_cast: bool  # each linear casts its (residual-dtype) input itself: a copy each
+    adapter: int  # bytes per LoRA weight element (its gradient and optimizer states follow)
+    adapter_saved: int  # bytes per element of what an adapter keeps (input, rank-r output)
+    adapter_input_copy: bool  # without dropout, each adapter keeps its own cast of its input
     quantized_saves_input: bool  # a quantized block linear keeps its input for backward
     kbit_upcast: bool  # unquantized parameters upcast to fp32 (prepare_model_for_kbit_training)
     gelu_saved: int  # intermediate-size tensors a (non-gated) GELU MLP keeps
@@ -64,14 +71,26 @@ def quantized(t: TrainerConfig) -> bool:
 
 def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
     p = compute_bytes(t)
+    mixed = t.precision.endswith("-mixed")
     if t.framework == "hf":
         upcast = quantized(t) and t.quantization in FOUR_BIT
-        act = 4 if upcast else p
+        if upcast:  # fp32 stream, fp32 adapters, nothing cast
+            act, residual, cast, saved, copy = 4, 4, False, 4, False
+        elif mixed:
+            # fp32 weights under autocast: the embedding output and so the residual stream and
+            # the norms stay fp32; each linear (and each adapter's lora_A) casts its input to
+            # 16-bit itself (autocast caches casts of weights, not of activations)
+            act, residual, cast, saved, copy = 2, 4, True, 2, True
+        else:  # bf16-true: PEFT casts each adapter's input to fp32; 32-true: nothing to cast
+            act, residual, cast, saved, copy = p, p, False, 4, p != 4
         return Stack(
             framework="hf",
             act=act,
+            residual=residual,
+            linear_cast=cast,
             adapter=4,
-            adapter_input_copy=act != 4,
+            adapter_saved=saved,
+            adapter_input_copy=copy,
             quantized_saves_input=t.quantization == "int8",
             kbit_upcast=upcast,
             gelu_saved=4 if m.architecture in (None, "phi", "gpt2") else 1,
@@ -80,8 +99,11 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
     return Stack(
         framework=t.framework,
         act=p,
+        residual=4 if mixed else p,
+        linear_cast=mixed,
         adapter=p if t.precision == "bf16-true" else 4,
-        adapter_input_copy=False,
+        adapter_saved=2 if mixed else p,
+        adapter_input_copy=mixed,
         # LitGPT's published tables ran bitsandbytes 0.41, whose MatMul4Bit kept its input
         # (``ctx.tensors = (A, B)``); kept here, the safe side for today's releases too
         quantized_saves_input=t.quantization != "none",
