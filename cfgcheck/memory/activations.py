@@ -147,9 +147,7 @@ def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
         canonical_target(x) for x in t.lora.targets
     }
     head_input = (s.act if s.linear_cast else s.residual) * m.n_embd
-    return _norm_bytes(m, s.residual, t.finetuning == "full") + (
-        head_input if trained_head else 0
-    )
+    return _norm_bytes(m, s.residual, t.finetuning == "full") + (head_input if trained_head else 0)
 
 
 def activation_bytes(

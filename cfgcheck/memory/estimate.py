@@ -168,10 +168,13 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     # the gradient of the hidden states flows in and out of it (two hidden-size tensors)
     recompute = 0
     layer = 0
+    dequant = 0
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
-        recompute = auto + grads + act.checkpoint_bytes(m, t, tokens) + layer + hidden_grads
+        dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
+        ckpts = act.checkpoint_bytes(m, t, tokens)
+        recompute = auto + grads + ckpts + layer + dequant + hidden_grads
     step = grads + step_tmp
     base = [
         Component("weights", "weights", w, _weights_note(t, st.kbit_upcast)),
@@ -195,9 +198,12 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component(
                 "activations",
                 "activations",
-                recompute - auto - grads,
+                recompute - auto - grads - dequant,
                 _act_note(t, masked) + ", one layer recomputed",
             ),
+            Component("dequant", "dequantized weight", dequant, "bitsandbytes")
+            if dequant
+            else None,
         ]
     else:
         phase = "optimizer step"

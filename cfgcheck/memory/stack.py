@@ -73,7 +73,8 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
     p = compute_bytes(t)
     mixed = t.precision.endswith("-mixed")
     if t.framework == "hf":
-        upcast = quantized(t) and t.quantization in FOUR_BIT
+        # prepare_model_for_kbit_training upcasts after a 4-bit or an 8-bit load alike
+        upcast = quantized(t)
         if upcast:  # fp32 stream, fp32 adapters, nothing cast
             act, residual, cast, saved, copy = 4, 4, False, 4, False
         elif mixed:

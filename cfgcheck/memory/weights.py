@@ -104,9 +104,29 @@ def optimizer_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 
 
 def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
-    """Temporaries of the optimizer step: torch's foreach AdamW/SGD build one
-    parameter-sized intermediate list (e.g. ``sqrt(exp_avg_sq)``); 8-bit and Adafactor
-    update parameter by parameter."""
-    if t.optimizer in ("adamw", "sgd"):
-        return trainable_params(m, t) * trainable_bytes(m, t)
+    """Temporaries of the optimizer step (torch/optim/adamw.py, sgd.py, _adafactor.py, the
+    multi-tensor paths CUDA uses by default): AdamW builds one parameter-sized list
+    (``sqrt(exp_avg_sq)``); SGD with momentum updates in place; Adafactor builds the variance
+    estimates and the updates (two lists); 8-bit optimizers update parameter by parameter."""
+    n = trainable_params(m, t) * trainable_bytes(m, t)
+    if t.optimizer == "adamw":
+        return n
+    if t.optimizer == "adafactor":
+        return 2 * n
     return 0
+
+
+def dequant_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """Transient buffers of a quantized linear while its layer runs: bitsandbytes' 4-bit
+    ``MatMul4Bit`` dequantizes the weight (in the stored 16-bit dtype) and casts it to the
+    input's dtype, in forward and again in backward (bitsandbytes/autograd/_functions.py);
+    int8 backward copies the weight to the input dtype. The largest block linear counts."""
+    from cfgcheck.memory.stack import quantized, stack
+
+    if not quantized(t):
+        return 0
+    largest = max(x.in_features * x.out_features for x in block_linears(m))
+    act = stack(m, t).act
+    if t.quantization == "int8":
+        return largest * act
+    return largest * (2 + (act if act != 2 else 0))
