@@ -85,7 +85,9 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
     if v == "fits":
         return
     margin = f"+/-{est.margin:.0%}" + (
-        "" if not est.uncalibrated else " (" + "; ".join(est.notes) + ")"
+        ""
+        if not est.uncalibrated
+        else ", not calibrated on measured runs: " + ", ".join(est.uncalibrated)
     )
     hint, fix_objs = _fixes(cfg, avail.bytes)
     if v == "does not fit":
