@@ -131,10 +131,12 @@ def composed_files(
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    from cfgcheck.overrides import plain_overrides
+
     with hydra_session(config_dir, config_name) as name:
         loader: Any = GlobalHydra.instance().config_loader()
         repo = CachingConfigRepository(loader.repository)
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parsed = OverridesParser.create().parse_overrides(plain_overrides(overrides))
         defaults = create_defaults_list(
             repo=repo,
             config_name=name,
@@ -172,10 +174,14 @@ def source_map(
     """
     import yaml
 
+    from cfgcheck.overrides import original_override
+    from cfgcheck.safeio import read_text
+
     composed = composed_files(config_dir, config_name, overrides)
     smap = SourceMap()
     for file, package in composed.files:
-        node = yaml.compose(file.read_text(encoding="utf-8"), Loader=_loader())
+        text = read_text(file)  # screened with the whole directory by hydra_session
+        node = yaml.compose(text, Loader=_loader())
         if node is not None:
             _record_node(smap, node, package, display_path(file, cwd), root=True)
     for override in composed.config_overrides:
@@ -183,7 +189,8 @@ def source_map(
         if override.is_delete():
             smap.delete(path)
             continue
-        location = Location(f"<override {override.input_line}>", None)
+        shown = original_override(override.input_line, overrides)
+        location = Location(f"<override {shown}>", None)
         _record_override_value(smap, path, override.value(), location)
     return smap
 
@@ -196,9 +203,13 @@ def _loader() -> Any:
 
 
 def locate(result: CheckResult, smap: SourceMap) -> CheckResult:
-    """``result`` with each finding's paths located in ``smap`` (``None`` when unknown)."""
+    """``result`` with each finding's paths located in ``smap`` (``None`` when unknown).
+
+    A location the finding already carries (a value from a model folder, located at the
+    folder's file by :func:`cfgcheck.validate`) is kept.
+    """
     findings = [
-        dataclasses.replace(f, locations={p: smap.lookup(p) for p in f.paths})
+        dataclasses.replace(f, locations={p: f.locations.get(p) or smap.lookup(p) for p in f.paths})
         for f in result.findings
     ]
     return dataclasses.replace(result, findings=findings)

@@ -4,58 +4,116 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from cfgcheck.findings import Fix
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
+from cfgcheck.schema.trainer import TrainerConfig
+from cfgcheck.tokenizer import tokenizer_facts
 
 _RAGGED_ERRORS = (
     '"ValueError: expected sequence of length 4096 at dim 1 (got 3999)" when tensors are '
     'built from the tokenized lists, "RuntimeError: each element in list of batch should be '
     "of equal size\" in torch's default_collate"
 )
-_RAGGED_FIX = (
-    "set data.collator=padded (pads each batch to its longest sample, labels with "
-    "data.ignore_index), or data.padding=max_length with data.truncation=true"
-)
 
 
-@rule("ragged-batch", requires=("data", "trainer"))
+def _ragged_fixes(cfg: RunConfig) -> tuple[Fix, ...]:
+    """Each complete on its own: a pad token is added where the fix pads and none exists."""
+    from cfgcheck.rules.tokens import pad_fix, usable_pad
+
+    d = cfg.data
+    facts = tokenizer_facts(cfg.tokenizer)
+    pad: tuple[str, ...] = ()
+    if not usable_pad(facts):
+        found = pad_fix(cfg, cfg.model.rows)
+        if found is None:
+            return ()
+        pad = found
+    out = [Fix(("data.collator=padded", *pad), "pad each batch to its longest sample")]
+    if d.pad_to_multiple_of is None or d.effective_max_length % d.pad_to_multiple_of == 0:
+        out.append(
+            Fix(
+                ("data.padding=max_length", "data.truncation=true", *pad),
+                f"pad every sample to data.max_length={d.effective_max_length}",
+            )
+        )
+    return tuple(out)
+
+
+@rule("ragged-batch", requires=("model", "tokenizer", "data", "trainer"))
 def ragged_batch(cfg: RunConfig) -> Iterator[Problem]:
     """Samples of different lengths reach default_collate with micro_batch_size > 1."""
     d, t = cfg.data, cfg.trainer
-    if t.micro_batch_size == 1 or d.collator != "default":
+    pipe = Pipeline.of(cfg)
+    if not pipe.may_be_ragged:
         return
     mbs = t.micro_batch_size
     if d.padding != "max_length":
-        yield Problem(
-            "error",
-            ("data.padding", "data.collator", "trainer.micro_batch_size"),
-            f"data.padding={d.padding} leaves samples of different lengths (padding=True / "
-            f"'longest' pads only to the longest sample of each tokenizer call, not to "
-            f"max_length) and data.collator=default stacks them as they are, with "
-            f"trainer.micro_batch_size={mbs}: the first batch fails with {_RAGGED_ERRORS}",
-            _RAGGED_FIX,
+        why = (
+            f"data.padding={d.padding} leaves samples at their own lengths (each sample is its "
+            f"own tokenizer call: 'longest' pads it only to itself"
+            + (f", rounded up to {d.pad_to_multiple_of}" if d.pad_to_multiple_of else "")
+            + ")"
         )
-        return
-    if not d.truncation:
-        yield Problem(
-            "error",
-            ("data.truncation", "data.padding", "trainer.micro_batch_size"),
+        paths: tuple[str, ...] = ("data.padding", "data.collator", "trainer.micro_batch_size")
+    else:
+        why = (
             f"data.padding=max_length with data.truncation=false leaves every sample longer "
-            f"than {d.effective_max_length} tokens at its own length, and "
-            f"data.collator=default with trainer.micro_batch_size={mbs} cannot stack them: "
-            f"{_RAGGED_ERRORS}",
-            "set data.truncation=true, or data.collator=padded",
+            f"than {d.effective_max_length} tokens at its own length"
         )
-    if d.effective_max_length > d.max_seq_length:
-        yield Problem(
-            "error",
-            ("data.max_length", "data.max_seq_length"),
-            f"data.max_length={d.effective_max_length} is above data.max_seq_length="
-            f"{d.max_seq_length}: samples padded to {d.effective_max_length} are cut to "
-            f"{d.max_seq_length} only when they are longer, so lengths differ within a batch",
-            f"remove data.max_length (it defaults to data.max_seq_length) or set "
-            f"data.max_length<={d.max_seq_length}",
-        )
+        paths = ("data.truncation", "data.padding", "data.collator", "trainer.micro_batch_size")
+    yield Problem(
+        "error",
+        paths,
+        f"{why}, and data.collator=default stacks them as they are, with "
+        f"trainer.micro_batch_size={mbs}: the first batch of unequal samples fails with "
+        f"{_RAGGED_ERRORS}",
+        "set data.collator=padded (pads each batch to its longest sample), or "
+        "data.padding=max_length with data.truncation=true",
+        _ragged_fixes(cfg),
+    )
+
+
+def keep_global_batch(t: TrainerConfig, devices: int, num_nodes: int) -> tuple[str, ...] | None:
+    """The accumulation override that keeps ``global_batch_size`` on a new device count: ``()``
+    when nothing needs to change, None when no whole accumulation does it."""
+    if t.global_batch_size is None:
+        return ()
+    per_step = t.micro_batch_size * devices * num_nodes
+    if t.global_batch_size % per_step:
+        return None
+    steps = t.global_batch_size // per_step
+    return (
+        ()
+        if steps == t.gradient_accumulation_steps
+        else (f"trainer.gradient_accumulation_steps={steps}",)
+    )
+
+
+def with_devices(t: TrainerConfig, devices: int, num_nodes: int) -> tuple[str, ...]:
+    """Overrides for a new device count that keep the global batch (or, when no whole
+    accumulation does, that set the global batch to what the run then computes)."""
+    out = [f"trainer.devices={devices}"]
+    if num_nodes != t.num_nodes:
+        out.append(f"trainer.num_nodes={num_nodes}")
+    keep = keep_global_batch(t, devices, num_nodes)
+    if keep is None:
+        total = t.micro_batch_size * t.gradient_accumulation_steps * devices * num_nodes
+        keep = (f"trainer.global_batch_size={total}",)
+    return (*out, *keep)
+
+
+def with_micro_batch(t: TrainerConfig, micro_batch_size: int) -> tuple[str, ...]:
+    """Overrides for a new micro batch size that keep the samples per optimizer step."""
+    steps, rest = divmod(t.effective_batch_size, micro_batch_size * t.world_size)
+    out = (f"trainer.micro_batch_size={micro_batch_size}",)
+    if rest == 0 and steps != t.gradient_accumulation_steps:
+        return (*out, f"trainer.gradient_accumulation_steps={steps}")
+    if rest and t.global_batch_size is not None:
+        total = micro_batch_size * t.gradient_accumulation_steps * t.world_size
+        return (*out, f"trainer.global_batch_size={total}")
+    return out
 
 
 @rule("batch-size-mismatch", requires=("trainer",))
@@ -84,6 +142,23 @@ def batch_size_mismatch(cfg: RunConfig) -> Iterator[Problem]:
         f"{t.micro_batch_size} x gradient_accumulation_steps={t.gradient_accumulation_steps} "
         f"x devices={t.devices} x num_nodes={t.num_nodes} = {t.effective_batch_size}",
         fix,
+        fixes=(
+            *(
+                (
+                    Fix(
+                        (f"trainer.gradient_accumulation_steps={t.global_batch_size // per_step}",),
+                        f"accumulate {t.global_batch_size // per_step} steps to reach "
+                        f"{t.global_batch_size}",
+                    ),
+                )
+                if t.global_batch_size % per_step == 0
+                else ()
+            ),
+            Fix(
+                (f"trainer.global_batch_size={t.effective_batch_size}",),
+                "declare the global batch the settings compute",
+            ),
+        ),
     )
 
 
@@ -99,6 +174,11 @@ def strategy_device_count(cfg: RunConfig) -> Iterator[Problem]:
             f"num_nodes={t.num_nodes} = {t.world_size} devices are requested",
             "set trainer.strategy=ddp (or fsdp / zero2 / zero3 to shard memory), "
             "or trainer.devices=1",
+            fixes=(
+                Fix(("trainer.strategy=ddp",), "data parallel over the devices"),
+                Fix(("trainer.strategy=fsdp",), "shard parameters, gradients and optimizer"),
+                Fix(with_devices(t, 1, 1), "run on one device"),
+            ),
         )
     elif t.strategy != "single" and t.world_size == 1:
         yield Problem(
@@ -107,4 +187,8 @@ def strategy_device_count(cfg: RunConfig) -> Iterator[Problem]:
             f"trainer.strategy={t.strategy} with a single device (devices={t.devices}, "
             f"num_nodes={t.num_nodes}) adds communication setup and shards nothing",
             "set trainer.strategy=single, or raise trainer.devices",
+            fixes=(
+                Fix(("trainer.strategy=single",), "no distributed strategy on one device"),
+                Fix(with_devices(t, 2, t.num_nodes), "run on two devices"),
+            ),
         )
