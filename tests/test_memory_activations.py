@@ -244,3 +244,22 @@ def test_mixed_precision_layer_bytes_equal_autocast(attention: str, targets: lis
         for n, sign in ((3, 1), (2, -1))
     )
     assert measured == formula
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_gemma_norms_keep_fp32_outputs_when_they_train(attention: str) -> None:
+    """GemmaRMSNorm multiplies the weight in fp32 and casts after: a trained norm keeps the
+    fp32 normalized tensor (Llama's keeps it in the compute dtype)."""
+    gemma = {"mlp": "geglu", "architecture": "gemma"}
+    m3, m2 = (ModelConfig.model_validate(shape(n).model_dump() | gemma) for n in (3, 2))
+    t = TrainerConfig(
+        micro_batch_size=2,
+        precision="bf16-true",
+        finetuning="full",
+        attention=attention,  # type: ignore[arg-type]
+    )
+    measured = saved_bytes(m3, attention, True, torch.bfloat16, True)
+    measured -= saved_bytes(m2, attention, True, torch.bfloat16, True)
+    formula = act.activation_bytes(m3, t, 2, 32) - act.activation_bytes(m2, t, 2, 32)
+    # plus, per layer and not per token, the fp32 (1 + weight) of each of its two norms
+    assert measured == formula + 2 * 4 * 64

@@ -59,13 +59,13 @@ class LayerActivations:
         return tokens * (self.per_token + self.attention_scores * seq)
 
 
-def _norm_bytes(m: ModelConfig, r: int, weight_trained: bool) -> int:
-    """What one norm keeps per token (``r``: bytes of the residual stream): its input (an fp32
-    copy for RMSNorm) and, when its weight trains, the normalized tensor that multiplies it."""
+def _norm_bytes(m: ModelConfig, s: Stack, weight_trained: bool) -> int:
+    """What one norm keeps per token: its input (an fp32 copy for RMSNorm, the residual for
+    LayerNorm) and, when its weight trains, the normalized tensor that multiplies it."""
     h = m.n_embd
     if m.norm == "layernorm":
-        return r * h + 8
-    return 4 * h + 4 + (r * h if weight_trained else 0)
+        return s.residual * h + 8
+    return 4 * h + 4 + (s.norm_out * h if weight_trained else 0)
 
 
 def _adapter_bytes(s: Stack, in_features: int, rank: int, dropout: bool) -> tuple[int, bool]:
@@ -113,7 +113,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     total += sum(width[x] * sizes[x] for x in saved)
     # norms
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
-    total += _norm_bytes(m, s.residual, full) * n_norms
+    total += _norm_bytes(m, s, full) * n_norms
     if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head
         total += 4 * (a + kv) * d + 4 * (a + kv)
     # attention core
@@ -145,7 +145,7 @@ def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     s = stack(m, t)
     trained_head = t.finetuning == "full" or adapted_modules(m, t.lora.targets, t.framework).lm_head
     head_input = (s.act if s.linear_cast else s.residual) * m.n_embd
-    return _norm_bytes(m, s.residual, t.finetuning == "full") + (head_input if trained_head else 0)
+    return _norm_bytes(m, s, t.finetuning == "full") + (head_input if trained_head else 0)
 
 
 def activation_bytes(

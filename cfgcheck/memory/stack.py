@@ -58,6 +58,7 @@ class Stack:
     kbit_upcast: bool  # unquantized parameters upcast to fp32 (prepare_model_for_kbit_training)
     gelu_saved: int  # intermediate-size tensors a (non-gated) GELU MLP keeps
     mask_when_packed: bool  # packed rows become a block-diagonal mask
+    norm_out: int  # bytes of the normalized tensor a trained norm weight multiplies
 
 
 def compute_bytes(t: TrainerConfig) -> int:
@@ -96,6 +97,9 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
             kbit_upcast=upcast,
             gelu_saved=4 if m.architecture in (None, "phi", "gpt2") else 1,
             mask_when_packed=True,
+            # GemmaRMSNorm multiplies in fp32 and casts after ((x * w).to(dtype), transformers
+            # models/gemma/modeling_gemma.py); Llama's casts first (x.to(dtype) * w)
+            norm_out=4 if _gemma_norm(m) else residual,
         )
     return Stack(
         framework=t.framework,
@@ -111,7 +115,14 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
         kbit_upcast=False,
         gelu_saved=1,
         mask_when_packed=False,
+        norm_out=4 if mixed else p,
     )
+
+
+def _gemma_norm(m: ModelConfig) -> bool:
+    if m.architecture is not None:
+        return m.architecture.startswith("gemma")
+    return m.mlp == "geglu" and m.norm == "rmsnorm"
 
 
 def attention(m: ModelConfig, t: TrainerConfig) -> str:
