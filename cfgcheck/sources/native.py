@@ -1,0 +1,143 @@
+"""Checking a native framework config: read it, map it, validate it, and report in its terms.
+
+``load_native`` yields the plain run config and its :class:`~cfgcheck.locations.SourceMap`
+(file:line of the native file, the override, or "default of <framework> <where>");
+``check_native`` validates that config with cfgcheck's rules like any other source, then adds
+the format's own findings (unknown keys, the framework's refusals), applies the format's rule
+profile, and rewrites each fix in the format's keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import CheckResult, Finding, Fix, Location, sort_findings
+from cfgcheck.locations import SourceMap, display_path, locate
+from cfgcheck.schema.run import SECTIONS
+from cfgcheck.sources.base import Builder, Format, NativeConfig
+from cfgcheck.sources.profiles import apply_profile
+from cfgcheck.sources.reader import get_dotted, read_document, set_dotted
+from cfgcheck.sources.unknown import unknown_keys
+
+
+def formats() -> dict[str, Format]:
+    """``--from`` name -> format (imported on first use)."""
+    from cfgcheck.sources import axolotl, litgpt, trl
+
+    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT)}
+
+
+def get_format(name: str) -> Format:
+    known = formats()
+    if name not in known:
+        raise ConfigLoadError(f"unknown format {name!r}: use one of {', '.join(known)}")
+    return known[name]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A native config mapped onto cfgcheck: the plain run config and where each value came
+    from (cfgcheck paths and the native keys both)."""
+
+    format: Format
+    native: NativeConfig
+    config: dict[str, Any]
+    source_map: SourceMap
+
+
+def load_native(
+    path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+) -> Loaded:
+    """Read ``path`` in format ``fmt`` (``litgpt``, ``axolotl``, ``trl``) with native
+    ``key=value`` overrides; ``gpu`` (a GPU name or GiB) is the GPU the run is meant for,
+    which no native format spells. Raises :class:`ConfigLoadError` (one line) when the file
+    cannot be read or names no model cfgcheck can resolve."""
+    spec = get_format(fmt)
+    doc = read_document(path, display_path(Path(path)))
+    native = NativeConfig.from_document(fmt, doc, overrides)
+    builder = Builder(native, spec.label)
+    spec.build(builder)
+    if gpu:
+        where = Location(f"<--gpu {gpu}>", None)
+        try:
+            builder.set("trainer.gpu.memory_gib", float(gpu), where)
+        except ValueError:
+            builder.set("trainer.gpu.name", gpu, where)
+    _resolve_deferred(builder)
+    smap = builder.smap
+    for key, location in native.where.items():
+        if key.split(".")[0] not in SECTIONS and key not in smap.entries:
+            smap.set(key, location, covering=False)
+    return Loaded(spec, native, builder.config, smap)
+
+
+def _resolve_deferred(b: Builder) -> None:
+    """Values that follow the model (``data.max_seq_length`` = its block): validate a probe
+    with a placeholder to learn the resolved model, then fill them in."""
+    if not b.deferred:
+        return
+    from cfgcheck.validate import validate
+
+    probe = copy.deepcopy(b.config)
+    for path in b.deferred:
+        set_dotted(probe, path, 1)
+    result = validate(probe)
+    resolved = result.config.model_dump() if result.config is not None else {}
+    for path, (source, location) in b.deferred.items():
+        value = get_dotted(resolved, source)
+        if value is None:
+            value = get_dotted(b.config, source)
+        if value is not None:
+            b.set(path, value, location)
+
+
+def check_native(
+    path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+) -> CheckResult:
+    """Validate a native config file; findings point at its lines and fixes use its keys."""
+    from cfgcheck.validate import validate
+
+    loaded = load_native(path, fmt, overrides, gpu)
+    result = validate(loaded.config)
+    spec = loaded.format
+    findings: list[Finding] = list(result.findings)
+    findings += unknown_keys(loaded.native, spec)
+    for rule in spec.rules:
+        findings += rule(loaded.native, result.config)
+    findings = list(apply_profile(findings, spec.profile(loaded.native)))
+    findings = list(_native_fixes(findings, spec, loaded.native))
+    located = locate(CheckResult(sort_findings(findings), result.config), loaded.source_map)
+    return located
+
+
+def _native_fixes(
+    findings: Iterable[Finding], spec: Format, native: NativeConfig
+) -> Iterator[Finding]:
+    """Each fix rewritten in the format's keys; a fix with a change the format cannot express
+    is dropped (the hint still says what to change)."""
+    for f in findings:
+        if f.rule.startswith(f"{spec.name}-") or f.rule == "unknown-native-key":
+            yield f  # written in native keys already
+            continue
+        fixes: list[Fix] = []
+        for fix in f.fixes:
+            rewritten = [_rewrite(o, spec) for o in fix.overrides]
+            if all(r is not None for r in rewritten):
+                fixes.append(Fix(tuple(r for r in rewritten if r is not None), fix.summary))
+        hint = f.hint
+        if fixes:
+            hint += f" (in {native.file}: {' '.join(fixes[0].overrides)})"
+        yield dataclasses.replace(f, fixes=tuple(fixes), hint=hint)
+
+
+def _rewrite(override: str, spec: Format) -> str | None:
+    key, sep, value = override.partition("=")
+    if not sep:
+        return None
+    return spec.to_native(key.lstrip("+~"), value)
