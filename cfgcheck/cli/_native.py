@@ -40,3 +40,30 @@ def native_result(args: argparse.Namespace) -> CheckResult:
         )
     file, *overrides = args.overrides
     return check_native(file, args.source, overrides, gpu=args.gpu)
+
+
+def run_native_hook(args: argparse.Namespace) -> int:
+    """``cfgcheck hook --from FORMAT FILE...``: check each changed native config file."""
+    import sys
+
+    from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
+    from cfgcheck.report import get_reporter
+    from cfgcheck.sources import check_native
+
+    report = get_reporter(args.format)
+    code = EXIT_OK
+    for file in args.files:
+        try:
+            result = check_native(file, args.source, gpu=getattr(args, "gpu", None))
+        except ConfigLoadError as e:
+            print(f"{file}: cannot check: {e}")
+            code = EXIT_LOAD
+            continue
+        if result.findings:
+            print(f"== {file}")
+            report(result, sys.stdout)
+        if not result.ok and code == EXIT_OK:
+            code = EXIT_FINDINGS
+    verdict = "OK" if code == EXIT_OK else "failed"
+    print(f"cfgcheck hook: {len(args.files)} {args.source} config(s) checked: {verdict}")
+    return code

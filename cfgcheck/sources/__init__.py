@@ -11,8 +11,26 @@ framework formats are the others:
 - ``trl``: a TRL ``SFTConfig`` YAML or a TrainingArguments dump (:mod:`cfgcheck.sources.trl`)
 """
 
-from cfgcheck.sources.native import Loaded, check_native, formats, load_native
+from cfgcheck.sources.native import (
+    Loaded,
+    check_loaded,
+    check_native,
+    formats,
+    load_document,
+    load_native,
+)
+from cfgcheck.sources.reader import Document, parse_document
 
 FORMAT_NAMES: tuple[str, ...] = ("litgpt", "axolotl", "trl")
 
-__all__ = ["FORMAT_NAMES", "Loaded", "check_native", "formats", "load_native"]
+__all__ = [
+    "FORMAT_NAMES",
+    "Document",
+    "Loaded",
+    "check_loaded",
+    "check_native",
+    "formats",
+    "load_document",
+    "load_native",
+    "parse_document",
+]

@@ -22,7 +22,7 @@ from cfgcheck.locations import SourceMap, display_path, locate
 from cfgcheck.schema.run import SECTIONS
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.profiles import apply_profile
-from cfgcheck.sources.reader import get_dotted, read_document, set_dotted
+from cfgcheck.sources.reader import Document, get_dotted, read_document, set_dotted
 from cfgcheck.sources.unknown import unknown_keys
 
 
@@ -58,8 +58,14 @@ def load_native(
     ``key=value`` overrides; ``gpu`` (a GPU name or GiB) is the GPU the run is meant for,
     which no native format spells. Raises :class:`ConfigLoadError` (one line) when the file
     cannot be read or names no model cfgcheck can resolve."""
+    return load_document(read_document(path, display_path(Path(path))), fmt, overrides, gpu)
+
+
+def load_document(
+    doc: Document, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+) -> Loaded:
+    """:func:`load_native` of an already-read document (the service parses request text)."""
     spec = get_format(fmt)
-    doc = read_document(path, display_path(Path(path)))
     native = NativeConfig.from_document(fmt, doc, overrides)
     builder = Builder(native, spec.label)
     spec.build(builder)
@@ -101,9 +107,13 @@ def check_native(
     path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
 ) -> CheckResult:
     """Validate a native config file; findings point at its lines and fixes use its keys."""
+    return check_loaded(load_native(path, fmt, overrides, gpu))
+
+
+def check_loaded(loaded: Loaded) -> CheckResult:
+    """Validate a loaded native config, then add the format's findings (see the module)."""
     from cfgcheck.validate import validate
 
-    loaded = load_native(path, fmt, overrides, gpu)
     result = validate(loaded.config)
     spec = loaded.format
     findings: list[Finding] = list(result.findings)

@@ -151,7 +151,7 @@ AXOLOTL = Profile(
         Adjustment("pad-is-eos", None, f"Axolotl: {_POSITION_MASKED_LABELS}"),
         Adjustment(
             "strategy-device-count",
-            "info",
+            None,
             "Axolotl takes the device count from the launcher (WORLD_SIZE in normalize_config)",
         ),
     ),
@@ -176,7 +176,7 @@ TRL = Profile(
         Adjustment("pad-is-eos", None, f"TRL: {_POSITION_MASKED_LABELS}"),
         Adjustment(
             "strategy-device-count",
-            "info",
+            None,
             "TRL takes the device count from the launcher (accelerate/torchrun)",
         ),
     ),

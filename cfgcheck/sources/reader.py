@@ -49,6 +49,13 @@ def read_document(path: str | Path, display: str | None = None) -> Document:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigLoadError(f"{shown}: not UTF-8 text (byte {e.start})") from e
+    return parse_document(text, shown)
+
+
+def parse_document(text: str, shown: str) -> Document:
+    """:func:`read_document` of text already in memory (shown as ``shown``)."""
+    if len(text.encode("utf-8")) > MAX_BYTES:
+        raise ConfigLoadError(f"{shown}: larger than {MAX_BYTES:,} bytes; not a config file")
     data, lines = parse_yaml(text, shown)
     if data is None:
         data = {}
