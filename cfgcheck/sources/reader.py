@@ -69,7 +69,10 @@ def parse_yaml(text: str, where: str) -> tuple[Any, dict[str, int]]:
     import yaml
 
     _check_flow_nesting(text, where)
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # raises on unprintable characters
+    except yaml.YAMLError as e:
+        raise ConfigLoadError(f"malformed YAML in {where}: {_one_line(e)}") from e
     try:
         node = loader.get_single_node()
         if node is None:
@@ -77,11 +80,16 @@ def parse_yaml(text: str, where: str) -> tuple[Any, dict[str, int]]:
         walker = _Walker(loader, where)
         value = walker.build(node, "", 0)
         return value, walker.lines
-    except yaml.YAMLError as e:
-        message = " ".join(str(e).split())
-        raise ConfigLoadError(f"malformed YAML in {where}: {message}") from e
+    except (yaml.YAMLError, ValueError, OverflowError) as e:
+        if isinstance(e, ConfigLoadError):
+            raise
+        raise ConfigLoadError(f"malformed YAML in {where}: {_one_line(e)}") from e
     finally:
         loader.dispose()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def _check_flow_nesting(text: str, where: str) -> None:

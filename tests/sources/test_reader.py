@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources import reader
 from cfgcheck.sources.base import NativeConfig
-from cfgcheck.sources.reader import parse_override, read_document
+from cfgcheck.sources.reader import parse_document, parse_override, read_document
 
 
 def test_lines_of_nested_keys_and_list_items(tmp_path: Path) -> None:
@@ -94,3 +96,18 @@ def test_overrides_parse_yaml_values_and_locate_themselves(tmp_path: Path) -> No
     assert native.data == {"train": {"micro_batch_size": 4}}
     assert str(native.loc("train.micro_batch_size")) == "<override train={micro_batch_size: 4}>"
     assert native.loc("train.global_batch_size") is not None  # located at its replaced parent
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("ab:-[]{}!&*?|>'\"#%@`,\n \t\x05\\0123x<=.")), max_size=80
+    )
+)
+def test_any_text_reads_or_fails_in_one_line(text: str) -> None:
+    try:
+        doc = parse_document(text, "fuzz.yaml")
+    except ConfigLoadError as e:
+        assert "\n" not in str(e)
+    else:
+        assert isinstance(doc.data, dict)
