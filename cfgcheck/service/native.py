@@ -39,4 +39,7 @@ def check_native_request(payload: dict[str, Any], roots: Sequence[Path]) -> Chec
     refused = refused_paths(loaded.config, roots)
     if refused:
         raise RequestError(422, "paths refused: " + "; ".join(refused))
-    return check_loaded(loaded)
+    try:
+        return check_loaded(loaded)
+    except ConfigLoadError as e:  # the model cannot be resolved
+        raise RequestError(422, str(e)) from e

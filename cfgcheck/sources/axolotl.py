@@ -249,6 +249,7 @@ def build(b: Builder) -> None:
 
 _TO_NATIVE = {
     "data.max_seq_length": "sequence_len",
+    "data.max_length": "sequence_len",
     "trainer.micro_batch_size": "micro_batch_size",
     "trainer.gradient_accumulation_steps": "gradient_accumulation_steps",
     "trainer.gradient_checkpointing": "gradient_checkpointing",
@@ -262,11 +263,15 @@ _TO_NATIVE = {
 
 
 def to_native(path: str, value: str) -> str | None:
+    if path == "data.truncation" and value == "true":
+        return ""  # samples over the length never reach the model in this format
     if path == "trainer.optimizer":
         names = {"adamw": "adamw_torch_fused", "adamw_8bit": "adamw_bnb_8bit"}
         return f"optimizer={names.get(value, value)}"
     if path == "trainer.loss_chunking" and value == "chunked":
         return "chunked_cross_entropy=true"
+    if path == "data.padding" and value in ("max_length", "longest"):
+        return f"pad_to_sequence_len={'true' if value == 'max_length' else 'false'}"
     if path == "data.collator":
         return f"sample_packing={'true' if value == 'packed' else 'false'}"
     key = _TO_NATIVE.get(path)

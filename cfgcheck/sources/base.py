@@ -91,6 +91,8 @@ class Builder:
         self.smap = SourceMap()
         # cfgcheck path -> what it defaults to once the model is known ("model.block_size").
         self.deferred: dict[str, tuple[str, Location]] = {}
+        # The native key naming the model (checkpoint_dir, base_model, model_name_or_path).
+        self.model_key: str | None = None
 
     def set(self, path: str, value: Any, location: Location | None) -> None:
         set_dotted(self.config, path, value)

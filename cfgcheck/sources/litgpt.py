@@ -207,6 +207,7 @@ def build(b: Builder) -> None:
 
 _TO_NATIVE = {
     "data.max_seq_length": "train.max_seq_length",
+    "data.max_length": "train.max_seq_length",
     "trainer.micro_batch_size": "train.micro_batch_size",
     "trainer.global_batch_size": "train.global_batch_size",
     "trainer.devices": "devices",
@@ -220,6 +221,8 @@ _TO_NATIVE = {
 
 
 def to_native(path: str, value: str) -> str | None:
+    if path == "data.truncation" and value == "true":
+        return ""  # samples over the length never reach the model in this format
     if path == "trainer.quantization":
         back = {v: k for k, v in QUANTIZE.items() if k != "bnb.fp4-dq"}
         return (

@@ -17,6 +17,7 @@ from cfgcheck.sources.base import Builder
 def set_model(b: Builder, key: str, ref: str | None) -> None:
     """Fill the ``model`` section from native ``key`` (its value ``ref``)."""
     native = b.native
+    b.model_key = key
     if not ref:
         raise ConfigLoadError(
             f"{native.file}: the {b.label} config names no model: set {key} "

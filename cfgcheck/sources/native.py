@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class Loaded:
     native: NativeConfig
     config: dict[str, Any]
     source_map: SourceMap
+    model_key: str | None = None
 
 
 def load_native(
@@ -80,7 +82,7 @@ def load_document(
     for key, location in native.where.items():
         if key.split(".")[0] not in SECTIONS and key not in smap.entries:
             smap.set(key, location, covering=False)
-    return Loaded(spec, native, builder.config, smap)
+    return Loaded(spec, native, builder.config, smap, builder.model_key)
 
 
 def _resolve_deferred(b: Builder) -> None:
@@ -93,7 +95,8 @@ def _resolve_deferred(b: Builder) -> None:
     probe = copy.deepcopy(b.config)
     for path in b.deferred:
         set_dotted(probe, path, 1)
-    result = validate(probe)
+    with native_model_errors(b.native, b.model_key):
+        result = validate(probe)
     resolved = result.config.model_dump() if result.config is not None else {}
     for path, (source, location) in b.deferred.items():
         value = get_dotted(resolved, source)
@@ -114,7 +117,8 @@ def check_loaded(loaded: Loaded) -> CheckResult:
     """Validate a loaded native config, then add the format's findings (see the module)."""
     from cfgcheck.validate import validate
 
-    result = validate(loaded.config)
+    with native_model_errors(loaded.native, loaded.model_key):
+        result = validate(loaded.config)
     spec = loaded.format
     findings: list[Finding] = list(result.findings)
     findings += unknown_keys(loaded.native, spec)
@@ -122,8 +126,29 @@ def check_loaded(loaded: Loaded) -> CheckResult:
         findings += rule(loaded.native, result.config)
     findings = list(apply_profile(findings, spec.profile(loaded.native)))
     findings = list(_native_fixes(findings, spec, loaded.native))
-    located = locate(CheckResult(sort_findings(findings), result.config), loaded.source_map)
-    return located
+    smap = loaded.source_map
+    model_at = loaded.native.loc(loaded.model_key) if loaded.model_key else None
+    if model_at is not None:  # the resolved shape comes from the model the native key names
+        for f in findings:
+            for path in f.paths:
+                if path.startswith("model.") and smap.lookup(path) is None:
+                    smap.set(path, model_at, covering=True)
+    return locate(CheckResult(sort_findings(findings), result.config), smap)
+
+
+@contextmanager
+def native_model_errors(native: NativeConfig, key: str | None) -> Iterator[None]:
+    """A model that cannot be resolved is named by the native key and line that set it
+    (``lora.yml:3: base_model=...``) instead of ``model.pretrained``."""
+    try:
+        yield
+    except ConfigLoadError as e:
+        text = str(e)
+        if key is None or not text.startswith("model.pretrained="):
+            raise
+        where = native.loc(key)
+        prefix = f"{where}: " if where else ""
+        raise ConfigLoadError(prefix + key + text.removeprefix("model.pretrained")) from e
 
 
 def _native_fixes(
@@ -139,7 +164,11 @@ def _native_fixes(
         for fix in f.fixes:
             rewritten = [_rewrite(o, spec) for o in fix.overrides]
             if all(r is not None for r in rewritten):
-                fixes.append(Fix(tuple(r for r in rewritten if r is not None), fix.summary))
+                # "" is a change the format makes by itself; two cfgcheck keys may share one
+                # native key (data.max_seq_length and data.max_length are both sequence_len).
+                changes = tuple(dict.fromkeys(r for r in rewritten if r))
+                if changes:
+                    fixes.append(Fix(changes, fix.summary))
         hint = f.hint
         if fixes:
             hint += f" (in {native.file}: {' '.join(fixes[0].overrides)})"
@@ -147,6 +176,8 @@ def _native_fixes(
 
 
 def _rewrite(override: str, spec: Format) -> str | None:
+    """``path=value`` in the format's keys; ``""`` when the format needs no change for it;
+    None when it cannot express it."""
     key, sep, value = override.partition("=")
     if not sep:
         return None

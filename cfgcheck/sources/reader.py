@@ -1,9 +1,9 @@
 """Reading a native framework config file: bounded YAML (or JSON) with the line of every key.
 
-All file reading of the sources layer goes through :func:`read_document`, so one place decides
-the bounds (size, nesting depth, number of values, flow-collection nesting) and the one-line
-error. Values are built from the YAML node tree by a bounded walk: an alias is counted each
-time it is used, so alias bombs and self-referencing anchors stop at the bounds.
+All file reading of the sources layer goes through :func:`read_document`, and all parsing
+through :func:`parse_document`: the bytes and the event stream are bounded by
+:mod:`cfgcheck.safeio` (size, special files, encodings, nesting, aliases, tags), then values
+are built from the YAML node tree by a bounded walk that records each key's line.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cfgcheck import safeio
 from cfgcheck.errors import ConfigLoadError
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 32
 MAX_VALUES = 20_000
-MAX_FLOW_NESTING = 64
 MAX_OVERRIDE_CHARS = 10_000
 
 
@@ -33,29 +33,14 @@ class Document:
 
 def read_document(path: str | Path, display: str | None = None) -> Document:
     """Read ``path`` as a YAML mapping. Raises :class:`ConfigLoadError` (one line) when the
-    file is missing, too large, not UTF-8, malformed, too deep or not a mapping."""
-    p = Path(path)
+    file is missing or not a regular file, too large, not UTF-8, malformed, too deep or not a
+    mapping."""
     shown = display or str(path)
-    try:
-        if not p.is_file():
-            raise ConfigLoadError(f"{shown}: no such file")
-        with p.open("rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise ConfigLoadError(f"cannot read {shown}: {e.strerror or e}") from e
-    if len(raw) > MAX_BYTES:
-        raise ConfigLoadError(f"{shown}: larger than {MAX_BYTES:,} bytes; not a config file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigLoadError(f"{shown}: not UTF-8 text (byte {e.start})") from e
-    return parse_document(text, shown)
+    return parse_document(safeio.read_text(path, MAX_BYTES), shown)
 
 
 def parse_document(text: str, shown: str) -> Document:
     """:func:`read_document` of text already in memory (shown as ``shown``)."""
-    if len(text.encode("utf-8")) > MAX_BYTES:
-        raise ConfigLoadError(f"{shown}: larger than {MAX_BYTES:,} bytes; not a config file")
     data, lines = parse_yaml(text, shown)
     if data is None:
         data = {}
@@ -64,11 +49,14 @@ def parse_document(text: str, shown: str) -> Document:
     return Document(shown, data, lines)
 
 
+_LIMITS = safeio.Limits(max_bytes=MAX_BYTES, max_depth=MAX_DEPTH, max_nodes=MAX_VALUES)
+
+
 def parse_yaml(text: str, where: str) -> tuple[Any, dict[str, int]]:
     """Bounded YAML parse of ``text``: (value, {dotted key: line})."""
     import yaml
 
-    _check_flow_nesting(text, where)
+    safeio.screen_yaml(text, where, _LIMITS)
     try:
         loader = yaml.SafeLoader(text)  # raises on unprintable characters
     except yaml.YAMLError as e:
@@ -80,7 +68,7 @@ def parse_yaml(text: str, where: str) -> tuple[Any, dict[str, int]]:
         walker = _Walker(loader, where)
         value = walker.build(node, "", 0)
         return value, walker.lines
-    except (yaml.YAMLError, ValueError, OverflowError) as e:
+    except (yaml.YAMLError, ValueError, OverflowError, RecursionError) as e:
         if isinstance(e, ConfigLoadError):
             raise
         raise ConfigLoadError(f"malformed YAML in {where}: {_one_line(e)}") from e
@@ -90,17 +78,6 @@ def parse_yaml(text: str, where: str) -> tuple[Any, dict[str, int]]:
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
-
-
-def _check_flow_nesting(text: str, where: str) -> None:
-    depth = 0
-    for char in text:
-        if char in "[{":
-            depth += 1
-            if depth > MAX_FLOW_NESTING:
-                raise ConfigLoadError(f"{where}: brackets nested deeper than {MAX_FLOW_NESTING}")
-        elif char in "]}" and depth:
-            depth -= 1
 
 
 class _Walker:

@@ -60,6 +60,7 @@ def build(b: Builder) -> None:
         b.from_key("data.truncation", "max_length", False)
     else:
         b.default("data.max_seq_length", DEFAULT_MAX_LENGTH, f"{SFT} max_length=1024")
+        b.smap.set("max_length", b.default_location(f"{SFT} max_length=1024"), True)
         b.default("data.truncation", True, f"{SFT} max_length=1024 (truncation_mode keep_start)")
     b.take(
         "data.collator",
@@ -181,6 +182,7 @@ def build(b: Builder) -> None:
 
 _TO_NATIVE = {
     "data.max_seq_length": "max_length",
+    "data.max_length": "max_length",
     "data.pad_to_multiple_of": "pad_to_multiple_of",
     "trainer.micro_batch_size": "per_device_train_batch_size",
     "trainer.gradient_accumulation_steps": "gradient_accumulation_steps",
@@ -194,6 +196,8 @@ _TO_NATIVE = {
 
 
 def to_native(path: str, value: str) -> str | None:
+    if path == "data.truncation" and value == "true":
+        return ""  # samples over the length never reach the model in this format
     if path == "trainer.loss_chunking" and value == "fused":
         return "use_liger_kernel=true"
     if path == "trainer.attention":

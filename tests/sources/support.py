@@ -64,7 +64,7 @@ def resolvable(fmt: str, file: Path) -> bool:
     try:
         check_native(file, fmt)
     except ConfigLoadError as e:
-        if "does not know this model" in str(e):
+        if "not a cfgcheck preset" in str(e) or "does not know this model" in str(e):
             return False
         raise
     return True

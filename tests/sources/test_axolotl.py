@@ -47,7 +47,7 @@ def test_published_examples_needing_newer_presets(name: str) -> None:
 def test_mapping_of_the_mistral_lora_example() -> None:
     loaded = load_native(MISTRAL, "axolotl")
     cfg, smap = loaded.config, loaded.source_map
-    assert cfg["model"]["name"] == "mistral-7b-v0.1"
+    assert cfg["model"] == {"pretrained": "mistralai/Mistral-7B-v0.1"}
     d, t = cfg["data"], cfg["trainer"]
     assert (d["max_seq_length"], d["collator"], d["padding"]) == (8192, "packed", "max_length")
     assert (t["finetuning"], t["quantization"]) == ("lora", "int8")  # load_in_8bit: true
@@ -71,7 +71,7 @@ def test_mapping_of_the_mistral_lora_example() -> None:
         ("trainer.optimizer", "optimizer"),
         ("trainer.attention", "attn_implementation"),
         ("trainer.precision", "bf16"),
-        ("model.name", "base_model"),
+        ("model.pretrained", "base_model"),
     ]:
         location = smap.lookup(path)
         assert location is not None and location.line == line_of(MISTRAL, key), (path, location)

@@ -38,7 +38,8 @@ def test_published_configs_pass(name: str) -> None:
 def test_mapping_of_the_tiny_llama_lora_config() -> None:
     loaded = load_native(TINY, "litgpt")
     cfg, smap = loaded.config, loaded.source_map
-    assert cfg["model"]["name"] == "tinyllama-1.1b"
+    # checkpoints/<org>/<name> is the Hub id LitGPT downloads
+    assert cfg["model"] == {"pretrained": "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"}
     assert cfg["data"]["max_seq_length"] == 512 and cfg["data"]["truncation"] is True
     t = cfg["trainer"]
     assert (t["precision"], t["quantization"], t["finetuning"]) == ("bf16-true", "none", "lora")
@@ -71,7 +72,7 @@ def test_mapping_of_the_tiny_llama_lora_config() -> None:
         ("trainer.micro_batch_size", "micro_batch_size"),
         ("trainer.global_batch_size", "global_batch_size"),
         ("trainer.learning_rate", "lr"),
-        ("model.name", "checkpoint_dir"),
+        ("model.pretrained", "checkpoint_dir"),
     ]:
         location = smap.lookup(path)
         assert location is not None and location.line == line_of(TINY, key), (path, location)
@@ -227,7 +228,10 @@ def test_unknown_model_is_a_load_error(tmp_path: Path) -> None:
     from cfgcheck.errors import ConfigLoadError
 
     file = write(tmp_path, "x.yaml", "checkpoint_dir: checkpoints/nobody/no-such-model\n")
-    with pytest.raises(ConfigLoadError, match=r"does not know this model.*config\.json"):
+    with pytest.raises(
+        ConfigLoadError,
+        match=r"x\.yaml:1: checkpoint_dir=nobody/no-such-model: .*not a cfgcheck preset",
+    ):
         check_native(file, "litgpt")
     with pytest.raises(ConfigLoadError, match="names no model: set checkpoint_dir"):
         check_native(write(tmp_path, "y.yaml", "devices: 1\n"), "litgpt")

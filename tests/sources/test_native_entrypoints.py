@@ -61,7 +61,7 @@ def test_check_from_exit_codes_and_native_lines(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--from", "litgpt"], "needs the config FILE"),
-        (["--from", "litgpt", "no/such.yaml"], "no such file"),
+        (["--from", "litgpt", "no/such.yaml"], "does not exist"),
         (["--from", "axolotl", str(LITGPT)], "names no model: set base_model"),
         (
             [
@@ -70,7 +70,7 @@ def test_check_from_exit_codes_and_native_lines(tmp_path: Path) -> None:
                 str(example("trl", "example_config.yaml")),
                 "model_name_or_path=x/unknown",
             ],
-            "does not know this model",
+            "not a cfgcheck preset",
         ),
         (["--from", "axolotl", str(AXOLOTL), "sequence_len"], "bad override"),
     ],
@@ -200,9 +200,10 @@ def test_service_format_requests(client: object) -> None:
     line = 1 + planted.splitlines().index("sequence_length: 8192")
     assert unknown["locations"][0] == {"file": "lora.yml", "line": line}
     for refused, detail in [
-        ({"format": "axolotl", "config": "base_model: nobody/none\n"}, "does not know this model"),
+        ({"format": "axolotl", "config": "base_model: nobody/none\n"}, "not a cfgcheck preset"),
+        ({"format": "axolotl", "config": "base_model: /etc\n"}, "paths refused"),
         ({"format": "fairseq", "config": "a: 1\n"}, "invalid native request"),
-        ({"format": "axolotl", "config": "a: [" * 80}, "nested deeper"),
+        ({"format": "axolotl", "config": "a: [" * 80}, "nesting deeper"),
     ]:
         answer = client.post("/v1/validate", json=refused)
         assert answer.status_code == 422 and detail in answer.json()["detail"], answer.text

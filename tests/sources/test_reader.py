@@ -34,16 +34,16 @@ def test_json_dumps_read_as_yaml(tmp_path: Path) -> None:
     [
         ("a: [1, 2\n", "malformed YAML"),
         ("- 1\n- 2\n", "expected a mapping"),
-        ("a: " + "[" * 70 + "]" * 70 + "\n", "brackets nested deeper"),
+        ("a: " + "[" * 70 + "]" * 70 + "\n", "nesting deeper than 32"),
         (
             "a: &x [1,1,1,1,1,1,1,1,1,1]\n"
             + "".join(
                 f"b{i}: &b{i} [{', '.join(['*' + ('x' if i == 0 else f'b{i - 1}')] * 10)}]\n"
                 for i in range(6)
             ),
-            "more than 20,000 values",
+            "more than 20000 values",
         ),
-        ("a: !!python/object:os.system ls\n", "malformed YAML"),
+        ("a: !!python/object:os.system ls\n", "is not accepted"),
         ("? [1, 2]\n: v\n", "a key must be a plain scalar"),
     ],
 )
@@ -58,7 +58,7 @@ def test_hostile_documents_are_one_line_errors(tmp_path: Path, text: str, messag
 def test_deep_block_nesting_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "deep.yaml"
     file.write_text("".join(f"{'  ' * i}k{i}:\n" for i in range(40)) + "  " * 40 + "v: 1\n")
-    with pytest.raises(ConfigLoadError, match="nested deeper than 32"):
+    with pytest.raises(ConfigLoadError, match="nesting deeper than 32"):
         read_document(file)
 
 
@@ -72,9 +72,9 @@ def test_size_encoding_and_missing_files(tmp_path: Path, monkeypatch: pytest.Mon
     latin.write_bytes(b"a: \xe9\n")
     with pytest.raises(ConfigLoadError, match="not UTF-8"):
         read_document(latin)
-    with pytest.raises(ConfigLoadError, match="no such file"):
+    with pytest.raises(ConfigLoadError, match="does not exist"):
         read_document(tmp_path / "missing.yaml")
-    with pytest.raises(ConfigLoadError, match="no such file"):
+    with pytest.raises(ConfigLoadError, match="is a directory"):
         read_document(tmp_path)
 
 
