@@ -24,6 +24,7 @@ from cfgcheck.sources.reader import (
 )
 
 if TYPE_CHECKING:
+    from cfgcheck.schema.model import ModelConfig
     from cfgcheck.schema.run import RunConfig
     from cfgcheck.sources.profiles import Profile
 
@@ -91,6 +92,8 @@ class Builder:
         self.smap = SourceMap()
         # cfgcheck path -> what it defaults to once the model is known ("model.block_size").
         self.deferred: dict[str, tuple[str, Location]] = {}
+        # Steps that need the resolved model shape (architecture's module names).
+        self.after_model: list[Callable[[Builder, ModelConfig], None]] = []
         # The native key naming the model (checkpoint_dir, base_model, model_name_or_path).
         self.model_key: str | None = None
 

@@ -19,6 +19,7 @@ from cfgcheck.sources.profiles import LITGPT_FINETUNE, LITGPT_PRETRAIN, Profile
 from cfgcheck.sources.unknown import key_list
 
 if TYPE_CHECKING:
+    from cfgcheck.schema.model import ModelConfig
     from cfgcheck.schema.run import RunConfig
 
 SETUP = "litgpt/finetune/lora.py setup()"
@@ -31,8 +32,10 @@ QUANTIZE = {
     "bnb.fp4-dq": "fp4",
     "bnb.int8-training": "int8",
 }
-# LitGPT's LoRA switches -> the Hugging Face module names they adapt (litgpt/lora.py: query,
-# key, value of the fused qkv; projection = attention output; mlp = fc_1, fc_2, proj; head).
+# LitGPT's LoRA switches -> the roles (llama names) of the layers they adapt (litgpt/lora.py:
+# query, key, value of the fused qkv; projection = attention output; mlp = every MLP linear;
+# head = lm_head). Once the model is known they become that architecture's module names
+# (cfgcheck.memory.modules.block_linears: phi-2's dense/fc1/fc2, phi-3's fused qkv_proj...).
 LORA_SWITCHES = {
     "lora_query": (True, ("q_proj",)),
     "lora_key": (False, ("k_proj",)),
@@ -71,6 +74,19 @@ def _schema_optimizer(name: str) -> str:
     if "adafactor" in low:
         return "adafactor"
     return "adamw"  # Adam/AdamW and kin hold two states per parameter
+
+
+def _targets_by_architecture(b: Builder, model: ModelConfig) -> None:
+    """The LoRA targets (roles) as the resolved architecture names its modules."""
+    from cfgcheck.memory.modules import architecture_of, block_linears
+
+    if architecture_of(model) is None:
+        return
+    roles = set(b.config["trainer"]["lora"]["targets"])
+    names = [layer.name for layer in block_linears(model) if roles & set(layer.roles)]
+    if "lm_head" in roles:
+        names.append("lm_head")
+    b.config["trainer"]["lora"]["targets"] = list(dict.fromkeys(names))
 
 
 def _int(value: Any) -> Any:
@@ -122,6 +138,7 @@ def build(b: Builder) -> None:
         for switch in LORA_SWITCHES:
             if n.is_set(switch):
                 b.smap.set("trainer.lora.targets", n.loc(switch) or b.default_location(SETUP), True)
+        b.after_model.append(_targets_by_architecture)
     else:
         b.default("trainer.finetuning", "qlora" if four_bit else "full", "litgpt/finetune/full.py")
 

@@ -86,9 +86,10 @@ def load_document(
 
 
 def _resolve_deferred(b: Builder) -> None:
-    """Values that follow the model (``data.max_seq_length`` = its block): validate a probe
-    with a placeholder to learn the resolved model, then fill them in."""
-    if not b.deferred:
+    """Values that follow the model (``data.max_seq_length`` = its block, LoRA targets in the
+    architecture's module names): validate a probe with placeholders to learn the resolved
+    model, then fill them in."""
+    if not b.deferred and not b.after_model:
         return
     from cfgcheck.validate import validate
 
@@ -97,13 +98,15 @@ def _resolve_deferred(b: Builder) -> None:
         set_dotted(probe, path, 1)
     with native_model_errors(b.native, b.model_key):
         result = validate(probe)
-    resolved = result.config.model_dump() if result.config is not None else {}
+    if result.config is None:
+        return  # the schema findings come back from the real validation
+    resolved = result.config.model_dump()
     for path, (source, location) in b.deferred.items():
         value = get_dotted(resolved, source)
-        if value is None:
-            value = get_dotted(b.config, source)
         if value is not None:
             b.set(path, value, location)
+    for step in b.after_model:
+        step(b, result.config.model)
 
 
 def check_native(

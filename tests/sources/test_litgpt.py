@@ -24,6 +24,7 @@ PUBLISHED = [
     "llama-2-7b-qlora.yaml",
     "mistral-7b-lora.yaml",
     "llama-3-8b-full.yaml",
+    "phi-2-lora.yaml",
 ]
 TINY_ID = "checkpoints/TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"
 
@@ -235,3 +236,38 @@ def test_unknown_model_is_a_load_error(tmp_path: Path) -> None:
         check_native(file, "litgpt")
     with pytest.raises(ConfigLoadError, match="names no model: set checkpoint_dir"):
         check_native(write(tmp_path, "y.yaml", "devices: 1\n"), "litgpt")
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "targets"),
+    [
+        (
+            "checkpoints/microsoft/phi-2",
+            ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2", "lm_head"],
+        ),
+        (
+            "checkpoints/microsoft/Phi-3-mini-4k-instruct",
+            ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"],
+        ),
+        (
+            TINY_ID,
+            [
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+                "lm_head",
+            ],
+        ),
+    ],
+)
+def test_lora_switches_become_the_architectures_module_names(
+    checkpoint: str, targets: list[str]
+) -> None:
+    # phi-2-lora.yaml switches every LoRA target on (query ... head)
+    file = example("litgpt", "phi-2-lora.yaml")
+    result = check_native(file, "litgpt", [f"checkpoint_dir={checkpoint}"], gpu="H100")
+    assert result.config is not None and result.config.trainer.lora.targets == targets
