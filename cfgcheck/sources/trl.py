@@ -4,8 +4,9 @@ run config.
 
 Defaults are SFTConfig's overrides of TrainingArguments and TRL's ModelConfig
 (huggingface/trl at f2cd57710ae345ea6428ae95363267fcf38a3dc8: ``trl/trainer/sft_config.py``,
-``trl/trainer/base_config.py``, ``trl/trainer/model_config.py``) over transformers'
-TrainingArguments (5.23.0), each cited at its use below.
+``trl/trainer/base_config.py``, ``trl/trainer/model_config.py``; checked against the released
+trl 1.16.0 by tests/sources/test_trl_ground_truth.py) over transformers' TrainingArguments
+(5.23.0), each cited at its use below.
 """
 
 from __future__ import annotations
@@ -126,12 +127,14 @@ def build(b: Builder) -> None:
     if n.get("use_liger_kernel"):
         b.from_key("trainer.loss_chunking", "use_liger_kernel", "fused")
     else:
+        # TRL 1.16: loss_type "nll" (the default; "chunked_nll" is its deprecated alias)
+        # computes the loss "without materializing the full logits" (sft_config.py).
         b.take(
             "trainer.loss_chunking",
             "loss_type",
-            "chunked_nll",
-            f"{SFT} loss_type=None -> 'chunked_nll'",
-            lambda v: "chunked" if v == "chunked_nll" else "none",
+            "nll",
+            f"{SFT} loss_type='nll' (lm_head and loss in chunks, TRL 1.16)",
+            lambda v: "chunked" if v in ("nll", "chunked_nll") else "none",
         )
 
     peft = bool(n.get("use_peft"))
