@@ -52,7 +52,7 @@ def test_the_key_list_is_what_trl_sft_accepts() -> None:
 
 def test_defaults_are_sft_configs(tmp_path: Path) -> None:
     file = write(tmp_path, "min.yaml", f"model_name_or_path: {TINY}\n")
-    script, sft, model, _ = parse(file)
+    _, sft, model, _ = parse(file)
     mapped = load_native(file, "trl").config
     d, t = mapped["data"], mapped["trainer"]
     assert d["max_seq_length"] == sft.max_length == 1024
@@ -83,14 +83,14 @@ def test_peft_defaults_are_model_configs(tmp_path: Path) -> None:
 
 def test_published_examples_parse_in_trl() -> None:
     for name in ("example_config.yaml", "clis-sft_config.yaml"):
-        script, sft, model, _ = parse(example("trl", name))
+        model = parse(example("trl", name))[2]
         assert model.model_name_or_path == "Qwen/Qwen2.5-0.5B"
 
 
 def test_an_unknown_key_is_refused_by_trl(tmp_path: Path) -> None:
     # What cfgcheck reports as error[unknown-native-key] (max_seq_length, renamed) TRL refuses.
     file = write(tmp_path, "old.yaml", f"model_name_or_path: {TINY}\nmax_seq_length: 2048\n")
-    with pytest.raises(ValueError, match="Unknown arguments from config file.*max_seq_length"):
+    with pytest.raises(ValueError, match=r"Unknown arguments from config file.*max_seq_length"):
         parse(file)
     fixed = write(tmp_path, "new.yaml", f"model_name_or_path: {TINY}\nmax_length: 2048\n")
     assert parse(fixed)[1].max_length == 2048
