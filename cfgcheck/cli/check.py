@@ -34,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
     from cfgcheck.report import get_reporter
 
+    if getattr(args, "sweep", False) and getattr(args, "source", None):
+        from cfgcheck.errors import ConfigLoadError
+
+        raise ConfigLoadError("--sweep works on conf/ compositions, not with --from")
     if getattr(args, "sweep", False):
         from cfgcheck.hydra.cli import run_sweep
 

@@ -209,3 +209,24 @@ def test_service_format_requests(client: object) -> None:
         assert answer.status_code == 422 and detail in answer.json()["detail"], answer.text
     schema = client.get("/openapi.json").json()
     assert "NativeRequest" in schema["components"]["schemas"]
+
+
+@pytest.mark.parametrize("fmt", ["litgpt", "axolotl", "trl"])
+def test_check_from_imports_neither_torch_nor_transformers(fmt: str) -> None:
+    file = {"litgpt": LITGPT, "axolotl": AXOLOTL, "trl": example("trl", "example_config.yaml")}[fmt]
+    code = (
+        "import sys\nfrom cfgcheck.cli import main\n"
+        f"main(['check', '--from', {fmt!r}, {str(file)!r}])\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'hydra') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+def test_sweep_with_from_is_refused() -> None:
+    proc = run_cfgcheck(
+        "check", "--sweep", "--from", "axolotl", str(AXOLOTL), "sequence_len=1024,2048"
+    )
+    assert proc.returncode == 2 and "--sweep" in proc.stderr, proc.stderr
