@@ -312,15 +312,10 @@ def conflict_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Find
     fsdp_config = native.get("fsdp_config")
     optimizer = str(native.get("optimizer", ""))
     if fsdp_config and "8bit" in optimizer:
-        version = str(
-            native.get(
-                "fsdp_version",
-                (fsdp_config or {}).get("fsdp_version", 1) if isinstance(fsdp_config, dict) else 1,
-            )
-        )
-        offload = isinstance(fsdp_config, dict) and bool(
-            fsdp_config.get("offload_params") or fsdp_config.get("fsdp_offload_params")
-        )
+        inner = fsdp_config if isinstance(fsdp_config, dict) else {}
+        # FSDP1 is what an unversioned fsdp_config gets (validation.py check_fsdp_version)
+        version = str(native.get("fsdp_version", inner.get("fsdp_version", 1)))
+        offload = bool(inner.get("offload_params") or inner.get("fsdp_offload_params"))
         fsdp2_bnb = version == "2" and optimizer in ("adamw_8bit", "adamw_bnb_8bit")
         if fsdp2_bnb or (offload and version != "2"):
             why = (

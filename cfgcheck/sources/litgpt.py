@@ -104,14 +104,13 @@ def build(b: Builder) -> None:
     ref = n.get(key)
     set_model(b, key, checkpoint_ref(str(ref)) if ref else None)
 
-    precision = b.take(
+    b.take(
         "trainer.precision",
         "precision",
         "bf16-mixed",
         f"{SETUP}: precision=None -> get_default_supported_precision(training=True) "
         "(litgpt/utils.py) = bf16-mixed on a bf16 GPU",
     )
-    del precision
     quantize = n.get("quantize")
     if quantize is not None:
         b.from_key("trainer.quantization", "quantize", QUANTIZE.get(str(quantize), quantize))

@@ -157,7 +157,6 @@ def build(b: Builder) -> None:
         b.take("trainer.lora.alpha", "lora_alpha", 32, f"{MODEL} lora_alpha=32")
         b.take("trainer.lora.dropout", "lora_dropout", 0.05, f"{MODEL} lora_dropout=0.05", float)
         if n.is_set("lora_target_modules"):
-            targets = n.get("lora_target_modules")
             b.take(
                 "trainer.lora.targets",
                 "lora_target_modules",
@@ -165,7 +164,6 @@ def build(b: Builder) -> None:
                 "",
                 lambda v: [v] if isinstance(v, str) else v,
             )
-            del targets
     else:
         b.default("trainer.finetuning", "full", f"{MODEL} use_peft=False")
     if n.get("deepspeed"):
