@@ -62,9 +62,11 @@ EXPLANATIONS: dict[str, Explanation] = {
         "closest), or its default.",
     ),
     "seq-len-over-block-size": E(
-        "error",
-        "`data.max_seq_length` is at most `model.block_size`, the longest context the model "
-        "has positions for.",
+        "error / warning",
+        "The longest sequence the pipeline feeds (packed rows: `data.max_seq_length`; else the "
+        "tokenizer's `max_length`, which `padding=max_length` pads every sample to) is at most "
+        "`model.block_size`; a warning when `data.max_seq_length` is above it but truncation "
+        "to a shorter `max_length` keeps batches within it.",
         "LitGPT: `ValueError: Cannot attend to 3063, block size is only 2048` on the first batch "
         "this long; transformers models index past their position table.",
         "Lower `data.max_seq_length` to the block size (keep `data.truncation=true`), or pick a "
@@ -78,6 +80,16 @@ EXPLANATIONS: dict[str, Explanation] = {
         "`Cannot attend to N, block size is only M`.",
         "Lower `data.max_seq_length` so the rounded length fits, or remove "
         "`data.pad_to_multiple_of`.",
+    ),
+    "max-length-over-max-seq-length": E(
+        "warning",
+        "With truncation, `data.max_length` is at most `data.max_seq_length` (not for packed "
+        "rows, which are always `max_seq_length`).",
+        "Nothing fails: sequences up to `max_length` tokens silently reach the model, and "
+        "what is sized by `max_seq_length` (the memory estimate, the declared context) is too "
+        "small for them.",
+        "Set `data.max_length<=data.max_seq_length` (or remove it), or raise "
+        "`data.max_seq_length` to the length really fed.",
     ),
     "pad-multiple-mismatch": E(
         "error",
@@ -106,11 +118,15 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "pad-token-missing": E(
         "error",
-        "When the pipeline pads, the tokenizer has a pad token.",
+        "Where the pipeline needs a pad id (tokenizer padding; transformers' padding "
+        "collator, which asks for one even for a batch of one; the last packed row), the "
+        "tokenizer has a pad token the vocabulary gives an id.",
         "transformers: `ValueError: Asking to pad but the tokenizer does not have a padding "
         "token.`",
         "Set `tokenizer.pad_token` (to the eos or unk token, or a new `<pad>` with resized "
-        "embeddings), or stop padding.",
+        "embeddings), or stop padding. A declared pad missing from the vocabulary without "
+        "an unk token fails with `TypeError: '<' not supported between instances of "
+        "'NoneType' and 'int'`.",
     ),
     "pad-is-eos": E(
         "warning",
@@ -176,8 +192,12 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Pick `ddp` / `fsdp` for several devices, `single` for one (keeping the global batch).",
     ),
     "head-size-mismatch": E(
-        "error",
-        "`n_embd` divides into `n_head` heads when the head size is derived.",
+        "error / warning",
+        "`n_embd` divides into `n_head` heads when the head size is derived; with an explicit "
+        "`head_size`, per `trainer.framework`: LitGPT builds it, transformers' Llama, Gemma 2/3 "
+        "and GPT-NeoX configs refuse it (`ValueError: The hidden size (30) is not a multiple "
+        "of the number of attention heads (4).`), Mistral, Qwen2/3, Gemma, Phi-3 and OLMo "
+        "accept it.",
         "`RuntimeError: shape '[1, 1024, 30, 68]' is invalid for input of size ...` when the "
         "q/k/v projections are split into heads.",
         "Choose `n_head` among the divisors of `n_embd`, or set `model.head_size`.",
