@@ -19,18 +19,23 @@ def fitting_length(cfg: RunConfig) -> int:
 
 
 def length_fix(cfg: RunConfig) -> tuple[Fix, ...]:
-    """Truncate to a length that fits the block (and is a multiple of pad_to_multiple_of)."""
+    """Truncate to a length that fits the block and that pad_to_multiple_of accepts: the
+    configured max_length or max_seq_length when one does, else the largest that fits."""
     d = cfg.data
     target = fitting_length(cfg)
-    over = [f"data.max_seq_length={min(d.max_seq_length, target)}", f"data.max_length={target}"]
-    m = d.pad_to_multiple_of
-    if d.max_length is not None and d.max_length <= target and (m is None or d.max_length % m == 0):
-        over[1] = f"data.max_length={d.max_length}"  # already fits: keep it
+    drop_multiple = round_down(cfg.model.block_size, d.pad_to_multiple_of) == 0
+    m = None if drop_multiple else d.pad_to_multiple_of
+
+    def fits(n: int | None) -> bool:
+        return n is not None and n <= target and (m is None or n % m == 0)
+
+    length = next((n for n in (d.max_length, d.max_seq_length) if fits(n)), target)
+    over = [f"data.max_seq_length={min(d.max_seq_length, target)}", f"data.max_length={length}"]
     if not d.truncation and d.collator != "packed":
         over.append("data.truncation=true")
-    if round_down(cfg.model.block_size, d.pad_to_multiple_of) == 0:
+    if drop_multiple:
         over.append("data.pad_to_multiple_of=null")
-    return (Fix(tuple(over), f"truncate samples to {target} tokens"),)
+    return (Fix(tuple(over), f"truncate samples to {length} tokens"),)
 
 
 def _lengths(pipe: Pipeline, cfg: RunConfig) -> tuple[str, str]:
