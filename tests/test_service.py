@@ -55,7 +55,11 @@ def test_openapi_describes_request_and_response(client: TestClient) -> None:
     content = op["requestBody"]["content"]
     assert set(content) >= {"application/json", "application/yaml", "text/yaml"}
     refs = {s["$ref"] for s in content["application/json"]["schema"]["oneOf"]}
-    assert refs == {"#/components/schemas/RunConfig", "#/components/schemas/ComposeRequest"}
+    assert refs == {
+        "#/components/schemas/RunConfig",
+        "#/components/schemas/ComposeRequest",
+        "#/components/schemas/NativeRequest",
+    }
     schemas = doc["components"]["schemas"]
     assert {"RunConfig", "ModelConfig", "ComposeRequest", "CheckResponse"} <= set(schemas)
     assert set(schemas["RunConfig"]["required"]) == {"model", "tokenizer", "data", "trainer"}
