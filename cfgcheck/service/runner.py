@@ -88,7 +88,10 @@ class Runner:
         if refused:
             raise RequestError(422, "paths refused: " + "; ".join(refused))
         stage.check("confining paths")
-        result = validate_config(config)
+        try:
+            result = validate_config(config)
+        except ConfigLoadError as e:  # e.g. a model.pretrained folder that cannot be read
+            raise RequestError(422, self._hide_dir(str(e))) from e
         if request is not None and result.findings:
             stage.check("validating")
             result = self._locate(result, request)
