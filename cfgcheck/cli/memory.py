@@ -21,6 +21,9 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--png", metavar="PATH", help="also write the breakdown against the GPU as a PNG"
     )
+    from cfgcheck.cli._native import add_source_args
+
+    add_source_args(parser)
     parser.set_defaults(run=run)
 
 
@@ -98,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
     from cfgcheck.report import get_reporter
 
-    result = check(args.config_dir, args.config_name, args.overrides)
+    if getattr(args, "source", None):
+        from cfgcheck.cli._native import native_result
+
+        result = native_result(args)
+    else:
+        result = check(args.config_dir, args.config_name, args.overrides)
     if result.config is None:
         print("cfgcheck memory: the config does not validate:", file=sys.stderr)
         get_reporter("text")(result, sys.stderr)
