@@ -419,3 +419,22 @@ def test_cli_unknown_id_exits_2_with_one_line() -> None:
 def _line(folder: Path, key: str) -> int:
     lines = (folder / "config.json").read_text().splitlines()
     return next(i for i, text in enumerate(lines, 1) if text.strip().startswith(f'"{key}"'))
+
+
+def test_service_answers_an_unknown_id_with_422() -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from cfgcheck.service import ServiceSettings, create_app
+    from tests.conftest import CONF, REPO
+
+    client = TestClient(create_app(ServiceSettings(config_dir=CONF, allowed_roots=(REPO,))))
+    r = client.post("/v1/validate", json=run({"pretrained": "nobody/no-such-model"}))
+    assert r.status_code == 422
+    assert "model.pretrained=nobody/no-such-model" in r.json()["detail"]
+
+
+def test_a_cached_model_is_named_by_its_hub_id(empty_hub_cache: Path) -> None:
+    hub_cache(empty_hub_cache, "Qwen/Qwen2.5-0.5B", QWEN25_05B, "d" * 40)
+    result = cfgcheck.validate(run({"pretrained": "Qwen/Qwen2.5-0.5B"}, {"vocab_size": 151665}))
+    assert result.config is not None and result.config.model.name == "Qwen/Qwen2.5-0.5B"

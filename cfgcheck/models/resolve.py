@@ -76,7 +76,8 @@ def cached_snapshot(hub_id: str, cache: Path | None = None) -> Path | None:
     repo = (cache or hub_cache_dir()) / ("models--" + hub_id.replace("/", "--"))
     ref = repo / "refs" / "main"
     try:
-        commit = ref.read_text(encoding="ascii", errors="replace")[:64].strip()
+        with ref.open("rb") as f:
+            commit = f.read(64).decode("ascii", errors="replace").strip()
     except OSError:
         return None
     if not _COMMIT.match(commit):

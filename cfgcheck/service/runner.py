@@ -52,7 +52,10 @@ class Runner:
         refused = refused_paths(config, self.roots)
         if refused:
             raise RequestError(422, "paths refused: " + "; ".join(refused))
-        result = validate_config(config)
+        try:
+            result = validate_config(config)
+        except ConfigLoadError as e:  # e.g. a model.pretrained that names nothing usable
+            raise RequestError(422, self._hide_dir(str(e))) from e
         if request is not None and result.findings:
             result = self._locate(result, request)
         return render(result)
