@@ -172,10 +172,13 @@ def source_map(
     """
     import yaml
 
+    from cfgcheck.safeio import read_text
+
     composed = composed_files(config_dir, config_name, overrides)
     smap = SourceMap()
     for file, package in composed.files:
-        node = yaml.compose(file.read_text(encoding="utf-8"), Loader=_loader())
+        text = read_text(file)  # screened with the whole directory by hydra_session
+        node = yaml.compose(text, Loader=_loader())
         if node is not None:
             _record_node(smap, node, package, display_path(file, cwd), root=True)
     for override in composed.config_overrides:

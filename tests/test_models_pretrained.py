@@ -366,7 +366,7 @@ def test_the_callers_config_is_not_modified(qwen_folder: Path) -> None:
     ("content", "message"),
     [
         ("[" * 100 + "]" * 100, "nested deeper"),
-        ("{not json", "not valid JSON"),
+        ("{not json", "malformed JSON"),
         ("[1, 2]", "must hold a JSON object"),
         ('{"model_type": "mamba"}', "is not mapped by cfgcheck"),
         ('{"model_type": "llama", "hidden_size": "big"}', "must be a positive integer"),

@@ -290,6 +290,271 @@ _add(
 )
 
 
+# --- Today's architectures ---------------------------------------------------------------------
+# Shapes from each config.json (LitGPT's litgpt/config.py holds the same ones); parameter totals
+# are checked against transformers on the meta device (tests/test_memory_params.py) and, where
+# published, against benchmarks/reference/param-counts.csv.
+_add(
+    (
+        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Meta-Llama-3.1-8B",
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        "NousResearch/Meta-Llama-3.1-8B",
+        "NousResearch/Meta-Llama-3.1-8B-Instruct",
+        "unsloth/Meta-Llama-3.1-8B",
+        "unsloth/Meta-Llama-3.1-8B-Instruct",
+    ),
+    "Llama 3 8B's shape with a 131072-token context (RoPE scaled, factor 8).",
+    name="llama-3.1-8b",
+    source=_hf("meta-llama/Llama-3.1-8B"),
+    block_size=131072,
+    vocab_size=128256,
+    n_layer=32,
+    n_embd=4096,
+    n_head=32,
+    n_query_groups=8,
+    intermediate_size=14336,
+    architecture="llama",
+)
+_add(
+    (
+        "meta-llama/Llama-3.2-1B",
+        "meta-llama/Llama-3.2-1B-Instruct",
+        "NousResearch/Llama-3.2-1B",
+        "unsloth/Llama-3.2-1B",
+        "unsloth/Llama-3.2-1B-Instruct",
+    ),
+    "head_dim 64; lm_head tied to the embedding; 131072-token context (RoPE scaled, factor 32).",
+    name="llama-3.2-1b",
+    source=_hf("meta-llama/Llama-3.2-1B"),
+    block_size=131072,
+    vocab_size=128256,
+    n_layer=16,
+    n_embd=2048,
+    n_head=32,
+    n_query_groups=8,
+    intermediate_size=8192,
+    tie_embeddings=True,
+    architecture="llama",
+)
+_add(
+    (
+        "mistralai/Mistral-7B-v0.3",
+        "mistralai/Mistral-7B-Instruct-v0.3",
+        "unsloth/mistral-7b-v0.3",
+        "unsloth/mistral-7b-instruct-v0.3",
+    ),
+    "v0.1's shape with a 32768-token vocabulary (v3 tokenizer) and no sliding window.",
+    name="mistral-7b-v0.3",
+    source=_hf("mistralai/Mistral-7B-v0.3"),
+    block_size=32768,
+    vocab_size=32768,
+    n_layer=32,
+    n_embd=4096,
+    n_head=32,
+    n_query_groups=8,
+    intermediate_size=14336,
+    architecture="mistral",
+)
+_QWEN25 = "len(tokenizer) is 151665 (151643 BPE + 22 special); the embedding has {rows} rows."
+_add(
+    ("Qwen/Qwen2.5-0.5B", "unsloth/Qwen2.5-0.5B"),
+    _QWEN25.format(rows=151936) + " lm_head tied to the embedding.",
+    name="qwen2.5-0.5b",
+    source=_hf("Qwen/Qwen2.5-0.5B"),
+    block_size=32768,
+    vocab_size=151665,
+    padded_vocab_size=151936,
+    n_layer=24,
+    n_embd=896,
+    n_head=14,
+    n_query_groups=2,
+    intermediate_size=4864,
+    attn_bias=True,
+    tie_embeddings=True,
+    architecture="qwen2",
+)
+_add(
+    ("Qwen/Qwen2.5-1.5B", "unsloth/Qwen2.5-1.5B"),
+    _QWEN25.format(rows=151936) + " lm_head tied to the embedding.",
+    name="qwen2.5-1.5b",
+    source=_hf("Qwen/Qwen2.5-1.5B"),
+    block_size=131072,
+    vocab_size=151665,
+    padded_vocab_size=151936,
+    n_layer=28,
+    n_embd=1536,
+    n_head=12,
+    n_query_groups=2,
+    intermediate_size=8960,
+    attn_bias=True,
+    tie_embeddings=True,
+    architecture="qwen2",
+)
+_add(
+    ("Qwen/Qwen2.5-7B", "unsloth/Qwen2.5-7B"),
+    _QWEN25.format(rows=152064),
+    name="qwen2.5-7b",
+    source=_hf("Qwen/Qwen2.5-7B"),
+    block_size=131072,
+    vocab_size=151665,
+    padded_vocab_size=152064,
+    n_layer=28,
+    n_embd=3584,
+    n_head=28,
+    n_query_groups=4,
+    intermediate_size=18944,
+    attn_bias=True,
+    architecture="qwen2",
+)
+_QWEN3 = (
+    "RMSNorm over each query and key head (q_norm, k_norm); no q/k/v bias. len(tokenizer) is "
+    "151669 (151643 BPE + 26 special); the embedding has 151936 rows."
+)
+_add(
+    ("Qwen/Qwen3-0.6B", "unsloth/Qwen3-0.6B"),
+    _QWEN3 + " head_dim 128 with 16 heads: q_proj is 1024 -> 2048. lm_head tied.",
+    name="qwen3-0.6b",
+    source=_hf("Qwen/Qwen3-0.6B"),
+    block_size=40960,
+    vocab_size=151669,
+    padded_vocab_size=151936,
+    n_layer=28,
+    n_embd=1024,
+    n_head=16,
+    n_query_groups=8,
+    head_size=128,
+    intermediate_size=3072,
+    tie_embeddings=True,
+    norm_qk=True,
+    architecture="qwen3",
+)
+_add(
+    ("Qwen/Qwen3-8B", "unsloth/Qwen3-8B"),
+    _QWEN3,
+    name="qwen3-8b",
+    source=_hf("Qwen/Qwen3-8B"),
+    block_size=40960,
+    vocab_size=151669,
+    padded_vocab_size=151936,
+    n_layer=36,
+    n_embd=4096,
+    n_head=32,
+    n_query_groups=8,
+    intermediate_size=12288,
+    norm_qk=True,
+    architecture="qwen3",
+)
+_GEMMA2: dict[str, Any] = {
+    "mlp": "geglu",
+    "tie_embeddings": True,
+    "post_attention_norm": True,
+    "post_mlp_norm": True,
+    "sliding_window_size": 4096,
+    "sliding_window_pattern": 2,
+    "attention_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0,
+    "architecture": "gemma2",
+}
+_GEMMA2_NOTE = (
+    "Four norms per layer (input, post-attention, pre- and post-feedforward); layers 0, 2, 4, "
+    "... attend through a 4096-token sliding window, the others globally; attention scores "
+    "soft-capped at 50, logits at 30; head_dim 256 (query_pre_attn_scalar 256)."
+)
+_add(
+    ("google/gemma-2-2b", "google/gemma-2-2b-it", "unsloth/gemma-2-2b", "unsloth/gemma-2-2b-it"),
+    _GEMMA2_NOTE,
+    name="gemma-2-2b",
+    source=_hf("google/gemma-2-2b"),
+    block_size=8192,
+    vocab_size=256000,
+    n_layer=26,
+    n_embd=2304,
+    n_head=8,
+    n_query_groups=4,
+    head_size=256,
+    intermediate_size=9216,
+    **_GEMMA2,
+)
+_add(
+    ("google/gemma-2-9b", "google/gemma-2-9b-it", "unsloth/gemma-2-9b", "unsloth/gemma-2-9b-it"),
+    _GEMMA2_NOTE,
+    name="gemma-2-9b",
+    source=_hf("google/gemma-2-9b"),
+    block_size=8192,
+    vocab_size=256000,
+    n_layer=42,
+    n_embd=3584,
+    n_head=16,
+    n_query_groups=8,
+    head_size=256,
+    intermediate_size=14336,
+    **_GEMMA2,
+)
+_add(
+    ("microsoft/Phi-3-mini-4k-instruct", "unsloth/Phi-3-mini-4k-instruct"),
+    "Fused qkv_proj (3072 -> 9216) and gate_up_proj (3072 -> 16384): LoRA targets those "
+    "names. sliding_window 2047 in every layer (config.json; LitGPT rounds it to 2048). "
+    "len(tokenizer) is 32011 (32000 SentencePiece + 11 added); the embedding has 32064 rows.",
+    name="phi-3-mini-4k",
+    source=_hf("microsoft/Phi-3-mini-4k-instruct"),
+    block_size=4096,
+    vocab_size=32011,
+    padded_vocab_size=32064,
+    n_layer=32,
+    n_embd=3072,
+    n_head=32,
+    intermediate_size=8192,
+    sliding_window_size=2047,
+    architecture="phi3",
+)
+_SMOL = "Llama architecture; lm_head tied to the embedding; 49152-token BPE."
+_add(
+    ("HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    _SMOL + " 9 heads of 64 over a 576-wide stream, 3 KV heads.",
+    name="smollm2-135m",
+    source=_hf("HuggingFaceTB/SmolLM2-135M"),
+    block_size=8192,
+    vocab_size=49152,
+    n_layer=30,
+    n_embd=576,
+    n_head=9,
+    n_query_groups=3,
+    intermediate_size=1536,
+    tie_embeddings=True,
+    architecture="llama",
+)
+_add(
+    ("HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-360M-Instruct"),
+    _SMOL + " 15 heads of 64 over a 960-wide stream, 5 KV heads.",
+    name="smollm2-360m",
+    source=_hf("HuggingFaceTB/SmolLM2-360M"),
+    block_size=8192,
+    vocab_size=49152,
+    n_layer=32,
+    n_embd=960,
+    n_head=15,
+    n_query_groups=5,
+    intermediate_size=2560,
+    tie_embeddings=True,
+    architecture="llama",
+)
+_add(
+    ("HuggingFaceTB/SmolLM2-1.7B", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
+    _SMOL + " Plain multi-head attention (32 KV heads).",
+    name="smollm2-1.7b",
+    source=_hf("HuggingFaceTB/SmolLM2-1.7B"),
+    block_size=8192,
+    vocab_size=49152,
+    n_layer=24,
+    n_embd=2048,
+    n_head=32,
+    intermediate_size=8192,
+    tie_embeddings=True,
+    architecture="llama",
+)
+
 # --- conf/model/<name>.yaml, generated ----------------------------------------------------------
 _SCHEMA_LINE = "# yaml-language-server: $schema=../../schemas/model.schema.json"
 _GENERATED_LINE = "# Generated from cfgcheck/models/presets.py: edit there, then run the module."

@@ -75,21 +75,47 @@ class ModelConfig(Section):
         "qwen3, gemma, gemma2, phi, phi3, gpt2, ...): decides the module names LoRA targets "
         "and which transformers class builds it. None: inferred from the layout.",
     )
-    norm_qk: bool = Field(False, description="RMSNorm on each query and key head (Qwen3).")
+    norm_qk: bool = Field(
+        False,
+        description="A norm (of model.norm's kind) over each query and key head, head_size "
+        "wide, before RoPE (Qwen3's q_norm / k_norm).",
+    )
     post_attention_norm: bool = Field(
-        False, description="A norm on the attention output before the residual add (Gemma 2)."
+        False,
+        description="A norm on the attention output before the residual add, besides the "
+        "input norm (Gemma 2's post_attention_layernorm).",
     )
     post_mlp_norm: bool = Field(
-        False, description="A norm on the MLP output before the residual add (Gemma 2)."
+        False,
+        description="A norm on the MLP output before the residual add, besides the MLP input "
+        "norm (Gemma 2's post_feedforward_layernorm).",
     )
     sliding_window_size: int | None = Field(
-        None, gt=0, description="Local attention window in tokens (Mistral v0.1, Gemma 2)."
+        None,
+        gt=0,
+        description="Local attention window in tokens: a query attends to at most this many "
+        "keys (itself included), as transformers' sliding-window mask (Mistral v0.1: 4096, "
+        "Phi-3-mini: 2047, Gemma 2: 4096). None: full causal attention.",
+    )
+    sliding_window_pattern: int | None = Field(
+        None,
+        gt=1,
+        description="Which layers use sliding_window_size. None: every layer (Mistral v0.1, "
+        "Phi-3). N: of every N layers the first N-1 slide and the N-th attends globally, as "
+        "transformers' layer_types (Gemma 2: 2, so layers 0, 2, 4, ... slide).",
     )
     attention_logit_softcapping: float | None = Field(
-        None, gt=0, description="tanh soft-capping of attention scores (Gemma 2)."
+        None,
+        gt=0,
+        description="Attention scores become cap * tanh(scores / cap) (Gemma 2: 50.0). No "
+        "parameters; transformers' Gemma2 runs it in eager and flash-attention kernels (its "
+        "_supports_sdpa is False).",
     )
     final_logit_softcapping: float | None = Field(
-        None, gt=0, description="tanh soft-capping of the output logits (Gemma 2)."
+        None,
+        gt=0,
+        description="Output logits become cap * tanh(logits / cap) (Gemma 2: 30.0): one more "
+        "vocabulary-wide tensor per token. No parameters.",
     )
 
     @model_validator(mode="after")
@@ -117,6 +143,18 @@ class ModelConfig(Section):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
         return self
+
+    def uses_sliding_window(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) attends through the sliding window."""
+        if self.sliding_window_size is None:
+            return False
+        pattern = self.sliding_window_pattern
+        return pattern is None or (layer + 1) % pattern != 0
+
+    @property
+    def n_sliding_layers(self) -> int:
+        """Layers that attend through the sliding window (0 without one)."""
+        return sum(self.uses_sliding_window(i) for i in range(self.n_layer))
 
     # Typed accessors for the derived fields (always set after validation).
     @property
