@@ -472,3 +472,36 @@ def test_folder_shape_counts_the_parameters_of_transformers_model(
     real = sum(p.numel() for p in model.parameters())
     counted = count_params(result.config.model).total
     assert real - counted in {0, UNMODELLED.get(hub_id, 0)}
+
+
+def test_sweep_over_model_folders(qwen_folder: Path, llama2_padded: Path) -> None:
+    """Both the fast path (one composition, values set per point) and the reference path
+    expand each point's model.pretrained."""
+    pytest.importorskip("hydra")
+    from cfgcheck.hydra.sweep import check_sweep
+    from tests.conftest import CONF
+
+    sweep = ["~model", "~tokenizer", f"+model.pretrained={qwen_folder},{llama2_padded}"]
+    for fast in (True, False):
+        result = check_sweep(CONF, "config", sweep, fast=fast)
+        verdicts = {str(v.overrides[-1]).rsplit("/", 1)[-1]: v for v in result.points}
+        assert verdicts["Qwen2.5-0.5B"].ok
+        bad = verdicts["Llama-2-7b-hf"]
+        assert bad.result is not None and bad.result.by_rule("vocab-mismatch")
+
+
+def test_tokens_added_to_the_checkpoints_tokenizer_within_the_rows_are_noted(
+    qwen_folder: Path, tmp_path: Path
+) -> None:
+    """Two chat tokens added to Qwen's own tokenizer (ids 151665, 151666 < 151936 rows)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(qwen_folder / "tokenizer.json"))
+    tok.add_special_tokens(["<|tool|>", "<|/tool|>"])
+    from tests.factories import save_folder
+
+    folder = save_folder(tok, tmp_path / "chat-tokenizer", pad_token=QWEN_ADDED[0])
+    result = cfgcheck.validate(run({"pretrained": str(qwen_folder)}, {"path": str(folder)}))
+    assert result.ok, [f.message for f in result.errors]
+    (f,) = fired(result, "vocab-mismatch")
+    assert f.severity == "info" and "by 2 tokens (ids 151665..151666)" in f.message
