@@ -366,7 +366,9 @@ def test_every_schema_field_with_every_bad_value(
 ) -> None:
     for value in BAD_VALUES:
         body = {**cfg, section: {**cfg[section], field: value}}
-        result = validate(body)  # never raises: findings only
+        result = _validated(body, field)
+        if result is None:
+            continue
         non_finite = isinstance(value, float) and not math.isfinite(value)
         huge = isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63
         if _numeric(schema) and (non_finite or huge):
@@ -395,7 +397,17 @@ def test_random_values_in_random_fields(
 ) -> None:
     section, field = where
     body = {**default_config, section: {**default_config[section], field: value}}
-    validate(body)
+    _validated(body, field)
+
+
+def _validated(body: dict[str, Any], field: str) -> Any:
+    """``validate(body)``: findings only, except that a ``model.pretrained`` naming no model
+    folder, cached Hub id or preset is a one-line ``ConfigLoadError`` (then ``None``)."""
+    try:
+        return validate(body)
+    except ConfigLoadError as e:
+        assert field == "pretrained" and "\n" not in str(e), (field, str(e))
+        return None
 
 
 OVERRIDE_TEXT = st.builds(

@@ -124,7 +124,8 @@ def test_a_default_of_the_transformers_class_is_named(tmp_path: Path) -> None:
     data = {k: v for k, v in LLAMA2_7B.items() if k != "num_key_value_heads"}
     data.pop("tie_word_embeddings")
     source = resolve_pretrained(str(write_config(tmp_path / "l", data)))
-    assert source.values["tie_embeddings"].default_of == "LlamaConfig.tie_word_embeddings"
+    default = source.values["tie_embeddings"].default_of
+    assert default == "transformers LlamaConfig.tie_word_embeddings"
     assert source.values["n_query_groups"].value == 32  # None -> num_attention_heads
 
 
@@ -505,3 +506,17 @@ def test_tokens_added_to_the_checkpoints_tokenizer_within_the_rows_are_noted(
     assert result.ok, [f.message for f in result.errors]
     (f,) = fired(result, "vocab-mismatch")
     assert f.severity == "info" and "by 2 tokens (ids 151665..151666)" in f.message
+
+
+@pytest.mark.parametrize("ref", ["x" * 5000, "a/b\x00c", "y" * 300 + "/z"])
+def test_hostile_refs_are_one_line(ref: str) -> None:
+    with pytest.raises(ConfigLoadError) as e:
+        cfgcheck.validate(run({"pretrained": ref}))
+    assert "\n" not in str(e.value) and len(str(e.value)) < 600
+
+
+def test_a_null_activation_takes_the_class_default(tmp_path: Path) -> None:
+    data = {**PUBLISHED["google/gemma-2-2b"], "hidden_activation": None}
+    source = resolve_pretrained(str(write_config(tmp_path / "g", data)))
+    assert source.values["mlp"].value == "geglu"
+    assert source.values["mlp"].default_of == "transformers Gemma2Config.hidden_activation"

@@ -88,11 +88,18 @@ def cached_snapshot(hub_id: str, cache: Path | None = None) -> Path | None:
 
 def resolve_pretrained(ref: str) -> ModelSource:
     """Resolve ``model.pretrained``; raises :class:`ModelFolderError` with a one-line reason."""
-    path = Path(ref).expanduser()
-    if path.is_file() and path.name in (HF_CONFIG, LITGPT_CONFIG):
-        path = path.parent
-    if path.is_dir():
-        return _folder_source(ref, path.resolve())
+    if "\x00" in ref or "\n" in ref or len(ref) > 4096:
+        raise ModelFolderError(f"model.pretrained={_short(ref)!r} is not a path or a Hub id")
+    try:
+        path = Path(ref).expanduser()
+        if path.is_file() and path.name in (HF_CONFIG, LITGPT_CONFIG):
+            path = path.parent
+        folder = path.resolve() if path.is_dir() else None
+    except (OSError, RuntimeError) as e:  # a name too long, a symlink loop, no home dir
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ModelFolderError(f"model.pretrained={_short(ref)}: {reason}") from e
+    if folder is not None:
+        return _folder_source(ref, folder)
     if _HUB_ID.match(ref):
         snapshot = cached_snapshot(ref)
         if snapshot is not None:
@@ -107,9 +114,14 @@ def resolve_pretrained(ref: str) -> ModelSource:
             f"give a local folder holding {HF_CONFIG} or {LITGPT_CONFIG}"
         )
     raise ModelFolderError(
-        f"model.pretrained={ref}: no such folder and not a Hub id (ORG/NAME) or cfgcheck "
+        f"model.pretrained={_short(ref)}: no such folder and not a Hub id (ORG/NAME) or cfgcheck "
         f"preset; give a local folder holding {HF_CONFIG} or {LITGPT_CONFIG}"
     )
+
+
+def _short(ref: str) -> str:
+    """``ref`` cut to a length fit for a one-line message."""
+    return ref if len(ref) <= 120 else ref[:117] + "..."
 
 
 def _folder_source(ref: str, folder: Path) -> ModelSource:
