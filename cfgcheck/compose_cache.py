@@ -87,7 +87,9 @@ def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | Non
     if any("searchpath" in o for o in overrides):
         return None
     from cfgcheck import __version__
+    from cfgcheck.overrides import plain_overrides
 
+    overrides = plain_overrides(overrides)  # the key covers what Hydra composes
     h = hashlib.sha256()
     for part in (
         f"format={FORMAT}",

@@ -1,5 +1,6 @@
 """``cfgcheck memory``: the per-GPU peak memory estimate of a run, by component, against the
-live or declared GPU. Exit 0 fits (or no GPU known), 1 over the GPU or an invalid config,
+live or declared GPU, then the whole config's verdict (the findings of ``cfgcheck check``).
+Exit 0 no error finding, 1 an error finding (over the GPU, an unknown GPU, any other rule),
 2 unreadable config."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _payload(result: Any) -> dict[str, Any]:
     est = estimate(cfg.model, cfg.data, cfg.trainer)
     try:
         avail = devices.available(cfg.trainer.gpu, cfg.trainer.devices)
-    except devices.UnknownGpuError:
+    except devices.GpuNameError:
         avail = None
     out: dict[str, Any] = {"estimate": est.to_dict(), "available": None, "fits": None}
     if avail is not None:
@@ -65,7 +66,7 @@ def _text(p: dict[str, Any]) -> str:
     )
     a = p["available"]
     if a is None:
-        lines.append("available: unknown (no GPU visible, trainer.gpu not set): not checked")
+        lines.append("available: unknown (no GPU visible, or trainer.gpu not usable): see below")
     else:
         verdict = "fits" if p["fits"] else "DOES NOT FIT"
         lines.append(
@@ -87,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     payload = _payload(result)
     if args.format == "json":
-        json.dump(payload, sys.stdout, indent=2)
+        # The estimate, and the whole config's verdict ("ok", "findings" as `check` gives).
+        json.dump({**payload, **result.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(_text(payload))
-    return EXIT_FINDINGS if payload["fits"] is False else EXIT_OK
+        print(_text(payload) + "\n")
+        get_reporter("text")(result, sys.stdout)
+    return EXIT_OK if result.ok else EXIT_FINDINGS

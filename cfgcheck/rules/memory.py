@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from cfgcheck.findings import Fix
 from cfgcheck.memory import devices
 from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
 from cfgcheck.memory.fixes import fixes
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
+from cfgcheck.schema.trainer import TrainerConfig
 
 WARN_SHARE = 0.9
 PATHS = ("trainer.micro_batch_size", "data.max_seq_length", "model.name", "trainer.gpu")
@@ -38,15 +40,13 @@ def _fix_hint(cfg: RunConfig, need: int | None) -> str:
 def _available(cfg: RunConfig) -> tuple[devices.Available | None, Problem | None]:
     try:
         return devices.available(cfg.trainer.gpu, cfg.trainer.devices), None
-    except devices.UnknownGpuError as e:
-        return None, Problem(
-            "error",
-            ("trainer.gpu.name",),
-            f"trainer.gpu.name={e} is not a GPU cfgcheck knows, and trainer.gpu.memory_gib is "
-            f"not set: its memory is unknown",
-            f"set trainer.gpu.name to one of {', '.join(devices.known_names())}, or set "
-            f"trainer.gpu.memory_gib (e.g. trainer.gpu.memory_gib=24)",
-        )
+    except devices.GpuNameError:
+        # An unknown or ambiguous trainer.gpu.name: the gpu-name rule reports it (with the
+        # known names and a did-you-mean); there is nothing to check memory against.
+        return None, _NAME_REPORTED
+
+
+_NAME_REPORTED = Problem("info", (), "", "")
 
 
 @rule("gpu-memory", requires=("model", "data", "trainer"))
@@ -54,7 +54,6 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
     """The estimated peak memory per GPU must fit the GPU (error over 100 %, warning over 90 %)."""
     avail, problem = _available(cfg)
     if problem is not None:
-        yield problem
         return
     est = estimate(cfg.model, cfg.data, cfg.trainer)
     t = cfg.trainer
@@ -86,6 +85,24 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
     )
 
 
+def _fp16_fixes(t: TrainerConfig) -> tuple[Fix, ...]:
+    """fp16 instead of bf16; fp16 mixed precision keeps fp32 master weights, so the same run
+    may need less activation memory to fit (candidates: each is checked before it is shown)."""
+    from cfgcheck.rules.batching import with_micro_batch
+
+    fp16 = "trainer.precision=16-mixed"
+    ckpt = "trainer.gradient_checkpointing=true"
+    return (
+        Fix((fp16,), "fp16 mixed precision with loss scaling"),
+        Fix((fp16, ckpt), "fp16 mixed precision, with activation checkpointing to fit"),
+        Fix(
+            (fp16, ckpt, *with_micro_batch(t, 1)),
+            "fp16 mixed precision, activation checkpointing and one sample per micro batch",
+        ),
+        Fix(("trainer.precision=32-true",), "fp32 (twice the activation memory)"),
+    )
+
+
 @rule("gpu-capability", requires=("trainer",))
 def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
     """bf16 needs compute capability 8.0+; so does FlashAttention."""
@@ -103,6 +120,7 @@ def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
             f"needs compute capability 8.0 (Ampere) or newer",
             "set trainer.precision=16-mixed (fp16 with loss scaling) or 32-true, or use an "
             "Ampere+ GPU (A10G, L4, A100, H100)",
+            fixes=_fp16_fixes(t),
         )
     if t.attention == "flash" and dev.flash_attention is False:
         yield Problem(
@@ -112,4 +130,5 @@ def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
             f'needs compute capability 8.0+ ("FlashAttention only supports Ampere GPUs or newer")',
             "set trainer.attention=sdpa (PyTorch picks the memory-efficient kernel), or use an "
             "Ampere+ GPU",
+            fixes=(Fix(("trainer.attention=sdpa",), "PyTorch SDPA (memory-efficient kernel)"),),
         )

@@ -64,6 +64,9 @@ class FindingOut(BaseModel):
         description="Machine-readable fixes: each one's overrides, applied together, remove "
         "the finding and introduce no new error.",
     )
+    doc: str | None = Field(
+        None, description="Where the rule is explained: an anchor of docs/rules.md."
+    )
 
 
 class CheckResponse(BaseModel):
