@@ -181,7 +181,8 @@ def test_checkpoint_with_another_tokenizer_is_an_error(
     )
     (f,) = fired(result, "vocab-mismatch")
     assert f.severity == "error" and "not the tokenizer" in f.message
-    assert f.fixes[0].overrides == (f"tokenizer.path={llama2_padded}",)
+    # the checkpoint's own tokenizer (plus the resize its added <pad> needs)
+    assert f.fixes[0].overrides[0] == f"tokenizer.path={llama2_padded}"
 
 
 def _small_tokenizer(near: Path) -> Path:

@@ -138,8 +138,9 @@ def _mismatch(
         severity,
         (f"model.{key}", "model.pretrained"),
         message,
-        f"remove model.{key} from the config (the folder decides it), set {override}, or "
-        f"point model.pretrained at the checkpoint whose shape you mean",
+        f"remove model.{key} from the config (the folder decides it; a model group that "
+        f"spells a whole shape is dropped with '~model' before +model.pretrained=...), set "
+        f"{override}, or point model.pretrained at the checkpoint whose shape you mean",
         locations={"model.pretrained": where},
         fixes=(Fix((override,), f"take {key} from the model folder"),),
     )
