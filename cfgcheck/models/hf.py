@@ -286,6 +286,9 @@ def hf_model(data: Mapping[str, Any], where: str) -> dict[str, Value]:
         width if width.value is not None else Value(4 * hidden.value, f"4 * {hidden.key}")
     )
     act = reader.get("hidden_act")
+    if act.value is None:  # an explicit null (gemma's hidden_activation): the class default
+        name = arch.aliases.get("hidden_act", "hidden_act")
+        act = Value(arch.defaults[name], name, f"transformers {arch.cls}.{name}")
     out["mlp"] = Value(_mlp_kind(act.value, arch.gated, where), act.key, act.default_of)
     out["tie_embeddings"] = reader.get("tie_word_embeddings")
     if reader.has_default("attention_bias"):
@@ -341,7 +344,7 @@ class _Reader:
         name = self.arch.aliases.get(key, key)
         if name in self.data:  # an explicit null is kept (sliding_window: null = no window)
             return Value(self.data[name], name)
-        return Value(self.arch.defaults.get(name), name, f"{self.arch.cls}.{name}")
+        return Value(self.arch.defaults.get(name), name, f"transformers {self.arch.cls}.{name}")
 
     def int(self, key: str) -> Value:
         v = self.get(key)
