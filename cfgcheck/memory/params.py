@@ -16,42 +16,17 @@ from dataclasses import dataclass
 
 from cfgcheck.memory.modules import (
     LINEAR,
+    ROLES,
     Linear,
     architecture_of,
     block_linears,
     matches,
     module_tree,
+    roles_of,
 )
 from cfgcheck.schema.model import ModelConfig
 
 __all__ = ["Linear", "ParamCount", "block_linears", "count_params", "lora_params"]
-
-# LitGPT's LoRA switches (litgpt/lora.py, the booleans ``Config.lora_query`` ... ``lora_head``)
-# and the llama names each switch adapts: with ``trainer.framework=litgpt`` targets name switches.
-LITGPT_SWITCHES: dict[str, tuple[str, ...]] = {
-    "query": ("q_proj",),
-    "key": ("k_proj",),
-    "value": ("v_proj",),
-    "projection": ("o_proj",),
-    "mlp": ("gate_proj", "up_proj", "down_proj"),
-    "head": ("lm_head",),
-}
-
-# Aliases of the llama names, for a shape whose architecture cfgcheck does not know (module
-# names cannot be checked there): LitGPT / GPT-NeoX / Phi spellings of the same projections.
-TARGET_ALIASES: dict[str, str] = {
-    "q": "q_proj",
-    "k": "k_proj",
-    "v": "v_proj",
-    "o": "o_proj",
-    "proj": "o_proj",
-    "dense": "o_proj",
-    "fc1": "up_proj",
-    "fc_1": "gate_proj",
-    "fc_2": "up_proj",
-    "fc2": "down_proj",
-    "mlp.proj": "down_proj",
-}
 
 
 def norm_params(m: ModelConfig, width: int | None = None) -> int:
@@ -131,11 +106,6 @@ def count_params(m: ModelConfig) -> ParamCount:
 ALL_LINEAR = "all-linear"
 
 
-def canonical_target(name: str) -> str:
-    """``q`` / ``fc2`` / ``q_proj`` -> the llama name (``q_proj``) of an alias."""
-    return TARGET_ALIASES.get(name, name)
-
-
 @dataclass(frozen=True)
 class Adapted:
     """What a LoRA target list adapts: each block linear with the number of layers in which
@@ -152,16 +122,18 @@ class Adapted:
         return frozenset(names | ({"lm_head"} if self.lm_head else set()))
 
 
-def _by_roles(m: ModelConfig, targets: list[str], litgpt: bool) -> Adapted:
-    """LitGPT switches, or llama names and aliases for a shape of unknown architecture."""
-    roles: set[str] = set()
+def is_all_linear(targets: list[str]) -> bool:
+    """``[all-linear]``: PEFT's shorthand (compared lower-cased, as PEFT does), passed to
+    PEFT as the string ``"all-linear"``."""
+    return len(targets) == 1 and targets[0].lower() == ALL_LINEAR
+
+
+def _by_roles(m: ModelConfig, targets: list[str], framework: str) -> Adapted:
+    """LitGPT switches, or any known name for a shape of unknown architecture, by role."""
+    roles: set[str] = set(ROLES) if is_all_linear(targets) else set()
     for t in targets:
-        name = t.removeprefix("lora_") if litgpt else t
-        roles.update(LITGPT_SWITCHES.get(name, (canonical_target(name),)) if litgpt else ())
-        roles.add(canonical_target(name))
-    if ALL_LINEAR in targets:
-        roles.update(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
-    picked = tuple((x, m.n_layer if roles & {x.name, *x.roles} else 0) for x in block_linears(m))
+        roles.update(roles_of(t, framework))
+    picked = tuple((x, m.n_layer if roles & set(x.roles) else 0) for x in block_linears(m))
     return Adapted(picked, "lm_head" in roles, "embed_tokens" in roles)
 
 
@@ -171,14 +143,15 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     ``hf`` (PEFT): an entry matches a module whose path equals it or ends with ``"." +`` it
     (:func:`cfgcheck.memory.modules.matches`); ``[all-linear]`` adapts every block linear and
     not the lm_head (PEFT's ``_maybe_include_all_linear_layers`` drops the output embedding).
-    ``litgpt``: entries are LoRA switches (``query`` ... ``head``, see ``LITGPT_SWITCHES``) or
-    the llama names they stand for. A shape of unknown architecture: llama names and aliases.
+    ``litgpt``: entries are LoRA switches (``query`` ... ``head``, ``LITGPT_SWITCHES``) or any
+    name of ``NAME_ROLES``, by the projections it stands for; so is a shape whose architecture
+    cfgcheck does not know (both in :mod:`cfgcheck.memory.modules`).
     """
     tree = module_tree(m) if framework == "hf" else None
     if tree is None:
-        return _by_roles(m, targets, litgpt=framework == "litgpt")
+        return _by_roles(m, targets, framework)
     linears = block_linears(m)
-    if targets == [ALL_LINEAR]:
+    if is_all_linear(targets):
         return Adapted(tuple((x, m.n_layer) for x in linears), False, False)
     layers = "transformer.h" if architecture_of(m) == "gpt2" else "model.layers"
     counts = []

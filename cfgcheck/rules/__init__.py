@@ -4,6 +4,7 @@ from cfgcheck.findings import Fix
 from cfgcheck.rules import (
     batching,
     finetuning,
+    lora_targets,
     memory,
     sequence,
     shapes,
@@ -16,4 +17,14 @@ from cfgcheck.rules._registry import Problem, Rule, all_rules, rule, run_rules
 __all__ = ["Fix", "Problem", "Rule", "all_rules", "rule", "run_rules"]
 
 # Keep the rule modules referenced so linters see why they are imported.
-_MODULES = (batching, finetuning, memory, sequence, shapes, tokenizer_files, tokens, vocab)
+_MODULES = (
+    batching,
+    finetuning,
+    lora_targets,
+    memory,
+    sequence,
+    shapes,
+    tokenizer_files,
+    tokens,
+    vocab,
+)
