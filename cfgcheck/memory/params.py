@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfgcheck.memory.modules import (
-    LINEAR,
+    EMBEDDING,
     ROLES,
     Linear,
     architecture_of,
@@ -109,11 +109,16 @@ ALL_LINEAR = "all-linear"
 @dataclass(frozen=True)
 class Adapted:
     """What a LoRA target list adapts: each block linear with the number of layers in which
-    it gets an adapter, and whether the lm_head / the token embedding get one."""
+    it gets an adapter, whether the lm_head gets one, and the rows of each adapted embedding
+    (the token embedding; GPT-2's position embedding ``wpe`` has ``block_size`` rows)."""
 
     linears: tuple[tuple[Linear, int], ...]
     lm_head: bool
-    embedding: bool
+    embedding_rows: tuple[int, ...] = ()
+
+    @property
+    def embedding(self) -> bool:
+        return bool(self.embedding_rows)
 
     @property
     def names(self) -> frozenset[str]:
@@ -134,7 +139,7 @@ def _by_roles(m: ModelConfig, targets: list[str], framework: str) -> Adapted:
     for t in targets:
         roles.update(roles_of(t, framework))
     picked = tuple((x, m.n_layer if roles & set(x.roles) else 0) for x in block_linears(m))
-    return Adapted(picked, "lm_head" in roles, "embed_tokens" in roles)
+    return Adapted(picked, "lm_head" in roles, (m.rows,) if "embed_tokens" in roles else ())
 
 
 def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -> Adapted:
@@ -152,18 +157,21 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
         return _by_roles(m, targets, framework)
     linears = block_linears(m)
     if is_all_linear(targets):
-        return Adapted(tuple((x, m.n_layer) for x in linears), False, False)
+        return Adapted(tuple((x, m.n_layer) for x in linears), False)
     layers = "transformer.h" if architecture_of(m) == "gpt2" else "model.layers"
+    # An entry without a digit matches a block's module in every layer or in none.
+    per_layer = any(c.isdigit() for t in targets for c in t)
     counts = []
     for x in linears:
-        paths = [f"{layers}.{i}.{x.path}" for i in range(m.n_layer)]
-        counts.append((x, sum(any(matches(p, t) for t in targets) for p in paths)))
-    embed = [p for p, kind in tree.items() if kind != LINEAR and p.endswith(("wte", "tokens"))]
-    return Adapted(
-        tuple(counts),
-        any(matches("lm_head", t) for t in targets),
-        any(matches(p, t) for p in embed for t in targets),
+        n = m.n_layer if per_layer else 1
+        hits = sum(any(matches(f"{layers}.{i}.{x.path}", t) for t in targets) for i in range(n))
+        counts.append((x, hits if per_layer else hits * m.n_layer))
+    rows = tuple(
+        m.block_size if path.endswith(".wpe") else m.rows
+        for path, kind in tree.items()
+        if kind == EMBEDDING and any(matches(path, t) for t in targets)
     )
+    return Adapted(tuple(counts), any(matches("lm_head", t) for t in targets), rows)
 
 
 def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = "hf") -> int:
@@ -173,6 +181,5 @@ def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = 
     total = sum(rank * (x.in_features + x.out_features) * n for x, n in adapted.linears)
     if adapted.lm_head:
         total += rank * (m.n_embd + m.rows)
-    if adapted.embedding:
-        total += rank * (m.n_embd + m.rows)
+    total += sum(rank * (m.n_embd + rows) for rows in adapted.embedding_rows)
     return total

@@ -160,10 +160,18 @@ def test_all_linear_is_accepted_and_counted_as_peft_expands_it(
     train_step(model, batch(real[1]))
 
 
-@pytest.mark.parametrize("arch", ["llama", "phi3", "gpt2"])
-def test_embedding_and_head_targets_count_as_peft(real: tuple[Path, Any], arch: str) -> None:
-    embed = "wte" if arch == "gpt2" else "embed_tokens"
-    targets = [embed, "lm_head"]
+@pytest.mark.parametrize(
+    ("arch", "targets"),
+    [
+        ("llama", ["embed_tokens", "lm_head"]),
+        ("phi3", ["embed_tokens", "lm_head", "layers.1.self_attn.qkv_proj"]),
+        ("gpt2", ["wte", "wpe", "h.0.mlp.c_proj"]),
+        ("qwen3", ["self_attn.q_proj", "0.mlp.down_proj"]),
+    ],
+)
+def test_embeddings_head_and_layer_paths_count_as_peft(
+    real: tuple[Path, Any], arch: str, targets: list[str]
+) -> None:
     c = cfg(real, arch, targets)
     assert finding(c) is None
     model = peft_model(c, targets)
