@@ -27,11 +27,21 @@ def find_multiple(n: int, k: int) -> int:
 
 
 class ModelConfig(Section):
+    pretrained: str | None = Field(
+        None,
+        description="A model folder (Hugging Face config.json or LitGPT model_config.yaml), a "
+        "Hub id in the local Hugging Face cache, or a preset's name or Hub id: the shape is "
+        "read from it (see cfgcheck.models). Nothing is downloaded.",
+    )
     name: str = Field(description="Model name, e.g. tinyllama-1.1b.")
     source: str | None = Field(None, description="Where the shape was taken from (URL).")
     block_size: int = Field(gt=0, description="Longest sequence the model can attend to.")
-    vocab_size: int = Field(
-        gt=0, description="Size of the tokenizer vocabulary the model was built for."
+    vocab_size: int | None = Field(
+        None,
+        gt=0,
+        description="len(tokenizer) the model was built and trained for (LitGPT's vocab_size). "
+        "Unknown (null) for a Hugging Face model folder, whose config.json vocab_size is the "
+        "embedding rows (padded_vocab_size). One of the two is required.",
     )
     padding_multiple: int | None = Field(
         None, gt=0, description="Round the embedding rows up to a multiple of this."
@@ -110,13 +120,21 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _derive(self) -> ModelConfig:
-        """Fill the derived fields. Never raises: shape problems are rules, not schema errors.
+        """Fill the derived fields. Raises only when neither vocab_size nor the embedding rows
+        are known; shape problems are rules, not schema errors.
 
         Values are written past pydantic's ``__setattr__`` so that ``model_fields_set`` keeps
         meaning "given by the user" (rules tell a derived head_size from an explicit one).
         """
+        if self.vocab_size is None and self.padded_vocab_size is None:
+            raise ValueError(
+                "set model.vocab_size (len(tokenizer) the model is built for) or "
+                "model.padded_vocab_size (its embedding rows), or model.pretrained"
+            )
+        vocab = self.vocab_size if self.vocab_size is not None else self.padded_vocab_size
+        assert vocab is not None  # one of the two is set (checked above)
         derived = {
-            "padded_vocab_size": find_multiple(self.vocab_size, self.padding_multiple or 1),
+            "padded_vocab_size": find_multiple(vocab, self.padding_multiple or 1),
             "n_query_groups": self.n_head,
             "head_size": self.n_embd // self.n_head,
             "intermediate_size": 4 * self.n_embd,
