@@ -2,6 +2,7 @@
 
 from cfgcheck.findings import Fix
 from cfgcheck.rules import (
+    attention_kernel,
     batching,
     finetuning,
     lora_targets,
@@ -18,6 +19,7 @@ __all__ = ["Fix", "Problem", "Rule", "all_rules", "rule", "run_rules"]
 
 # Keep the rule modules referenced so linters see why they are imported.
 _MODULES = (
+    attention_kernel,
     batching,
     finetuning,
     lora_targets,
