@@ -60,6 +60,8 @@ def cfg(real: tuple[Path, Any], arch: str, targets: list[str]) -> dict[str, Any]
     folder, tok = real
     model = BASE | LAYOUTS[arch] | {"architecture": arch, "vocab_size": len(tok)}
     trainer = {"finetuning": "lora", "lora": {"rank": RANK, "targets": targets, "dropout": 0.0}}
+    if arch == "gemma2":  # transformers has no sdpa path for it (attention-unsupported)
+        trainer["attention"] = "eager"
     return run_config(folder, tok, model=model, trainer=trainer)
 
 
