@@ -17,6 +17,7 @@ checks every tree against transformers on the meta device):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cfgcheck.schema.model import ModelConfig
@@ -230,3 +231,20 @@ def matches(path: str, target: str) -> bool:
     ``check_target_module_exists``): the module's full path equals the entry or ends with
     ``"." + entry``. No regex and no wildcard in a list entry."""
     return path == target or path.endswith("." + target)
+
+
+def matches_any(path: str, targets: frozenset[str] | set[str]) -> bool:
+    """``any(matches(path, t) for t in targets)``, in time independent of the number of
+    targets: an entry matches iff it equals one of the path's dotted suffixes."""
+    parts = path.split(".")
+    return any(".".join(parts[i:]) in targets for i in range(len(parts)))
+
+
+def suffix_index(paths: Iterable[str]) -> dict[str, list[str]]:
+    """Each dotted suffix of each path -> the paths it matches (PEFT's list-entry rule)."""
+    index: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.split(".")
+        for i in range(len(parts)):
+            index.setdefault(".".join(parts[i:]), []).append(path)
+    return index

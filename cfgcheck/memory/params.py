@@ -20,7 +20,7 @@ from cfgcheck.memory.modules import (
     Linear,
     architecture_of,
     block_linears,
-    matches,
+    matches_any,
     module_tree,
     roles_of,
 )
@@ -152,26 +152,28 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     name of ``NAME_ROLES``, by the projections it stands for; so is a shape whose architecture
     cfgcheck does not know (both in :mod:`cfgcheck.memory.modules`).
     """
-    tree = module_tree(m) if framework == "hf" else None
+    # One layer's tree names every module kind (embeddings are outside the layers).
+    tree = module_tree(m.model_copy(update={"n_layer": 1})) if framework == "hf" else None
     if tree is None:
         return _by_roles(m, targets, framework)
     linears = block_linears(m)
     if is_all_linear(targets):
         return Adapted(tuple((x, m.n_layer) for x in linears), False)
     layers = "transformer.h" if architecture_of(m) == "gpt2" else "model.layers"
+    wanted = frozenset(targets)
     # An entry without a digit matches a block's module in every layer or in none.
     per_layer = any(c.isdigit() for t in targets for c in t)
+    n = m.n_layer if per_layer else 1
     counts = []
     for x in linears:
-        n = m.n_layer if per_layer else 1
-        hits = sum(any(matches(f"{layers}.{i}.{x.path}", t) for t in targets) for i in range(n))
+        hits = sum(matches_any(f"{layers}.{i}.{x.path}", wanted) for i in range(n))
         counts.append((x, hits if per_layer else hits * m.n_layer))
     rows = tuple(
         m.block_size if path.endswith(".wpe") else m.rows
         for path, kind in tree.items()
-        if kind == EMBEDDING and any(matches(path, t) for t in targets)
+        if kind == EMBEDDING and matches_any(path, wanted)
     )
-    return Adapted(tuple(counts), any(matches("lm_head", t) for t in targets), rows)
+    return Adapted(tuple(counts), "lm_head" in wanted, rows)
 
 
 def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = "hf") -> int:

@@ -34,6 +34,7 @@ from cfgcheck.memory.modules import (
     matches,
     module_tree,
     roles_of,
+    suffix_index,
 )
 from cfgcheck.memory.params import is_all_linear
 from cfgcheck.rules._registry import Problem, rule
@@ -57,7 +58,7 @@ def _replacement(m: ModelConfig, name: str, framework: str) -> list[str]:
     if framework == "litgpt":
         return [s for s, covered in LITGPT_SWITCHES.items() if roles & set(covered)]
     out = [x.name for x in block_linears(m) if roles & set(x.roles)]
-    tree = module_tree(m) or {}
+    tree = module_tree(m.model_copy(update={"n_layer": 1})) or {}
     for path, kind in tree.items():
         last = path.rsplit(".", 1)[-1]
         if kind == EMBEDDING and "embed_tokens" in roles and last in ("embed_tokens", "wte"):
@@ -85,6 +86,12 @@ def _valid_list(names: tuple[str, ...] | list[str]) -> str:
     return ", ".join(names)
 
 
+def _some(names: list[str], limit: int = 8) -> str:
+    """At most ``limit`` names, and how many more (a hostile list stays a readable line)."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 def _litgpt(m: ModelConfig, targets: list[str]) -> Iterator[Problem]:
     unknown = [t for t in targets if not roles_of(t, "litgpt") and t.lower() != "all-linear"]
     if not unknown:
@@ -93,7 +100,7 @@ def _litgpt(m: ModelConfig, targets: list[str]) -> Iterator[Problem]:
     yield Problem(
         "error",
         ("trainer.lora.targets", "trainer.framework"),
-        f"trainer.lora.targets {unknown} name no LitGPT LoRA switch: LitGPT adapts the "
+        f"trainer.lora.targets [{_some(unknown)}] name no LitGPT LoRA switch: LitGPT adapts the "
         f"projections its Config switches on (lora_query, lora_key, lora_value, "
         f"lora_projection, lora_mlp, lora_head in litgpt/lora.py), and has no switch for these",
         f"use LitGPT's switches ({_valid_list(list(LITGPT_SWITCHES))}), e.g. {_override(fixed)}",
@@ -123,17 +130,32 @@ def lora_target_unknown(cfg: RunConfig) -> Iterator[Problem]:
     if t.framework == "litgpt":
         yield from _litgpt(m, targets)
         return
-    tree = module_tree(m)
-    if tree is None or is_all_linear(targets):
+    if is_all_linear(targets):
+        return
+    # An entry without a digit matches the same modules in every layer: one layer's tree
+    # answers for it (bounded work however deep the model or long the list).
+    tree = module_tree(m.model_copy(update={"n_layer": 1}))
+    if tree is None:
         return  # an architecture cfgcheck cannot name modules for: nothing to check against
+    full = module_tree(m) if any(c.isdigit() for x in targets for c in x) else tree
+    assert full is not None  # same architecture as ``tree``
     arch = architecture_of(m)
     valid = lora_names(m)
+    targets = list(dict.fromkeys(targets))
+
+    short, deep = suffix_index(tree), suffix_index(full) if full is not tree else None
+
+    def hits(x: str) -> list[str]:
+        index = deep if deep is not None and any(c.isdigit() for c in x) else short
+        return index.get(x, [])
+
+    found = {x: hits(x) for x in targets}
     unsupported = {
-        x: [p for p in tree if matches(p, x) and tree[p] not in (LINEAR, EMBEDDING)]
-        for x in targets
+        x: refused
+        for x, paths in found.items()
+        if (refused := [p for p in paths if full[p] not in (LINEAR, EMBEDDING)])
     }
-    unsupported = {x: hits for x, hits in unsupported.items() if hits}
-    unmatched = [x for x in targets if not any(matches(p, x) for p in tree)]
+    unmatched = [x for x in targets if not found[x]]
     where = f"{m.name} (architecture {arch})"
     names = f"the LoRA-able modules of {where}: {_valid_list(valid)}, or [all-linear]"
     shorthand = (
@@ -142,13 +164,13 @@ def lora_target_unknown(cfg: RunConfig) -> Iterator[Problem]:
         else ""
     )
     if unsupported:
-        bad = {x: _unsupported_fix(m, tree, x) for x in unsupported}
+        bad = {x: _unsupported_fix(m, full, x) for x in unsupported}
         fixed = _fixed(m, targets, "hf", bad | {x: _replacement(m, x, "hf") for x in unmatched})
         first = next(iter(unsupported.values()))[0]
         yield Problem(
             "error",
             PATHS,
-            f"trainer.lora.targets {list(unsupported)} match modules LoRA cannot wrap in "
+            f"trainer.lora.targets [{_some(list(unsupported))}] match modules LoRA cannot wrap in "
             f'{where} (e.g. {first}): PEFT raises "ValueError: Target module ... is not '
             f"supported. Currently, only the following modules are supported: "
             f'`torch.nn.Linear`, `torch.nn.Embedding`, ..."',
@@ -166,8 +188,8 @@ def lora_target_unknown(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem(
             "error",
             PATHS,
-            f"no module of {where} is named {', '.join(unmatched)}: "
-            + NOT_FOUND.replace("{targets}", "{" + ", ".join(map(repr, sorted(targets))) + "}"),
+            f"no module of {where} is named {_some(unmatched)}: "
+            + NOT_FOUND.replace("{targets}", "{" + _some([repr(x) for x in sorted(targets)]) + "}"),
             f"use {names}{shorthand}; e.g. {_override(fixed)}",
             fixes=(fix,),
         )
@@ -175,8 +197,8 @@ def lora_target_unknown(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem(
             "warning",
             PATHS,
-            f"no module of {where} is named {', '.join(unmatched)}: PEFT adapts only "
-            f"{', '.join(x for x in targets if x not in unmatched)} and silently trains no "
+            f"no module of {where} is named {_some(unmatched)}: PEFT adapts only "
+            f"{_some([x for x in targets if x not in unmatched])} and silently trains no "
             f"adapter for the rest",
             f"use {names}{shorthand}; e.g. {_override(fixed)}",
             fixes=(fix,),
