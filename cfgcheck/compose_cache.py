@@ -42,7 +42,9 @@ from typing import Any
 
 from cfgcheck.compose import compose, primary_config
 
-FORMAT = 1  # bump when the stored layout changes
+# Bump when the stored layout changes, or what a composition must pass (2: the safeio screen,
+# so entries composed before it are not reused).
+FORMAT = 2
 MAX_ENTRIES = 256  # stores prune the least recently used entries beyond this
 _RESOLVER_CALL = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
 _FOREIGN_RESOLVER = re.compile(r"\$\{\s*(?!oc\.)[A-Za-z_][\w.]*\s*:")
@@ -87,7 +89,9 @@ def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | Non
     if any("searchpath" in o for o in overrides):
         return None
     from cfgcheck import __version__
+    from cfgcheck.overrides import plain_overrides
 
+    overrides = plain_overrides(overrides)  # the key covers what Hydra composes
     h = hashlib.sha256()
     for part in (
         f"format={FORMAT}",

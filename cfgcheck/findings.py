@@ -65,7 +65,15 @@ class Finding:
             # Parallel to "paths": where each value was set, or null when unknown.
             "locations": [_location_dict(self.locations.get(p)) for p in self.paths],
             "fixes": [fix.to_dict() for fix in self.fixes],
+            # What the rule checks and how to fix it (docs/rules.md, `cfgcheck explain`).
+            "doc": _doc_link(self.rule),
         }
+
+
+def _doc_link(rule: str) -> str:
+    from cfgcheck.rules.explanations import doc_link
+
+    return doc_link(rule)
 
 
 def _location_dict(location: Location | None) -> dict[str, Any] | None:

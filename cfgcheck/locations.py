@@ -131,10 +131,12 @@ def composed_files(
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    from cfgcheck.overrides import plain_overrides
+
     with hydra_session(config_dir, config_name) as name:
         loader: Any = GlobalHydra.instance().config_loader()
         repo = CachingConfigRepository(loader.repository)
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parsed = OverridesParser.create().parse_overrides(plain_overrides(overrides))
         defaults = create_defaults_list(
             repo=repo,
             config_name=name,
@@ -172,6 +174,7 @@ def source_map(
     """
     import yaml
 
+    from cfgcheck.overrides import original_override
     from cfgcheck.safeio import read_text
 
     composed = composed_files(config_dir, config_name, overrides)
@@ -186,7 +189,8 @@ def source_map(
         if override.is_delete():
             smap.delete(path)
             continue
-        location = Location(f"<override {override.input_line}>", None)
+        shown = original_override(override.input_line, overrides)
+        location = Location(f"<override {shown}>", None)
         _record_override_value(smap, path, override.value(), location)
     return smap
 

@@ -37,9 +37,19 @@ def validate(config: Mapping[str, Any] | Any) -> CheckResult:
     Never stops at the first problem: schema errors in one section do not hide rules
     between the sections that passed. ``model.pretrained`` is expanded first (the folder's
     shape fills the model section; see :mod:`cfgcheck.models.expand`); a folder or Hub id
-    that cannot be used raises ``ConfigLoadError``.
+    that cannot be used raises ``ConfigLoadError``. Every fix a finding offers has been
+    checked to remove it without a new error (see :mod:`cfgcheck.fixcheck`).
     """
-    expanded = expand_pretrained(to_plain(config))
+    from cfgcheck.fixcheck import verified
+
+    raw = to_plain(config)
+    result = validate_plain(raw)
+    return verified(raw, result) if isinstance(raw, Mapping) else result
+
+
+def validate_plain(raw: Any) -> CheckResult:
+    """:func:`validate` of a plain composed config, with the fixes as the rules proposed them."""
+    expanded = expand_pretrained(raw)
     return _located_at_folder(_validate(expanded.config), expanded)
 
 
@@ -73,7 +83,7 @@ def _validate(raw: Any) -> CheckResult:
     try:
         run = RunConfig.model_validate(raw)
     except ValidationError as e:
-        findings = list(_schema_findings(e, RunConfig))
+        findings = list(_schema_findings(e, RunConfig, raw))
         broken = {str(err["loc"][0]) for err in e.errors() if err["loc"]}
         valid: dict[str, Any] = {
             name: model.model_validate(raw[name])
@@ -86,11 +96,16 @@ def _validate(raw: Any) -> CheckResult:
     return CheckResult(sort_findings(run_rules(run, SECTIONS)), config=run)
 
 
-def _schema_findings(error: ValidationError, root: type[BaseModel]) -> Iterator[Finding]:
+def _schema_findings(
+    error: ValidationError, root: type[BaseModel], raw: Mapping[str, Any]
+) -> Iterator[Finding]:
+    from cfgcheck import schema_fixes
+
     for err in error.errors():
         path = ".".join(str(p) for p in err["loc"]) or "<root>"
         kind = err["type"]
         if kind == "extra_forbidden":
+            owner = _model_at(root, err["loc"])
             yield Finding(
                 "unknown-key",
                 "error",
@@ -98,14 +113,25 @@ def _schema_findings(error: ValidationError, root: type[BaseModel]) -> Iterator[
                 f"unknown key {path} (value {err['input']!r}): nothing reads it, so a "
                 f"misspelled setting is silently ignored",
                 _unknown_key_hint(err, root),
+                fixes=schema_fixes.unknown_key_fixes(
+                    path, err["input"], list(owner.model_fields) if owner else []
+                ),
             )
         elif kind == "missing":
+            fixes = schema_fixes.missing_key_fixes(path, raw)
             yield Finding(
                 "missing-key",
                 "error",
                 (path,),
                 f"required key {path} is missing",
-                f"set {path} in its config group file or with the override {path}=<value>",
+                f"set {path} in its config group file or with the override {path}=<value>"
+                + (
+                    ""
+                    if fixes
+                    else " (no value can be guessed: take it from the model's "
+                    "config.json or your run's plan)"
+                ),
+                fixes=fixes,
             )
         else:
             yield Finding(
@@ -114,6 +140,13 @@ def _schema_findings(error: ValidationError, root: type[BaseModel]) -> Iterator[
                 (path,),
                 f"{path}={err['input']!r} is invalid: {err['msg']}",
                 _invalid_value_hint(err, path),
+                fixes=schema_fixes.invalid_value_fixes(
+                    path,
+                    kind,
+                    err["input"],
+                    err.get("ctx") or {},
+                    schema_fixes.field_at(root, err["loc"]),
+                ),
             )
 
 
@@ -152,8 +185,12 @@ def _invalid_value_hint(err: ErrorDetails, path: str) -> str:
     ctx = err.get("ctx") or {}
     if err["type"] == "literal_error" and "expected" in ctx:
         return f"set {path} to one of {ctx['expected']}"
-    if err["type"].startswith(("int_", "float_", "bool_", "string_")) and isinstance(
-        err["input"], str
-    ):
-        return f"write {path} without quotes, as a {err['type'].split('_')[0]}"
+    kind = err["type"].split("_")[0]
+    if kind in ("int", "float", "bool") and isinstance(err["input"], str):
+        from cfgcheck.schema_fixes import _typed
+
+        if _typed(err["input"], kind) is not None:
+            return f"write {path} without quotes, as a{'n' if kind == 'int' else ''} {kind}"
+        what = {"int": "a whole number", "float": "a number", "bool": "true or false"}[kind]
+        return f"set {path} to {what}: {err['input']!r} is text"
     return f"set {path} to a valid value ({err['msg'].lower()})"

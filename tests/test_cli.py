@@ -137,7 +137,7 @@ def test_malformed_yaml(tmp_path: Path) -> None:
     ("override", "needle"),
     [
         ("data.max_seq_length", "data.max_seq_length"),
-        ("data.nope=1", "data.nope"),
+        ("nope=1", "nope"),
         ("model=llama-9b", "model/llama-9b"),
     ],
 )

@@ -49,7 +49,8 @@ def snapshot_hook_repo(dest: Path) -> str:
 
 
 def test_hook_definition() -> None:
-    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    hook, *native = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert [h["id"] for h in native] == ["cfgcheck-litgpt", "cfgcheck-axolotl", "cfgcheck-trl"]
     assert hook["id"] == "cfgcheck" and hook["language"] == "python"
     assert hook["entry"] == "cfgcheck hook"
     assert hook["files"] == r"^conf/.*\.yaml$"
@@ -148,6 +149,21 @@ def test_a_non_default_option_reports_only_its_own_findings(conf: Path) -> None:
     assert "vocab-mismatch" not in bad.stdout
     line = 1 + phi.read_text().splitlines().index("n_head: 33")
     assert f"conf/model/phi-2.yaml:{line}: model.n_head set here" in bad.stdout
+
+
+def test_a_changed_option_is_checked_as_check_selects_it(conf: Path) -> None:
+    """issue 13: block_size 1000 in llama-2-7b.yaml fails `cfgcheck check model=llama-2-7b`
+    (data.max_seq_length=1024 > 1000, and no data option clears it): the hook fails too."""
+    from tests.conftest import run_cfgcheck
+
+    llama = conf / "model" / "llama-2-7b.yaml"
+    llama.write_text(llama.read_text().replace("block_size: 4096", "block_size: 1000"))
+    direct = run_cfgcheck("check", "model=llama-2-7b", cwd=conf.parent)
+    assert direct.returncode == 1 and "seq-len-over-block-size" in direct.stdout
+    bad = hook("conf/model/llama-2-7b.yaml", cwd=conf.parent)
+    assert bad.returncode == 1, bad.stdout
+    assert "== conf/config.yaml model=llama-2-7b" in bad.stdout
+    assert "error[seq-len-over-block-size]" in bad.stdout
 
 
 EXPERIMENT = """\

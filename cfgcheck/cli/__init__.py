@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from cfgcheck.errors import ConfigLoadError
 
 # Subcommand modules under cfgcheck.cli, in help order.
-COMMANDS: tuple[str, ...] = ("check", "data", "schema", "hook", "serve", "memory")
+COMMANDS: tuple[str, ...] = ("check", "data", "memory", "hook", "rules", "schema", "serve")
 
 EXIT_OK, EXIT_FINDINGS, EXIT_LOAD = 0, 1, 2
 

@@ -1,6 +1,7 @@
 """``cfgcheck data``: compose the config, then scan the dataset with the real tokenizer.
 
-Exit 0 no error findings, 1 error findings (schema or scan), 2 the config, tokenizer or data
+The verdict is the whole config's: every finding ``cfgcheck check`` reports, plus the scan's.
+Exit 0 no error findings, 1 error findings (config or scan), 2 the config, tokenizer or data
 could not be read (one line on stderr).
 """
 
@@ -43,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     except ScanError as e:
         print(f"cfgcheck: error: {e}", file=sys.stderr)
         return EXIT_LOAD
-    result = CheckResult(sort_findings(scan_findings(report, run_cfg)), config=run_cfg)
+    # The whole config's verdict: what `cfgcheck check` reports, plus the scan's findings.
+    findings = [*composed.findings, *scan_findings(report, run_cfg)]
+    result = CheckResult(sort_findings(findings), config=run_cfg)
     if args.format == "json":
         payload = {**result.to_dict(), "scan": report.to_dict()}
         json.dump(payload, sys.stdout, indent=2)

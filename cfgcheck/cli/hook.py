@@ -5,10 +5,13 @@ overrides). The hook maps them to the compositions they take part in and checks 
 
 - every primary config (``*.yaml`` at the root of the config dir), as it stands;
 - each changed group option that a primary does not select by default, selected into that
-  primary (``model=phi-2``, or ``+group=option`` when the primary has no such group), keeping
-  only the findings about the option itself: those whose paths all lie in its package (schema
-  errors, single-section rules). A mismatch with the primary's other defaults (a phi-2 model
-  with the default Llama-2 tokenizer) is not the option's fault;
+  primary (``model=llama-2-7b``, or ``+group=option`` when the primary has no such group),
+  reported as ``cfgcheck check model=llama-2-7b`` reports it, keeping the findings that
+  involve the option (a path in its package). A finding that also involves another group is
+  the option's fault unless some option of that other group clears it: a phi-2 model with
+  the default Llama-2 tokenizer is a vocab mismatch that ``tokenizer=phi-2`` clears (a
+  pairing the primary does not make, not a defect of phi-2.yaml), while ``block_size: 1000``
+  in llama-2-7b.yaml fails against every ``data`` option's ``max_seq_length``;
 - each experiment config (a group file with ``# @package _global_``) that changed, or whose
   composition with a primary includes a changed file, added to that primary
   (``+experiment=long``).
@@ -45,11 +48,12 @@ class Target:
     # Only findings whose paths all lie under this package count (None: every finding).
     scope: str | None = None
 
-    def keeps(self, finding: Finding) -> bool:
+    def inside(self, path: str) -> bool:
         scope = self.scope
-        if scope is None:
-            return True
-        return scope == "" or all(p == scope or p.startswith(scope + ".") for p in finding.paths)
+        return scope is None or scope == "" or path == scope or path.startswith(scope + ".")
+
+    def involves(self, finding: Finding) -> bool:
+        return any(self.inside(p) for p in finding.paths)
 
     def label(self, config_dir: Path) -> str:
         from cfgcheck.locations import display_path
@@ -146,6 +150,31 @@ def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
     return out
 
 
+MAX_COMPANIONS = 16  # options of another group tried per finding
+
+
+def _cleared_elsewhere(config_dir: Path, target: Target, finding: Finding) -> bool:
+    """Whether an option of another group the finding involves makes it disappear (then the
+    finding is about the pairing, not about the selected option); see the module docstring."""
+    from cfgcheck import check
+    from cfgcheck.errors import ConfigLoadError
+
+    if target.scope is None or finding.severity == "info":
+        return False
+    directory = config_dir.resolve()
+    groups = {p.split(".")[0] for p in finding.paths if not target.inside(p)}
+    for group in sorted(g for g in groups if (directory / g).is_dir()):
+        options = sorted(p.stem for p in (directory / group).glob("*.yaml"))[:MAX_COMPANIONS]
+        for option in options:
+            try:
+                other = check(directory, target.primary, [*target.overrides, f"{group}={option}"])
+            except ConfigLoadError:
+                continue
+            if not any((f.rule, f.paths) == (finding.rule, finding.paths) for f in other.findings):
+                return True
+    return False
+
+
 def register(sub: Any) -> None:
     from cfgcheck.compose import DEFAULT_CONFIG_DIR
     from cfgcheck.report import formats
@@ -158,6 +187,9 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--format", choices=formats(), default="text", help="output format")
     parser.add_argument("files", nargs="*", metavar="FILE", help="changed files")
+    from cfgcheck.cli._native import add_source_args
+
+    add_source_args(parser)
     parser.set_defaults(run=run)
 
 
@@ -167,6 +199,10 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.errors import ConfigLoadError
     from cfgcheck.report import get_reporter
 
+    if getattr(args, "source", None):  # native framework files (--from FORMAT)
+        from cfgcheck.cli._native import run_native_hook
+
+        return run_native_hook(args)
     config_dir = Path(args.config_dir)
     if not config_dir.is_dir():
         raise ConfigLoadError(f"config directory not found: {args.config_dir}")
@@ -183,9 +219,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"{label}: cannot compose: {e}")
             code = EXIT_LOAD
             continue
-        result = dataclasses.replace(
-            result, findings=[f for f in result.findings if target.keeps(f)]
-        )
+        kept = [
+            f
+            for f in result.findings
+            if target.involves(f) and not _cleared_elsewhere(config_dir, target, f)
+        ]
+        result = dataclasses.replace(result, findings=kept)
         if result.findings:
             print(f"== {label}")
             report(result, sys.stdout)

@@ -90,12 +90,28 @@ def main(
         @functools.wraps(task)
         def entry(cfg_passthrough: DictConfig | None = None) -> Any:
             if cfg_passthrough is None:
+                _plain_argv()
                 _refuse_bad_sweep(job, _config_path(path), config_name)
             return hydra_entry(cfg_passthrough)
 
         return entry
 
     return decorator
+
+
+def _plain_argv() -> None:
+    """Rewrite the command line's plain overrides of schema keys as Hydra parses it itself
+    (``trainer.lora.rank=16`` -> ``++trainer.lora.rank=16``, see :mod:`cfgcheck.overrides`)."""
+    from hydra._internal.utils import get_args_parser
+
+    from cfgcheck.overrides import plain_overrides
+
+    try:
+        args = get_args_parser().parse_args(sys.argv[1:])
+    except SystemExit:
+        return  # Hydra reports the bad command line itself
+    wanted = set(args.overrides)
+    sys.argv[1:] = [plain_overrides([a])[0] if a in wanted else a for a in sys.argv[1:]]
 
 
 def _config_path(path: str | None) -> str | None:
@@ -152,7 +168,10 @@ def _located(result: CheckResult) -> CheckResult:
     ]
     if not dirs or not hc.job.config_name:
         return result
-    return with_locations(result, dirs[0], hc.job.config_name, list(hc.overrides.task))
+    from cfgcheck.overrides import user_spelling
+
+    task = user_spelling(list(hc.overrides.task))
+    return with_locations(result, dirs[0], hc.job.config_name, task)
 
 
 def _refuse_bad_sweep(job: Callable[..., Any], config_path: str | None, name: str | None) -> None:

@@ -26,6 +26,7 @@ from cfgcheck.compose import (
     compose_errors,
     hydra_session,
     one_line,
+    override_error,
 )
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult, Finding
@@ -125,9 +126,11 @@ def plan_sweep(
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
+    from cfgcheck.overrides import plain_overrides, user_spelling
+
     master = hydra_app.compose_config(
         config_name=config_name,
-        overrides=list(overrides),
+        overrides=plain_overrides(overrides),
         run_mode=RunMode.MULTIRUN,
         from_shell=False,
         with_log_configuration=False,
@@ -143,7 +146,10 @@ def plan_sweep(
     _bound_points(parsed)  # before BasicSweeper expands the product in memory
     batches = BasicSweeper.split_arguments(parsed, None)
     hydra_overrides = cast(list[str], OmegaConf.to_container(master.hydra.overrides.hydra))
-    return SweepPlan([tuple(p) for p in batches[0]], tuple(hydra_overrides))
+    # Points keep the user's spelling (trainer.lora.rank=8, not ++trainer.lora.rank=8): the
+    # checker rewrites them again when it composes, with the same meaning.
+    points = [tuple(user_spelling(p)) for p in batches[0]]
+    return SweepPlan(points, tuple(hydra_overrides))
 
 
 MAX_SWEEP_POINTS = 100_000
@@ -222,7 +228,7 @@ class SweepChecker:
         try:
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         except compose_errors(*INPUT_ERRORS) as e:
-            return PointVerdict(point, error=one_line(e))
+            return PointVerdict(point, error=override_error(e))
         return self._validate(point, cfg)
 
     def check_composed(self, point: Point) -> PointVerdict:
@@ -241,8 +247,10 @@ class SweepChecker:
 
     def _parse(self, text: str) -> tuple[Override, bool]:
         if text not in self._parsed:
+            from cfgcheck.overrides import plain_overrides
+
             try:
-                override = self._parser.parse_override(text)
+                override = self._parser.parse_override(plain_overrides([text])[0])
             except compose_errors(*INPUT_ERRORS) as e:
                 raise ConfigLoadError(one_line(e)) from e
             self._parsed[text] = (override, self._compose_level(override))
@@ -266,17 +274,19 @@ class SweepChecker:
         from hydra.types import RunMode
         from omegaconf import open_dict
 
+        from cfgcheck.overrides import plain_overrides
+
         self.compositions += 1
         try:
             cfg = self._hydra.compose_config(
                 config_name=self._name,
-                overrides=[*self._hydra_overrides, *overrides],
+                overrides=[*self._hydra_overrides, *plain_overrides(overrides)],
                 run_mode=RunMode.RUN,
                 from_shell=False,
                 with_log_configuration=False,
             )
         except compose_errors(*INPUT_ERRORS) as e:
-            return one_line(e)
+            return override_error(e)
         with open_dict(cfg):
             del cfg["hydra"]
         return cfg
@@ -306,7 +316,7 @@ def check_sweep(
         except ConfigLoadError:
             raise
         except compose_errors(*INPUT_ERRORS) as e:
-            raise ConfigLoadError(one_line(e)) from e
+            raise ConfigLoadError(override_error(e)) from e
         if plan is None:
             raise ConfigLoadError(
                 "the config selects a sweeper other than Hydra's basic sweeper; its points "

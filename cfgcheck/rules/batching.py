@@ -8,6 +8,7 @@ from cfgcheck.findings import Fix
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
+from cfgcheck.schema.trainer import TrainerConfig
 from cfgcheck.tokenizer import tokenizer_facts
 
 _RAGGED_ERRORS = (
@@ -74,6 +75,47 @@ def ragged_batch(cfg: RunConfig) -> Iterator[Problem]:
     )
 
 
+def keep_global_batch(t: TrainerConfig, devices: int, num_nodes: int) -> tuple[str, ...] | None:
+    """The accumulation override that keeps ``global_batch_size`` on a new device count: ``()``
+    when nothing needs to change, None when no whole accumulation does it."""
+    if t.global_batch_size is None:
+        return ()
+    per_step = t.micro_batch_size * devices * num_nodes
+    if t.global_batch_size % per_step:
+        return None
+    steps = t.global_batch_size // per_step
+    return (
+        ()
+        if steps == t.gradient_accumulation_steps
+        else (f"trainer.gradient_accumulation_steps={steps}",)
+    )
+
+
+def with_devices(t: TrainerConfig, devices: int, num_nodes: int) -> tuple[str, ...]:
+    """Overrides for a new device count that keep the global batch (or, when no whole
+    accumulation does, that set the global batch to what the run then computes)."""
+    out = [f"trainer.devices={devices}"]
+    if num_nodes != t.num_nodes:
+        out.append(f"trainer.num_nodes={num_nodes}")
+    keep = keep_global_batch(t, devices, num_nodes)
+    if keep is None:
+        total = t.micro_batch_size * t.gradient_accumulation_steps * devices * num_nodes
+        keep = (f"trainer.global_batch_size={total}",)
+    return (*out, *keep)
+
+
+def with_micro_batch(t: TrainerConfig, micro_batch_size: int) -> tuple[str, ...]:
+    """Overrides for a new micro batch size that keep the samples per optimizer step."""
+    steps, rest = divmod(t.effective_batch_size, micro_batch_size * t.world_size)
+    out = (f"trainer.micro_batch_size={micro_batch_size}",)
+    if rest == 0 and steps != t.gradient_accumulation_steps:
+        return (*out, f"trainer.gradient_accumulation_steps={steps}")
+    if rest and t.global_batch_size is not None:
+        total = micro_batch_size * t.gradient_accumulation_steps * t.world_size
+        return (*out, f"trainer.global_batch_size={total}")
+    return out
+
+
 @rule("batch-size-mismatch", requires=("trainer",))
 def batch_size_mismatch(cfg: RunConfig) -> Iterator[Problem]:
     """global_batch_size must equal micro_batch_size * accumulation * devices * num_nodes."""
@@ -100,6 +142,23 @@ def batch_size_mismatch(cfg: RunConfig) -> Iterator[Problem]:
         f"{t.micro_batch_size} x gradient_accumulation_steps={t.gradient_accumulation_steps} "
         f"x devices={t.devices} x num_nodes={t.num_nodes} = {t.effective_batch_size}",
         fix,
+        fixes=(
+            *(
+                (
+                    Fix(
+                        (f"trainer.gradient_accumulation_steps={t.global_batch_size // per_step}",),
+                        f"accumulate {t.global_batch_size // per_step} steps to reach "
+                        f"{t.global_batch_size}",
+                    ),
+                )
+                if t.global_batch_size % per_step == 0
+                else ()
+            ),
+            Fix(
+                (f"trainer.global_batch_size={t.effective_batch_size}",),
+                "declare the global batch the settings compute",
+            ),
+        ),
     )
 
 
@@ -115,6 +174,11 @@ def strategy_device_count(cfg: RunConfig) -> Iterator[Problem]:
             f"num_nodes={t.num_nodes} = {t.world_size} devices are requested",
             "set trainer.strategy=ddp (or fsdp / zero2 / zero3 to shard memory), "
             "or trainer.devices=1",
+            fixes=(
+                Fix(("trainer.strategy=ddp",), "data parallel over the devices"),
+                Fix(("trainer.strategy=fsdp",), "shard parameters, gradients and optimizer"),
+                Fix(with_devices(t, 1, 1), "run on one device"),
+            ),
         )
     elif t.strategy != "single" and t.world_size == 1:
         yield Problem(
@@ -123,4 +187,8 @@ def strategy_device_count(cfg: RunConfig) -> Iterator[Problem]:
             f"trainer.strategy={t.strategy} with a single device (devices={t.devices}, "
             f"num_nodes={t.num_nodes}) adds communication setup and shards nothing",
             "set trainer.strategy=single, or raise trainer.devices",
+            fixes=(
+                Fix(("trainer.strategy=single",), "no distributed strategy on one device"),
+                Fix(with_devices(t, 2, t.num_nodes), "run on two devices"),
+            ),
         )

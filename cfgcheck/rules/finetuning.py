@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from cfgcheck.findings import Fix
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
+from cfgcheck.schema.trainer import TrainerConfig
 
 FOUR_BIT = ("nf4", "nf4-dq", "fp4")
+DEFAULT_RANK = 16
+
+
+def _adapters(t: TrainerConfig, method: str) -> tuple[str, ...]:
+    """Overrides that switch to ``method`` (lora / qlora) with a rank when none is set."""
+    rank = () if t.lora.rank is not None else (f"trainer.lora.rank={DEFAULT_RANK}",)
+    return (f"trainer.finetuning={method}", *rank)
 
 
 @rule("qlora-needs-4bit", requires=("trainer",))
@@ -22,6 +31,13 @@ def qlora_needs_4bit(cfg: RunConfig) -> Iterator[Problem]:
             f"{t.quantization}",
             "set trainer.quantization=nf4 (or nf4-dq for double quantization), or "
             "trainer.finetuning=lora for adapters on an unquantized base",
+            fixes=(
+                Fix(("trainer.quantization=nf4",), "quantize the base to 4-bit NF4 (QLoRA)"),
+                Fix(
+                    ("trainer.finetuning=lora", "trainer.quantization=none"),
+                    "train LoRA adapters on the unquantized base",
+                ),
+            ),
         )
 
 
@@ -37,6 +53,7 @@ def lora_needs_rank(cfg: RunConfig) -> Iterator[Problem]:
             ("trainer.finetuning", "trainer.lora.rank"),
             f"trainer.finetuning={t.finetuning} but trainer.lora.rank is not set",
             "set trainer.lora.rank (8 to 64 is usual, e.g. trainer.lora.rank=16)",
+            fixes=(Fix((f"trainer.lora.rank={DEFAULT_RANK}",), "LoRA rank 16"),),
         )
     if not t.lora.targets:
         yield Problem(
@@ -45,6 +62,10 @@ def lora_needs_rank(cfg: RunConfig) -> Iterator[Problem]:
             f"trainer.finetuning={t.finetuning} but trainer.lora.targets is empty: no "
             f"adapter is attached and nothing trains",
             "set trainer.lora.targets, e.g. [q_proj, v_proj] or all linear layers",
+            fixes=(
+                Fix(("trainer.lora.targets=[q_proj,v_proj]",), "adapters on q_proj and v_proj"),
+                Fix(("trainer.lora.targets=[all-linear]",), "adapters on every linear layer"),
+            ),
         )
 
 
@@ -60,6 +81,13 @@ def quantized_full_finetuning(cfg: RunConfig) -> Iterator[Problem]:
             f'weights take no gradients (transformers: "You cannot perform fine-tuning on '
             f'purely quantized models")',
             "set trainer.finetuning=qlora (4-bit) or lora, or trainer.quantization=none",
+            fixes=(
+                Fix(
+                    _adapters(t, "qlora" if t.quantization in FOUR_BIT else "lora"),
+                    "train adapters on the quantized base",
+                ),
+                Fix(("trainer.quantization=none",), "fully fine-tune unquantized weights"),
+            ),
         )
 
 
@@ -74,6 +102,11 @@ def flash_attention_precision(cfg: RunConfig) -> Iterator[Problem]:
             "trainer.attention=flash with trainer.precision=32-true: FlashAttention fails "
             'with "FlashAttention only support fp16 and bf16 data type" on fp32 inputs',
             "set trainer.precision=bf16-mixed (or bf16-true / 16-mixed), or trainer.attention=sdpa",
+            fixes=(
+                Fix(("trainer.precision=bf16-mixed",), "bf16 mixed precision"),
+                Fix(("trainer.precision=16-mixed",), "fp16 mixed precision (pre-Ampere GPUs)"),
+                Fix(("trainer.attention=sdpa",), "PyTorch SDPA attention, which runs in fp32"),
+            ),
         )
 
 
@@ -89,3 +122,48 @@ def lora_settings_unused(cfg: RunConfig) -> Iterator[Problem]:
             f"trains every weight",
             "set trainer.finetuning=lora to train adapters, or remove trainer.lora.rank",
         )
+
+
+# Learning rates of published fine-tuning recipes, and the bounds far outside them:
+# - full fine-tuning: Axolotl examples/llama-3/fft-8b.yaml uses 2e-5; LitGPT
+#   config_hub/finetune/llama-2-7b/full.yaml uses 2e-4 (bf16-true, 4 GPUs).
+# - LoRA / QLoRA: LitGPT config_hub/finetune/llama-2-7b/lora.yaml and Axolotl
+#   examples/llama-3/lora-8b.yml use 2e-4 (QLoRA recipes likewise 2e-4).
+# A warning, not an error: nothing crashes, the loss diverges or the model forgets.
+LR_RANGES: dict[str, tuple[float, float, float, str]] = {
+    # method: (lowest usual, highest usual, recipe value, sources)
+    "full": (1e-7, 1e-3, 2e-5, "Axolotl llama-3 fft-8b: 2e-5; LitGPT llama-2-7b full: 2e-4"),
+    "lora": (1e-6, 1e-2, 2e-4, "LitGPT llama-2-7b lora: 2e-4; Axolotl llama-3 lora-8b: 2e-4"),
+    "qlora": (1e-6, 1e-2, 2e-4, "LitGPT and Axolotl QLoRA recipes: 2e-4"),
+}
+
+
+@rule("learning-rate-range", requires=("trainer",))
+def learning_rate_range(cfg: RunConfig) -> Iterator[Problem]:
+    """The learning rate lies in the range the fine-tuning method's recipes use."""
+    t = cfg.trainer
+    low, high, recipe, sources = LR_RANGES[t.finetuning]
+    lr = t.learning_rate
+    if low <= lr <= high:
+        return
+    side = "above" if lr > high else "below"
+    effect = (
+        "the loss diverges (nan) or the model forgets what it knew within the first steps"
+        if lr > high
+        else "the weights barely move: the run spends its budget and learns nothing"
+    )
+    yield Problem(
+        "warning",
+        ("trainer.learning_rate", "trainer.finetuning"),
+        f"trainer.learning_rate={lr:g} is far {side} what {t.finetuning} fine-tuning uses "
+        f"({low:g} to {high:g}): {effect}",
+        f"use a learning rate between {low:g} and {high:g} for {t.finetuning} "
+        f"(recipes: {sources}), e.g. trainer.learning_rate={recipe:g}; from-scratch "
+        f"pretraining of small models may use up to ~3e-3 with finetuning=full",
+        fixes=(
+            Fix(
+                (f"trainer.learning_rate={recipe!r}",),
+                f"the {t.finetuning} recipes' learning rate",
+            ),
+        ),
+    )

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from cfgcheck.findings import Fix
 from cfgcheck.memory import devices
 from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
 from cfgcheck.memory.fixes import fixes
+from cfgcheck.memory.verdict import verdict
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
+from cfgcheck.schema.trainer import TrainerConfig
 
-WARN_SHARE = 0.9
 PATHS = ("trainer.micro_batch_size", "data.max_seq_length", "model.name", "trainer.gpu")
 
 
@@ -24,29 +26,34 @@ def _breakdown(e: MemoryEstimate) -> str:
     return ", ".join(f"{c.label} {_gib(c.bytes)}" for c in top)
 
 
-def _fix_hint(cfg: RunConfig, need: int | None) -> str:
-    found = fixes(cfg.model, cfg.data, cfg.trainer, need)
+def _fixes(cfg: RunConfig, budget: int) -> tuple[str, tuple[Fix, ...]]:
+    found = fixes(cfg.model, cfg.data, cfg.trainer, budget)
     if not found:
-        return "use a GPU with more memory (trainer.gpu.name=H100 / H200) or a smaller model"
-    parts = []
-    for f in found:
-        fits = "" if need is None or f.total_bytes > need else ", fits"
-        parts.append(f"{f.setting} saves {_gib(f.saved_bytes)} (-> {_gib(f.total_bytes)}{fits})")
-    return "each fix with its per-GPU estimate: " + "; ".join(parts)
+        return (
+            "no single change or pair of changes fits: use a GPU with more memory "
+            "(trainer.gpu.name=H100 / H200) or a smaller model",
+            (),
+        )
+    hint = "each fix with its per-GPU estimate: " + "; ".join(
+        f"{f.setting} saves {_gib(f.saved_bytes)} (-> {_gib(f.total_bytes)}, fits)" for f in found
+    )
+    objs = tuple(
+        Fix(overrides=f.overrides, summary=f"{f.summary}: {_gib(f.total_bytes)} per GPU")
+        for f in found
+    )
+    return hint, objs
 
 
 def _available(cfg: RunConfig) -> tuple[devices.Available | None, Problem | None]:
     try:
         return devices.available(cfg.trainer.gpu, cfg.trainer.devices), None
-    except devices.UnknownGpuError as e:
-        return None, Problem(
-            "error",
-            ("trainer.gpu.name",),
-            f"trainer.gpu.name={e} is not a GPU cfgcheck knows, and trainer.gpu.memory_gib is "
-            f"not set: its memory is unknown",
-            f"set trainer.gpu.name to one of {', '.join(devices.known_names())}, or set "
-            f"trainer.gpu.memory_gib (e.g. trainer.gpu.memory_gib=24)",
-        )
+    except devices.GpuNameError:
+        # An unknown or ambiguous trainer.gpu.name: the gpu-name rule reports it (with the
+        # known names and a did-you-mean); there is nothing to check memory against.
+        return None, _NAME_REPORTED
+
+
+_NAME_REPORTED = Problem("info", (), "", "")
 
 
 @rule("gpu-memory", requires=("model", "data", "trainer"))
@@ -54,7 +61,6 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
     """The estimated peak memory per GPU must fit the GPU (error over 100 %, warning over 90 %)."""
     avail, problem = _available(cfg)
     if problem is not None:
-        yield problem
         return
     est = estimate(cfg.model, cfg.data, cfg.trainer)
     t = cfg.trainer
@@ -73,16 +79,47 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
         )
         return
     share = est.total_bytes / avail.bytes if avail.bytes > 0 else float("inf")
-    if share <= WARN_SHARE:
+    v = verdict(est, avail.bytes)
+    if v == "fits":
         return
-    over = share > 1
+    margin = f"+/-{est.margin:.0%}" + (
+        ""
+        if not est.uncalibrated
+        else ", not calibrated on measured runs: " + ", ".join(est.uncalibrated)
+    )
+    hint, fix_objs = _fixes(cfg, avail.bytes)
+    if v == "does not fit":
+        tail = ": the run will fail with CUDA out of memory"
+    else:
+        tail = (
+            f": with the estimate's stated margin ({margin}) it may need up to "
+            f"{_gib(est.upper_bytes)}, so it may not fit"
+        )
     yield Problem(
-        "error" if over else "warning",
+        "error" if v == "does not fit" else "warning",
         PATHS,
         f"estimated peak {_gib(est.total_bytes)} per GPU ({what}: {_breakdown(est)}) is "
-        f"{share:.0%} of {_gib(avail.bytes)}, the {avail.where}"
-        + (": the run will fail with CUDA out of memory" if over else ": little headroom"),
-        _fix_hint(cfg, avail.bytes),
+        f"{share:.0%} of {_gib(avail.bytes)}, the {avail.where}{tail}",
+        hint,
+        fixes=fix_objs,
+    )
+
+
+def _fp16_fixes(t: TrainerConfig) -> tuple[Fix, ...]:
+    """fp16 instead of bf16; fp16 mixed precision keeps fp32 master weights, so the same run
+    may need less activation memory to fit (candidates: each is checked before it is shown)."""
+    from cfgcheck.rules.batching import with_micro_batch
+
+    fp16 = "trainer.precision=16-mixed"
+    ckpt = "trainer.gradient_checkpointing=true"
+    return (
+        Fix((fp16,), "fp16 mixed precision with loss scaling"),
+        Fix((fp16, ckpt), "fp16 mixed precision, with activation checkpointing to fit"),
+        Fix(
+            (fp16, ckpt, *with_micro_batch(t, 1)),
+            "fp16 mixed precision, activation checkpointing and one sample per micro batch",
+        ),
+        Fix(("trainer.precision=32-true",), "fp32 (twice the activation memory)"),
     )
 
 
@@ -103,6 +140,7 @@ def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
             f"needs compute capability 8.0 (Ampere) or newer",
             "set trainer.precision=16-mixed (fp16 with loss scaling) or 32-true, or use an "
             "Ampere+ GPU (A10G, L4, A100, H100)",
+            fixes=_fp16_fixes(t),
         )
     if t.attention == "flash" and dev.flash_attention is False:
         yield Problem(
@@ -112,4 +150,5 @@ def gpu_capability(cfg: RunConfig) -> Iterator[Problem]:
             f'needs compute capability 8.0+ ("FlashAttention only supports Ampere GPUs or newer")',
             "set trainer.attention=sdpa (PyTorch picks the memory-efficient kernel), or use an "
             "Ampere+ GPU",
+            fixes=(Fix(("trainer.attention=sdpa",), "PyTorch SDPA (memory-efficient kernel)"),),
         )

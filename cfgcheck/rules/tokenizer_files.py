@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from cfgcheck.findings import Fix
+from cfgcheck.overrides import format_value
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
 from cfgcheck.tokenizer import tokenizer_facts
@@ -23,6 +25,12 @@ def tokenizer_unreadable(cfg: RunConfig) -> Iterator[Problem]:
         "point tokenizer.path at a tokenizer.json, a folder holding one (with its "
         "tokenizer_config.json), or a SentencePiece tokenizer.model; relative paths resolve "
         "against the current directory",
+        fixes=(
+            Fix(
+                ("tokenizer.path=null",),
+                "check against the declared tokenizer values only (no files)",
+            ),
+        ),
     )
 
 
@@ -39,6 +47,10 @@ def tokenizer_declared_mismatch(cfg: RunConfig) -> Iterator[Problem]:
             f"declared value use the wrong number",
             f"set {c.path}={c.value} (the files' value), or remove {c.path} and let cfgcheck "
             f"read it from the files",
+            fixes=(
+                Fix((f"{c.path}={c.value}",), "declare the files' value"),
+                Fix((f"{c.path}=null",), "let cfgcheck read it from the files"),
+            ),
         )
 
 
@@ -66,4 +78,15 @@ def special_token_not_in_vocab(cfg: RunConfig) -> Iterator[Problem]:
             f"{facts.path} ({facts.size_source}): {becomes}",
             f"use a token the tokenizer has for tokenizer.{name}_token{example}, or add "
             f"{token!r} with tokenizer.add_special_tokens and resize the model's embeddings",
+            fixes=(
+                *(
+                    Fix((f"tokenizer.{name}_token={text}",), f"use the {what} token {t!r}")
+                    for what, t in known
+                    if (text := format_value(t)) is not None
+                ),
+                Fix(
+                    (f"tokenizer.{name}_token=null",),
+                    "declare no such token (the files' own, if any, applies)",
+                ),
+            ),
         )

@@ -152,7 +152,7 @@ def special_token_out_of_range(cfg: RunConfig) -> Iterator[Problem]:
             what = f"tokenizer.{name}_token_id={token_id}"
             if facts.resolved:
                 what = f"the {name} token id {token_id} ({facts.sources.get(name, facts.path)})"
-            size = max(token_id + 1, facts.size or 0, cfg.model.vocab_size)
+            size = max(token_id + 1, facts.size or 0, cfg.model.vocab_size or 0)
             grown = round_up(size, cfg.model.padding_multiple)
             fixes = [
                 Fix(

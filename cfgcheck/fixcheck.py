@@ -1,0 +1,168 @@
+"""Every fix a finding offers is checked before it is shown.
+
+A rule proposes :class:`~cfgcheck.findings.Fix` objects (plain ``key=value`` overrides); here
+each one is applied to the composed config, exactly as Hydra applies it on the command line
+(values parsed by Hydra's own override grammar), and the config is validated again. A fix is
+kept when it removes its finding (no finding of the same rule on the same paths is left) and
+introduces no new error. When none of a finding's fixes works alone, the smallest union of
+two of them that does is offered instead (Gemma-2B on a T4 needs fp16 *and* less memory);
+when none fits either, the finding carries no fix and its hint stays the guide.
+
+Overrides that change what Hydra composes (a group choice such as ``model=llama-3-8b``)
+cannot be applied to a composed config: such fixes are kept as proposed (the fixes corpus
+test composes them for real).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from cfgcheck.findings import CheckResult, Finding, Fix
+
+Validator = Callable[[Mapping[str, Any]], CheckResult]
+
+MAX_PAIRS = 12  # unions of two fixes tried per finding when no single fix works
+
+
+class _Unappliable(Exception):
+    """An override this module cannot apply to a composed config."""
+
+
+SCHEMA_RULES = frozenset({"unknown-key", "missing-key", "invalid-value"})
+
+
+def _key(f: Finding) -> tuple[str, tuple[str, ...]]:
+    return (f.rule, f.paths)
+
+
+def _blocked(findings: Iterable[Finding]) -> frozenset[str]:
+    """Rules that could not run: they need a section the schema rejected."""
+    from cfgcheck.rules import all_rules
+
+    broken = {f.paths[0].split(".")[0] for f in findings if f.rule in SCHEMA_RULES and f.paths}
+    return frozenset(r.id for r in all_rules() if r.requires & broken)
+
+
+def new_errors(before: Sequence[Finding], after: Sequence[Finding]) -> list[Finding]:
+    """Errors of ``after`` that ``before`` did not have. A rule that could not run before (a
+    section it reads failed the schema) is not new when it fires once the section is fixed:
+    the fix revealed it, it did not cause it."""
+    seen = {_key(f) for f in before if f.severity == "error"}
+    blocked = _blocked(before)
+    return [
+        f for f in after if f.severity == "error" and _key(f) not in seen and f.rule not in blocked
+    ]
+
+
+def _parse(override: str) -> Any:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from cfgcheck.overrides import plain_key, plain_overrides
+
+    if plain_key(override) is None and not override.startswith(("~", "+")):
+        raise _Unappliable(override)  # a group choice or a key outside the sections
+    try:
+        return OverridesParser.create().parse_override(plain_overrides([override])[0])
+    except (HydraException, OmegaConfBaseException) as e:
+        raise _Unappliable(override) from e
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of the composed config ``raw`` with value overrides applied as Hydra applies
+    them (``key=value`` / ``++key=value`` set, ``~key`` deletes). Raises :class:`_Unappliable`
+    for group choices, sweeps and keys that cannot be reached."""
+    out: dict[str, Any] = copy.deepcopy(dict(raw))
+    for text in overrides:
+        o = _parse(text)
+        if o.is_sweep_override():
+            raise _Unappliable(text)
+        parts = o.key_or_group.split(".")
+        node: Any = out
+        for part in parts[:-1]:
+            if o.is_delete() and not isinstance(node.get(part), dict):
+                raise _Unappliable(text)
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        if o.is_delete():
+            if parts[-1] not in node:
+                raise _Unappliable(text)
+            del node[parts[-1]]
+        else:
+            node[parts[-1]] = o.value()
+    return out
+
+
+def _outcome(
+    raw: Mapping[str, Any], fix: Fix, finding: Finding, before: Sequence[Finding]
+) -> list[Finding] | None:
+    """The errors ``fix`` introduces (``[]``: it works), or None when it cannot be applied.
+    A fix that leaves its finding in place "introduces" that finding."""
+    from cfgcheck.validate import validate_plain
+
+    try:
+        fixed = apply_overrides(raw, fix.overrides)
+    except _Unappliable:
+        return None
+    after = validate_plain(fixed).findings
+    left = [f for f in after if _key(f) == _key(finding)]
+    return left or new_errors(before, after)
+
+
+def _combined(a: Fix, b: Fix) -> Fix:
+    return Fix((*a.overrides, *b.overrides), f"{a.summary}, and {b.summary}")
+
+
+def _checked(
+    raw: Mapping[str, Any], finding: Finding, before: Sequence[Finding]
+) -> tuple[Fix, ...]:
+    kept: list[Fix] = []
+    broken: list[tuple[Fix, list[Finding]]] = []
+    for fix in finding.fixes:
+        outcome = _outcome(raw, fix, finding, before)
+        if not outcome:  # works, or a group choice this module cannot apply
+            kept.append(fix)
+        elif not any(_key(f) == _key(finding) for f in outcome):
+            broken.append((fix, outcome))
+    if kept:
+        return tuple(dict.fromkeys(kept))
+    # No fix works alone: a fix that removes the finding but causes another error, together
+    # with a fix of that error (fp16 on a T4, and a smaller batch to fit the fp16 run) ...
+    tries = 0
+    for fix, caused in broken:
+        for extra in caused[0].fixes:
+            tries += 1
+            if tries > MAX_PAIRS:
+                return ()
+            both = _combined(fix, extra)
+            if _outcome(raw, both, finding, before) == []:
+                return (both,)
+    # ... or two of the finding's own fixes together.
+    for a, b in itertools.islice(itertools.combinations(finding.fixes, 2), MAX_PAIRS):
+        if _outcome(raw, _combined(a, b), finding, before) == []:
+            return (_combined(a, b),)
+    return ()
+
+
+def verified(raw: Mapping[str, Any], result: CheckResult) -> CheckResult:
+    """``result`` with every error and warning finding's fixes checked (see module docstring)."""
+    if not any(f.fixes for f in result.findings if f.severity != "info"):
+        return result
+    before = result.findings
+    findings: list[Finding] = []
+    for f in result.findings:
+        if f.fixes and f.severity != "info":
+            f = dataclasses.replace(f, fixes=_checked(raw, f, before))
+        findings.append(f)
+    return dataclasses.replace(result, findings=findings)
+
+
+def overrides_of(fixes: Iterable[Fix]) -> list[str]:
+    """Every override of ``fixes``, in order, without repeats."""
+    return list(dict.fromkeys(o for fix in fixes for o in fix.overrides))

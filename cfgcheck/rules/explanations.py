@@ -1,0 +1,384 @@
+"""What each finding id means: what it checks, the real failure it prevents, how to fix it.
+
+One table keyed by finding id, for the registered rules, the schema findings and the dataset
+scan's findings alike. ``cfgcheck rules``, ``cfgcheck explain RULE``, ``docs/rules.md`` and the
+``doc`` link of every finding's JSON are generated from it. A rule without an entry still runs
+(``cfgcheck explain`` says the explanation is missing), and ``tests/test_explain.py`` fails; an
+entry for an id nothing emits is refused by the same test (:func:`unknown_ids`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DOC_FILE = "docs/rules.md"
+
+# Findings emitted outside the rule registry.
+SCHEMA_IDS = ("unknown-key", "missing-key", "invalid-value")
+SCAN_IDS = (
+    "data-longer-than-block-size",
+    "data-truncated",
+    "data-padding-waste",
+    "data-unreadable",
+    "data-scan-skipped",
+)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    severity: str  # "error", "warning", "info", or several ("error / warning")
+    checks: str  # what is checked, in one or two sentences (the first line is the summary)
+    prevents: str  # the real failure, with the error text users see
+    fix: str  # how to fix it
+
+
+E = Explanation
+
+EXPLANATIONS: dict[str, Explanation] = {
+    "unknown-key": E(
+        "error",
+        "Every key belongs to the schema; a key nothing reads is reported with the known keys "
+        "of its section and the closest one.",
+        "A misspelled setting (`trainer.lora.rnak: 16`, `data.max_seq_lenght`) is silently "
+        "ignored by the training script: the run trains with the default instead.",
+        "Rename it to the suggested key (`~trainer.lora.rnak trainer.lora.rank=16`) or remove it.",
+    ),
+    "missing-key": E(
+        "error",
+        "Keys without a default (the model shape, `data.max_seq_length`, "
+        "`trainer.micro_batch_size`) must be set.",
+        "The script fails reading the config (`omegaconf.errors.MissingMandatoryValue`, "
+        "`KeyError`) or builds a model of the wrong shape.",
+        "Set the key in its group file or on the command line (`data.max_seq_length=2048`); "
+        "model shapes come from the model's `config.json`.",
+    ),
+    "invalid-value": E(
+        "error",
+        "Each value has the schema's type and range: no text for numbers (`'2048'`), no value "
+        "outside its allowed set (`trainer.precision=bf16`), no number outside its bounds.",
+        "The framework rejects the value at start-up (Lightning: `ValueError: Precision 'bf16' "
+        "is invalid`), or a string compares wrongly and a code path is silently skipped.",
+        "Write the value as the schema's type, one of the allowed choices (the fix names the "
+        "closest), or its default.",
+    ),
+    "seq-len-over-block-size": E(
+        "error",
+        "`data.max_seq_length` is at most `model.block_size`, the longest context the model "
+        "has positions for.",
+        "LitGPT: `ValueError: Cannot attend to 3063, block size is only 2048` on the first batch "
+        "this long; transformers models index past their position table.",
+        "Lower `data.max_seq_length` to the block size (keep `data.truncation=true`), or pick a "
+        "model with a longer context.",
+    ),
+    "pad-multiple-over-block-size": E(
+        "error",
+        "Rounding the sequence length up to `data.pad_to_multiple_of` stays within "
+        "`model.block_size`.",
+        "Padding to the multiple produces batches longer than the model's positions: "
+        "`Cannot attend to N, block size is only M`.",
+        "Lower `data.max_seq_length` so the rounded length fits, or remove "
+        "`data.pad_to_multiple_of`.",
+    ),
+    "pad-multiple-mismatch": E(
+        "error",
+        "With padding and truncation, the truncation length is a multiple of "
+        "`data.pad_to_multiple_of`.",
+        "transformers: `ValueError: Truncation and padding are both activated but truncation "
+        "length (1024) is not a multiple of pad_to_multiple_of (12).` on the first tokenizer call.",
+        "Set the length to a multiple of the value, or remove `data.pad_to_multiple_of`.",
+    ),
+    "vocab-mismatch": E(
+        "error",
+        "The tokenizer's ids fit the model's embedding rows, and the declared vocabulary "
+        "matches the tokenizer the model was trained with.",
+        "`IndexError: index out of range in self` (CPU) or a CUDA device-side assert on the "
+        "first batch holding a token id at or above the embedding rows; with the wrong "
+        "tokenizer, ids map to the wrong embeddings and training silently degrades.",
+        "Use the model's own tokenizer, or set the vocabulary size to the tokenizer's (and "
+        "resize the embeddings when tokens were added).",
+    ),
+    "special-token-out-of-range": E(
+        "error",
+        "The pad, eos, bos and unk ids are below the model's embedding rows.",
+        "`IndexError: index out of range in self` when the special token is embedded (every "
+        "padded batch, for the pad token).",
+        "Use a special token that exists in the model's vocabulary, or resize the embeddings.",
+    ),
+    "pad-token-missing": E(
+        "error",
+        "When the pipeline pads, the tokenizer has a pad token.",
+        "transformers: `ValueError: Asking to pad but the tokenizer does not have a padding "
+        "token.`",
+        "Set `tokenizer.pad_token` (to the eos or unk token, or a new `<pad>` with resized "
+        "embeddings), or stop padding.",
+    ),
+    "pad-is-eos": E(
+        "warning",
+        "The pad token differs from the eos token when the padded collator masks pad labels.",
+        "Masking pad labels also masks every real EOS: the model never learns to stop and "
+        "generates until max_new_tokens (no error is raised).",
+        "Use a distinct pad token (the unk token, or a new `<pad>`).",
+    ),
+    "tokenizer-unreadable": E(
+        "error",
+        "`tokenizer.path` points to a readable `tokenizer.json`, tokenizer folder or "
+        "SentencePiece `tokenizer.model`.",
+        "The training script fails loading it: `OSError: Can't load tokenizer for '...'` or "
+        "`Exception: data did not match any variant of untagged enum ModelWrapper`.",
+        "Point `tokenizer.path` at the tokenizer files, or unset it to check against the "
+        "declared values only.",
+    ),
+    "tokenizer-declared-mismatch": E(
+        "error",
+        "A declared `tokenizer.vocab_size` or `*_token_id` agrees with the tokenizer files.",
+        "Rules and scripts that trust the declared number size embeddings or mask labels with "
+        "the wrong value (a silent error, or the IndexError above).",
+        "Declare the files' value, or remove the declared one and let cfgcheck read the files.",
+    ),
+    "special-token-not-in-vocab": E(
+        "warning",
+        "A declared special-token string exists in the tokenizer's vocabulary.",
+        "transformers silently maps an unknown token string to the unk id: the pad or eos "
+        "token becomes `<unk>`.",
+        "Use a token the tokenizer has, or add it with `add_special_tokens` and resize the "
+        "embeddings.",
+    ),
+    "ignore-index-is-token": E(
+        "warning",
+        "`data.ignore_index` is not a real token id.",
+        "Labels of that token are ignored by the loss (`CrossEntropyLoss(ignore_index=...)`): "
+        "the model never learns to produce it; no error is raised.",
+        "Use a negative ignore index (`-100`, PyTorch's default).",
+    ),
+    "ragged-batch": E(
+        "error",
+        "With `micro_batch_size` > 1 and torch's default collate, every sample of a batch has "
+        "the same length.",
+        "`ValueError: expected sequence of length 4096 at dim 1 (got 3999)` or `RuntimeError: "
+        "each element in list of batch should be of equal size` on the first batch.",
+        "Use the padding collator (`data.collator=padded`), or pad to `max_length` with "
+        "truncation.",
+    ),
+    "batch-size-mismatch": E(
+        "error",
+        "`global_batch_size` equals micro batch x accumulation x devices x nodes.",
+        "LitGPT asserts `global_batch_size % (micro_batch_size * devices) == 0`; elsewhere the "
+        "run silently trains with another batch size than the learning rate was tuned for.",
+        "Set `trainer.gradient_accumulation_steps` to make the product match, or declare the "
+        "global batch the settings compute.",
+    ),
+    "strategy-device-count": E(
+        "error / warning",
+        "The parallel strategy fits the device count: `single` on one device, a distributed "
+        "strategy on several.",
+        "Lightning: `MisconfigurationException` for a single-device strategy on several "
+        "devices; a sharding strategy on one device only adds communication set-up (warning).",
+        "Pick `ddp` / `fsdp` for several devices, `single` for one (keeping the global batch).",
+    ),
+    "head-size-mismatch": E(
+        "error",
+        "`n_embd` divides into `n_head` heads when the head size is derived.",
+        "`RuntimeError: shape '[1, 1024, 30, 68]' is invalid for input of size ...` when the "
+        "q/k/v projections are split into heads.",
+        "Choose `n_head` among the divisors of `n_embd`, or set `model.head_size`.",
+    ),
+    "query-groups-mismatch": E(
+        "error",
+        "`n_head` is a multiple of `n_query_groups` (grouped-query attention).",
+        "The key/value heads cannot be repeated to the query heads: a shape error in attention "
+        "(`RuntimeError: shape ... is invalid`).",
+        "Set `model.n_query_groups` to a divisor of `n_head`.",
+    ),
+    "rotary-dims-odd": E(
+        "error",
+        "`head_size x rotary_fraction` is a whole even number (RoPE rotates pairs).",
+        "`RuntimeError: The size of tensor a (...) must match the size of tensor b (...)` when "
+        "the rotary embedding is applied.",
+        "Set `model.rotary_fraction` so the rotated dimensions are even.",
+    ),
+    "qlora-needs-4bit": E(
+        "error",
+        "QLoRA trains adapters on a 4-bit quantized base (`nf4`, `nf4-dq`, `fp4`).",
+        "The run is plain LoRA on a full-precision or 8-bit base: it needs several times the "
+        "memory the QLoRA plan assumed, and fails with `CUDA out of memory`.",
+        "Set `trainer.quantization=nf4`, or `trainer.finetuning=lora` on an unquantized base.",
+    ),
+    "lora-needs-rank": E(
+        "error",
+        "LoRA and QLoRA have a rank and at least one target module.",
+        "PEFT: `LoraConfig` without `r`, or `ValueError: Target modules [] not found in the base "
+        "model` / nothing trains.",
+        "Set `trainer.lora.rank` (8 to 64 is usual) and `trainer.lora.targets`.",
+    ),
+    "quantized-full-finetuning": E(
+        "error",
+        "Quantized weights are trained through adapters, never directly.",
+        "transformers: `ValueError: You cannot perform fine-tuning on purely quantized models. "
+        "Please attach trainable adapters on top of the quantized model`.",
+        "Use `trainer.finetuning=qlora` / `lora`, or `trainer.quantization=none`.",
+    ),
+    "flash-attention-precision": E(
+        "error",
+        "FlashAttention runs in fp16 or bf16.",
+        "flash-attn: `RuntimeError: FlashAttention only support fp16 and bf16 data type`.",
+        "Use bf16 or fp16 mixed precision, or `trainer.attention=sdpa`.",
+    ),
+    "lora-settings-unused": E(
+        "info",
+        "A LoRA rank with full fine-tuning is ignored.",
+        "Nothing fails: the run trains every weight, not adapters, which may not be the plan.",
+        "Set `trainer.finetuning=lora`, or remove `trainer.lora.rank`.",
+    ),
+    "learning-rate-range": E(
+        "warning",
+        "The learning rate lies in the range the fine-tuning method's published recipes use "
+        "(full fine-tuning up to 1e-3, LoRA/QLoRA up to 1e-2).",
+        "No error: the loss diverges to `nan` or the model forgets what it knew within the "
+        "first hundred steps, after the queue wait.",
+        "Use a learning rate in the method's usual range (the fix proposes the recipes' value).",
+    ),
+    "gpu-name": E(
+        "error",
+        "`trainer.gpu.name` names one GPU of cfgcheck's table (or comes with "
+        "`trainer.gpu.memory_gib`); an ambiguous name (`A100`: 40 or 80 GB) asks which.",
+        "The memory check would use the wrong card's memory, or none: `A100` read as the 80 GB "
+        "card passes a run that fails with `CUDA out of memory` on the 40 GB one.",
+        "Name the exact card (`trainer.gpu.name=A100-40GB`), or set `trainer.gpu.memory_gib`.",
+    ),
+    "gpu-memory": E(
+        "error / warning / info",
+        "The estimated peak memory per GPU fits the live or declared GPU (warning above 90 %; "
+        "info when no GPU is known).",
+        "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...` minutes into the "
+        "run, after the queue wait.",
+        "Apply a fix from the list (activation checkpointing, a smaller micro batch with more "
+        "accumulation, sharding, quantization), or use a larger GPU.",
+    ),
+    "gpu-capability": E(
+        "error",
+        "bf16 and FlashAttention run on compute capability 8.0 (Ampere) or newer.",
+        "`RuntimeError: Current CUDA Device does not support bfloat16` / `FlashAttention only "
+        "supports Ampere GPUs or newer.`",
+        "Use fp16 mixed precision (`trainer.precision=16-mixed`) and SDPA attention on older "
+        "GPUs (T4, V100).",
+    ),
+    "data-longer-than-block-size": E(
+        "error",
+        "No tokenized sample longer than `model.block_size` reaches the model (the scan "
+        "tokenizes `data.paths` with the real tokenizer).",
+        "`Cannot attend to N, block size is only M` (LitGPT) or an index error in the position "
+        "embeddings, at the batch holding the longest sample.",
+        "Keep `data.truncation=true` with a max length within the block size.",
+    ),
+    "data-truncated": E(
+        "warning",
+        "At most 5 % of samples are cut by `data.max_seq_length`.",
+        "No error: the ends of the samples (often the answers) are silently dropped.",
+        "Raise `data.max_seq_length` (within the block size), or filter long samples.",
+    ),
+    "data-padding-waste": E(
+        "info",
+        "Less than half of the positions of the configured padding scheme are padding.",
+        "No error: most compute and memory go to pad tokens.",
+        "Pad per batch (`data.padding=longest` with the padded collator) or pack samples.",
+    ),
+    "data-unreadable": E(
+        "error",
+        "Every file of `data.paths` exists and parses as JSONL, text or Parquet.",
+        "The training script fails reading the dataset (`FileNotFoundError`, "
+        "`json.decoder.JSONDecodeError`, `pyarrow.lib.ArrowInvalid`).",
+        "Fix the file named in the message, or point `data.paths` at readable files.",
+    ),
+    "data-scan-skipped": E(
+        "warning",
+        "`--scan-data` can run: `tokenizer.path` is set.",
+        "Nothing fails; the dataset was not checked.",
+        "Set `tokenizer.path`, or drop `--scan-data`.",
+    ),
+}
+
+
+def doc_link(rule_id: str) -> str:
+    """Where a finding's explanation lives: the anchor of ``docs/rules.md``."""
+    return f"{DOC_FILE}#{rule_id}"
+
+
+def emitted_ids() -> list[str]:
+    """Every finding id cfgcheck can emit: schema findings, registered rules, scan findings."""
+    from cfgcheck.rules import all_rules
+
+    return [*SCHEMA_IDS, *(r.id for r in all_rules()), *SCAN_IDS]
+
+
+def missing_ids() -> list[str]:
+    """Emitted ids without an explanation (a test keeps this empty)."""
+    return [i for i in emitted_ids() if i not in EXPLANATIONS]
+
+
+def unknown_ids() -> list[str]:
+    """Explained ids that nothing emits (refused by the same test)."""
+    emitted = set(emitted_ids())
+    return [i for i in EXPLANATIONS if i not in emitted]
+
+
+def summary(rule_id: str) -> str:
+    e = EXPLANATIONS.get(rule_id)
+    return e.checks.split(". ")[0].rstrip(".") + "." if e else "(no explanation yet)"
+
+
+def render_markdown() -> str:
+    """``docs/rules.md``: every finding id with its explanation."""
+    lines = [
+        "# Rules",
+        "",
+        "<!-- Generated by `cfgcheck rules --format markdown`; edit "
+        "cfgcheck/rules/explanations.py instead. -->",
+        "",
+        "Every finding cfgcheck reports, by id. `cfgcheck explain ID` prints the same text; "
+        'each finding\'s JSON links here (`"doc"`).',
+        "",
+        "| id | severity | checks |",
+        "|---|---|---|",
+    ]
+    ids = emitted_ids()
+    lines += [f"| [`{i}`](#{i}) | {_severity(i)} | {summary(i)} |" for i in ids]
+    for i in ids:
+        e = EXPLANATIONS.get(i)
+        lines += ["", f"## {i}", ""]
+        if e is None:
+            lines.append("(no explanation yet)")
+            continue
+        lines += [
+            f"**Severity:** {e.severity}",
+            "",
+            f"**Checks:** {e.checks}",
+            "",
+            f"**Prevents:** {e.prevents}",
+            "",
+            f"**Fix:** {e.fix}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _severity(rule_id: str) -> str:
+    e = EXPLANATIONS.get(rule_id)
+    return e.severity if e else "?"
+
+
+def explain_text(rule_id: str) -> str | None:
+    """``cfgcheck explain``'s text for ``rule_id``, or None for an id nothing emits."""
+    if rule_id not in emitted_ids():
+        return None
+    e = EXPLANATIONS.get(rule_id)
+    if e is None:
+        return f"{rule_id}: no explanation yet (add it to cfgcheck/rules/explanations.py)"
+    return "\n".join(
+        [
+            f"{rule_id} ({e.severity})",
+            "",
+            f"checks:    {e.checks}",
+            f"prevents:  {e.prevents}",
+            f"fix:       {e.fix}",
+            f"docs:      {doc_link(rule_id)}",
+        ]
+    )
