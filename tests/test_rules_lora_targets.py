@@ -109,8 +109,8 @@ def test_litgpt_switches() -> None:
 
 
 def test_a_hostile_target_list_gives_one_bounded_finding() -> None:
-    targets = ",".join(f"x{i}" for i in range(1500))
+    targets = ",".join(f"x{i}" for i in range(600))  # under the 4096-character override cap
     (f,) = lora_findings("model=llama-2-13b", f"trainer.lora.targets=[{targets}]")
-    assert f.severity == "error" and "and 1492 more" in f.message
+    assert f.severity == "error" and "and 592 more" in f.message
     assert len(f.message) + len(f.hint) < 2000
     assert [x.overrides for x in f.fixes] == [("trainer.lora.targets=[q_proj,v_proj]",)]
