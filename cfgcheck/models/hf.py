@@ -168,7 +168,8 @@ ARCHS: dict[str, Arch] = {
             "final_logit_softcapping": 30.0,
         },
         gated=True,
-        fixed={"post_attention_norm": True, "post_mlp_norm": True},
+        # layer_types: sliding on layers 0, 2, 4, ... (ModelConfig.sliding_window_pattern)
+        fixed={"post_attention_norm": True, "post_mlp_norm": True, "sliding_window_pattern": 2},
         aliases={"hidden_act": "hidden_activation"},
     ),
     # configuration_phi.py: PhiConfig (partial_rotary_factor 0.5 set in __post_init__);

@@ -227,6 +227,23 @@ EXPLANATIONS: dict[str, Explanation] = {
         "model` / nothing trains.",
         "Set `trainer.lora.rank` (8 to 64 is usual) and `trainer.lora.targets`.",
     ),
+    "lora-target-unknown": E(
+        "error / warning",
+        "Every `trainer.lora.targets` entry names a LoRA-able module of the architecture, as PEFT "
+        "matches names (a module path equal to the entry or ending with `.entry`).",
+        "PEFT: `ValueError: Target modules {...} not found in the base model` when no entry "
+        "matches (error); fewer adapters, silently, when some do not (warning); `ValueError: "
+        "Target module ... is not supported` for a norm or a block (error).",
+        "Use the architecture's names (Phi-3: `qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj`; "
+        "Phi-1.5/2: `dense`, `fc1`, `fc2`; GPT-2: `c_attn`, `c_proj`, `c_fc`) or `[all-linear]`.",
+    ),
+    "attention-unsupported": E(
+        "error",
+        "The architecture's transformers class implements `trainer.attention`.",
+        "transformers: `ValueError: Gemma2ForCausalLM does not support an attention "
+        "implementation through torch.nn.functional.scaled_dot_product_attention yet.`",
+        "Set `trainer.attention=eager` (more memory), or `flash` with flash-attn >= 2.6.",
+    ),
     "quantized-full-finetuning": E(
         "error",
         "Quantized weights are trained through adapters, never directly.",
