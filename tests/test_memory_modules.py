@@ -144,3 +144,20 @@ def test_sliding_window_layers() -> None:
     assert gemma2.n_sliding_layers == 3
     assert tiny("mistral").n_sliding_layers == 2
     assert tiny("llama").n_sliding_layers == 0
+
+
+@pytest.mark.parametrize("preset", all_presets(), ids=lambda p: p.name)
+def test_preset_round_trips_through_a_transformers_config_json(preset: Any) -> None:
+    """The config.json transformers writes for a preset's class reads back (models/hf.py) into
+    the preset's shape: presets, hf_shapes and the folder reader agree on every key."""
+    pytest.importorskip("transformers")
+    import json
+
+    from cfgcheck.models.hf import hf_model
+
+    m = ModelConfig.model_validate(dict(preset.config))
+    data = json.loads(hf_config(m).to_json_string())
+    read = {k: v.value for k, v in hf_model(data, preset.name).items()}
+    shape = {k: v for k, v in preset.config.items() if k not in ("name", "source", "vocab_size")}
+    assert {k: read[k] for k in shape} == {k: getattr(m, k) for k in shape}
+    assert read["padded_vocab_size"] == m.rows

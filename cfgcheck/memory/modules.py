@@ -17,6 +17,7 @@ checks every tree against transformers on the meta device):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cfgcheck.schema.model import ModelConfig
@@ -170,8 +171,80 @@ def lora_names(m: ModelConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+Q, K, V, OUT = "q_proj", "k_proj", "v_proj", "o_proj"
+GATE, UP, DOWN = "gate_proj", "up_proj", "down_proj"
+HEAD, EMBED = "lm_head", "embed_tokens"
+
+# Every module or switch name a LoRA target list may hold in some stack, with the llama names
+# (roles) of what it adapts. The one table for "which projection is this name": the memory
+# estimate of a shape cfgcheck cannot name modules for, LitGPT's switches and the fixes of the
+# lora-target-unknown rule read it.
+NAME_ROLES: dict[str, tuple[str, ...]] = {
+    **{role: (role,) for role in (*ROLES, HEAD, EMBED)},
+    "wte": (EMBED,),
+    # transformers: Phi-3's fused projections, Phi-1.5/2 (dense, fc1, fc2), GPT-2 (Conv1D)
+    "qkv_proj": (Q, K, V),
+    "gate_up_proj": (GATE, UP),
+    "dense": (OUT,),
+    "fc1": (UP,),
+    "fc2": (DOWN,),
+    "c_attn": (Q, K, V),
+    "c_fc": (UP,),
+    "c_proj": (OUT, DOWN),
+    # LitGPT modules (litgpt/model.py: attn.qkv, attn.proj, mlp.fc_1 / fc_2 / proj, mlp.fc)
+    "qkv": (Q, K, V),
+    "proj": (OUT,),
+    "fc_1": (GATE,),
+    "fc_2": (UP,),
+    "mlp.proj": (DOWN,),
+    "fc": (UP,),
+    # short spellings
+    "q": (Q,),
+    "k": (K,),
+    "v": (V,),
+    "o": (OUT,),
+}
+
+# LitGPT's LoRA switches (litgpt/lora.py, the booleans Config.lora_query ... lora_head): with
+# trainer.framework=litgpt the targets name switches (``query`` or ``lora_query``).
+LITGPT_SWITCHES: dict[str, tuple[str, ...]] = {
+    "query": (Q,),
+    "key": (K,),
+    "value": (V,),
+    "projection": (OUT,),
+    "mlp": (GATE, UP, DOWN),
+    "head": (HEAD,),
+}
+
+
+def roles_of(name: str, framework: str = "hf") -> tuple[str, ...]:
+    """The llama names ``name`` stands for (``()``: none known)."""
+    if framework == "litgpt":
+        switch = LITGPT_SWITCHES.get(name.removeprefix("lora_"))
+        if switch:
+            return switch
+    return NAME_ROLES.get(name, ())
+
+
 def matches(path: str, target: str) -> bool:
     """PEFT's rule for one entry of a ``target_modules`` list (``peft/tuners/tuners_utils.py``,
     ``check_target_module_exists``): the module's full path equals the entry or ends with
     ``"." + entry``. No regex and no wildcard in a list entry."""
     return path == target or path.endswith("." + target)
+
+
+def matches_any(path: str, targets: frozenset[str] | set[str]) -> bool:
+    """``any(matches(path, t) for t in targets)``, in time independent of the number of
+    targets: an entry matches iff it equals one of the path's dotted suffixes."""
+    parts = path.split(".")
+    return any(".".join(parts[i:]) in targets for i in range(len(parts)))
+
+
+def suffix_index(paths: Iterable[str]) -> dict[str, list[str]]:
+    """Each dotted suffix of each path -> the paths it matches (PEFT's list-entry rule)."""
+    index: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.split(".")
+        for i in range(len(parts)):
+            index.setdefault(".".join(parts[i:]), []).append(path)
+    return index

@@ -15,43 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfgcheck.memory.modules import (
-    LINEAR,
+    EMBEDDING,
+    ROLES,
     Linear,
     architecture_of,
     block_linears,
-    matches,
+    matches_any,
     module_tree,
+    roles_of,
 )
 from cfgcheck.schema.model import ModelConfig
 
 __all__ = ["Linear", "ParamCount", "block_linears", "count_params", "lora_params"]
-
-# LitGPT's LoRA switches (litgpt/lora.py, the booleans ``Config.lora_query`` ... ``lora_head``)
-# and the llama names each switch adapts: with ``trainer.framework=litgpt`` targets name switches.
-LITGPT_SWITCHES: dict[str, tuple[str, ...]] = {
-    "query": ("q_proj",),
-    "key": ("k_proj",),
-    "value": ("v_proj",),
-    "projection": ("o_proj",),
-    "mlp": ("gate_proj", "up_proj", "down_proj"),
-    "head": ("lm_head",),
-}
-
-# Aliases of the llama names, for a shape whose architecture cfgcheck does not know (module
-# names cannot be checked there): LitGPT / GPT-NeoX / Phi spellings of the same projections.
-TARGET_ALIASES: dict[str, str] = {
-    "q": "q_proj",
-    "k": "k_proj",
-    "v": "v_proj",
-    "o": "o_proj",
-    "proj": "o_proj",
-    "dense": "o_proj",
-    "fc1": "up_proj",
-    "fc_1": "gate_proj",
-    "fc_2": "up_proj",
-    "fc2": "down_proj",
-    "mlp.proj": "down_proj",
-}
 
 
 def norm_params(m: ModelConfig, width: int | None = None) -> int:
@@ -131,19 +106,19 @@ def count_params(m: ModelConfig) -> ParamCount:
 ALL_LINEAR = "all-linear"
 
 
-def canonical_target(name: str) -> str:
-    """``q`` / ``fc2`` / ``q_proj`` -> the llama name (``q_proj``) of an alias."""
-    return TARGET_ALIASES.get(name, name)
-
-
 @dataclass(frozen=True)
 class Adapted:
     """What a LoRA target list adapts: each block linear with the number of layers in which
-    it gets an adapter, and whether the lm_head / the token embedding get one."""
+    it gets an adapter, whether the lm_head gets one, and the rows of each adapted embedding
+    (the token embedding; GPT-2's position embedding ``wpe`` has ``block_size`` rows)."""
 
     linears: tuple[tuple[Linear, int], ...]
     lm_head: bool
-    embedding: bool
+    embedding_rows: tuple[int, ...] = ()
+
+    @property
+    def embedding(self) -> bool:
+        return bool(self.embedding_rows)
 
     @property
     def names(self) -> frozenset[str]:
@@ -152,17 +127,19 @@ class Adapted:
         return frozenset(names | ({"lm_head"} if self.lm_head else set()))
 
 
-def _by_roles(m: ModelConfig, targets: list[str], litgpt: bool) -> Adapted:
-    """LitGPT switches, or llama names and aliases for a shape of unknown architecture."""
-    roles: set[str] = set()
+def is_all_linear(targets: list[str]) -> bool:
+    """``[all-linear]``: PEFT's shorthand (compared lower-cased, as PEFT does), passed to
+    PEFT as the string ``"all-linear"``."""
+    return len(targets) == 1 and targets[0].lower() == ALL_LINEAR
+
+
+def _by_roles(m: ModelConfig, targets: list[str], framework: str) -> Adapted:
+    """LitGPT switches, or any known name for a shape of unknown architecture, by role."""
+    roles: set[str] = set(ROLES) if is_all_linear(targets) else set()
     for t in targets:
-        name = t.removeprefix("lora_") if litgpt else t
-        roles.update(LITGPT_SWITCHES.get(name, (canonical_target(name),)) if litgpt else ())
-        roles.add(canonical_target(name))
-    if ALL_LINEAR in targets:
-        roles.update(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
-    picked = tuple((x, m.n_layer if roles & {x.name, *x.roles} else 0) for x in block_linears(m))
-    return Adapted(picked, "lm_head" in roles, "embed_tokens" in roles)
+        roles.update(roles_of(t, framework))
+    picked = tuple((x, m.n_layer if roles & set(x.roles) else 0) for x in block_linears(m))
+    return Adapted(picked, "lm_head" in roles, (m.rows,) if "embed_tokens" in roles else ())
 
 
 def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -> Adapted:
@@ -171,26 +148,32 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     ``hf`` (PEFT): an entry matches a module whose path equals it or ends with ``"." +`` it
     (:func:`cfgcheck.memory.modules.matches`); ``[all-linear]`` adapts every block linear and
     not the lm_head (PEFT's ``_maybe_include_all_linear_layers`` drops the output embedding).
-    ``litgpt``: entries are LoRA switches (``query`` ... ``head``, see ``LITGPT_SWITCHES``) or
-    the llama names they stand for. A shape of unknown architecture: llama names and aliases.
+    ``litgpt``: entries are LoRA switches (``query`` ... ``head``, ``LITGPT_SWITCHES``) or any
+    name of ``NAME_ROLES``, by the projections it stands for; so is a shape whose architecture
+    cfgcheck does not know (both in :mod:`cfgcheck.memory.modules`).
     """
-    tree = module_tree(m) if framework == "hf" else None
+    # One layer's tree names every module kind (embeddings are outside the layers).
+    tree = module_tree(m.model_copy(update={"n_layer": 1})) if framework == "hf" else None
     if tree is None:
-        return _by_roles(m, targets, litgpt=framework == "litgpt")
+        return _by_roles(m, targets, framework)
     linears = block_linears(m)
-    if targets == [ALL_LINEAR]:
-        return Adapted(tuple((x, m.n_layer) for x in linears), False, False)
+    if is_all_linear(targets):
+        return Adapted(tuple((x, m.n_layer) for x in linears), False)
     layers = "transformer.h" if architecture_of(m) == "gpt2" else "model.layers"
+    wanted = frozenset(targets)
+    # An entry without a digit matches a block's module in every layer or in none.
+    per_layer = any(c.isdigit() for t in targets for c in t)
+    n = m.n_layer if per_layer else 1
     counts = []
     for x in linears:
-        paths = [f"{layers}.{i}.{x.path}" for i in range(m.n_layer)]
-        counts.append((x, sum(any(matches(p, t) for t in targets) for p in paths)))
-    embed = [p for p, kind in tree.items() if kind != LINEAR and p.endswith(("wte", "tokens"))]
-    return Adapted(
-        tuple(counts),
-        any(matches("lm_head", t) for t in targets),
-        any(matches(p, t) for p in embed for t in targets),
+        hits = sum(matches_any(f"{layers}.{i}.{x.path}", wanted) for i in range(n))
+        counts.append((x, hits if per_layer else hits * m.n_layer))
+    rows = tuple(
+        m.block_size if path.endswith(".wpe") else m.rows
+        for path, kind in tree.items()
+        if kind == EMBEDDING and matches_any(path, wanted)
     )
+    return Adapted(tuple(counts), "lm_head" in wanted, rows)
 
 
 def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = "hf") -> int:
@@ -200,6 +183,5 @@ def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = 
     total = sum(rank * (x.in_features + x.out_features) * n for x, n in adapted.linears)
     if adapted.lm_head:
         total += rank * (m.n_embd + m.rows)
-    if adapted.embedding:
-        total += rank * (m.n_embd + m.rows)
+    total += sum(rank * (m.n_embd + rows) for rows in adapted.embedding_rows)
     return total

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from cfgcheck.memory.params import ParamCount, block_linears, count_params, lora_params
+from cfgcheck.memory.params import (
+    ParamCount,
+    adapted_modules,
+    block_linears,
+    count_params,
+    lora_params,
+)
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
@@ -84,7 +90,9 @@ def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     if t.finetuning != "full":
         r = t.lora.rank or 0
         n_adapted = trainable_params(m, t) // max(r, 1)  # sum of (in + out) over adapters
-        n_mats = 2 * len(t.lora.targets) * m.n_layer
+        adapted = adapted_modules(m, t.lora.targets, t.framework)  # the adapters PEFT builds
+        n_adapters = sum(n for _, n in adapted.linears) + adapted.lm_head
+        n_mats = 2 * (n_adapters + len(adapted.embedding_rows))
         return 4 * (n_adapted + r * n_mats)
     per_block = sum(x.in_features + x.out_features for x in block_linears(m))
     vectors = pc.total - pc.linear_weights - pc.embedding - pc.lm_head

@@ -96,7 +96,9 @@ def _merge(
             if key != "block_size":  # a longer block is the run's setting: warned, kept
                 merged[key] = value.value
                 locations[path] = where
-    merged.setdefault("name", source.folder.name if source.folder else source.ref)
+    # A folder given as a path is named after it; one found in the Hub cache by its id.
+    local = source.folder is not None and source.folder.name == Path(source.ref).name
+    merged.setdefault("name", source.folder.name if local and source.folder else source.ref)
     merged.setdefault("source", source.file)
     return merged, locations, findings
 
@@ -136,8 +138,9 @@ def _mismatch(
         severity,
         (f"model.{key}", "model.pretrained"),
         message,
-        f"remove model.{key} from the config (the folder decides it), set {override}, or "
-        f"point model.pretrained at the checkpoint whose shape you mean",
+        f"remove model.{key} from the config (the folder decides it; a model group that "
+        f"spells a whole shape is dropped with '~model' before +model.pretrained=...), set "
+        f"{override}, or point model.pretrained at the checkpoint whose shape you mean",
         locations={"model.pretrained": where},
         fixes=(Fix((override,), f"take {key} from the model folder"),),
     )

@@ -1,21 +1,23 @@
-"""Bounded reading of a model folder's config file, with the line of every key.
+"""Reading a model folder's config file through :mod:`cfgcheck.safeio` (size, depth, node and
+tag bounds, FIFOs and devices refused), with the line of every key for locations.
 
-One reading function, :func:`read_text`, so the bounded reader of ``cfgcheck.safeio`` can
-replace it in one place. Every failure is a :class:`ModelFolderError` with a one-line message.
+Every failure is a :class:`ModelFolderError` with a one-line message.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cfgcheck import safeio
+
 # Real config.json / model_config.yaml files are a few KiB (a large id2label table stays well
 # under a MiB); the cap only stops a hostile or mistaken path.
 MAX_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 32
+LIMITS = safeio.Limits(max_bytes=MAX_BYTES, max_depth=MAX_DEPTH)
 
 
 class ModelFolderError(ValueError):
@@ -31,16 +33,11 @@ class ConfigFile:
     lines: Mapping[str, int]
 
 
-def read_text(path: Path, limit: int = MAX_BYTES) -> str:
-    """The UTF-8 text of ``path``, refusing more than ``limit`` bytes, read by
-    :func:`cfgcheck.safeio.read_text` (a FIFO, device or dangling link is named, never opened;
-    a UTF-8 BOM is dropped; UTF-16 and latin-1 are named)."""
-    from cfgcheck.errors import ConfigLoadError
-    from cfgcheck.safeio import read_text as bounded_read_text
-
+def read_text(path: Path) -> str:
+    """The UTF-8 text of ``path``, at most :data:`MAX_BYTES` (the one reading function)."""
     try:
-        return bounded_read_text(path, limit)
-    except ConfigLoadError as e:
+        return safeio.read_text(path, MAX_BYTES)
+    except safeio.UnsafeInput as e:
         raise ModelFolderError(str(e)) from e
 
 
@@ -49,9 +46,9 @@ def read_json(path: Path) -> ConfigFile:
     text = read_text(path)
     lines = _json_key_lines(text, path)  # also bounds the depth before json.loads recurses
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ModelFolderError(f"{path} is not valid JSON: {str(e).splitlines()[0]}") from e
+        data = safeio.load_json_text(text, str(path), LIMITS)
+    except safeio.UnsafeInput as e:
+        raise ModelFolderError(str(e)) from e
     if not isinstance(data, dict):
         raise ModelFolderError(f"{path} must hold a JSON object, not {type(data).__name__}")
     return ConfigFile(path, data, lines)
@@ -61,24 +58,16 @@ def read_yaml(path: Path) -> ConfigFile:
     """A YAML mapping file (LitGPT's ``model_config.yaml``), with the line of each top key."""
     import yaml
 
-    from cfgcheck.errors import ConfigLoadError
-    from cfgcheck.safeio import screen_yaml
-
     text = read_text(path)
-    try:  # libyaml's composer recurses on the C stack: depth, aliases and tags bounded first
-        screen_yaml(text, str(path))
-    except ConfigLoadError as e:
-        raise ModelFolderError(str(e)) from e
-    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        node = yaml.compose(text, Loader=loader)
-        data = yaml.load(text, Loader=loader)
-    except (yaml.YAMLError, RecursionError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ModelFolderError(f"{path} is not valid YAML: {first}") from e
-    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        data = safeio.load_yaml_text(text, str(path), LIMITS)  # screened before any parse
+    except safeio.UnsafeInput as e:
+        raise ModelFolderError(str(e)) from e
+    if not isinstance(data, dict):
         raise ModelFolderError(f"{path} must hold a YAML mapping, not {type(data).__name__}")
-    lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+    node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    pairs = node.value if isinstance(node, yaml.MappingNode) else []
+    lines = {str(k.value): k.start_mark.line + 1 for k, _ in pairs}
     return ConfigFile(path, data, lines)
 
 

@@ -168,7 +168,8 @@ ARCHS: dict[str, Arch] = {
             "final_logit_softcapping": 30.0,
         },
         gated=True,
-        fixed={"post_attention_norm": True, "post_mlp_norm": True},
+        # layer_types: sliding on layers 0, 2, 4, ... (ModelConfig.sliding_window_pattern)
+        fixed={"post_attention_norm": True, "post_mlp_norm": True, "sliding_window_pattern": 2},
         aliases={"hidden_act": "hidden_activation"},
     ),
     # configuration_phi.py: PhiConfig (partial_rotary_factor 0.5 set in __post_init__);
@@ -286,6 +287,9 @@ def hf_model(data: Mapping[str, Any], where: str) -> dict[str, Value]:
         width if width.value is not None else Value(4 * hidden.value, f"4 * {hidden.key}")
     )
     act = reader.get("hidden_act")
+    if act.value is None:  # an explicit null (gemma's hidden_activation): the class default
+        name = arch.aliases.get("hidden_act", "hidden_act")
+        act = Value(arch.defaults[name], name, f"transformers {arch.cls}.{name}")
     out["mlp"] = Value(_mlp_kind(act.value, arch.gated, where), act.key, act.default_of)
     out["tie_embeddings"] = reader.get("tie_word_embeddings")
     if reader.has_default("attention_bias"):
@@ -341,7 +345,7 @@ class _Reader:
         name = self.arch.aliases.get(key, key)
         if name in self.data:  # an explicit null is kept (sliding_window: null = no window)
             return Value(self.data[name], name)
-        return Value(self.arch.defaults.get(name), name, f"{self.arch.cls}.{name}")
+        return Value(self.arch.defaults.get(name), name, f"transformers {self.arch.cls}.{name}")
 
     def int(self, key: str) -> Value:
         v = self.get(key)

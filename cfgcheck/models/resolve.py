@@ -76,7 +76,8 @@ def cached_snapshot(hub_id: str, cache: Path | None = None) -> Path | None:
     repo = (cache or hub_cache_dir()) / ("models--" + hub_id.replace("/", "--"))
     ref = repo / "refs" / "main"
     try:
-        commit = ref.read_text(encoding="ascii", errors="replace")[:64].strip()
+        with ref.open("rb") as f:
+            commit = f.read(64).decode("ascii", errors="replace").strip()
     except OSError:
         return None
     if not _COMMIT.match(commit):
@@ -87,19 +88,18 @@ def cached_snapshot(hub_id: str, cache: Path | None = None) -> Path | None:
 
 def resolve_pretrained(ref: str) -> ModelSource:
     """Resolve ``model.pretrained``; raises :class:`ModelFolderError` with a one-line reason."""
-    from cfgcheck.safeio import path_problem, shown
-
+    if "\x00" in ref or "\n" in ref or len(ref) > 4096:
+        raise ModelFolderError(f"model.pretrained={_short(ref)!r} is not a path or a Hub id")
     try:
         path = Path(ref).expanduser()
-    except (RuntimeError, ValueError) as e:  # ~nosuchuser
-        raise ModelFolderError(f"model.pretrained={shown(ref)[:200]}: {e}") from e
-    reason = path_problem(path, allow_dir=True)  # a FIFO, device, link loop, over-long name
-    if reason and reason != "does not exist":
-        raise ModelFolderError(f"model.pretrained={shown(ref)[:200]} {reason}")
-    if path.is_file() and path.name in (HF_CONFIG, LITGPT_CONFIG):
-        path = path.parent
-    if path.is_dir():
-        return _folder_source(ref, path.resolve())
+        if path.is_file() and path.name in (HF_CONFIG, LITGPT_CONFIG):
+            path = path.parent
+        folder = path.resolve() if path.is_dir() else None
+    except (OSError, RuntimeError) as e:  # a name too long, a symlink loop, no home dir
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ModelFolderError(f"model.pretrained={_short(ref)}: {reason}") from e
+    if folder is not None:
+        return _folder_source(ref, folder)
     if _HUB_ID.match(ref):
         snapshot = cached_snapshot(ref)
         if snapshot is not None:
@@ -114,9 +114,14 @@ def resolve_pretrained(ref: str) -> ModelSource:
             f"give a local folder holding {HF_CONFIG} or {LITGPT_CONFIG}"
         )
     raise ModelFolderError(
-        f"model.pretrained={ref}: no such folder and not a Hub id (ORG/NAME) or cfgcheck "
+        f"model.pretrained={_short(ref)}: no such folder and not a Hub id (ORG/NAME) or cfgcheck "
         f"preset; give a local folder holding {HF_CONFIG} or {LITGPT_CONFIG}"
     )
+
+
+def _short(ref: str) -> str:
+    """``ref`` cut to a length fit for a one-line message."""
+    return ref if len(ref) <= 120 else ref[:117] + "..."
 
 
 def _folder_source(ref: str, folder: Path) -> ModelSource:

@@ -2,9 +2,11 @@
 
 from cfgcheck.findings import Fix
 from cfgcheck.rules import (
+    attention_kernel,
     batching,
     finetuning,
     gpu_name,
+    lora_targets,
     memory,
     sequence,
     shapes,
@@ -18,9 +20,11 @@ __all__ = ["Fix", "Problem", "Rule", "all_rules", "rule", "run_rules"]
 
 # Keep the rule modules referenced so linters see why they are imported.
 _MODULES = (
+    attention_kernel,
     batching,
     finetuning,
     gpu_name,
+    lora_targets,
     memory,
     sequence,
     shapes,

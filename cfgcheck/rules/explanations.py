@@ -15,6 +15,8 @@ DOC_FILE = "docs/rules.md"
 
 # Findings emitted outside the rule registry.
 SCHEMA_IDS = ("unknown-key", "missing-key", "invalid-value")
+# Findings of the model.pretrained expansion (cfgcheck/models/expand.py).
+MODEL_IDS = ("pretrained-shape-mismatch",)
 SCAN_IDS = (
     "data-longer-than-block-size",
     "data-truncated",
@@ -100,14 +102,29 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Set the length to a multiple of the value, or remove `data.pad_to_multiple_of`.",
     ),
     "vocab-mismatch": E(
-        "error",
-        "The tokenizer's ids fit the model's embedding rows, and the declared vocabulary "
-        "matches the tokenizer the model was trained with.",
+        "error / warning / info",
+        "Token ids stay below the embedding rows (model.padded_vocab_size; a config.json's "
+        "vocab_size), and a checkpoint is used with the tokenizer it was trained with. A larger "
+        "embedding than the tokenizer is fine; a smaller or other tokenizer is graded by what is "
+        "known: an error when weights are loaded (model.pretrained, LoRA / QLoRA), a warning "
+        "from scratch, an info for rows past the trained vocabulary.",
         "`IndexError: index out of range in self` (CPU) or a CUDA device-side assert on the "
         "first batch holding a token id at or above the embedding rows; with the wrong "
         "tokenizer, ids map to the wrong embeddings and training silently degrades.",
-        "Use the model's own tokenizer, or set the vocabulary size to the tokenizer's (and "
-        "resize the embeddings when tokens were added).",
+        "Use the checkpoint's own tokenizer; after adding tokens, resize the embedding "
+        "(resize_token_embeddings) and declare it with model.padded_vocab_size (model folders) "
+        "or model.vocab_size (a hand-written shape).",
+    ),
+    "pretrained-shape-mismatch": E(
+        "error / warning",
+        "A shape key written in the config agrees with the model.pretrained folder (its "
+        "config.json or model_config.yaml); the finding names both values, the YAML line and "
+        "the folder file's key.",
+        "Loading the checkpoint into another shape fails (size mismatch for every weight) or "
+        "silently checks a model that is not the one trained; a block_size past GPT-2's "
+        "learned positions is an IndexError, past RoPE's trained range a quality loss.",
+        "Remove the key (the folder decides it) or set the folder's value; drop a whole-shape "
+        "model group with '~model' before +model.pretrained=...",
     ),
     "special-token-out-of-range": E(
         "error",
@@ -230,6 +247,23 @@ EXPLANATIONS: dict[str, Explanation] = {
         "model` / nothing trains.",
         "Set `trainer.lora.rank` (8 to 64 is usual) and `trainer.lora.targets`.",
     ),
+    "lora-target-unknown": E(
+        "error / warning",
+        "Every `trainer.lora.targets` entry names a LoRA-able module of the architecture, as PEFT "
+        "matches names (a module path equal to the entry or ending with `.entry`).",
+        "PEFT: `ValueError: Target modules {...} not found in the base model` when no entry "
+        "matches (error); fewer adapters, silently, when some do not (warning); `ValueError: "
+        "Target module ... is not supported` for a norm or a block (error).",
+        "Use the architecture's names (Phi-3: `qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj`; "
+        "Phi-1.5/2: `dense`, `fc1`, `fc2`; GPT-2: `c_attn`, `c_proj`, `c_fc`) or `[all-linear]`.",
+    ),
+    "attention-unsupported": E(
+        "error",
+        "The architecture's transformers class implements `trainer.attention`.",
+        "transformers: `ValueError: Gemma2ForCausalLM does not support an attention "
+        "implementation through torch.nn.functional.scaled_dot_product_attention yet.`",
+        "Set `trainer.attention=eager` (more memory), or `flash` with flash-attn >= 2.6.",
+    ),
     "quantized-full-finetuning": E(
         "error",
         "Quantized weights are trained through adapters, never directly.",
@@ -267,8 +301,9 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "gpu-memory": E(
         "error / warning / info",
-        "The estimated peak memory per GPU fits the live or declared GPU (warning above 90 %; "
-        "info when no GPU is known).",
+        "The estimated peak memory per GPU fits the live or declared GPU with the estimate's "
+        "stated margin (10 % where calibrated on measured runs, 25 % elsewhere): error when the "
+        "estimate exceeds the GPU, warning when only the margin does; info when no GPU is known.",
         "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...` minutes into the "
         "run, after the queue wait.",
         "Apply a fix from the list (activation checkpointing, a smaller micro batch with more "
@@ -327,7 +362,7 @@ def emitted_ids() -> list[str]:
     """Every finding id cfgcheck can emit: schema findings, registered rules, scan findings."""
     from cfgcheck.rules import all_rules
 
-    return [*SCHEMA_IDS, *(r.id for r in all_rules()), *SCAN_IDS]
+    return [*SCHEMA_IDS, *MODEL_IDS, *(r.id for r in all_rules()), *SCAN_IDS]
 
 
 def missing_ids() -> list[str]:

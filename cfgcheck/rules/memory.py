@@ -58,7 +58,8 @@ _NAME_REPORTED = Problem("info", (), "", "")
 
 @rule("gpu-memory", requires=("model", "data", "trainer"))
 def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
-    """The estimated peak memory per GPU must fit the GPU (error over 100 %, warning over 90 %)."""
+    """The estimated peak memory per GPU must fit the GPU: error when the estimate exceeds it,
+    warning when the estimate plus its stated margin does ("may not fit")."""
     avail, problem = _available(cfg)
     if problem is not None:
         return

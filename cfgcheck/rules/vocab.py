@@ -154,7 +154,18 @@ def _against_own_tokenizer(
         return None
     moved = [(t, i, used.vocab.get(t)) for t, i in own.vocab.items() if used.vocab.get(t) != i]
     if not moved:
-        return None  # the same ids, maybe with tokens added after training: see the size rules
+        extra = sorted(i for t, i in used.vocab.items() if t not in own.vocab)
+        if not extra:
+            return None
+        return Problem(
+            "info",
+            ("tokenizer.path", "model.pretrained"),
+            f"tokenizer.path={facts.path} extends the tokenizer {source.ref} was trained with "
+            f"by {len(extra)} tokens (ids {extra[0]}..{extra[-1]}): they fit the "
+            f"{cfg.model.rows} embedding rows, but those rows were never trained, and LoRA "
+            f"does not train them",
+            "train the new rows (full fine-tuning, or the embeddings as trainable modules)",
+        )
     token, was, now = min(moved, key=lambda x: x[1])
     now_text = f"id {now}" if now is not None else "no id"
     return Problem(

@@ -25,8 +25,12 @@ class LoraConfig(Section):
     dropout: float = Field(0.05, ge=0, lt=1)
     targets: list[str] = Field(
         default_factory=lambda: ["q_proj", "v_proj"],
-        description="Module names that get adapters (q_proj, k_proj, v_proj, o_proj, "
-        "gate_proj, up_proj, down_proj, lm_head).",
+        description="Modules that get adapters, by the architecture's real names as PEFT "
+        "matches them (a module path ending with the name): Llama/Mistral/Qwen/Gemma: q_proj, "
+        "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; Phi-1.5/2: q_proj, k_proj, "
+        "v_proj, dense, fc1, fc2; Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj; GPT-2: "
+        "c_attn, c_proj, c_fc; plus embed_tokens / lm_head. [all-linear]: every linear but "
+        "the lm_head. With framework=litgpt: query, key, value, projection, mlp, head.",
     )
 
 
