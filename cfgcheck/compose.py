@@ -36,17 +36,46 @@ def compose_errors(*extra: type[Exception]) -> tuple[type[Exception], ...]:
     return (HydraException, OmegaConfBaseException, yaml.YAMLError, *extra)
 
 
+# What else Hydra and OmegaConf raise on hostile or careless input (``defaults: 42`` is a
+# ValueError, ``model=null`` a TypeError or ValueError, a self-including defaults list a
+# RecursionError, a file vanishing mid-read an OSError): all mean "cannot compose".
+INPUT_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    RecursionError,
+    OverflowError,
+    OSError,
+    UnicodeError,
+)
+
+
 def primary_config(config_dir: str | Path, config_name: str) -> tuple[Path, str]:
     """The resolved config directory and the primary config's name (without ``.yaml``).
 
     Raises :class:`ConfigLoadError` when the directory or the primary config is missing.
     """
-    directory = Path(config_dir).expanduser().resolve()
-    if not directory.is_dir():
-        raise ConfigLoadError(f"config directory not found: {config_dir}")
+    from cfgcheck.safeio import path_problem, shown
+
+    try:
+        directory = Path(config_dir).expanduser().resolve()
+    except (RuntimeError, OSError) as e:  # ~nosuchuser, a symlink loop
+        raise ConfigLoadError(f"config directory {shown(config_dir)}: {one_line(e)}") from e
+    reason = path_problem(directory, allow_dir=True)
+    if reason or not directory.is_dir():
+        raise ConfigLoadError(
+            f"config directory not found: {shown(config_dir)} {reason or 'is not a directory'}"
+        )
     name = config_name.removesuffix(".yaml")
-    if not (directory / f"{name}.yaml").is_file():
-        raise ConfigLoadError(f"primary config not found: {Path(config_dir) / name}.yaml")
+    primary = directory / f"{name}.yaml"
+    reason = path_problem(primary)
+    if reason:
+        shown_primary = shown(Path(config_dir) / f"{name}.yaml")
+        if reason == "does not exist":
+            raise ConfigLoadError(f"primary config not found: {shown_primary}")
+        raise ConfigLoadError(f"primary config {shown_primary} {reason}")
     return directory, name
 
 
@@ -54,9 +83,14 @@ def primary_config(config_dir: str | Path, config_name: str) -> tuple[Path, str]
 def hydra_session(config_dir: str | Path, config_name: str) -> Iterator[str]:
     """Hydra initialized on ``config_dir`` for the ``with`` block; yields the primary config's
     name. Hydra's global state is cleared before and after, so sessions never leak into each
-    other. Raises :class:`ConfigLoadError` when the directory or the primary config is missing.
+    other. Raises :class:`ConfigLoadError` when the directory or the primary config is missing,
+    or when a config file fails :func:`cfgcheck.safeio.screen_config_dir` (every file is
+    screened before Hydra, whose YAML loader has no bounds, reads any).
     """
+    from cfgcheck.safeio import screen_config_dir
+
     directory, name = primary_config(config_dir, config_name)
+    screen_config_dir(directory)
 
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -79,16 +113,19 @@ def compose(
     """Compose ``config_name`` from ``config_dir`` with Hydra override strings.
 
     Raises :class:`ConfigLoadError` with a one-line message when the directory or the
-    primary config is missing, a YAML file is malformed or an override is bad.
+    primary config is missing, a YAML file is malformed, unsafe (see
+    :func:`cfgcheck.safeio.screen_config_dir`: every config file is screened before Hydra
+    reads any) or an override is bad.
     """
     from cfgcheck.overrides import plain_overrides
 
+    screen_overrides(overrides)
     try:
         with hydra_session(config_dir, config_name) as name:
             from hydra import compose as hydra_compose
 
             return hydra_compose(config_name=name, overrides=plain_overrides(overrides))
-    except compose_errors() as e:
+    except compose_errors(*INPUT_ERRORS) as e:
         raise ConfigLoadError(override_error(e)) from e
 
 
@@ -109,16 +146,34 @@ def override_error(e: BaseException) -> str:
     return f"{text} (did you mean {close}?)"
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Load an already-composed run config from one YAML (or JSON) file."""
-    import yaml
+MAX_OVERRIDE_CHARS = 10_000
+_MAX_OVERRIDE_NESTING = 32
 
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigLoadError(f"cannot read {p}: {e.strerror or e}") from e
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigLoadError(f"malformed YAML in {p}: {one_line(e)}") from e
+
+def screen_overrides(overrides: Sequence[str]) -> None:
+    """Bound override strings before Hydra's grammar parser (recursive, slow on long nested
+    input) sees them: their length and their bracket nesting."""
+    for text in overrides:
+        if len(text) > MAX_OVERRIDE_CHARS:
+            raise ConfigLoadError(
+                f"override {text[:40]!r}... is longer than {MAX_OVERRIDE_CHARS} characters"
+            )
+        depth = deepest = 0
+        for ch in text:
+            if ch in "[{(":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif ch in "]})":
+                depth -= 1
+        if deepest > _MAX_OVERRIDE_NESTING or text.count("${") > _MAX_OVERRIDE_NESTING:
+            raise ConfigLoadError(
+                f"override {text[:40]!r}... nests deeper than {_MAX_OVERRIDE_NESTING} levels"
+            )
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Load an already-composed run config from one YAML (or JSON) file, bounded (see
+    :mod:`cfgcheck.safeio`). Raises :class:`ConfigLoadError` with one line."""
+    from cfgcheck.safeio import load_file
+
+    return load_file(path)

@@ -101,9 +101,11 @@ def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | Non
         json.dumps(list(overrides)),
     ):
         h.update(part.encode() + b"\0")
-    files = sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    from cfgcheck.safeio import read_bytes
+
+    files = sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml"))
     for path in files:
-        data = path.read_bytes()
+        data = read_bytes(path)  # bounded; a FIFO, device or dangling link: one-line error
         if b"searchpath" in data:
             return None
         h.update(path.relative_to(directory).as_posix().encode() + b"\0")
@@ -155,7 +157,10 @@ def _prune(directory: Path) -> None:
 
 
 def _survives_json(container: Any) -> bool:
-    return bool(json.loads(json.dumps(container)) == container)
+    try:
+        return bool(json.loads(json.dumps(container)) == container)
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def _entry(cfg: Any) -> dict[str, Any] | None:
@@ -166,7 +171,10 @@ def _entry(cfg: Any) -> dict[str, Any] | None:
     from omegaconf.errors import OmegaConfBaseException
 
     container = OmegaConf.to_container(cfg, resolve=False)
-    text = json.dumps(container)
+    try:
+        text = json.dumps(container)
+    except (TypeError, ValueError):  # bytes, dates, NaN keys...: not stored, composed each run
+        return None
     if _FOREIGN_RESOLVER.search(text) or not _survives_json(container):
         return None
     if _needs_omegaconf(text) and not _RESOLVER_CALL.search(text) and '"???"' not in text:

@@ -104,13 +104,17 @@ def _outcome(
 ) -> list[Finding] | None:
     """The errors ``fix`` introduces (``[]``: it works), or None when it cannot be applied.
     A fix that leaves its finding in place "introduces" that finding."""
+    from cfgcheck.errors import ConfigLoadError
     from cfgcheck.validate import validate_plain
 
     try:
         fixed = apply_overrides(raw, fix.overrides)
     except _Unappliable:
         return None
-    after = validate_plain(fixed).findings
+    try:
+        after = validate_plain(fixed).findings
+    except ConfigLoadError as e:  # e.g. a model.pretrained that names nothing usable
+        return [Finding("invalid-value", "error", ("<root>",), str(e), "")]
     left = [f for f in after if _key(f) == _key(finding)]
     return left or new_errors(before, after)
 

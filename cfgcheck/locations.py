@@ -175,11 +175,13 @@ def source_map(
     import yaml
 
     from cfgcheck.overrides import original_override
+    from cfgcheck.safeio import read_text
 
     composed = composed_files(config_dir, config_name, overrides)
     smap = SourceMap()
     for file, package in composed.files:
-        node = yaml.compose(file.read_text(encoding="utf-8"), Loader=_loader())
+        text = read_text(file)  # screened with the whole directory by hydra_session
+        node = yaml.compose(text, Loader=_loader())
         if node is not None:
             _record_node(smap, node, package, display_path(file, cwd), root=True)
     for override in composed.config_overrides:
@@ -201,9 +203,13 @@ def _loader() -> Any:
 
 
 def locate(result: CheckResult, smap: SourceMap) -> CheckResult:
-    """``result`` with each finding's paths located in ``smap`` (``None`` when unknown)."""
+    """``result`` with each finding's paths located in ``smap`` (``None`` when unknown).
+
+    A location the finding already carries (a value from a model folder, located at the
+    folder's file by :func:`cfgcheck.validate`) is kept.
+    """
     findings = [
-        dataclasses.replace(f, locations={p: smap.lookup(p) for p in f.paths})
+        dataclasses.replace(f, locations={p: f.locations.get(p) or smap.lookup(p) for p in f.paths})
         for f in result.findings
     ]
     return dataclasses.replace(result, findings=findings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -12,6 +13,7 @@ from pydantic_core import ErrorDetails
 from cfgcheck.compose import one_line
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult, Finding, sort_findings
+from cfgcheck.models.expand import Expanded, expand_pretrained
 from cfgcheck.rules import run_rules
 from cfgcheck.schema.run import SECTIONS, RunConfig
 
@@ -33,8 +35,10 @@ def validate(config: Mapping[str, Any] | Any) -> CheckResult:
     """Validate a composed run config (plain mapping or ``DictConfig``) and run every rule.
 
     Never stops at the first problem: schema errors in one section do not hide rules
-    between the sections that passed. Every fix a finding offers has been checked to remove
-    it without a new error (see :mod:`cfgcheck.fixcheck`).
+    between the sections that passed. ``model.pretrained`` is expanded first (the folder's
+    shape fills the model section; see :mod:`cfgcheck.models.expand`); a folder or Hub id
+    that cannot be used raises ``ConfigLoadError``. Every fix a finding offers has been
+    checked to remove it without a new error (see :mod:`cfgcheck.fixcheck`).
     """
     from cfgcheck.fixcheck import verified
 
@@ -45,6 +49,28 @@ def validate(config: Mapping[str, Any] | Any) -> CheckResult:
 
 def validate_plain(raw: Any) -> CheckResult:
     """:func:`validate` of a plain composed config, with the fixes as the rules proposed them."""
+    expanded = expand_pretrained(raw)
+    return _located_at_folder(_validate(expanded.config), expanded)
+
+
+def _located_at_folder(result: CheckResult, expanded: Expanded) -> CheckResult:
+    """Add the expansion's findings, and locate the values that came from the model folder at
+    the folder's file (a reporter's source map fills the remaining paths)."""
+    if expanded.source is None:
+        return result
+    where = expanded.locations
+    located = [
+        dataclasses.replace(
+            f, locations={**{p: where[p] for p in f.paths if p in where}, **f.locations}
+        )
+        for f in result.findings
+    ]
+    # The expansion's own findings locate the config's side with the reporter's source map.
+    findings = [*expanded.findings, *located]
+    return dataclasses.replace(result, findings=sort_findings(findings))
+
+
+def _validate(raw: Any) -> CheckResult:
     if not isinstance(raw, Mapping):
         finding = Finding(
             "invalid-value",

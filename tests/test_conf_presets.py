@@ -24,6 +24,21 @@ PAIRS = {
     "gemma-2b": ("gemma", []),
     # phi-2 ships no pad token: padding needs one (pad = eos is the usual fix).
     "phi-2": ("phi-2", ['+tokenizer.pad_token="<|endoftext|>"', "+tokenizer.pad_token_id=50256"]),
+    "llama-3.1-8b": ("llama-3", []),
+    "llama-3.2-1b": ("llama-3", []),
+    "llama-3.2-3b": ("llama-3", []),
+    "mistral-7b-v0.3": ("mistral-v0.3", []),
+    "qwen2.5-0.5b": ("qwen2.5", []),
+    "qwen2.5-1.5b": ("qwen2.5", []),
+    "qwen2.5-7b": ("qwen2.5", []),
+    "qwen3-0.6b": ("qwen3", []),
+    "qwen3-8b": ("qwen3", []),
+    "gemma-2-2b": ("gemma", []),
+    "gemma-2-9b": ("gemma", []),
+    "phi-3-mini-4k": ("phi-3", []),
+    "smollm2-135m": ("smollm2", []),
+    "smollm2-360m": ("smollm2", []),
+    "smollm2-1.7b": ("smollm2", []),
 }
 
 TOKENIZER_RULES = {"vocab-mismatch", "special-token-out-of-range", "pad-token-missing"}

@@ -63,7 +63,12 @@ def test_tied_embeddings_and_biases() -> None:
 def test_lora_params_by_hand() -> None:
     # r * (in + out): q 8+8, v 8+4, two layers
     assert lora_params(tiny(), 2, ["q_proj", "v_proj"]) == 2 * 2 * (16 + 12)
-    assert lora_params(tiny(), 2, ["q", "v"]) == lora_params(tiny(), 2, ["q_proj", "v_proj"])
+    # LitGPT's switches adapt the same projections; under PEFT "q" names no module (the
+    # lora-target-unknown rule reports it) and adapts nothing.
+    qv = lora_params(tiny(), 2, ["q_proj", "v_proj"])
+    assert lora_params(tiny(), 2, ["query", "value"], framework="litgpt") == qv
+    assert lora_params(tiny(), 2, ["lora_query", "v_proj"], framework="litgpt") == qv
+    assert lora_params(tiny(), 2, ["q", "v"]) == 0
 
 
 @pytest.mark.meta

@@ -168,8 +168,12 @@ def test_max_length_padding_without_truncation(cfg: dict[str, Any]) -> None:
 
 
 def test_max_length_above_max_seq_length(cfg: dict[str, Any]) -> None:
+    """Every sample is padded and cut to exactly 2048 tokens: batches stack (no ragged-batch),
+    but sequences longer than max_seq_length reach the model."""
     cfg["data"].update(padding="max_length", collator="default", max_length=2048)
-    f = only(cfg, "ragged-batch")
+    assert not fired(cfg, "ragged-batch")
+    f = only(cfg, "max-length-over-max-seq-length")
+    assert f.severity == "warning"
     assert "2048" in f.message and "1024" in f.message
 
 
@@ -213,9 +217,26 @@ def test_head_size_mismatch(cfg: dict[str, Any]) -> None:
     assert "2048" in f.message and "30" in f.message
 
 
-def test_explicit_head_size_skips_divisibility(cfg: dict[str, Any]) -> None:
-    cfg["model"].update(n_head=30, head_size=64, n_query_groups=5)
-    assert not fired(cfg, "head-size-mismatch")
+@pytest.mark.parametrize(
+    ("framework", "architecture", "severity"),
+    [
+        ("litgpt", None, None),  # litgpt/config.py asserts only when head_size is None
+        ("hf", "mistral", None),  # MistralConfig takes head_dim as given
+        ("hf", None, "error"),  # the layout maps to Llama: LlamaConfig refuses it
+        ("hf", "gemma2", "error"),
+        ("torchtune", None, "warning"),
+    ],
+)
+def test_explicit_head_size_graded_per_framework(
+    cfg: dict[str, Any], framework: str, architecture: str | None, severity: str | None
+) -> None:
+    cfg["model"].update(n_head=30, head_size=64, n_query_groups=5, architecture=architecture)
+    cfg["trainer"]["framework"] = framework
+    found = fired(cfg, "head-size-mismatch")
+    assert [f.severity for f in found] == ([severity] if severity else [])
+    for f in found:
+        assert f"trainer.framework={framework}" in f.message or framework == "torchtune"
+        assert f.fixes and "model.n_head=32" in f.fixes[0].overrides
 
 
 def test_query_groups_mismatch(cfg: dict[str, Any]) -> None:
@@ -281,8 +302,16 @@ def test_pad_token_missing(cfg: dict[str, Any]) -> None:
 
 def test_no_padding_needs_no_pad_token(cfg: dict[str, Any]) -> None:
     cfg["tokenizer"].update(pad_token=None, pad_token_id=None)
-    cfg["data"].update(padding="do_not_pad", collator="packed")
+    cfg["data"].update(padding="do_not_pad", collator="default")
+    cfg["trainer"].update(micro_batch_size=1, global_batch_size=None)
     assert not fired(cfg, "pad-token-missing")
+
+
+def test_packing_needs_a_pad_id_for_the_last_row(cfg: dict[str, Any]) -> None:
+    cfg["tokenizer"].update(pad_token=None, pad_token_id=None)
+    cfg["data"].update(padding="do_not_pad", collator="packed")
+    (f,) = fired(cfg, "pad-token-missing")
+    assert "last row" in f.message
 
 
 def test_special_token_out_of_range(cfg: dict[str, Any]) -> None:

@@ -142,7 +142,8 @@ def test_sentencepiece_without_pad(cfg: dict[str, Any], tmp_path: Path) -> None:
 def test_no_padding_no_pad_needed(cfg: dict[str, Any], folder: Path) -> None:
     use_tokenizer(cfg, folder)
     cfg["model"]["vocab_size"] = 259
-    cfg["data"].update(padding="do_not_pad", collator="packed")
+    cfg["data"].update(padding="do_not_pad", collator="default")
+    cfg["trainer"].update(micro_batch_size=1, global_batch_size=None)
     assert validate(cfg).ok
 
 

@@ -35,7 +35,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(message: str) -> None:
+    """One line on stderr, printable whatever the message holds (file names that are not
+    UTF-8 arrive as surrogate escapes)."""
+    line = " ".join(message.split()) or "unknown error"
+    print(f"cfgcheck: error: {line}", file=sys.stderr)
+
+
+def _printable_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _printable_streams()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # Hydra overrides may come after options too: `check --format json model=x a.b=1`.
@@ -48,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except ConfigLoadError as e:
-        print(f"cfgcheck: error: {e}", file=sys.stderr)
+        _say(str(e))
         return EXIT_LOAD
     except KeyboardInterrupt:
         return 130
@@ -57,6 +72,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         # error when Python flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a process killed by the signal
+    except (RecursionError, MemoryError) as e:
+        # Last resort: the readers bound what they parse (cfgcheck.safeio), so reaching this
+        # is a bug; still one line and exit 2, never a traceback.
+        _say(f"the input is too large or too deeply nested ({type(e).__name__})")
+        return EXIT_LOAD
+    except OSError as e:
+        where = f" {e.filename}" if getattr(e, "filename", None) else ""
+        _say(f"cannot read{where}: {e.strerror or e}")
+        return EXIT_LOAD
+    except Exception as e:  # last resort: one line, exit 2; set CFGCHECK_DEBUG=1 to see it
+        if os.environ.get("CFGCHECK_DEBUG"):
+            raise
+        _say(f"unexpected {type(e).__name__}: {e}")
+        return EXIT_LOAD
     return code
 
 

@@ -64,9 +64,12 @@ class Target:
 
 def package_header(file: Path) -> str | None:
     """The ``# @package`` of a config file, read as Hydra does (leading ``# @`` lines)."""
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except OSError:
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.safeio import read_text
+
+    try:  # bounded: a FIFO or a link to /dev/zero committed under conf/ is never opened
+        lines = read_text(file).splitlines()
+    except ConfigLoadError:
         return None
     for line in lines:
         if not line.strip():
@@ -81,7 +84,10 @@ def package_header(file: Path) -> str | None:
 
 def _config_path(config_dir: Path, file: str) -> str | None:
     """``model/phi-2`` for ``conf/model/phi-2.yaml``; None outside the dir or not YAML."""
-    path = Path(file).resolve()
+    try:
+        path = Path(file).resolve()
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
+        return None
     if path.suffix != ".yaml":
         return None
     try:
@@ -201,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
     config_dir = Path(args.config_dir)
     if not config_dir.is_dir():
         raise ConfigLoadError(f"config directory not found: {args.config_dir}")
+    # Every composition screens every config file first (cfgcheck.compose.hydra_session): a
+    # FIFO, a link to /dev/zero, an alias bomb or a non-UTF-8 file is "cannot compose", exit 2.
     report = get_reporter(args.format)
     code = EXIT_OK
     checked = targets(config_dir, args.files)

@@ -50,6 +50,13 @@ def register(sub: Any) -> None:
         default=defaults.workers,
         help=f"validation threads (default: {defaults.workers})",
     )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client has to send a request head before the connection is closed "
+        "(default: 10; uvicorn has no such limit of its own)",
+    )
     parser.add_argument("--access-log", action="store_true", help="log every request")
     parser.set_defaults(run=run)
 
@@ -79,6 +86,16 @@ def run(args: argparse.Namespace) -> int:
     missing = [str(p) for p in settings.allowed_roots if not p.expanduser().is_dir()]
     if missing:
         raise ConfigLoadError(f"--allow-root directory not found: {', '.join(missing)}")
+    if not args.header_timeout > 0:
+        raise ConfigLoadError(f"--header-timeout must be positive, got {args.header_timeout}")
+    from cfgcheck.service.http import uvicorn_options
+
     app = create_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        access_log=args.access_log,
+        **uvicorn_options(args.header_timeout),
+    )
     return 0

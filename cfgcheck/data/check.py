@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from cfgcheck.data.scan import NoTokenizerPathError, ScanError, scan_dataset, scan_findings
+from dataclasses import replace
+
+from cfgcheck.data.scan import (
+    NoTokenizerPathError,
+    ScanError,
+    ScanReport,
+    scan_dataset,
+    scan_findings,
+)
 from cfgcheck.findings import CheckResult, Finding, sort_findings
+from cfgcheck.pipeline import Pipeline
+from cfgcheck.schema.run import RunConfig
 
 
 def with_scan_findings(result: CheckResult) -> CheckResult:
@@ -21,7 +31,8 @@ def with_scan_findings(result: CheckResult) -> CheckResult:
                 "warning",
                 ("tokenizer.path",),
                 f"--scan-data was asked for but cannot run: {e}",
-                "set tokenizer.path=<folder with tokenizer.json> (or drop --scan-data)",
+                "set tokenizer.path=<folder with tokenizer.json> (or drop --scan-data); no "
+                "override can name a tokenizer folder cfgcheck does not know",
             )
         ]
     except ScanError as e:
@@ -37,4 +48,48 @@ def with_scan_findings(result: CheckResult) -> CheckResult:
         ]
     else:
         extra = scan_findings(report, run)
+        return CheckResult(
+            sort_findings([*(refine(f, report, run) for f in result.findings), *extra]),
+            config=run,
+        )
     return CheckResult(sort_findings([*result.findings, *extra]), config=run)
+
+
+# Config-level errors that depend on the data: the scan, which measures every sample through
+# the same pipeline description (cfgcheck.pipeline), settles them.
+_LENGTH_RULES = frozenset({"seq-len-over-block-size", "pad-multiple-over-block-size"})
+
+
+def refine(finding: Finding, report: ScanReport, run: RunConfig) -> Finding:
+    """``finding``, downgraded to a warning when the scanned data cannot trigger it: no
+    sample reaches the model longer than model.block_size (length rules), every sample
+    reaches the collator at the same length (``ragged-batch``), or, when only packing needs
+    a pad id, every sample fills whole rows (``pad-token-missing``)."""
+    if finding.severity != "error":
+        return finding
+    only_packing = Pipeline.of(run).pad_uses() == ("packing",)
+    if finding.rule == "pad-token-missing" and only_packing and report.rows_full:
+        return _downgraded(
+            finding,
+            f"every scanned sample is a whole number of {report.max_seq_length}-token rows, "
+            f"so no row is padded; other data would be",
+        )
+    scanned_fits = report.longest_fed <= report.block_size and report.collator != "packed"
+    if finding.rule in _LENGTH_RULES and scanned_fits:
+        return _downgraded(
+            finding,
+            f"the scanned data never reaches it: the longest batch is "
+            f"{report.longest_fed} tokens, within model.block_size={report.block_size}",
+        )
+    if finding.rule == "ragged-batch" and len(report.fed_lengths) == 1:
+        (length,) = report.fed_lengths
+        return _downgraded(
+            finding,
+            f"every scanned sample reaches the collator at {length} tokens, so these "
+            f"batches stack; other data would not",
+        )
+    return finding
+
+
+def _downgraded(finding: Finding, why: str) -> Finding:
+    return replace(finding, severity="warning", message=f"{finding.message} ({why})")

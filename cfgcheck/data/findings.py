@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from cfgcheck.data.scan import ScanReport
-from cfgcheck.findings import Finding
+from cfgcheck.findings import Finding, Fix
+from cfgcheck.pipeline import round_up
+from cfgcheck.rules.sequence import length_fix
 from cfgcheck.schema.run import RunConfig
 
 TRUNCATED_WARN = 0.05  # share of samples cut by truncation that earns a warning
@@ -26,11 +28,7 @@ def findings_from_scan(report: ScanReport, run: RunConfig) -> list[Finding]:
     d = run.data
     block = report.block_size
     if report.over_block_count:
-        fed = (
-            report.longest.length
-            if not d.truncation
-            else min(report.longest.length, d.effective_max_length)
-        )
+        fed = report.longest_fed
         where = f"{report.longest.file}:{report.longest.line}"
         if d.truncation:
             why = f"data.max_length={d.effective_max_length} is above model.block_size={block}"
@@ -50,6 +48,7 @@ def findings_from_scan(report: ScanReport, run: RunConfig) -> list[Finding]:
                 f"set data.truncation=true and data.max_length<={block} (e.g. "
                 f"data.max_length={min(d.max_seq_length, block)}), drop samples over {block} "
                 f"tokens, or use data.collator=packed",
+                fixes=length_fix(run),
             )
         )
     if d.truncation and report.samples:
@@ -57,13 +56,24 @@ def findings_from_scan(report: ScanReport, run: RunConfig) -> list[Finding]:
         share = cut / report.samples
         if share > TRUNCATED_WARN:
             pct = report.percentiles()
-            if pct["p99"] <= block:
+            target = round_up(pct["p99"], d.pad_to_multiple_of)
+            fixes: tuple[Fix, ...] = ()
+            if target <= block:
                 fix = (
-                    f"raise data.max_seq_length to {pct['p99']} (the p99 length; it fits "
+                    f"raise data.max_seq_length to {target} (the p99 length; it fits "
                     f"model.block_size={block})"
                 )
+                fixes = (
+                    Fix(
+                        (f"data.max_seq_length={target}", f"data.max_length={target}"),
+                        "truncate at the p99 length",
+                    ),
+                )
             else:
-                fix = f"use data.collator=packed, or split samples longer than {block} tokens"
+                fix = (
+                    f"use data.collator=packed, or split samples longer than {block} tokens "
+                    f"(no single setting keeps them whole within model.block_size={block})"
+                )
             out.append(
                 Finding(
                     "data-truncated",
@@ -74,6 +84,7 @@ def findings_from_scan(report: ScanReport, run: RunConfig) -> list[Finding]:
                     f"max={pct['max']} tokens): in instruction data the tail is the response "
                     f"the model should learn",
                     fix,
+                    fixes=fixes,
                 )
             )
     configured = report.configured

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
 
 CHUNK = 2048
@@ -72,8 +73,9 @@ def iter_text_chunks(
     render = renderer(data)
     for name in data.paths:
         path = (base or Path.cwd()) / name
-        if not path.is_file():
-            raise DataReadError(f"data file {name} does not exist (resolved to {path.resolve()})")
+        reason = path_problem(path)  # a folder, device, FIFO or broken link: never opened
+        if reason:
+            raise DataReadError(f"data file {shown(name)} {reason} (resolved to {shown(path)})")
         fmt = file_format(path, data.format)
         if fmt == "jsonl":
             yield from _jsonl(path, render, size)
@@ -124,6 +126,8 @@ def _jsonl(path: Path, render: Callable[[Mapping[str, Any]], str], size: int) ->
             record = json.loads(raw)
         except ValueError as e:
             raise DataReadError(f"{path}:{number}: not valid JSON: {e}") from e
+        except RecursionError:  # json's C decoder checks its depth: a clean error, no crash
+            raise DataReadError(f"{path}:{number}: the JSON record nests too deeply") from None
         if not isinstance(record, dict):
             raise DataReadError(f"{path}:{number}: a JSONL record must be an object")
         try:
@@ -155,6 +159,21 @@ def _parquet(
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError on a bad file
         raise DataReadError(f"{path} is not a readable Parquet file: {e}") from e
+    try:
+        yield from _parquet_batches(pf, path, data, render, size)
+    except DataReadError:
+        raise
+    except (
+        Exception
+    ) as e:  # a corrupt page or column chunk surfaces mid-read (ArrowInvalid, OSError)
+        raise DataReadError(
+            f"{path} is not a readable Parquet file: {' '.join(str(e).split())}"
+        ) from e
+
+
+def _parquet_batches(
+    pf: Any, path: Path, data: DataConfig, render: Callable[[Mapping[str, Any]], str], size: int
+) -> Iterator[Chunk]:
     columns = pf.schema_arrow.names
     total = max(pf.metadata.num_rows, 1)
     number = 0

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from cfgcheck.data.records import Chunk, DataReadError, iter_text_chunks
 from cfgcheck.data.stats import Waste, padding_waste, percentile
 from cfgcheck.findings import Finding
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.run import RunConfig
 
 # Progress shows only on a terminal and only for scans at least this big (bytes of data).
@@ -60,6 +61,11 @@ class ScanReport:
     over_block: list[Sample] = field(default_factory=list)  # fed lengths > block_size (<= 5)
     over_block_count: int = 0
     waste: dict[str, Waste] = field(default_factory=dict)
+    # Through cfgcheck.pipeline: the distinct lengths samples reach the collator with (at
+    # most two kept: one means batches stack) and the longest batch length a sample forces.
+    fed_lengths: frozenset[int] = frozenset()
+    longest_fed: int = 0
+    rows_full: bool = False  # packing: every sample fills whole rows, no row is ever padded
 
     @property
     def samples(self) -> int:
@@ -168,7 +174,10 @@ def scan_dataset(
     line (default: stderr when it is a terminal and the data is large). Raises ScanError."""
     tk, where = load_scan_tokenizer(run)
     d, m = run.data, run.model
-    fed_limit = d.effective_max_length if d.truncation else None
+    pipe = Pipeline.of(run)
+    fed_lengths: set[int] = set()  # what each sample reaches the collator with
+    longest_fed = 0  # the longest batch length a sample forces (pad_to_multiple_of included)
+    rows_full = True  # every sample's real tokens fill whole packed rows
     lengths: array[int] = array("l")
     longest = Sample("", 0, -1)
     over: list[Sample] = []
@@ -188,10 +197,15 @@ def scan_dataset(
             if top > longest.length:
                 i = n.index(top)
                 longest = Sample(shown(c.file), c.lines[i] if c.lines else c.first + i, top)
-            fed_top = top if fed_limit is None else min(top, fed_limit)
+            if len(fed_lengths) < 2:
+                fed_lengths.update(pipe.sample_length(k) for k in n)
+            if rows_full:
+                rows_full = all(pipe.truncated(k) % d.max_seq_length == 0 for k in n)
+            fed_top = pipe.model_length(top)
+            longest_fed = max(longest_fed, fed_top)
             if fed_top > m.block_size and d.collator != "packed":
                 for i, k in enumerate(n):
-                    fed = k if fed_limit is None else min(k, fed_limit)
+                    fed = pipe.model_length(k)
                     if fed > m.block_size:
                         over_count += 1
                         if len(over) < 5:
@@ -225,6 +239,9 @@ def scan_dataset(
         seconds=time.perf_counter() - started,
         over_block=over,
         over_block_count=over_count,
+        fed_lengths=frozenset(fed_lengths),
+        longest_fed=longest_fed,
+        rows_full=rows_full,
     )
     report.waste = padding_waste(
         lengths,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from cfgcheck.compose import (
     DEFAULT_CONFIG_DIR,
     DEFAULT_CONFIG_NAME,
+    INPUT_ERRORS,
     compose_errors,
     hydra_session,
     one_line,
@@ -141,12 +142,50 @@ def plan_sweep(
     arguments = [f"{k}={v}" for k, v in params.items()]
     arguments += cast(list[str], OmegaConf.to_container(master.hydra.overrides.task))
     parser = OverridesParser.create(config_loader=hydra_app.config_loader)
-    batches = BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)
+    parsed = parser.parse_overrides(arguments)
+    _bound_points(parsed)  # before BasicSweeper expands the product in memory
+    batches = BasicSweeper.split_arguments(parsed, None)
     hydra_overrides = cast(list[str], OmegaConf.to_container(master.hydra.overrides.hydra))
     # Points keep the user's spelling (trainer.lora.rank=8, not ++trainer.lora.rank=8): the
     # checker rewrites them again when it composes, with the same meaning.
     points = [tuple(user_spelling(p)) for p in batches[0]]
     return SweepPlan(points, tuple(hydra_overrides))
+
+
+MAX_SWEEP_POINTS = 100_000
+
+
+def sweep_size(override: Override) -> int:
+    """How many values one sweep override expands to, computed without expanding it.
+    Raises :class:`ConfigLoadError` on a range that never ends (step 0, infinite bounds)."""
+    import math
+
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        return len(value.list)
+    if isinstance(value, RangeSweep):
+        start, stop, step = value.start, value.stop, value.step
+        if not all(isinstance(n, int | float) and math.isfinite(n) for n in (start, stop, step)):
+            raise ConfigLoadError(f"{override.input_line}: range() bounds must be finite numbers")
+        if step == 0:
+            raise ConfigLoadError(f"{override.input_line}: range() step must not be zero")
+        count = (cast(float, stop) - cast(float, start)) / cast(float, step)
+        return max(0, math.ceil(count)) if count < MAX_SWEEP_POINTS + 1 else MAX_SWEEP_POINTS + 1
+    return 1
+
+
+def _bound_points(overrides: Sequence[Override]) -> None:
+    total = 1
+    for o in overrides:
+        if o.is_sweep_override():
+            total *= max(sweep_size(o), 1)
+            if total > MAX_SWEEP_POINTS:
+                raise ConfigLoadError(
+                    f"the sweep has more than {MAX_SWEEP_POINTS} points; split it into smaller "
+                    f"sweeps"
+                )
 
 
 class SweepChecker:
@@ -188,7 +227,7 @@ class SweepChecker:
         cfg = pickle.loads(base)
         try:
             ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-        except compose_errors() as e:
+        except compose_errors(*INPUT_ERRORS) as e:
             return PointVerdict(point, error=override_error(e))
         return self._validate(point, cfg)
 
@@ -212,7 +251,7 @@ class SweepChecker:
 
             try:
                 override = self._parser.parse_override(plain_overrides([text])[0])
-            except compose_errors() as e:
+            except compose_errors(*INPUT_ERRORS) as e:
                 raise ConfigLoadError(one_line(e)) from e
             self._parsed[text] = (override, self._compose_level(override))
         return self._parsed[text]
@@ -246,7 +285,7 @@ class SweepChecker:
                 from_shell=False,
                 with_log_configuration=False,
             )
-        except compose_errors() as e:
+        except compose_errors(*INPUT_ERRORS) as e:
             return override_error(e)
         with open_dict(cfg):
             del cfg["hydra"]
@@ -266,12 +305,17 @@ def check_sweep(
     """
     from hydra.core.global_hydra import GlobalHydra
 
+    from cfgcheck.compose import screen_overrides
+
+    screen_overrides(overrides)
     with hydra_session(config_dir, config_name) as name:
         hydra_app = GlobalHydra.instance().hydra
         assert hydra_app is not None  # set by hydra_session's initialize_config_dir
         try:
             plan = plan_sweep(hydra_app, name, overrides)
-        except compose_errors() as e:
+        except ConfigLoadError:
+            raise
+        except compose_errors(*INPUT_ERRORS) as e:
             raise ConfigLoadError(override_error(e)) from e
         if plan is None:
             raise ConfigLoadError(

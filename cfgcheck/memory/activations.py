@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cfgcheck.memory.params import block_linears, canonical_target
+from cfgcheck.memory.params import adapted_modules, block_linears
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
@@ -67,7 +67,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     h, a, kv, d, inter = m.n_embd, m.n_head, m.kv_heads, m.head_dim, m.mlp_width
     full = t.finetuning == "full"
     quantized = t.quantization in QUANTIZED and not full
-    adapted = set() if full else {canonical_target(x) for x in t.lora.targets}
+    adapted = frozenset() if full else adapted_modules(m, t.lora.targets, t.framework).names
     rank = t.lora.rank or 0
     dropout = t.lora.dropout > 0
     sizes = {"attn_in": h, "attn_out": a * d, "mlp_in": h, "mlp_act": inter}
@@ -107,9 +107,7 @@ def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     """Per-token bytes kept around the lm_head: the final norm and, when the lm_head trains,
     its input."""
     p = act_bytes(t)
-    trained_head = t.finetuning == "full" or "lm_head" in {
-        canonical_target(x) for x in t.lora.targets
-    }
+    trained_head = t.finetuning == "full" or adapted_modules(m, t.lora.targets, t.framework).lm_head
     return _norm_bytes(m, p, t.finetuning == "full") + (p * m.n_embd if trained_head else 0)
 
 

@@ -20,8 +20,9 @@ from typing import Any
 from cfgcheck.memory import activations as act
 from cfgcheck.memory import sharding, weights
 from cfgcheck.memory.params import ParamCount, count_params
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
-from cfgcheck.schema.model import ModelConfig, find_multiple
+from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
 GIB = 1024**3
@@ -103,15 +104,16 @@ class MemoryEstimate:
 
 
 def sequence_length(d: DataConfig) -> int:
-    """Worst-case tokens per sample: ``max_seq_length`` rounded up to ``pad_to_multiple_of``."""
-    return find_multiple(d.max_seq_length, d.pad_to_multiple_of or 1)
+    """Worst-case tokens per sample, as the pipeline feeds them (:mod:`cfgcheck.pipeline`):
+    packed rows are ``max_seq_length``; otherwise the tokenizer's ``max_length`` (which may
+    be above ``max_seq_length``) rounded up to ``pad_to_multiple_of``."""
+    # memory_length() reads only the data section; the trainer is a placeholder
+    return Pipeline.from_sections(d, TrainerConfig(micro_batch_size=1)).memory_length()
 
 
 def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
     """Whether batches carry padding (so transformers hands sdpa an attention mask)."""
-    if d.collator == "packed":
-        return False
-    return d.padding == "max_length" or t.micro_batch_size > 1
+    return Pipeline.from_sections(d, t).carries_padding
 
 
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:

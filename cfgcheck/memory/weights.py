@@ -25,7 +25,7 @@ def master_bytes(t: TrainerConfig) -> int:
 def trainable_params(m: ModelConfig, t: TrainerConfig) -> int:
     if t.finetuning == "full":
         return count_params(m).total
-    return lora_params(m, t.lora.rank or 0, t.lora.targets)
+    return lora_params(m, t.lora.rank or 0, t.lora.targets, t.framework)
 
 
 def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:

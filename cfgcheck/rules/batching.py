@@ -5,59 +5,74 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from cfgcheck.findings import Fix
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
 from cfgcheck.schema.trainer import TrainerConfig
+from cfgcheck.tokenizer import tokenizer_facts
 
 _RAGGED_ERRORS = (
     '"ValueError: expected sequence of length 4096 at dim 1 (got 3999)" when tensors are '
     'built from the tokenized lists, "RuntimeError: each element in list of batch should be '
     "of equal size\" in torch's default_collate"
 )
-_RAGGED_FIX = (
-    "set data.collator=padded (pads each batch to its longest sample, labels with "
-    "data.ignore_index), or data.padding=max_length with data.truncation=true"
-)
 
 
-@rule("ragged-batch", requires=("data", "trainer"))
+def _ragged_fixes(cfg: RunConfig) -> tuple[Fix, ...]:
+    """Each complete on its own: a pad token is added where the fix pads and none exists."""
+    from cfgcheck.rules.tokens import pad_fix, usable_pad
+
+    d = cfg.data
+    facts = tokenizer_facts(cfg.tokenizer)
+    pad: tuple[str, ...] = ()
+    if not usable_pad(facts):
+        found = pad_fix(cfg, cfg.model.rows)
+        if found is None:
+            return ()
+        pad = found
+    out = [Fix(("data.collator=padded", *pad), "pad each batch to its longest sample")]
+    if d.pad_to_multiple_of is None or d.effective_max_length % d.pad_to_multiple_of == 0:
+        out.append(
+            Fix(
+                ("data.padding=max_length", "data.truncation=true", *pad),
+                f"pad every sample to data.max_length={d.effective_max_length}",
+            )
+        )
+    return tuple(out)
+
+
+@rule("ragged-batch", requires=("model", "tokenizer", "data", "trainer"))
 def ragged_batch(cfg: RunConfig) -> Iterator[Problem]:
     """Samples of different lengths reach default_collate with micro_batch_size > 1."""
     d, t = cfg.data, cfg.trainer
-    if t.micro_batch_size == 1 or d.collator != "default":
+    pipe = Pipeline.of(cfg)
+    if not pipe.may_be_ragged:
         return
     mbs = t.micro_batch_size
     if d.padding != "max_length":
-        yield Problem(
-            "error",
-            ("data.padding", "data.collator", "trainer.micro_batch_size"),
-            f"data.padding={d.padding} leaves samples of different lengths (padding=True / "
-            f"'longest' pads only to the longest sample of each tokenizer call, not to "
-            f"max_length) and data.collator=default stacks them as they are, with "
-            f"trainer.micro_batch_size={mbs}: the first batch fails with {_RAGGED_ERRORS}",
-            _RAGGED_FIX,
+        why = (
+            f"data.padding={d.padding} leaves samples at their own lengths (each sample is its "
+            f"own tokenizer call: 'longest' pads it only to itself"
+            + (f", rounded up to {d.pad_to_multiple_of}" if d.pad_to_multiple_of else "")
+            + ")"
         )
-        return
-    if not d.truncation:
-        yield Problem(
-            "error",
-            ("data.truncation", "data.padding", "trainer.micro_batch_size"),
+        paths: tuple[str, ...] = ("data.padding", "data.collator", "trainer.micro_batch_size")
+    else:
+        why = (
             f"data.padding=max_length with data.truncation=false leaves every sample longer "
-            f"than {d.effective_max_length} tokens at its own length, and "
-            f"data.collator=default with trainer.micro_batch_size={mbs} cannot stack them: "
-            f"{_RAGGED_ERRORS}",
-            "set data.truncation=true, or data.collator=padded",
+            f"than {d.effective_max_length} tokens at its own length"
         )
-    if d.effective_max_length > d.max_seq_length:
-        yield Problem(
-            "error",
-            ("data.max_length", "data.max_seq_length"),
-            f"data.max_length={d.effective_max_length} is above data.max_seq_length="
-            f"{d.max_seq_length}: samples padded to {d.effective_max_length} are cut to "
-            f"{d.max_seq_length} only when they are longer, so lengths differ within a batch",
-            f"remove data.max_length (it defaults to data.max_seq_length) or set "
-            f"data.max_length<={d.max_seq_length}",
-        )
+        paths = ("data.truncation", "data.padding", "data.collator", "trainer.micro_batch_size")
+    yield Problem(
+        "error",
+        paths,
+        f"{why}, and data.collator=default stacks them as they are, with "
+        f"trainer.micro_batch_size={mbs}: the first batch of unequal samples fails with "
+        f"{_RAGGED_ERRORS}",
+        "set data.collator=padded (pads each batch to its longest sample), or "
+        "data.padding=max_length with data.truncation=true",
+        _ragged_fixes(cfg),
+    )
 
 
 def keep_global_batch(t: TrainerConfig, devices: int, num_nodes: int) -> tuple[str, ...] | None:

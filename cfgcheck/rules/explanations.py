@@ -15,6 +15,7 @@ DOC_FILE = "docs/rules.md"
 
 # Findings emitted outside the rule registry.
 SCHEMA_IDS = ("unknown-key", "missing-key", "invalid-value")
+EXPANSION_IDS = ("pretrained-shape-mismatch",)  # cfgcheck.models.expand
 SCAN_IDS = (
     "data-longer-than-block-size",
     "data-truncated",
@@ -60,6 +61,26 @@ EXPLANATIONS: dict[str, Explanation] = {
         "is invalid`), or a string compares wrongly and a code path is silently skipped.",
         "Write the value as the schema's type, one of the allowed choices (the fix names the "
         "closest), or its default.",
+    ),
+    "pretrained-shape-mismatch": E(
+        "error / warning",
+        "A shape key written in the config agrees with the model folder named by "
+        "`model.pretrained` (its `config.json` or `model_config.yaml`).",
+        "A model built with the config's shape cannot load the checkpoint: `RuntimeError: "
+        "Error(s) in loading state_dict ... size mismatch for ...`; a longer `block_size` than "
+        "the folder's runs on untrained positions (GPT-2: `IndexError`).",
+        "Remove the key from the config (the folder decides it), or point `model.pretrained` "
+        "at the checkpoint whose shape you mean.",
+    ),
+    "max-length-over-max-seq-length": E(
+        "warning",
+        "The tokenizer does not truncate above `data.max_seq_length` (`data.max_length` "
+        "larger than it).",
+        "Sequences longer than planned reach the model: everything sized by "
+        "`data.max_seq_length` (the memory estimate, position limits) is too small, and a "
+        "long batch fails with `CUDA out of memory`.",
+        "Set `data.max_length` at most `data.max_seq_length`, or raise `data.max_seq_length` "
+        "to the length really fed.",
     ),
     "seq-len-over-block-size": E(
         "error",
@@ -307,7 +328,7 @@ def emitted_ids() -> list[str]:
     """Every finding id cfgcheck can emit: schema findings, registered rules, scan findings."""
     from cfgcheck.rules import all_rules
 
-    return [*SCHEMA_IDS, *(r.id for r in all_rules()), *SCAN_IDS]
+    return [*SCHEMA_IDS, *EXPANSION_IDS, *(r.id for r in all_rules()), *SCAN_IDS]
 
 
 def missing_ids() -> list[str]:

@@ -1,12 +1,40 @@
-"""Model embedding rows against the tokenizer vocabulary."""
+"""Model embedding rows against the tokenizer vocabulary.
+
+Two facts, kept apart: the embedding **rows** (``model.padded_vocab_size``; a Hugging Face
+config.json's ``vocab_size``) and the **tokenizer length** ``len(tokenizer)``. A token id at or
+above the rows is the real crash (``nn.Embedding`` raises ``IndexError: index out of range in
+self`` on CPU, a device-side assert on CUDA); a larger embedding than the tokenizer is fine
+(Qwen2.5: 151,936 rows, 151,665 tokens). Whether a *smaller or other* tokenizer is a mistake
+depends on what is known about the weights (issue 10, false alarm 4):
+
+* the checkpoint folder of ``model.pretrained`` holds its own tokenizer: a configured tokenizer
+  whose ids differ from it provably is another tokenizer (error);
+* ``model.vocab_size`` (LitGPT's convention: ``len(tokenizer)`` the model was trained for) is
+  declared and weights are loaded (``model.pretrained``, or LoRA / QLoRA, which need a base
+  checkpoint): a tokenizer with fewer tokens is another tokenizer (error);
+* nothing says weights are loaded (full training, maybe from scratch): unused rows are harmless,
+  so a tokenizer smaller than the declared vocabulary is only a warning;
+* a tokenizer with more tokens than the trained vocabulary that still fits the rows is noted
+  (info): the extra tokens' rows were never trained, and LoRA does not train them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
+from cfgcheck.findings import Fix
+from cfgcheck.models.files import ModelFolderError
+from cfgcheck.models.resolve import ModelSource, resolve_pretrained
 from cfgcheck.rules._registry import Problem, rule
+from cfgcheck.schema.model import ModelConfig, find_multiple
 from cfgcheck.schema.run import RunConfig
-from cfgcheck.tokenizer import tokenizer_facts
+from cfgcheck.tokenizer import (
+    TokenizerFacts,
+    TokenizerFileError,
+    resolve_tokenizer,
+    tokenizer_facts,
+)
 
 _CRASH = (
     'ids at or above the embedding rows crash the first batch that holds one: "IndexError: '
@@ -16,35 +44,176 @@ _CRASH = (
 
 @rule("vocab-mismatch", requires=("model", "tokenizer"))
 def vocab_mismatch(cfg: RunConfig) -> Iterator[Problem]:
-    """The tokenizer must fit the model's embedding rows and match the vocab it was built for."""
+    """Token ids must stay below the embedding rows; a checkpoint needs the tokenizer it was
+    trained with."""
     m = cfg.model
-    if m.rows < m.vocab_size:
+    if m.vocab_size is not None and m.rows < m.vocab_size:
         yield Problem(
             "error",
             ("model.padded_vocab_size", "model.vocab_size"),
             f"model.padded_vocab_size={m.rows} is below model.vocab_size={m.vocab_size}: "
             f"the embedding has fewer rows than the vocabulary; {_CRASH}",
-            f"remove model.padded_vocab_size to derive it, or set it >= {m.vocab_size}",
+            f"set model.padded_vocab_size={m.vocab_size} (or remove it to derive it)",
+            fixes=(
+                Fix(
+                    (f"model.padded_vocab_size={m.vocab_size}",),
+                    "give the embedding a row for every token",
+                ),
+            ),
         )
     facts = tokenizer_facts(cfg.tokenizer)
     if facts.size is None:
         return
-    size, where, src = facts.size, facts.size_source, facts.size_path
-    if size > m.rows:
-        yield Problem(
+    source = _source(m)
+    top = max(facts.size - 1, facts.max_id if facts.max_id is not None else -1)
+    if top >= m.rows:
+        yield _too_few_rows(m, facts, top + 1, source)
+        return
+    if source is not None and source.tokenizer is not None:
+        problem = _against_own_tokenizer(cfg, facts, source)
+        if problem is not None:
+            yield problem
+            return
+    if m.vocab_size is not None and facts.size != m.vocab_size:
+        yield _against_trained_size(cfg, facts, m.vocab_size, source)
+
+
+def _source(m: ModelConfig) -> ModelSource | None:
+    if m.pretrained is None:
+        return None
+    try:
+        return resolve_pretrained(m.pretrained)
+    except ModelFolderError:
+        return None  # validate() reports it before any rule runs
+
+
+def _loads_weights(cfg: RunConfig) -> str | None:
+    """Why the run is known to start from trained weights, or ``None``."""
+    if cfg.model.pretrained is not None:
+        return f"model.pretrained={cfg.model.pretrained} is loaded"
+    trainer = getattr(cfg, "trainer", None)
+    if trainer is not None and trainer.finetuning in ("lora", "qlora"):
+        return f"trainer.finetuning={trainer.finetuning} adapts a trained base model"
+    return None
+
+
+def _too_few_rows(
+    m: ModelConfig, facts: TokenizerFacts, needed: int, source: ModelSource | None
+) -> Problem:
+    size, where = facts.size, facts.size_source
+    ids = f"the tokenizer has {size} tokens ({where})"
+    if needed > (size or 0):
+        ids += f", ids up to {needed - 1}"
+    message = (
+        f"{ids} but model {m.name} has only {m.rows} embedding rows "
+        f"(model.padded_vocab_size): {_CRASH}"
+    )
+    if source is not None:
+        return Problem(
             "error",
-            (src, "model.padded_vocab_size"),
-            f"the tokenizer has {size} tokens ({where}) but model {m.name} has only "
-            f"{m.rows} embedding rows (model.padded_vocab_size): {_CRASH}",
-            f"use the tokenizer the model was trained with, or set model.vocab_size={size} "
-            f"(and resize the embeddings when starting from a checkpoint)",
+            (facts.size_path, "model.padded_vocab_size"),
+            message,
+            f"resize the checkpoint's embedding to the tokenizer before training "
+            f"(transformers: model.resize_token_embeddings({needed}); LitGPT: a larger "
+            f"padded_vocab_size) and declare it with model.padded_vocab_size={needed}, or "
+            f"use the tokenizer {source.ref} was trained with",
+            fixes=(
+                Fix(
+                    (f"model.padded_vocab_size={needed}",),
+                    "the embedding is resized to the tokenizer (resize_token_embeddings)",
+                ),
+            ),
         )
-    elif size != m.vocab_size:
-        yield Problem(
+    overrides = [f"model.vocab_size={needed}"]
+    if "padded_vocab_size" in m.model_fields_set:
+        rows = find_multiple(needed, m.padding_multiple or 1)
+        overrides.append(f"model.padded_vocab_size={rows}")
+    return Problem(
+        "error",
+        (facts.size_path, "model.padded_vocab_size"),
+        message,
+        f"use the tokenizer the model was trained with, or set {' '.join(overrides)} "
+        f"(and resize the embeddings when starting from a checkpoint)",
+        fixes=(Fix(tuple(overrides), "build the embedding for this tokenizer"),),
+    )
+
+
+def _against_own_tokenizer(
+    cfg: RunConfig, facts: TokenizerFacts, source: ModelSource
+) -> Problem | None:
+    """The configured tokenizer against the one stored with the checkpoint."""
+    own_path = source.tokenizer
+    if facts.path is None or not facts.resolved or own_path is None:
+        return None
+    try:
+        own = resolve_tokenizer(own_path)
+        used = resolve_tokenizer(facts.path)
+    except TokenizerFileError:
+        return None
+    if Path(used.path).resolve() == Path(own.path).resolve():
+        return None
+    moved = [(t, i, used.vocab.get(t)) for t, i in own.vocab.items() if used.vocab.get(t) != i]
+    if not moved:
+        return None  # the same ids, maybe with tokens added after training: see the size rules
+    token, was, now = min(moved, key=lambda x: x[1])
+    now_text = f"id {now}" if now is not None else "no id"
+    return Problem(
+        "error",
+        ("tokenizer.path", "model.pretrained"),
+        f"tokenizer.path={facts.path} is not the tokenizer {source.ref} was trained with "
+        f"(its own, in {own_path}): {len(moved)} of its {len(own.vocab)} tokens have other "
+        f"ids (e.g. {token!r}: id {was} in training, {now_text} here), so ids map to the "
+        f"wrong embeddings",
+        f"set tokenizer.path={own_path} (the checkpoint's own tokenizer)",
+        fixes=(Fix((f"tokenizer.path={own_path}",), "use the checkpoint's own tokenizer"),),
+    )
+
+
+def _against_trained_size(
+    cfg: RunConfig, facts: TokenizerFacts, trained: int, source: ModelSource | None
+) -> Problem:
+    """The tokenizer length against ``model.vocab_size`` (fits the rows: no crash)."""
+    size = facts.size or 0
+    loads = _loads_weights(cfg)
+    paths = (facts.size_path, "model.vocab_size")
+    head = f"the tokenizer has {size} tokens ({facts.size_source}) but model.vocab_size={trained}"
+    if size > trained:
+        return Problem(
+            "info",
+            paths,
+            f"{head}: the {size - trained} tokens past the trained vocabulary use embedding rows "
+            f"{trained}..{size - 1}, which exist (model.padded_vocab_size={cfg.model.rows}) but "
+            f"were never trained unless they are the checkpoint's own special tokens; LoRA "
+            f"does not train them",
+            f"train the new rows (full fine-tuning, or the embeddings as trainable modules) if "
+            f"the tokens are new; set model.vocab_size={size} if the model is built for them",
+        )
+    from_folder = source is not None and source.trained_vocab_declared
+    fixes: tuple[Fix, ...] = ()
+    if source is not None and source.tokenizer is not None:
+        fixes = (Fix((f"tokenizer.path={source.tokenizer}",), "use the checkpoint's tokenizer"),)
+    elif not from_folder:
+        fixes = (
+            Fix((f"model.vocab_size={size}",), "build the model for this tokenizer (from scratch)"),
+        )
+    if loads is not None:
+        where = f"model.pretrained={source.ref}" if from_folder and source else "model.vocab_size"
+        return Problem(
             "error",
-            (src, "model.vocab_size"),
-            f"the tokenizer has {size} tokens ({where}) but model.vocab_size={m.vocab_size}: "
-            f"the model was built for another tokenizer, so ids map to the wrong embeddings",
-            f"set model.vocab_size={size} for a model trained from scratch, or use the "
-            f"tokenizer {m.name} was trained with",
+            paths,
+            f"{head} ({where}): {loads}, trained with a {trained}-token vocabulary, so this "
+            f"{size}-token tokenizer is another one and its ids map to the wrong embeddings",
+            "use the tokenizer the checkpoint was trained with"
+            + ("" if fixes else " (no config change makes this tokenizer fit the checkpoint)"),
+            fixes=fixes,
         )
+    return Problem(
+        "warning",
+        paths,
+        f"{head}: harmless for a model trained from scratch ({trained - size} embedding rows "
+        f"stay unused), but a checkpoint trained with {trained} tokens would map this "
+        f"tokenizer's ids to the wrong embeddings",
+        f"set model.vocab_size={size} when training from scratch; use the checkpoint's own "
+        f"tokenizer when loading one",
+        fixes=fixes,
+    )

@@ -5,9 +5,15 @@
 * ``"padded"``: :class:`PaddedCollator` pads ``input_ids`` with the pad id, ``labels`` with
   ``data.ignore_index``, builds ``attention_mask``, on ``tokenizer.padding_side``; pads to the
   longest sample of the batch (to ``data.max_length`` when ``data.padding=max_length``),
-  rounded up to ``data.pad_to_multiple_of``, never past ``data.max_seq_length``.
+  rounded up to ``data.pad_to_multiple_of``, as transformers' ``DataCollatorWithPadding``
+  does. Samples are cut at the tokenizer's ``max_length`` when ``data.truncation`` is on (a
+  no-op on the tokenizer's output); without truncation a sample longer than
+  ``model.block_size`` raises :class:`SequenceTooLongError`.
 * ``"packed"``: :class:`PackedCollator` concatenates the batch's samples into rows of exactly
   ``data.max_seq_length`` tokens, with ``position_ids`` restarting at every sample.
+
+What each collator feeds the model, and where it needs a pad id, is
+:class:`cfgcheck.pipeline.Pipeline`: the rules check the same description.
 * ``"default"``: torch's ``default_collate`` (needs samples of equal length).
 
 A sample is a mapping with ``input_ids`` (a list of ints or a 1-D tensor) and optionally
@@ -24,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cfgcheck.pipeline import Pipeline, round_up
 from cfgcheck.runtime._config import Validated, facts_of, run_config
 from cfgcheck.runtime._torch import default_collate, require_torch
 from cfgcheck.runtime.errors import (
@@ -31,8 +38,6 @@ from cfgcheck.runtime.errors import (
     SequenceTooLongError,
     TokenizerMismatchError,
 )
-from cfgcheck.schema.model import find_multiple
-from cfgcheck.schema.run import RunConfig
 
 CollateFn = Callable[[Sequence[Any]], Any]
 
@@ -82,9 +87,9 @@ def _fit(sample: _Sample, max_seq_length: int, truncation: bool) -> _Sample:
         return sample
     if not truncation:
         raise SequenceTooLongError(
-            f"a sample has {len(sample.ids)} tokens, above data.max_seq_length="
-            f"{max_seq_length}, and data.truncation=false: set data.truncation=true or "
-            f"filter the dataset to samples of at most {max_seq_length} tokens"
+            f"a sample has {len(sample.ids)} tokens, above the {max_seq_length} the model "
+            f"can attend to, and data.truncation=false: set data.truncation=true or filter "
+            f"the dataset to samples of at most {max_seq_length} tokens"
         )
     return _Sample(sample.ids[:max_seq_length], sample.labels[:max_seq_length])
 
@@ -104,7 +109,7 @@ class PaddedCollator:
 
     pad_token_id: int | None
     ignore_index: int
-    max_seq_length: int
+    max_seq_length: int  # samples are cut here (truncation) or refused beyond it
     truncation: bool = True
     padding_side: Literal["right", "left"] = "right"
     pad_to_multiple_of: int | None = None
@@ -112,10 +117,7 @@ class PaddedCollator:
 
     def target_length(self, longest: int) -> int:
         """Padded length of a batch whose longest (fitted) sample has ``longest`` tokens."""
-        target = max(longest, self.fixed_length or 0)
-        if self.pad_to_multiple_of is not None:
-            target = find_multiple(target, self.pad_to_multiple_of)
-        return min(target, self.max_seq_length)
+        return round_up(max(longest, self.fixed_length or 0), self.pad_to_multiple_of)
 
     def __call__(self, batch: Sequence[Any]) -> dict[str, Any]:
         torch = require_torch()
@@ -147,8 +149,8 @@ class PaddedCollator:
 class PackedCollator:
     """Packs a batch's samples into rows of exactly ``max_seq_length`` tokens.
 
-    * Samples (tokenizer padding removed, each truncated to ``max_seq_length``) are
-      concatenated in order and cut into rows; a sample may continue on the next row. Add
+    * Samples (tokenizer padding removed) are concatenated in order and cut into rows; a
+      sample may continue on the next row (the tokenizer already truncated it). Add
       EOS at the end of each sample when tokenizing if the model should learn boundaries.
     * ``labels``: the sample's labels, except its first token, which is ``ignore_index``:
       predicting it from the previous sample's last token would teach a cross-sample
@@ -169,7 +171,7 @@ class PackedCollator:
     pad_token_id: int | None
     ignore_index: int
     max_seq_length: int
-    truncation: bool = True
+    truncation: bool = True  # kept for callers; packing never cuts a sample
 
     def __call__(self, batch: Sequence[Any]) -> dict[str, Any]:
         torch = require_torch()
@@ -177,7 +179,7 @@ class PackedCollator:
         labels: list[int] = []
         positions: list[int] = []
         for raw in batch:
-            s = _fit(_read(raw), self.max_seq_length, self.truncation)
+            s = _read(raw)
             if not s.ids:
                 continue
             ids += s.ids
@@ -209,39 +211,31 @@ def resolve_pad_token_id(config: Validated, pad_token_id: int | None = None) -> 
     return pad_token_id if pad_token_id is not None else declared
 
 
-def _config_pads(cfg: RunConfig) -> bool:
-    d = cfg.data
-    return (
-        d.padding != "do_not_pad"
-        or d.pad_to_multiple_of is not None
-        or (d.collator == "padded" and cfg.trainer.micro_batch_size > 1)
-    )
-
-
 def make_collate_fn(config: Validated, *, pad_token_id: int | None = None) -> CollateFn:
     """The collate function of ``data.collator``, configured from the validated config.
 
-    ``pad_token_id`` defaults to the config's tokenizer facts. For ``collator=padded``, a
-    missing pad id raises :class:`PadTokenMissingError` right here when the config pads
-    (``data.padding`` is not ``do_not_pad``, ``data.pad_to_multiple_of`` is set, or
-    ``trainer.micro_batch_size`` > 1), else at the first batch that needs padding;
-    ``collator=packed`` needs it only for a last row that is not full.
+    ``pad_token_id`` defaults to the config's tokenizer facts. A missing pad id raises
+    :class:`PadTokenMissingError` right here when :meth:`Pipeline.collator_pads` says the
+    collator needs one (``packed``: always, for the last row; ``padded``: always with
+    ``trainer.framework=hf``, whose collators call ``tokenizer.pad``; else when lengths can
+    differ or are rounded), else at the first batch that needs padding.
     """
     cfg = run_config(config)
     d = cfg.data
+    pipe = Pipeline.of(cfg)
     if d.collator == "default":
         return default_collate()  # type: ignore[no-any-return]
     require_torch()
     pad_id = resolve_pad_token_id(cfg, pad_token_id)
+    if pad_id is None and pipe.collator_pads:
+        raise _missing_pad(d.collator)
     if d.collator == "packed":
         return PackedCollator(pad_id, d.ignore_index, d.max_seq_length, d.truncation)
-    if pad_id is None and _config_pads(cfg):
-        raise _missing_pad("padded")
-    fixed = min(d.effective_max_length, d.max_seq_length) if d.padding == "max_length" else None
+    fixed = d.effective_max_length if d.padding == "max_length" else None
     return PaddedCollator(
         pad_token_id=pad_id,
         ignore_index=d.ignore_index,
-        max_seq_length=d.max_seq_length,
+        max_seq_length=d.effective_max_length if d.truncation else cfg.model.block_size,
         truncation=d.truncation,
         padding_side=cfg.tokenizer.padding_side,
         pad_to_multiple_of=d.pad_to_multiple_of,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.runtime._config import Validated, facts_of, run_config
 from cfgcheck.runtime.errors import TokenizerMismatchError
 
@@ -24,13 +25,6 @@ class TokenizerKwargs(TypedDict):
     pad_to_multiple_of: int | None
 
 
-_PADDING: dict[str, PaddingArg] = {
-    "max_length": "max_length",
-    "longest": "longest",  # what padding=True means
-    "do_not_pad": False,
-}
-
-
 def tokenizer_kwargs(config: Validated) -> TokenizerKwargs:
     """``padding``, ``truncation``, ``max_length`` and ``pad_to_multiple_of`` from ``data``.
 
@@ -38,13 +32,13 @@ def tokenizer_kwargs(config: Validated) -> TokenizerKwargs:
     ``data.max_seq_length``). The padding side is not a call argument here: set it once
     with :func:`configure_tokenizer` (or pass ``padding_side=padding_side(cfg)``).
     """
-    data = run_config(config).data
-    return {
-        "padding": _PADDING[data.padding],
-        "truncation": data.truncation,
-        "max_length": data.effective_max_length,
-        "pad_to_multiple_of": data.pad_to_multiple_of,
-    }
+    kwargs = Pipeline.of(run_config(config)).tokenizer_kwargs()
+    return TokenizerKwargs(
+        padding=kwargs["padding"],  # type: ignore[typeddict-item]
+        truncation=bool(kwargs["truncation"]),
+        max_length=int(kwargs["max_length"] or 0),
+        pad_to_multiple_of=kwargs["pad_to_multiple_of"],  # type: ignore[typeddict-item]
+    )
 
 
 def padding_side(config: Validated) -> Literal["right", "left"]:

@@ -27,11 +27,21 @@ def find_multiple(n: int, k: int) -> int:
 
 
 class ModelConfig(Section):
+    pretrained: str | None = Field(
+        None,
+        description="A model folder (Hugging Face config.json or LitGPT model_config.yaml), a "
+        "Hub id in the local Hugging Face cache, or a preset's name or Hub id: the shape is "
+        "read from it (see cfgcheck.models). Nothing is downloaded.",
+    )
     name: str = Field(description="Model name, e.g. tinyllama-1.1b.")
     source: str | None = Field(None, description="Where the shape was taken from (URL).")
     block_size: int = Field(gt=0, description="Longest sequence the model can attend to.")
-    vocab_size: int = Field(
-        gt=0, description="Size of the tokenizer vocabulary the model was built for."
+    vocab_size: int | None = Field(
+        None,
+        gt=0,
+        description="len(tokenizer) the model was built and trained for (LitGPT's vocab_size). "
+        "Unknown (null) for a Hugging Face model folder, whose config.json vocab_size is the "
+        "embedding rows (padded_vocab_size). One of the two is required.",
     )
     padding_multiple: int | None = Field(
         None, gt=0, description="Round the embedding rows up to a multiple of this."
@@ -65,32 +75,66 @@ class ModelConfig(Section):
         "qwen3, gemma, gemma2, phi, phi3, gpt2, ...): decides the module names LoRA targets "
         "and which transformers class builds it. None: inferred from the layout.",
     )
-    norm_qk: bool = Field(False, description="RMSNorm on each query and key head (Qwen3).")
+    norm_qk: bool = Field(
+        False,
+        description="A norm (of model.norm's kind) over each query and key head, head_size "
+        "wide, before RoPE (Qwen3's q_norm / k_norm).",
+    )
     post_attention_norm: bool = Field(
-        False, description="A norm on the attention output before the residual add (Gemma 2)."
+        False,
+        description="A norm on the attention output before the residual add, besides the "
+        "input norm (Gemma 2's post_attention_layernorm).",
     )
     post_mlp_norm: bool = Field(
-        False, description="A norm on the MLP output before the residual add (Gemma 2)."
+        False,
+        description="A norm on the MLP output before the residual add, besides the MLP input "
+        "norm (Gemma 2's post_feedforward_layernorm).",
     )
     sliding_window_size: int | None = Field(
-        None, gt=0, description="Local attention window in tokens (Mistral v0.1, Gemma 2)."
+        None,
+        gt=0,
+        description="Local attention window in tokens: a query attends to at most this many "
+        "keys (itself included), as transformers' sliding-window mask (Mistral v0.1: 4096, "
+        "Phi-3-mini: 2047, Gemma 2: 4096). None: full causal attention.",
+    )
+    sliding_window_pattern: int | None = Field(
+        None,
+        gt=1,
+        description="Which layers use sliding_window_size. None: every layer (Mistral v0.1, "
+        "Phi-3). N: of every N layers the first N-1 slide and the N-th attends globally, as "
+        "transformers' layer_types (Gemma 2: 2, so layers 0, 2, 4, ... slide).",
     )
     attention_logit_softcapping: float | None = Field(
-        None, gt=0, description="tanh soft-capping of attention scores (Gemma 2)."
+        None,
+        gt=0,
+        description="Attention scores become cap * tanh(scores / cap) (Gemma 2: 50.0). No "
+        "parameters; transformers' Gemma2 runs it in eager and flash-attention kernels (its "
+        "_supports_sdpa is False).",
     )
     final_logit_softcapping: float | None = Field(
-        None, gt=0, description="tanh soft-capping of the output logits (Gemma 2)."
+        None,
+        gt=0,
+        description="Output logits become cap * tanh(logits / cap) (Gemma 2: 30.0): one more "
+        "vocabulary-wide tensor per token. No parameters.",
     )
 
     @model_validator(mode="after")
     def _derive(self) -> ModelConfig:
-        """Fill the derived fields. Never raises: shape problems are rules, not schema errors.
+        """Fill the derived fields. Raises only when neither vocab_size nor the embedding rows
+        are known; shape problems are rules, not schema errors.
 
         Values are written past pydantic's ``__setattr__`` so that ``model_fields_set`` keeps
         meaning "given by the user" (rules tell a derived head_size from an explicit one).
         """
+        if self.vocab_size is None and self.padded_vocab_size is None:
+            raise ValueError(
+                "set model.vocab_size (len(tokenizer) the model is built for) or "
+                "model.padded_vocab_size (its embedding rows), or model.pretrained"
+            )
+        vocab = self.vocab_size if self.vocab_size is not None else self.padded_vocab_size
+        assert vocab is not None  # one of the two is set (checked above)
         derived = {
-            "padded_vocab_size": find_multiple(self.vocab_size, self.padding_multiple or 1),
+            "padded_vocab_size": find_multiple(vocab, self.padding_multiple or 1),
             "n_query_groups": self.n_head,
             "head_size": self.n_embd // self.n_head,
             "intermediate_size": 4 * self.n_embd,
@@ -99,6 +143,18 @@ class ModelConfig(Section):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
         return self
+
+    def uses_sliding_window(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) attends through the sliding window."""
+        if self.sliding_window_size is None:
+            return False
+        pattern = self.sliding_window_pattern
+        return pattern is None or (layer + 1) % pattern != 0
+
+    @property
+    def n_sliding_layers(self) -> int:
+        """Layers that attend through the sliding window (0 without one)."""
+        return sum(self.uses_sliding_window(i) for i in range(self.n_layer))
 
     # Typed accessors for the derived fields (always set after validation).
     @property

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -27,6 +28,18 @@ from cfgcheck.service.openapi import VALIDATE_REQUEST_BODY, build_openapi
 from cfgcheck.service.settings import ServiceSettings
 
 log = logging.getLogger("cfgcheck.service")
+
+
+def log_internal_error(what: str, exc: BaseException) -> None:
+    """One log line per internal error (a traceback per request would flood the log under
+    load); the traceback only at DEBUG level."""
+    log.error(
+        "internal error while %s: %s: %s",
+        what,
+        type(exc).__name__,
+        " ".join(str(exc).split())[:300],
+    )
+    log.debug("traceback", exc_info=exc)
 
 
 class Gate:
@@ -94,10 +107,14 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     """The validator service. Raises :class:`ConfigLoadError` if the config dir is missing."""
     from cfgcheck import __version__
     from cfgcheck.jsonschema import json_schemas
+    from cfgcheck.safeio import screen_config_dir
 
     settings = settings or ServiceSettings()
     if not settings.config_dir.expanduser().is_dir():
         raise ConfigLoadError(f"config directory not found: {settings.config_dir}")
+    # The server's own conf/ is screened once at start-up (a dangling link, a FIFO, a file
+    # that is not UTF-8 or crosses a bound): a clear error now, not a failure per request.
+    screen_config_dir(settings.config_dir.expanduser().resolve())
     if settings.offline:
         # Validation may load tokenizers; nothing it does may reach the network.
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -134,7 +151,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        log_internal_error(f"{request.method} {request.url.path}", exc)
         return JSONResponse({"detail": f"internal error ({type(exc).__name__})"}, 500)
 
     @app.post(
@@ -158,9 +175,11 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         if not gate.enter():
             raise RequestError(503, "too many validations in flight; retry in a moment")
 
+        deadline = time.monotonic() + settings.request_timeout_s
+
         def work() -> str:
             try:
-                return job.run(body, kind)
+                return job.run(body, kind, deadline)
             finally:
                 gate.leave()
 
@@ -178,7 +197,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         except RequestError:
             raise
         except Exception as e:  # a bug in validation: logged here, one line to the client
-            log.exception("validation failed on a %s body of %d bytes", kind, len(body))
+            log_internal_error(f"validating a {kind} body of {len(body)} bytes", e)
             return JSONResponse(
                 {"detail": f"internal error while validating ({type(e).__name__}); logged"}, 500
             )

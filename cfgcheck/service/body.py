@@ -1,12 +1,12 @@
-"""Reading a request body within the size limit and parsing it as JSON or YAML."""
+"""Reading a request body within the size limit and parsing it as JSON or YAML (through
+:mod:`cfgcheck.safeio`, the one bounded reader every input goes through)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from cfgcheck.compose import one_line
+from cfgcheck.safeio import Limits
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.settings import JSON_TYPES, YAML_TYPES
 
@@ -61,50 +61,21 @@ async def read_within(
         raise RequestError(408, f"the request body did not arrive within {timeout:g} s") from None
 
 
-def parse_body(body: bytes, kind: str) -> Any:
-    """The JSON or YAML document in ``body``; 400 with the parser's message when malformed."""
+def parse_body(body: bytes, kind: str, limits: Limits | None = None) -> Any:
+    """The JSON or YAML document in ``body``, read by :mod:`cfgcheck.safeio` (nesting, aliases,
+    keys, tags and sizes bounded before a parser builds anything): 400 when it is not UTF-8
+    or malformed, 422 when it crosses a bound."""
+    from cfgcheck.safeio import UnsafeInput, decode, load_json_text, load_yaml_text
+
     if not body.strip():
         raise RequestError(400, "empty request body; send a run config or {config_name, overrides}")
+    limits = limits or Limits(max_bytes=len(body))
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RequestError(400, f"the body is not UTF-8 text: {e}") from e
-    try:
-        return json.loads(text) if kind == "json" else _load_yaml(text)
-    except RequestError:
-        raise
-    except RecursionError:
-        raise RequestError(422, "the document nests too deeply; not accepted") from None
-    except ValueError as e:  # JSONDecodeError, int strings over Python's digit limit, YAML
-        raise RequestError(400, f"malformed {kind.upper()}: {one_line(e)}") from e
-
-
-# libyaml's composer recurses in C on flow collections ("[[[[...") and crashes the process
-# long before Python's recursion limit; flow nesting is bounded before it parses anything.
-MAX_FLOW_NESTING = 64
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-
-
-def flow_nesting(body: bytes) -> int:
-    """An upper bound of the ``[``/``{`` nesting in ``body`` (brackets in strings count too)."""
-    depth = deepest = 0
-    for byte in body.translate(None, delete=_NOT_BRACKETS):
-        depth = depth + 1 if byte in b"[{" else max(depth - 1, 0)
-        deepest = max(deepest, depth)
-    return deepest
-
-
-def _load_yaml(text: str) -> Any:
-    import yaml
-
-    if flow_nesting(text.encode("utf-8")) > MAX_FLOW_NESTING:
-        raise RequestError(
-            422,
-            f"the document nests [ ] / {{ }} deeper than {MAX_FLOW_NESTING} levels; not accepted",
-        )
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        return yaml.load(text, Loader=loader)  # a safe loader: plain data only
-    except yaml.YAMLError as e:
-        raise ValueError(one_line(e)) from e
+        text = decode(body, "the body")
+        if kind == "json":
+            return load_json_text(text, "the body", limits)
+        return load_yaml_text(text, "the body", limits)
+    except UnsafeInput as e:
+        message = str(e)
+        malformed = message.startswith("malformed") or "not UTF-8" in message
+        raise RequestError(400 if malformed else 422, message) from None

@@ -26,8 +26,13 @@ def conf_stamp(config_dir: Path) -> tuple[tuple[str, int, int], ...]:
     for folder, _, files in os.walk(config_dir):
         for name in files:
             if name.endswith((".yaml", ".yml")):
-                st = os.stat(os.path.join(folder, name))
-                stamp.append((os.path.join(folder, name), st.st_size, st.st_mtime_ns))
+                path = os.path.join(folder, name)
+                try:
+                    st = os.stat(path)
+                except OSError:  # a dangling link: composing reports it, one line
+                    stamp.append((path, -1, -1))
+                    continue
+                stamp.append((path, st.st_size, st.st_mtime_ns))
     return tuple(sorted(stamp))
 
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Bounds on what reaches OmegaConf's grammar parser (about 20 µs a character, recursive).
+MAX_PARSED_CHARS = 2_000
+MAX_INTERPOLATIONS = 16
+
 
 def uses_resolver(text: str) -> bool:
     """True if OmegaConf would call a resolver to resolve ``text``.
@@ -23,9 +27,11 @@ def uses_resolver(text: str) -> bool:
     from omegaconf.errors import GrammarParseError
     from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
 
+    if len(text) > MAX_PARSED_CHARS or text.count("${") > MAX_INTERPOLATIONS:
+        return True  # not parsed: the grammar parser is slow and recursive on such text
     try:
         tree = grammar_parser.parse(text)
-    except GrammarParseError:
+    except (GrammarParseError, RecursionError):
         return True
     return _has_resolver(tree, OmegaConfGrammarParser.InterpolationResolverContext)
 

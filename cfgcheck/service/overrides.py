@@ -14,17 +14,33 @@ from typing import Any
 from cfgcheck.compose import one_line
 from cfgcheck.service.errors import RequestError
 
+MAX_KEY_CHARS = 200  # Hydra turns group keys into file names (255 bytes at most)
+
 
 def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
     """Raise :class:`RequestError` (422) for the first override the service refuses."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    from cfgcheck.compose import INPUT_ERRORS
+    from cfgcheck.compose import screen_overrides as bound_overrides
+    from cfgcheck.errors import ConfigLoadError
+
+    try:
+        bound_overrides(overrides)  # lengths and nesting, before Hydra's recursive parser
+    except ConfigLoadError as e:
+        raise RequestError(422, str(e)) from e
     parser = OverridesParser.create()
     for text in overrides:
+        if "${" in text:
+            raise RequestError(
+                422,
+                f"override {text!r} refused: interpolations (${{...}}) are not accepted in "
+                f"overrides; give the value itself",
+            )
         try:
             (override,) = parser.parse_overrides([text])
-        except HydraException as e:
+        except (HydraException, *INPUT_ERRORS) as e:  # type: ignore[misc]
             raise RequestError(422, one_line(e)) from e
         reason = _refusal(override, config_dir)
         if reason:
@@ -33,6 +49,8 @@ def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
 
 def _refusal(override: Any, config_dir: Path) -> str | None:
     key: str = override.key_or_group
+    if len(key) > MAX_KEY_CHARS:
+        return f"the key is longer than {MAX_KEY_CHARS} characters"
     if key.replace("/", ".").split(".")[0] == "hydra":
         return "hydra.* settings cannot be changed through the service"
     if ".." in key.replace("/", ".").split("."):
@@ -42,14 +60,41 @@ def _refusal(override: Any, config_dir: Path) -> str | None:
     if override.is_delete():
         return None
     value = override.value()
-    if any("${" in s for s in _strings(value)):
+    if value is None and _is_group(config_dir, key):
+        return f"{key} is a config group: choose one of its options (null selects nothing)"
+    strings = _strings(value)
+    if any("${" in s for s in strings):
         return "interpolations (${...}) are not accepted in overrides; give the value itself"
-    group = config_dir / key
-    if isinstance(value, str) and group.is_dir():
-        parts = value.replace("\\", "/").split("/")
-        target = (group / f"{value}.yaml").resolve()
-        if ".." in parts or value.startswith("/") or not target.is_relative_to(config_dir):
-            return f"config group choices must name a file under {key}/"
+    if _is_group(config_dir, key):
+        # Every shape a group choice can take (a string, a list `model=[a,b]`, `+group=[...]`,
+        # a dict's keys and values): each string must name an option file inside the group.
+        for choice in strings:
+            reason = group_choice_problem(config_dir, key, choice)
+            if reason:
+                return reason
+    return None
+
+
+def _is_group(config_dir: Path, key: str) -> bool:
+    try:
+        return (config_dir / key).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def group_choice_problem(config_dir: Path, group: str, choice: str) -> str | None:
+    """Why ``choice`` may not be selected in ``group`` (a file outside the group), or None."""
+    parts = choice.replace("\\", "/").split("/")
+    if ".." in parts or choice.startswith(("/", "~")) or "\x00" in choice:
+        return f"config group choices must name a file under {group}/"
+    if any(len(p.encode("utf-8", "surrogateescape")) > 200 for p in parts):
+        return f"config group choice {choice[:40]!r}... has a name over 200 bytes"
+    try:
+        target = (config_dir / group / f"{choice}.yaml").resolve()
+    except (OSError, RuntimeError, ValueError):
+        return f"config group choice {choice[:40]!r} cannot be resolved"
+    if not target.is_relative_to(config_dir):
+        return f"config group choices must name a file under {group}/"
     return None
 
 

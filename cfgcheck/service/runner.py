@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
+from cfgcheck.safeio import Limits
 from cfgcheck.service.body import parse_body
 from cfgcheck.service.cache import ComposeCache
 from cfgcheck.service.errors import RequestError
@@ -26,6 +28,21 @@ from cfgcheck.service.overrides import screen_overrides
 from cfgcheck.service.paths import refused_paths
 from cfgcheck.service.settings import ServiceSettings
 
+MAX_KEY_CHARS = 200  # no config key comes near it; Hydra turns keys into file names
+
+
+class Past504(RequestError):
+    """The request ran past its deadline; the client already has its 504."""
+
+
+class _Stages:
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+    def check(self, done: str) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise Past504(504, f"the deadline passed while {done}; stopped")
+
 
 class Runner:
     """Turns a request body into the ``cfgcheck check --format json`` text."""
@@ -34,12 +51,25 @@ class Runner:
         self.settings = settings
         self.config_dir = settings.config_dir.expanduser().resolve()
         self.roots = settings.roots()
+        self.limits = Limits(
+            max_bytes=settings.max_body_bytes,
+            max_depth=settings.max_depth + 1,  # check_tree names the path at max_depth
+            max_nodes=settings.max_nodes,
+            max_aliases=100,
+            max_keys=settings.max_nodes,
+            max_key_chars=MAX_KEY_CHARS,
+        )
         # Hydra's compose API keeps global state: one composition at a time per process.
         self._compose_lock = threading.Lock()
         self.cache = ComposeCache(self.config_dir)
 
-    def run(self, body: bytes, kind: str) -> str:
-        payload = parse_body(body, kind)
+    def run(self, body: bytes, kind: str, deadline: float | None = None) -> str:
+        """The verdict's JSON text. With a ``deadline`` (``time.monotonic()`` seconds), the
+        work stops between stages once it has passed: a request the client already got a
+        504 for stops costing a worker at the next stage boundary."""
+        stage = _Stages(deadline)
+        payload = parse_body(body, kind, self.limits)
+        stage.check("parsing")
         check_tree(payload, self.settings.max_depth, self.settings.max_nodes)
         if not isinstance(payload, dict):
             raise RequestError(
@@ -49,11 +79,14 @@ class Runner:
             )
         request = _compose_request(payload) if COMPOSE_KEYS & payload.keys() else None
         config = payload if request is None else self.compose(request)
+        stage.check("composing")
         refused = refused_paths(config, self.roots)
         if refused:
             raise RequestError(422, "paths refused: " + "; ".join(refused))
+        stage.check("confining paths")
         result = validate_config(config)
         if request is not None and result.findings:
+            stage.check("validating")
             result = self._locate(result, request)
         return render(result)
 
@@ -105,8 +138,13 @@ class Runner:
             return None
 
     def _hide_dir(self, message: str) -> str:
-        """Say ``<config-dir>`` instead of the server's own directory layout."""
-        return message.replace(str(self.config_dir), "<config-dir>")
+        """Say ``<config-dir>`` / ``<python>`` instead of the server's own directory layout."""
+        import sys
+
+        message = message.replace(str(self.config_dir), "<config-dir>")
+        for prefix in {sys.prefix, sys.base_prefix}:
+            message = message.replace(prefix, "<python>")
+        return message
 
 
 def validate_config(config: Mapping[str, Any]) -> CheckResult:

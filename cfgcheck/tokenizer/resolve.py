@@ -15,7 +15,6 @@ files once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -92,9 +91,15 @@ def _stamp(p: Path) -> tuple[int, ...]:
 
 def resolve_tokenizer(path: str | Path) -> ResolvedTokenizer:
     """Resolve a tokenizer path. Raises :class:`TokenizerFileError` with a one-line reason."""
-    p = resolve_path(path)
-    if not p.exists():
-        raise TokenizerFileError(f"{path} does not exist (resolved to {p})")
+    from cfgcheck.safeio import path_problem, shown
+
+    try:
+        p = resolve_path(path)
+    except (OSError, RuntimeError, ValueError) as e:  # a symlink loop, ~nosuchuser, NUL
+        raise TokenizerFileError(f"{shown(path)} cannot be resolved: {e}") from e
+    reason = path_problem(p, allow_dir=True)  # a FIFO or device is never opened
+    if reason:
+        raise TokenizerFileError(f"{shown(path)} {reason} (resolved to {shown(p)})")
     try:
         stamp = _stamp(p)
     except OSError as e:
@@ -124,11 +129,16 @@ def _resolve_cached(p: Path, stamp: tuple[int, ...]) -> ResolvedTokenizer:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise TokenizerFileError(f"cannot read {path}: {e.strerror or e}") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.safeio import Limits, load_json_text, read_text
+
+    try:  # bounded: size and special files (cfgcheck.safeio)
+        text = read_text(path, 64 << 20)
+    except ConfigLoadError as e:
+        raise TokenizerFileError(str(e)) from e
+    try:  # bounded nesting; NaN and huge ints refused
+        data = load_json_text(text, "it", Limits(max_bytes=64 << 20, max_nodes=10_000_000))
+    except ConfigLoadError as e:
         raise TokenizerFileError(f"{path} is not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise TokenizerFileError(f"{path} must hold a JSON object, not {type(data).__name__}")
@@ -165,6 +175,9 @@ def _from_tokenizer_json(path: Path, folder: Path | None) -> ResolvedTokenizer:
     extra: list[str] = []  # tokens transformers adds on load
     if folder is not None:
         specials, extra = _side_files(folder)
+    section = _padding_section_pad(tk)
+    if "pad" not in specials and section is not None:
+        specials["pad"] = SpecialToken(section, None, f"{path.name} padding section")
     for token in [*(s.token for s in specials.values()), *extra]:
         if token not in vocab:
             vocab[token] = max(vocab.values(), default=-1) + 1
@@ -172,6 +185,18 @@ def _from_tokenizer_json(path: Path, folder: Path | None) -> ResolvedTokenizer:
         name: SpecialToken(s.token, vocab.get(s.token), s.source) for name, s in specials.items()
     }
     return _build(path, folder, vocab, base_size, resolved, backend="tokenizers")
+
+
+def _padding_section_pad(tk: Any) -> str | None:
+    """The pad token of tokenizer.json's ``"padding"`` section. transformers'
+    ``TokenizersBackend.__init__`` (``tokenization_utils_tokenizers.py``: ``_padding = ...
+    self._tokenizer.padding``, then ``kwargs.setdefault("pad_token", _padding["pad_token"])``)
+    makes it the pad token unless tokenizer_config.json names one; a string missing from the
+    vocabulary is added like any other special token."""
+    padding = tk.padding
+    if not isinstance(padding, Mapping):
+        return None
+    return token_text(padding.get("pad_token"))
 
 
 def _build(

@@ -1,0 +1,156 @@
+"""``model.pretrained``: a model folder, a Hub id in the local Hugging Face cache, or a preset.
+
+Resolution never downloads. In order:
+
+1. a local folder holding a Hugging Face ``config.json`` or a LitGPT ``model_config.yaml``
+   (or the path of one of those files);
+2. a Hub id (``ORG/NAME``) found in the local Hugging Face cache, laid out as huggingface_hub
+   writes it (``huggingface_hub/file_download.py``, ``try_to_load_from_cache``):
+   ``<cache>/models--ORG--NAME/refs/main`` holds the commit whose folder
+   ``snapshots/<commit>/`` holds the files; ``<cache>`` is ``HF_HUB_CACHE``, else
+   ``HUGGINGFACE_HUB_CACHE``, else ``HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``
+   (default ``~/.cache``) as in ``huggingface_hub/constants.py``;
+3. a name or Hub id of cfgcheck's preset registry (:mod:`cfgcheck.models.presets`).
+
+Anything else is a :class:`ModelFolderError` naming what to provide.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from cfgcheck.models.files import ModelFolderError, read_json, read_yaml
+from cfgcheck.models.hf import Value, hf_model
+from cfgcheck.models.litgpt import litgpt_model
+
+HF_CONFIG = "config.json"
+LITGPT_CONFIG = "model_config.yaml"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+# huggingface_hub's repo id grammar (validate_repo_id): ORG/NAME of word characters, . and -.
+_HUB_ID = re.compile(r"^[\w.-]{1,96}/[\w.-]{1,96}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What ``model.pretrained`` resolved to: the ``model`` keys it decides and where from."""
+
+    ref: str  # model.pretrained as written
+    kind: Literal["hf", "litgpt", "preset"]
+    file: str  # the config file read (absolute), or "<preset NAME>"
+    values: Mapping[str, Value]
+    lines: Mapping[str, int] = field(default_factory=dict)  # file key -> line
+    folder: Path | None = None
+    tokenizer: Path | None = None  # the folder, when it holds tokenizer files
+
+    @property
+    def trained_vocab_declared(self) -> bool:
+        """Whether ``vocab_size`` is the trained tokenizer's length (LitGPT, presets), not
+        only the embedding rows (a Hugging Face config.json)."""
+        return "vocab_size" in self.values
+
+    def line(self, value: Value) -> int | None:
+        return self.lines.get(value.key) if value.default_of is None else None
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face Hub cache directory, as huggingface_hub/constants.py computes it."""
+    env = os.environ
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        return Path(os.path.expandvars(hub)).expanduser()
+    home = env.get("HF_HOME") or str(
+        Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    )
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+def cached_snapshot(hub_id: str, cache: Path | None = None) -> Path | None:
+    """The snapshot folder of ``hub_id``'s ``main`` revision in the local cache, if any."""
+    repo = (cache or hub_cache_dir()) / ("models--" + hub_id.replace("/", "--"))
+    ref = repo / "refs" / "main"
+    try:
+        commit = ref.read_text(encoding="ascii", errors="replace")[:64].strip()
+    except OSError:
+        return None
+    if not _COMMIT.match(commit):
+        return None
+    snapshot = repo / "snapshots" / commit
+    return snapshot if snapshot.is_dir() else None
+
+
+def resolve_pretrained(ref: str) -> ModelSource:
+    """Resolve ``model.pretrained``; raises :class:`ModelFolderError` with a one-line reason."""
+    path = Path(ref).expanduser()
+    if path.is_file() and path.name in (HF_CONFIG, LITGPT_CONFIG):
+        path = path.parent
+    if path.is_dir():
+        return _folder_source(ref, path.resolve())
+    if _HUB_ID.match(ref):
+        snapshot = cached_snapshot(ref)
+        if snapshot is not None:
+            return _folder_source(ref, snapshot)
+    preset = _preset_source(ref)
+    if preset is not None:
+        return preset
+    if _HUB_ID.match(ref):
+        raise ModelFolderError(
+            f"model.pretrained={ref}: not in the Hugging Face cache ({hub_cache_dir()}) and "
+            f"not a cfgcheck preset; download it first (huggingface-cli download {ref}) or "
+            f"give a local folder holding {HF_CONFIG} or {LITGPT_CONFIG}"
+        )
+    raise ModelFolderError(
+        f"model.pretrained={ref}: no such folder and not a Hub id (ORG/NAME) or cfgcheck "
+        f"preset; give a local folder holding {HF_CONFIG} or {LITGPT_CONFIG}"
+    )
+
+
+def _folder_source(ref: str, folder: Path) -> ModelSource:
+    try:
+        stamp = tuple(_mtime(folder / n) for n in (HF_CONFIG, LITGPT_CONFIG, *TOKENIZER_FILES))
+    except OSError as e:
+        raise ModelFolderError(f"cannot read {folder}: {e.strerror or e}") from e
+    return _read_folder(ref, folder, stamp)
+
+
+def _mtime(path: Path) -> int:
+    return path.stat().st_mtime_ns if path.exists() else -1
+
+
+@lru_cache(maxsize=64)
+def _read_folder(ref: str, folder: Path, stamp: tuple[int, ...]) -> ModelSource:
+    """Cached by the files' modification times, so a sweep reads the folder once."""
+    del stamp  # part of the cache key only
+    tokenizer = folder if any((folder / n).is_file() for n in TOKENIZER_FILES) else None
+    litgpt = folder / LITGPT_CONFIG
+    if litgpt.is_file():  # a LitGPT checkpoint folder (it may also keep the HF config.json)
+        parsed = read_yaml(litgpt)
+        values = litgpt_model(parsed.data, str(litgpt))
+        return ModelSource(ref, "litgpt", str(litgpt), values, parsed.lines, folder, tokenizer)
+    hf = folder / HF_CONFIG
+    if hf.is_file():
+        parsed = read_json(hf)
+        values = hf_model(parsed.data, str(hf))
+        return ModelSource(ref, "hf", str(hf), values, parsed.lines, folder, tokenizer)
+    raise ModelFolderError(
+        f"model.pretrained={ref}: {folder} holds neither {HF_CONFIG} nor {LITGPT_CONFIG}"
+    )
+
+
+def _preset_source(ref: str) -> ModelSource | None:
+    from cfgcheck.models.presets import find_preset
+
+    preset = find_preset(ref)
+    if preset is None:
+        return None
+    values: dict[str, Any] = {
+        k: Value(v, k) for k, v in preset.config.items() if k not in ("name", "source")
+    }
+    values["name"] = Value(preset.name, "name")
+    return ModelSource(ref, "preset", f"<preset {preset.name}>", values)
