@@ -109,7 +109,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Set the length to a multiple of the value, or remove `data.pad_to_multiple_of`.",
     ),
     "vocab-mismatch": E(
-        "error",
+        "error / warning / info",
         "The tokenizer's ids fit the model's embedding rows, and the declared vocabulary "
         "matches the tokenizer the model was trained with.",
         "`IndexError: index out of range in self` (CPU) or a CUDA device-side assert on the "
