@@ -19,8 +19,7 @@ settings, plus what the row's *source* did (one mapping per source, never per ro
 
 Data length: LitGPT pads each batch to its longest sample; the rows' 1304 is Alpaca's longest
 sample, so each row's seq_len is used as the padded length (data.max_seq_length).
-The last lines show how the summary moves with the allocator fragmentation factor, the one
-assumed constant that reserved-memory rows depend on.
+Each source sets ``trainer.framework`` (litgpt, torchtune, hf): whose conventions apply.
 
 Usage: python benchmarks/memory_accuracy.py [--csv PATH]
 """
@@ -29,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib
 import statistics
 import sys
 from pathlib import Path
@@ -39,9 +37,6 @@ import yaml
 
 from cfgcheck.memory import estimate
 from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
-
-# the module (its name is shadowed by the function in cfgcheck.memory)
-estimate_module = importlib.import_module("cfgcheck.memory.estimate")
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = ROOT / "benchmarks" / "reference" / "measured-memory.csv"
@@ -68,6 +63,7 @@ TARGETS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj"}
 SOURCES: dict[str, dict[str, Any]] = {
     "litgpt-resource-tables": {
         "trainer": {
+            "framework": "litgpt",
             "loss_chunking": "chunked",
             "attention": "flash",
             "lora_dropout": 0.05,
@@ -77,6 +73,7 @@ SOURCES: dict[str, dict[str, Any]] = {
     },
     "torchtune-readme-old": {
         "trainer": {
+            "framework": "torchtune",
             "loss_chunking": "none",
             "attention": "flash",
             "lora_dropout": 0.05,
@@ -86,6 +83,7 @@ SOURCES: dict[str, dict[str, Any]] = {
     },
     "peft-metamathqa": {
         "trainer": {
+            "framework": "hf",
             "loss_chunking": "none",
             "attention": "sdpa",
             "lora_dropout": 0.0,
@@ -179,17 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory_accuracy: no such file {args.csv}", file=sys.stderr)
         return 2
     print(table(evaluate(args.csv)))
-    print("\nsensitivity to the fragmentation factor (reserved = allocated x f):")
-    saved = estimate_module.FRAGMENTATION
-    try:
-        for f in (1.0, 1.05, 1.10):
-            estimate_module.FRAGMENTATION = f
-            errs = [abs(r["error"]) for r in evaluate(args.csv)]
-            print(
-                f"  f={f:.2f}: median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%}"
-            )
-    finally:
-        estimate_module.FRAGMENTATION = saved
     return 0
 
 

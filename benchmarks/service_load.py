@@ -12,8 +12,16 @@ transport error; it must be 0). Scenarios:
   after the first request the composition comes from the server's compose cache.
 * ``compose-new``: the same with a ``seed=<n>`` override unique to each request, so every
   request is a fresh Hydra composition plus source map (one at a time per process).
+* ``adversarial``: ``--attackers`` of the clients send expensive hostile bodies in a loop
+  (900 KB of ``${a}``, a nested interpolation, a 60 KB ``- - - ...`` nesting body, an alias
+  bomb, 40 KB list overrides, a 100k-key body, a 310-digit integer), the others send the
+  ``body`` scenario's valid config. Reported: the *valid* requests' rate, p50/p99 latency and
+  errors (any non-200), and what the attack requests were answered (status counts).
+  ``--attacks`` picks the hostile bodies; ``--repo DIR`` serves another checkout (e.g. the
+  tree before a fix) for before/after figures.
 
-The clients run on the same machine as the server, so they share its CPU.
+The clients run on the same machine as the server, so they share its CPU. Loopback only;
+every loop ends after ``--duration`` seconds.
 """
 
 from __future__ import annotations
@@ -45,10 +53,12 @@ def free_port() -> int:
         return port
 
 
-def start_server(port: int, workers: int) -> subprocess.Popen[bytes]:
+def start_server(port: int, workers: int, repo: Path = REPO) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(repo)}
     proc = subprocess.Popen(
-        [*COMMAND, "serve", "--port", str(port), "--workers", str(workers)],
-        cwd=REPO,
+        [sys.executable, "-m", "cfgcheck", "serve", "--port", str(port), "--workers", str(workers)],
+        cwd=repo,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -104,12 +114,113 @@ async def load(
     }
 
 
+def attack_bodies() -> dict[str, tuple[bytes, str]]:
+    """Hostile bodies by name: (bytes, content type). Each is under the 1 MB body limit."""
+    import json
+
+    bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    bomb += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    as_json = "application/json"
+    return {
+        "interp-900k": (json.dumps({"name": "${a}" * 225_000}).encode(), as_json),
+        "interp-nested": (json.dumps({"name": "${" * 300 + "a" + "}" * 300}).encode(), as_json),
+        "block-nest-60k": (("- " * 30_000 + "1").encode(), "application/yaml"),
+        "alias-bomb": ("\n".join(bomb).encode(), "application/yaml"),
+        "list-override-40k": (
+            json.dumps({"overrides": ["data.paths=[" + ",".join(["ab"] * 13_000) + "]"]}).encode(),
+            as_json,
+        ),
+        "100k-keys": (json.dumps({f"k{i}": i for i in range(60_000)}).encode(), as_json),
+        "int-310": (b'{"model": {"block_size": ' + b"9" * 310 + b"}}", as_json),
+    }
+
+
+async def adversarial(
+    url: str,
+    valid: dict[str, Any],
+    attacks: dict[str, tuple[bytes, str]],
+    clients: int,
+    attackers: int,
+    duration: float,
+) -> dict[str, Any]:
+    """Valid clients and attackers at once; latency and errors of the valid requests."""
+    import httpx
+
+    latencies: list[float] = []
+    errors = 0
+    answered: dict[str, int] = {}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        await client.post(url, json=valid)  # warm-up
+        end = time.perf_counter() + duration
+        payloads = list(attacks.values())
+
+        async def good() -> None:
+            nonlocal errors
+            while time.perf_counter() < end:
+                start = time.perf_counter()
+                try:
+                    r = await client.post(url, json=valid)
+                    ok = r.status_code == 200 and "findings" in r.json()
+                except httpx.HTTPError:
+                    ok = False
+                latencies.append(time.perf_counter() - start)
+                errors += not ok
+
+        async def bad(offset: int) -> None:
+            for i in itertools.count(offset):
+                if time.perf_counter() >= end:
+                    return
+                body, content_type = payloads[i % len(payloads)]
+                try:
+                    r = await client.post(url, content=body, headers={"content-type": content_type})
+                    key = str(r.status_code)
+                except httpx.HTTPError as e:
+                    key = type(e).__name__
+                answered[key] = answered.get(key, 0) + 1
+
+        began = time.perf_counter()
+        await asyncio.gather(
+            *(good() for _ in range(clients - attackers)), *(bad(i) for i in range(attackers))
+        )
+        elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "rps": len(latencies) / elapsed,
+        "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
+        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
+        if latencies
+        else float("nan"),
+        "errors": errors,
+        "attacks": answered,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per scenario")
     parser.add_argument("--workers", type=int, default=4, help="server validation threads")
+    parser.add_argument(
+        "--attackers", type=int, default=4, help="clients sending hostile bodies (adversarial)"
+    )
+    parser.add_argument(
+        "--attacks",
+        default="all",
+        help="comma-separated hostile bodies for the adversarial scenario (default: all of "
+        + ", ".join(attack_bodies())
+        + ")",
+    )
+    parser.add_argument(
+        "--scenarios", default="body,compose,compose-new,adversarial", help="which to run"
+    )
+    parser.add_argument("--repo", type=Path, default=REPO, help="checkout to serve")
     args = parser.parse_args()
+    chosen = set(args.scenarios.split(","))
+    attacks = attack_bodies()
+    if args.attacks != "all":
+        attacks = {k: v for k, v in attacks.items() if k in args.attacks.split(",")}
 
     sys.path.insert(0, str(REPO))
     from cfgcheck import compose
@@ -123,14 +234,19 @@ def main() -> None:
         "compose-new": lambda: {"overrides": ["data.max_seq_length=3063", f"seed={next(seeds)}"]},
     }
     port = free_port()
-    server = start_server(port, args.workers)
+    server = start_server(port, args.workers, args.repo.resolve())
+    url = f"http://127.0.0.1:{port}/v1/validate"
     try:
         rows = {
-            name: asyncio.run(
-                load(f"http://127.0.0.1:{port}/v1/validate", body, args.clients, args.duration)
-            )
+            name: asyncio.run(load(url, body, args.clients, args.duration))
             for name, body in scenarios.items()
+            if name in chosen
         }
+        if "adversarial" in chosen:
+            rows["adversarial"] = asyncio.run(
+                adversarial(url, config, attacks, args.clients, args.attackers, args.duration)
+            )
+            rows["adversarial"]["alive"] = server.poll() is None
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -146,6 +262,15 @@ def main() -> None:
         print(
             f"{name:<12}{r['requests']:>10}{r['rps']:>10.1f}{r['p50']:>10.1f}"
             f"{r['p99']:>10.1f}{r['errors']:>8}"
+        )
+    if "adversarial" in rows:
+        r = rows["adversarial"]
+        total = max(r["requests"], 1)
+        print(
+            f"adversarial: {args.clients - args.attackers} valid clients, {args.attackers} "
+            f"attackers ({', '.join(attacks)}); valid error rate {r['errors'] / total:.1%}; "
+            f"attack answers {dict(sorted(r['attacks'].items()))}; server "
+            f"{'alive' if r['alive'] else 'DEAD'} after the run"
         )
     if any(r["errors"] for r in rows.values()):
         sys.exit("errors under load")

@@ -38,6 +38,20 @@ def check(
     return with_locations(result, config_dir, config_name, overrides)
 
 
+def check_native(
+    path: str | Path,
+    fmt: str,
+    overrides: Sequence[str] = (),
+    gpu: str | None = None,
+) -> CheckResult:
+    """Validate a native framework config file (``fmt``: ``litgpt``, ``axolotl`` or ``trl``)
+    with overrides in that format's keys (``sequence_len=4096``); findings point at the file's
+    lines and their fixes use its keys. See :mod:`cfgcheck.sources`."""
+    from cfgcheck.sources import check_native as check_native_file
+
+    return check_native_file(path, fmt, overrides, gpu)
+
+
 def __getattr__(name: str) -> Any:
     # cfgcheck.main, the @hydra.main drop-in, loads Hydra's launcher code: only on first use.
     if name == "main":
@@ -58,6 +72,7 @@ __all__ = [
     "Fix",
     "RunConfig",
     "check",
+    "check_native",
     "compose",
     "load_yaml",
     "main",

@@ -42,7 +42,9 @@ from typing import Any
 
 from cfgcheck.compose import compose, primary_config
 
-FORMAT = 1  # bump when the stored layout changes
+# Bump when the stored layout changes, or what a composition must pass (2: the safeio screen,
+# so entries composed before it are not reused).
+FORMAT = 2
 MAX_ENTRIES = 256  # stores prune the least recently used entries beyond this
 _RESOLVER_CALL = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
 _FOREIGN_RESOLVER = re.compile(r"\$\{\s*(?!oc\.)[A-Za-z_][\w.]*\s*:")

@@ -14,7 +14,7 @@ import pytest
 
 from cfgcheck import ConfigLoadError, check, validate
 from cfgcheck.compose import compose
-from cfgcheck.compose_cache import cache_key, compose_cached
+from cfgcheck.compose_cache import FORMAT, cache_key, compose_cached
 from tests.conftest import CONF, REPO
 
 
@@ -140,7 +140,7 @@ def test_corrupt_entries_are_ignored_and_rewritten(cache: Path, conf: Path) -> N
     (entry,) = entries(cache)
     entry.write_text("{not json")
     assert validate(compose_cached(conf, "config")).ok
-    assert json.loads(entry.read_text())["format"] == 1
+    assert json.loads(entry.read_text())["format"] == FORMAT
 
 
 def test_the_cache_can_be_turned_off(

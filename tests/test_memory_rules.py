@@ -145,3 +145,54 @@ def test_a_tiny_declared_memory_is_an_error_not_a_crash() -> None:
     # found by the service fuzzer: memory_gib=5e-324 rounds to 0 bytes
     f = rules("+trainer.gpu.memory_gib=5e-324", "trainer.gpu.name=null")["gpu-memory"]
     assert f.severity == "error"
+
+
+def test_fits_only_within_the_stated_margin() -> None:
+    """An estimate under the GPU but not with its margin: "may not fit", a warning, never
+    "fits"; the JSON says so and the exit status stays 0 (the estimate does fit)."""
+    base = json.loads(cli("memory", "--format", "json").stdout)["estimate"]
+    between = (base["total_gib"] + base["upper_gib"]) / 2
+    proc = cli("memory", "--format", "json", f"++trainer.gpu.memory_gib={between:.3f}")
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0
+    assert data["verdict"] == "may not fit" and data["fits"] is False
+    text = cli("memory", f"++trainer.gpu.memory_gib={between:.3f}").stdout
+    available = next(line for line in text.splitlines() if line.startswith("available:"))
+    assert available.endswith("MAY NOT FIT")
+    found = rules(f"++trainer.gpu.memory_gib={between:.3f}")
+    assert (
+        found["gpu-memory"].severity == "warning" and "may not fit" in found["gpu-memory"].message
+    )
+
+
+def test_uncalibrated_settings_are_named_with_a_wider_margin() -> None:
+    data = json.loads(cli("memory", "--format", "json", "++trainer.optimizer=sgd").stdout)
+    est = data["estimate"]
+    assert est["calibrated"] is False and est["margin"] == 0.25
+    assert est["uncalibrated"] == ["trainer.optimizer=sgd"]
+    text = cli("memory", "++trainer.optimizer=sgd").stdout
+    assert "not calibrated on measured runs: trainer.optimizer=sgd" in text
+    calibrated = json.loads(cli("memory", "--format", "json").stdout)["estimate"]
+    assert calibrated["calibrated"] is True and calibrated["margin"] == 0.10
+
+
+def test_png_breakdown(tmp_path: Path) -> None:
+    out = tmp_path / "memory.png"
+    proc = cli("memory", "model=llama-2-7b", "trainer.gpu.name=A10G", "--png", str(out))
+    assert proc.returncode == 1, proc.stderr  # does not fit; the picture is written anyway
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_png_without_matplotlib_names_the_extra(tmp_path: Path, monkeypatch: Any) -> None:
+    import pytest
+
+    from cfgcheck.memory.estimate import estimate
+    from cfgcheck.memory.plot import PlotUnavailableError, write_png
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with devices.use_provider(list):
+        cfg = check(CONF, "config", []).config
+    assert cfg is not None
+    est = estimate(cfg.model, cfg.data, cfg.trainer)
+    with pytest.raises(PlotUnavailableError, match=r"cfgcheck\[plot\]"):
+        write_png(est, tmp_path / "m.png", None, "GPU", None)

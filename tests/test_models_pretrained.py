@@ -180,7 +180,14 @@ def test_checkpoint_with_another_tokenizer_is_an_error(
     )
     (f,) = fired(result, "vocab-mismatch")
     assert f.severity == "error" and "not the tokenizer" in f.message
-    assert f.fixes[0].overrides == (f"tokenizer.path={llama2_padded}",)
+    # This folder's own tokenizer gained a <pad> (32001 > 32000 rows): the verified fix pairs
+    # the switch back with the embedding resize (cfgcheck.fixcheck combines them).
+    assert f.fixes[0].overrides[0] == f"tokenizer.path={llama2_padded}"
+    from cfgcheck.fixcheck import apply_overrides
+
+    raw = run({"pretrained": str(llama2_padded)}, {"path": str(_small_tokenizer(llama2_padded))})
+    fixed = cfgcheck.validate(apply_overrides(raw, f.fixes[0].overrides))
+    assert fixed.ok, [x.message for x in fixed.errors]
 
 
 def _small_tokenizer(near: Path) -> Path:

@@ -60,8 +60,8 @@ def test_missing_section(cfg: dict[str, Any]) -> None:
 
 
 def test_schema_error_does_not_hide_rules_between_valid_sections(cfg: dict[str, Any]) -> None:
-    cfg["trainer"]["precision"] = "fp8"  # trainer is broken
-    cfg["data"]["max_seq_length"] = 3063  # model + data still checked
+    cfg["tokenizer"]["padding_side"] = "middle"  # tokenizer is broken
+    cfg["data"]["max_seq_length"] = 3063  # model + data + trainer still checked
     result = validate(cfg)
     assert sorted(rules_of(result)) == ["invalid-value", "seq-len-over-block-size"]
     assert result.config is None

@@ -9,10 +9,12 @@ from typing import Any
 
 def register(sub: Any) -> None:
     from cfgcheck.cli._common import add_config_args
+    from cfgcheck.cli._native import add_source_args
     from cfgcheck.report import formats
 
     parser = sub.add_parser("check", help="validate a Hydra-composed run config")
     add_config_args(parser, formats())
+    add_source_args(parser)
     parser.add_argument(
         "--sweep",
         action="store_true",
@@ -32,11 +34,20 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
     from cfgcheck.report import get_reporter
 
+    if getattr(args, "sweep", False) and getattr(args, "source", None):
+        from cfgcheck.errors import ConfigLoadError
+
+        raise ConfigLoadError("--sweep works on conf/ compositions, not with --from")
     if getattr(args, "sweep", False):
         from cfgcheck.hydra.cli import run_sweep
 
         return run_sweep(args)
-    result = check(args.config_dir, args.config_name, args.overrides)
+    if getattr(args, "source", None):
+        from cfgcheck.cli._native import native_result
+
+        result = native_result(args)
+    else:
+        result = check(args.config_dir, args.config_name, args.overrides)
     if getattr(args, "scan_data", False):
         from cfgcheck.data.check import with_scan_findings
 

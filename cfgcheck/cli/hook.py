@@ -195,6 +195,9 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--format", choices=formats(), default="text", help="output format")
     parser.add_argument("files", nargs="*", metavar="FILE", help="changed files")
+    from cfgcheck.cli._native import add_source_args
+
+    add_source_args(parser)
     parser.set_defaults(run=run)
 
 
@@ -204,6 +207,10 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.errors import ConfigLoadError
     from cfgcheck.report import get_reporter
 
+    if getattr(args, "source", None):  # native framework files (--from FORMAT)
+        from cfgcheck.cli._native import run_native_hook
+
+        return run_native_hook(args)
     config_dir = Path(args.config_dir)
     if not config_dir.is_dir():
         raise ConfigLoadError(f"config directory not found: {args.config_dir}")

@@ -18,12 +18,19 @@ def register(sub: Any) -> None:
 
     parser = sub.add_parser("memory", help="estimate peak GPU memory per component")
     add_config_args(parser, ["text", "json"])
+    parser.add_argument(
+        "--png", metavar="PATH", help="also write the breakdown against the GPU as a PNG"
+    )
+    from cfgcheck.cli._native import add_source_args
+
+    add_source_args(parser)
     parser.set_defaults(run=run)
 
 
-def _payload(result: Any) -> dict[str, Any]:
+def _payload(result: Any) -> tuple[dict[str, Any], Any]:
     from cfgcheck.memory import devices
     from cfgcheck.memory.estimate import estimate
+    from cfgcheck.memory.verdict import verdict
 
     cfg = result.config
     est = estimate(cfg.model, cfg.data, cfg.trainer)
@@ -31,7 +38,12 @@ def _payload(result: Any) -> dict[str, Any]:
         avail = devices.available(cfg.trainer.gpu, cfg.trainer.devices)
     except devices.GpuNameError:
         avail = None
-    out: dict[str, Any] = {"estimate": est.to_dict(), "available": None, "fits": None}
+    out: dict[str, Any] = {
+        "estimate": est.to_dict(),
+        "available": None,
+        "fits": None,
+        "verdict": None,
+    }
     if avail is not None:
         out["available"] = {
             "gib": round(avail.bytes / GIB, 3),
@@ -39,9 +51,11 @@ def _payload(result: Any) -> dict[str, Any]:
             "device": avail.device.name,
             "where": avail.where,
         }
-        out["fits"] = est.total_bytes <= avail.bytes
+        # "fits" only when the estimate with its stated margin fits (the verdict errs safe)
+        out["verdict"] = verdict(est, avail.bytes)
+        out["fits"] = out["verdict"] == "fits"
         out["share"] = round(est.total_bytes / avail.bytes, 4) if avail.bytes > 0 else None
-    return out
+    return out, (est, avail)
 
 
 def _text(p: dict[str, Any]) -> str:
@@ -64,11 +78,17 @@ def _text(p: dict[str, Any]) -> str:
         f"torch max_memory_allocated ~ {e['allocated_gib']:.2f} GiB, "
         f"max_memory_reserved ~ {e['reserved_gib']:.2f} GiB"
     )
+    margin = f"stated error +/-{e['margin']:.0%}: up to {e['upper_gib']:.2f} GiB"
+    if not e["calibrated"]:
+        margin += " (not calibrated on measured runs: " + ", ".join(e["uncalibrated"]) + ")"
+    lines.append(margin)
     a = p["available"]
     if a is None:
         lines.append("available: unknown (no GPU visible, or trainer.gpu not usable): see below")
     else:
-        verdict = "fits" if p["fits"] else "DOES NOT FIT"
+        verdict = {"fits": "fits", "may not fit": "MAY NOT FIT", "does not fit": "DOES NOT FIT"}[
+            p["verdict"]
+        ]
         lines.append(
             f"available: {a['gib']:.2f} GiB ({a['where']}): {e['total_gib']:.2f} GiB is "
             f"{p['share'] or float('inf'):.0%}, {verdict}"
@@ -81,12 +101,32 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
     from cfgcheck.report import get_reporter
 
-    result = check(args.config_dir, args.config_name, args.overrides)
+    if getattr(args, "source", None):
+        from cfgcheck.cli._native import native_result
+
+        result = native_result(args)
+    else:
+        result = check(args.config_dir, args.config_name, args.overrides)
     if result.config is None:
         print("cfgcheck memory: the config does not validate:", file=sys.stderr)
         get_reporter("text")(result, sys.stderr)
         return EXIT_FINDINGS
-    payload = _payload(result)
+    payload, (est, avail) = _payload(result)
+    if args.png:
+        from pathlib import Path
+
+        from cfgcheck.memory.plot import PlotUnavailableError, write_png
+
+        try:
+            write_png(
+                est,
+                Path(args.png),
+                None if avail is None else avail.bytes,
+                "GPU" if avail is None else avail.device.name,
+                payload["verdict"],
+            )
+        except PlotUnavailableError as e:
+            print(f"cfgcheck: {e}", file=sys.stderr)
     if args.format == "json":
         # The estimate, and the whole config's verdict ("ok", "findings" as `check` gives).
         json.dump({**payload, **result.to_dict()}, sys.stdout, indent=2)

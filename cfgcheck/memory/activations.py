@@ -2,22 +2,31 @@
 
 Starts from Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", sbh(34 + 5as/h) bytes per layer in 16-bit) and replaces its fixed coefficients with
-the tensors PyTorch actually keeps, for the layout of the model:
+the tensors PyTorch actually keeps, for the layout of the model and the stack that runs it
+(:mod:`cfgcheck.memory.stack`: element sizes, adapter dtype, what quantized linears keep):
 
-* GQA: k and v are ``n_query_groups * head_size`` wide; eager attention and sdpa with a
-  padding mask (transformers' ``repeat_kv``) save them expanded to ``n_head`` heads; flash and
-  unmasked sdpa (``enable_gqa``) do not.
-* sdpa with a padding mask: torch converts transformers' boolean (batch, 1, s, s) mask to the
-  compute dtype in every layer and the kernel keeps it.
-* SwiGLU/GeGLU keep three ``intermediate_size`` tensors (gate, activation, up), GELU one.
-* RMSNorm in 16-bit keeps an fp32 copy of its input (4 bytes x hidden); LayerNorm keeps its
-  input and two fp32 statistics per token.
-* eager attention keeps the s x s softmax output in fp32 and its 16-bit copy per head;
-  sdpa/flash keep only q, k, v, the output and a log-sum-exp per head and token (their output
-  is laid out as (batch, seq, heads, dim), so it is also the o_proj input, not a copy).
-* A frozen linear keeps nothing of its input (autograd saves ``x`` only when the weight needs
-  a gradient); a trained or bitsandbytes-quantized one keeps its input.
-* LoRA adapters keep their dropout mask (1 byte) and dropped-out input, and the rank-r output.
+* GQA: k and v are ``n_query_groups * head_size`` wide; eager attention and sdpa with a mask
+  (transformers' ``repeat_kv``) save them expanded to ``n_head`` heads; flash and unmasked sdpa
+  (``enable_gqa``) do not.
+* sdpa with a mask (padding, block-diagonal packing, or a sliding window shorter than the
+  sequence): torch converts transformers' boolean (batch, 1, s, s) mask to the compute dtype in
+  every layer and the kernel keeps it.
+* SwiGLU/GeGLU keep three ``intermediate_size`` tensors (gate, activation, up); GELU one
+  (``gelu``/``gelu_pytorch_tanh``: its input) or four (``gelu_new``, written out in tensor ops).
+* RMSNorm keeps an fp32 copy of its input (4 bytes x hidden); LayerNorm keeps its input and
+  two fp32 statistics per token. q/k norms (Qwen3) keep their per-head inputs; Gemma 2's
+  post-attention / post-MLP norms are two more norms.
+* eager attention keeps the s x s softmax output in fp32 and its 16-bit copy per head (and the
+  tanh output of attention-logit soft-capping); sdpa/flash keep only q, k, v, the output and a
+  log-sum-exp per head and token (their output is laid out as (batch, seq, heads, dim), so it
+  is also the o_proj input, not a copy). transformers' sdpa and flash paths do not apply
+  attention soft-capping (Gemma 2 warns to train with eager).
+* A frozen 16-bit linear keeps nothing of its input (autograd saves ``x`` only when the weight
+  needs a gradient); a trained one keeps its input; bitsandbytes 4-bit keeps nothing
+  (``MatMul4Bit``: ``ctx.tensors = (None, B)``), int8 (``MatMul8bitLt``) keeps it.
+* LoRA adapters keep, in the adapter dtype, their dropout output (+ a 1-byte CUDA dropout mask)
+  or, without dropout, their input (a copy per adapter when the input is cast), and the rank-r
+  output.
 * Gradient checkpointing keeps each layer's input and recomputes one layer at a time.
 No dropout outside LoRA (the presets' models use none).
 """
@@ -27,15 +36,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfgcheck.memory.params import adapted_modules, block_linears
+from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, stack
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
 QUANTIZED = ("int8", "nf4", "nf4-dq", "fp4")
 
 
-def act_bytes(t: TrainerConfig) -> int:
-    """Bytes per activation element: fp32 only for ``32-true``."""
-    return 4 if t.precision == "32-true" else 2
+def act_bytes(t: TrainerConfig, m: ModelConfig | None = None) -> int:
+    """Bytes per activation element (fp32 for ``32-true`` and hf QLoRA's upcast stream)."""
+    return compute_bytes(t) if m is None else stack(m, t).act
 
 
 @dataclass(frozen=True)
@@ -49,95 +59,126 @@ class LayerActivations:
         return tokens * (self.per_token + self.attention_scores * seq)
 
 
-def _norm_bytes(m: ModelConfig, p: int, weight_trained: bool) -> int:
-    """What one norm keeps per token: its input (fp32 copy for RMSNorm) and, when its weight
-    trains, the normalized tensor that multiplies the weight."""
+def _norm_bytes(m: ModelConfig, s: Stack, weight_trained: bool) -> int:
+    """What one norm keeps per token: its input (an fp32 copy for RMSNorm, the residual for
+    LayerNorm) and, when its weight trains, the normalized tensor that multiplies it."""
     h = m.n_embd
     if m.norm == "layernorm":
-        return p * h + 8
-    return 4 * h + 4 + (p * h if weight_trained else 0)
+        return s.residual * h + 8
+    return 4 * h + 4 + (s.norm_out * h if weight_trained else 0)
+
+
+def _adapter_bytes(s: Stack, in_features: int, rank: int, dropout: bool) -> tuple[int, bool]:
+    """Bytes one LoRA adapter keeps per token, and whether it keeps its (shared) input."""
+    a = s.adapter_saved
+    if dropout:  # the 1-byte CUDA dropout mask and what lora_A keeps of the dropout output
+        return (a + 1) * in_features + a * rank, False
+    if s.adapter_input_copy:
+        return a * in_features + a * rank, False
+    return a * rank, True
 
 
 def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block, without checkpointing.
 
-    ``masked``: batches are padded, so transformers passes sdpa an attention mask.
+    ``masked``: the attention kernel gets a mask (see :func:`stack.sdpa_masked`).
     """
-    p = act_bytes(t)
+    s = stack(m, t)
+    p = s.act
+    kernel = attention(m, t)
     h, a, kv, d, inter = m.n_embd, m.n_head, m.kv_heads, m.head_dim, m.mlp_width
     full = t.finetuning == "full"
-    quantized = t.quantization in QUANTIZED and not full
+    quant = quantized(t)
     adapted = frozenset() if full else adapted_modules(m, t.lora.targets, t.framework).names
     rank = t.lora.rank or 0
     dropout = t.lora.dropout > 0
     sizes = {"attn_in": h, "attn_out": a * d, "mlp_in": h, "mlp_act": inter}
+    # the norms' outputs are in the residual dtype; the attention / MLP outputs in act's
+    width = {"attn_in": s.residual, "mlp_in": s.residual, "attn_out": p, "mlp_act": p}
     saved: set[str] = set()
     total = 0
     for lin in block_linears(m):
-        if full or quantized:
-            saved.add(lin.source)
-        if lin.name in adapted and rank:
-            if dropout:
-                total += (1 + p) * lin.in_features  # mask + dropped-out input
+        if full or (quant and s.quantized_saves_input):
+            if s.linear_cast and width[lin.source] != p:
+                total += p * lin.in_features  # its own 16-bit cast of the fp32 input
             else:
                 saved.add(lin.source)
-            total += p * rank  # lora_A output, saved by lora_B
-    if t.attention != "eager":
+        if lin.name in adapted and rank:
+            kept, shares_input = _adapter_bytes(s, lin.in_features, rank, dropout)
+            total += kept
+            if shares_input:
+                saved.add(lin.source)
+    if kernel != "eager":
         saved.discard("attn_out")  # the kernel's output, counted below, is the o_proj input
-    total += sum(p * sizes[s] for s in saved)
+    total += sum(width[x] * sizes[x] for x in saved)
     # norms
-    total += _norm_bytes(m, p, full) * (1 if m.shared_attention_norm else 2)
+    n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
+    total += _norm_bytes(m, s, full) * n_norms
+    if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head
+        total += 4 * (a + kv) * d + 4 * (a + kv)
     # attention core
-    expanded = t.attention == "eager" or (t.attention == "sdpa" and masked)
+    expanded = kernel == "eager" or (kernel == "sdpa" and masked)
     kv_width = a * d if expanded else kv * d
     total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
     scores = 0
-    if t.attention == "eager":
+    if kernel == "eager":
         scores = a * (4 + (p if p == 2 else 0))  # fp32 softmax output + its 16-bit copy
+        if m.attention_logit_softcapping:
+            scores += a * p  # tanh output of the soft-capping
     else:
         total += p * a * d + 4 * a  # kernel output + log-sum-exp
-        if t.attention == "sdpa" and masked:
+        if kernel == "sdpa" and masked:
             scores = p  # the mask in the compute dtype, broadcast over heads
     # MLP
-    total += p * inter * (3 if m.mlp in ("swiglu", "geglu") else 1)
+    total += p * inter * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
     return LayerActivations(per_token=total, attention_scores=scores)
+
+
+def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """Gradient checkpointing: each layer's input, kept for the recomputation."""
+    return m.n_layer * stack(m, t).residual * m.n_embd * tokens
 
 
 def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     """Per-token bytes kept around the lm_head: the final norm and, when the lm_head trains,
     its input."""
-    p = act_bytes(t)
+    s = stack(m, t)
     trained_head = t.finetuning == "full" or adapted_modules(m, t.lora.targets, t.framework).lm_head
-    return _norm_bytes(m, p, t.finetuning == "full") + (p * m.n_embd if trained_head else 0)
+    head_input = (s.act if s.linear_cast else s.residual) * m.n_embd
+    return _norm_bytes(m, s, t.finetuning == "full") + (head_input if trained_head else 0)
 
 
 def activation_bytes(
     m: ModelConfig, t: TrainerConfig, batch: int, seq: int, masked: bool = True
 ) -> int:
-    """Activations kept at the end of the forward pass of one micro-batch."""
+    """Activations kept at the end of the forward pass of one micro-batch (with
+    checkpointing: the layer inputs and the head, the recomputed layer is separate)."""
     tokens = batch * seq
-    layer = layer_activations(m, t, masked).bytes(tokens, seq)
     head = head_activations(m, t) * tokens
     if t.gradient_checkpointing:
-        # each layer's input, plus one layer recomputed during backward
-        return m.n_layer * act_bytes(t) * m.n_embd * tokens + layer + head
-    return m.n_layer * layer + head
+        return checkpoint_bytes(m, t, tokens) + head
+    return m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq) + head
 
 
 def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     """Peak bytes of logits and loss.
 
-    ``none`` (transformers): the logits in the compute dtype held by the model output, and at
-    the start of backward the fp32 log-probabilities, the dense fp32 gradient of the NLL and
-    the fp32 gradient of the upcast logits: ``p + 12`` bytes per token and vocab row.
-    ``chunked`` (LitGPT): every chunk's logits and log-probabilities in the compute dtype,
-    no upcast: ``2p``. ``fused``: one 1024-token chunk of fp32 logits and their gradient.
+    ``none``: at the start of backward the fp32 log-probabilities, the dense fp32 gradient of
+    the NLL and the fp32 gradient of the upcast logits (12 bytes per token and vocab row); a
+    training loop that holds the logits (LitGPT, torchtune) adds them in the compute dtype,
+    while transformers' output object is gone by then (``model(**batch).loss``). Gemma 2's
+    final soft-capping keeps its tanh output. ``chunked`` (LitGPT): every chunk's logits and
+    log-probabilities in the compute dtype, no upcast: ``2p``. ``fused`` (Liger): one chunk of
+    fp32 logits and their gradient, and the input gradient it computes during the forward.
     """
-    p = act_bytes(t)
+    s = stack(m, t)
+    p = s.act
     tokens = batch * seq
     v = m.rows
     if t.loss_chunking == "fused":
-        return 8 * v * min(tokens, 1024)
+        return 8 * v * min(tokens, 1024) + p * m.n_embd * tokens
     if t.loss_chunking == "chunked":
         return 2 * p * v * tokens
-    return (p + 12) * v * tokens
+    held = 0 if s.framework == "hf" else p
+    capped = p if m.final_logit_softcapping else 0
+    return (12 + held + capped) * v * tokens

@@ -7,9 +7,12 @@ The peak is the larger of two moments of a step:
   the very start of backward (the lm_head's), all activations, and the logits/loss peak;
 * the optimizer step: weights, gradients, optimizer states and the step's temporaries.
 
-``allocated`` is what ``torch.cuda.max_memory_allocated()`` reports; ``reserved`` adds the
-caching allocator's fragmentation (:data:`FRAGMENTATION`); ``total`` adds the CUDA context
-(:data:`CUDA_CONTEXT_GIB`), which no torch counter sees but the GPU does.
+* with gradient checkpointing, the recomputation of one layer during backward.
+
+``allocated`` is what ``torch.cuda.max_memory_allocated()`` reports; ``reserved`` adds what
+the caching allocator holds but does not hand out (:mod:`cfgcheck.memory.allocator`);
+``total`` adds the CUDA context (:data:`CUDA_CONTEXT_GIB`) and paged optimizer states, which
+no torch counter sees but the GPU does.
 """
 
 from __future__ import annotations
@@ -26,12 +29,11 @@ from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
 GIB = 1024**3
-# CUDA context + cuBLAS/cuDNN workspaces of a PyTorch process: ~0.5 GiB on Ampere/Hopper with
-# lazy module loading (CUDA >= 11.7); stated openly, not measured by torch's counters.
-CUDA_CONTEXT_GIB = 0.5
-# PyTorch's caching allocator reserves more than it hands out (block rounding, split blocks);
-# reserved ~ allocated x this. An assumption, not a calibrated figure.
-FRAGMENTATION = 1.05
+# CUDA context + cuBLAS workspaces + kernels loaded by a training step, outside torch's
+# counters: NVML "used" minus torch's reserved at the end of each calibration run, 0.73 to
+# 0.75 GiB on the H100 (torch 2.11, CUDA 13, lazy module loading; benchmarks/calibration/).
+CUDA_CONTEXT_GIB = 0.75
+CONTEXT_NOTE = "context + workspaces, measured on H100"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ class MemoryEstimate:
     world_size: int
     seq_len: int
     notes: tuple[str, ...] = field(default=())
+    # Relative error the estimate vouches for (calibrated settings), or the wider margin of a
+    # setting the measurements do not cover; see :mod:`cfgcheck.memory.coverage`.
+    margin: float = 0.10
+    uncalibrated: tuple[str, ...] = field(default=())
 
     @property
     def total_bytes(self) -> int:
@@ -71,7 +77,17 @@ class MemoryEstimate:
 
     @property
     def allocated_bytes(self) -> int:
-        return self.total_bytes - self.get("fragmentation") - self.get("cuda_context")
+        return (
+            self.total_bytes
+            - self.get("fragmentation")
+            - self.get("cuda_context")
+            - self.get("paged_states")
+        )
+
+    @property
+    def upper_bytes(self) -> int:
+        """The total with the stated margin: what a GPU needs for a safe "fits"."""
+        return int(self.total_bytes * (1 + self.margin))
 
     @property
     def reserved_bytes(self) -> int:
@@ -99,6 +115,10 @@ class MemoryEstimate:
             "allocated_gib": round(self.allocated_bytes / GIB, 3),
             "reserved_gib": round(self.reserved_bytes / GIB, 3),
             "total_gib": round(self.total_gib, 3),
+            "margin": self.margin,
+            "upper_gib": round(self.upper_bytes / GIB, 3),
+            "calibrated": not self.uncalibrated,
+            "uncalibrated": list(self.uncalibrated),
             "notes": list(self.notes),
         }
 
@@ -118,18 +138,26 @@ def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
 
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Peak per-GPU memory of one training step of this model, data and trainer."""
+    from cfgcheck.memory import allocator, coverage
+    from cfgcheck.memory.stack import sdpa_masked, stack
+
     seq = sequence_length(d)
     b = t.micro_batch_size
+    tokens = b * seq
+    st = stack(m, t)
+    masked = sdpa_masked(m, d, t, st, seq)
     div = sharding.divisors(t)
     w = weights.weight_bytes(m, t) // div.weights
     lora = 0 if t.finetuning == "full" else weights.trainable_params(m, t)
-    adapters = lora * weights.master_bytes(t) // div.weights
+    adapters = lora * weights.trainable_bytes(m, t) // div.weights
     auto = weights.autocast_copy_bytes(m, t) // div.weights
     grads = weights.gradient_bytes(m, t) // div.gradients
     states = weights.optimizer_state_bytes(m, t) // div.optimizer
+    paged_states = states if weights.paged(t) else 0
+    states -= paged_states
     step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
-    acts = act.activation_bytes(m, t, b, seq, masked=padded_batches(d, t))
+    acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
     if t.gradient_accumulation_steps > 1:
         fwd_grads = grads
@@ -138,20 +166,46 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     else:
         fwd_grads = 0
     forward = auto + fwd_grads + acts + logits
+    # checkpointing: backward recomputes one layer while the layer inputs are still kept and
+    # the gradient of the hidden states flows in and out of it (two hidden-size tensors)
+    recompute = 0
+    layer = 0
+    dequant = 0
+    if t.gradient_checkpointing:
+        layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
+        hidden_grads = 2 * st.residual * m.n_embd * tokens
+        dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
+        ckpts = act.checkpoint_bytes(m, t, tokens)
+        recompute = auto + grads + ckpts + layer + dequant + hidden_grads
     step = grads + step_tmp
     base = [
-        Component("weights", "weights", w, _weights_note(t)),
-        Component("adapters", "LoRA adapters", adapters) if lora else None,
-        Component("optimizer_states", "optimizer states", states, t.optimizer),
+        Component("weights", "weights", w, _weights_note(t, st.kbit_upcast)),
+        Component("adapters", "LoRA adapters", adapters, f"{8 * st.adapter}-bit") if lora else None,
+        Component("optimizer_states", "optimizer states", states, t.optimizer) if states else None,
         Component("sharding_buffers", "sharding buffers", buffers, t.strategy) if buffers else None,
     ]
-    if forward >= step:
+    if forward >= max(step, recompute):
         phase = "forward"
         parts = [
             Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
-            Component("activations", "activations", acts, _act_note(t)),
+            Component("activations", "activations", acts, _act_note(t, masked)),
             Component("logits_loss", "logits and loss", logits, t.loss_chunking),
+        ]
+    elif recompute >= step:
+        phase = "backward (recomputation)"
+        parts = [
+            Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
+            Component("gradients", "gradients", grads) if grads else None,
+            Component(
+                "activations",
+                "activations",
+                recompute - auto - grads - dequant,
+                _act_note(t, masked) + ", one layer recomputed",
+            ),
+            Component("dequant", "dequantized weight", dequant, "bitsandbytes")
+            if dequant
+            else None,
         ]
     else:
         phase = "optimizer step"
@@ -161,15 +215,23 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         ]
     comps = [c for c in [*base, *parts] if c is not None]
     allocated = sum(c.bytes for c in comps)
+    if t.gradient_checkpointing and not layer:
+        layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
+    cache = allocator.cached_bytes(t, st, allocated, m.rows * tokens, layer, grads)
+    comps.append(Component("fragmentation", "allocator cache", cache.bytes, cache.note))
     comps.append(
-        Component(
-            "fragmentation",
-            "allocator fragmentation",
-            int(allocated * (FRAGMENTATION - 1)),
-            f"reserved = allocated x {FRAGMENTATION}",
-        )
+        Component("cuda_context", "CUDA context", int(CUDA_CONTEXT_GIB * GIB), CONTEXT_NOTE)
     )
-    comps.append(Component("cuda_context", "CUDA context", int(CUDA_CONTEXT_GIB * GIB), "fixed"))
+    if paged_states:
+        comps.append(
+            Component(
+                "paged_states",
+                "paged optimizer states",
+                paged_states,
+                "CUDA unified memory: outside torch's counters",
+            )
+        )
+    cov = coverage.coverage(m, d, t)
     return MemoryEstimate(
         components=tuple(comps),
         phase=phase,
@@ -177,14 +239,19 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         trainable=weights.trainable_params(m, t),
         world_size=t.world_size,
         seq_len=seq,
+        notes=cov.notes,
+        margin=cov.margin,
+        uncalibrated=cov.uncalibrated,
     )
 
 
-def _weights_note(t: TrainerConfig) -> str:
+def _weights_note(t: TrainerConfig, upcast: bool) -> str:
     if t.quantization != "none" and t.finetuning != "full":
-        return f"{t.quantization} block linears"
+        rest = ", the rest fp32 (prepare_model_for_kbit_training)" if upcast else ""
+        return f"{t.quantization} block linears{rest}"
     return "fp32 master weights" if weights.master_bytes(t) == 4 else "16-bit"
 
 
-def _act_note(t: TrainerConfig) -> str:
-    return f"{t.attention}, " + ("checkpointed" if t.gradient_checkpointing else "all layers")
+def _act_note(t: TrainerConfig, masked: bool) -> str:
+    mask = " with a mask" if masked and t.attention == "sdpa" else ""
+    return f"{t.attention}{mask}, " + ("checkpointed" if t.gradient_checkpointing else "all layers")

@@ -1,20 +1,44 @@
-"""What each memory fix saves: the config re-estimated with the fix applied."""
+"""Memory fixes: config changes that lower the per-GPU estimate, each re-estimated.
+
+Every fix is a complete set of plain ``key=value`` overrides that keeps the rest of the config
+consistent: a smaller micro batch raises the gradient accumulation so the global batch stays
+the same; more GPUs under FSDP lower the accumulation by the same factor (and are offered only
+when the global batch divides); LoRA/QLoRA fixes name a rank. :func:`fixes` keeps the fixes
+(or, when no single change is enough, the pairs of changes) whose estimate, with its margin,
+fits the budget.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
 
 from cfgcheck.memory.estimate import estimate
+from cfgcheck.memory.verdict import verdict
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
 
 @dataclass(frozen=True)
-class Fix:
-    setting: str  # the overrides to apply, e.g. "trainer.gradient_checkpointing=true"
+class Change:
+    overrides: tuple[str, ...]
+    update: dict[str, Any]  # TrainerConfig fields
+    summary: str
+
+
+@dataclass(frozen=True)
+class MemoryFix:
+    overrides: tuple[str, ...]
+    summary: str
     total_bytes: int  # per-GPU estimate with the fix
     saved_bytes: int
+    fits: bool  # the estimate with its margin fits the budget (True when no budget)
+
+    @property
+    def setting(self) -> str:
+        return " ".join(self.overrides)
 
 
 def _smaller_micro_batches(micro: int) -> list[int]:
@@ -24,78 +48,136 @@ def _smaller_micro_batches(micro: int) -> list[int]:
     return sorted((k for k in found if k < micro), reverse=True)
 
 
-def _candidates(t: TrainerConfig) -> list[tuple[str, TrainerConfig]]:
-    out: list[tuple[str, TrainerConfig]] = []
+def _changes(t: TrainerConfig) -> list[Change]:
+    out: list[Change] = []
     if not t.gradient_checkpointing:
         out.append(
-            (
-                "trainer.gradient_checkpointing=true",
-                t.model_copy(update={"gradient_checkpointing": True}),
+            Change(
+                ("trainer.gradient_checkpointing=true",),
+                {"gradient_checkpointing": True},
+                "gradient checkpointing: keep layer inputs, recompute the rest",
             )
         )
     for micro in _smaller_micro_batches(t.micro_batch_size):
         accum = t.gradient_accumulation_steps * t.micro_batch_size // micro
         out.append(
-            (
-                f"trainer.micro_batch_size={micro} trainer.gradient_accumulation_steps={accum}",
-                t.model_copy(
-                    update={"micro_batch_size": micro, "gradient_accumulation_steps": accum}
+            Change(
+                (
+                    f"trainer.micro_batch_size={micro}",
+                    f"trainer.gradient_accumulation_steps={accum}",
                 ),
+                {"micro_batch_size": micro, "gradient_accumulation_steps": accum},
+                f"micro batch {micro}, {accum} accumulation steps (same global batch)",
             )
         )
     if t.loss_chunking == "none":
+        # transformers: Liger's fused linear + cross-entropy; LitGPT / torchtune chunk the loss
+        kind = "fused" if t.framework == "hf" else "chunked"
         out.append(
-            ("trainer.loss_chunking=chunked", t.model_copy(update={"loss_chunking": "chunked"}))
+            Change(
+                (f"trainer.loss_chunking={kind}",),
+                {"loss_chunking": kind},
+                "never hold the full fp32 logits"
+                + (" (liger-kernel's fused linear cross-entropy)" if kind == "fused" else ""),
+            )
         )
+    rank = t.lora.rank or 16
     if t.finetuning == "full":
-        lora = t.lora.model_copy(update={"rank": t.lora.rank or 16})
         out.append(
-            (
-                f"trainer.finetuning=lora trainer.lora.rank={lora.rank}",
-                t.model_copy(update={"finetuning": "lora", "lora": lora}),
+            Change(
+                ("trainer.finetuning=lora", f"trainer.lora.rank={rank}"),
+                {"finetuning": "lora", "lora": t.lora.model_copy(update={"rank": rank})},
+                f"LoRA rank {rank} instead of full fine-tuning",
             )
         )
-    if t.quantization == "none":
-        lora = t.lora.model_copy(update={"rank": t.lora.rank or 16})
+    if t.quantization == "none" and t.precision == "bf16-true":
         out.append(
-            (
-                "trainer.finetuning=qlora trainer.quantization=nf4-dq "
-                f"trainer.lora.rank={lora.rank}",
-                t.model_copy(
-                    update={"finetuning": "qlora", "quantization": "nf4-dq", "lora": lora}
+            Change(
+                (
+                    "trainer.finetuning=qlora",
+                    "trainer.quantization=nf4-dq",
+                    f"trainer.lora.rank={rank}",
                 ),
+                {
+                    "finetuning": "qlora",
+                    "quantization": "nf4-dq",
+                    "lora": t.lora.model_copy(update={"rank": rank}),
+                },
+                f"QLoRA: 4-bit base, LoRA rank {rank}",
             )
         )
-    if t.strategy not in ("fsdp", "zero3"):
-        devices = max(2, t.devices)
-        more = "" if devices == t.devices else f" trainer.devices={devices}"
+    if t.strategy not in ("fsdp", "zero3") and t.num_nodes == 1:
+        out += _fsdp(t)
+    return out
+
+
+def _fsdp(t: TrainerConfig) -> list[Change]:
+    """FSDP on more GPUs of the node, the accumulation divided so the global batch holds
+    (fewest GPUs first)."""
+    out: list[Change] = []
+    for devices in (2, 4, 8):
+        if devices <= t.devices:
+            continue
+        factor = devices // t.devices if devices % t.devices == 0 else 0
+        if not factor or t.gradient_accumulation_steps % factor:
+            continue
+        accum = t.gradient_accumulation_steps // factor
+        overrides = ["trainer.strategy=fsdp", f"trainer.devices={devices}"]
+        if accum != t.gradient_accumulation_steps:
+            overrides.append(f"trainer.gradient_accumulation_steps={accum}")
         out.append(
-            (
-                f"trainer.strategy=fsdp{more}",
-                t.model_copy(update={"strategy": "fsdp", "devices": devices}),
+            Change(
+                tuple(overrides),
+                {"strategy": "fsdp", "devices": devices, "gradient_accumulation_steps": accum},
+                f"FSDP over {devices} GPUs, {accum} accumulation steps (same global batch)",
             )
         )
     return out
 
 
-def fixes(m: ModelConfig, d: DataConfig, t: TrainerConfig, budget: int | None = None) -> list[Fix]:
-    """Every applicable fix that lowers the per-GPU estimate, largest saving first.
+def _merge(a: Change, b: Change) -> Change | None:
+    if set(a.update) & set(b.update):
+        return None  # both set the same field: not a combination
+    return Change(a.overrides + b.overrides, a.update | b.update, f"{a.summary}; {b.summary}")
 
-    Of the smaller micro batches only one is kept: the largest that fits ``budget`` (bytes),
-    else the smallest.
+
+def fixes(
+    m: ModelConfig, d: DataConfig, t: TrainerConfig, budget: int | None = None
+) -> list[MemoryFix]:
+    """Changes that lower the estimate, largest saving first.
+
+    With a ``budget`` (bytes), only changes whose estimate with its margin fits are kept; when
+    no single change fits, pairs of changes are tried. Of the smaller micro batches the largest
+    that fits is kept (without a budget: the smallest).
     """
     base = estimate(m, d, t).total_bytes
-    found: list[Fix] = []
-    micro: Fix | None = None
-    for setting, changed in _candidates(t):
-        total = estimate(m, d, changed).total_bytes
-        if total >= base:
-            continue
-        fix = Fix(setting, total, base - total)
-        if not setting.startswith("trainer.micro_batch_size="):
-            found.append(fix)
-        elif micro is None or budget is None or micro.total_bytes > budget:
-            micro = fix  # candidates come largest micro batch first
-    if micro is not None:
-        found.append(micro)
-    return sorted(found, key=lambda f: -f.saved_bytes)
+    singles = _changes(t)
+
+    def evaluate(changes: list[Change]) -> list[MemoryFix]:
+        found = []
+        for c in changes:
+            e = estimate(m, d, t.model_copy(update=c.update))
+            if e.total_bytes >= base:
+                continue
+            fits = budget is None or verdict(e, budget) == "fits"
+            found.append(
+                MemoryFix(c.overrides, c.summary, e.total_bytes, base - e.total_bytes, fits)
+            )
+        return found
+
+    found = evaluate(singles)
+    if budget is not None:
+        found = [f for f in found if f.fits]
+        if not found:
+            pairs = [p for a, b in combinations(singles, 2) if (p := _merge(a, b)) is not None]
+            found = sorted((f for f in evaluate(pairs) if f.fits), key=lambda f: -f.total_bytes)[:3]
+    # one of each family: the largest micro batch that fits (without a budget the smallest),
+    # the fewest GPUs that fit
+    micro = [f for f in found if f.overrides[0].startswith("trainer.micro_batch_size=")]
+    fsdp = [f for f in found if f.overrides[0] == "trainer.strategy=fsdp"]
+    rest = [f for f in found if f not in micro and f not in fsdp]
+    if micro:
+        rest.append(micro[0] if budget is not None else micro[-1])
+    if fsdp:
+        rest.append(fsdp[0])
+    return sorted(rest, key=lambda f: -f.saved_bytes)

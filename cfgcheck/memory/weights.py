@@ -22,6 +22,16 @@ def master_bytes(t: TrainerConfig) -> int:
     return 2 if t.precision == "bf16-true" else 4
 
 
+def trainable_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """Bytes per trainable parameter (and per gradient element): the master dtype for full
+    fine-tuning, the adapter dtype for LoRA (fp32 under PEFT, see :mod:`stack`)."""
+    if t.finetuning == "full":
+        return master_bytes(t)
+    from cfgcheck.memory.stack import stack
+
+    return stack(m, t).adapter
+
+
 def trainable_params(m: ModelConfig, t: TrainerConfig) -> int:
     if t.finetuning == "full":
         return count_params(m).total
@@ -37,6 +47,10 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     quant = pc.linear_weights * QUANT_BYTES[t.quantization]
     if t.quantization == "int8":
         quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
+    from cfgcheck.memory.stack import stack
+
+    if stack(m, t).kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
+        stored = 4
     return int(quant) + pc.unquantized * stored
 
 
@@ -53,8 +67,15 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     return 2 * (linear + head + adapters)
 
 
+def paged(t: TrainerConfig) -> bool:
+    """bitsandbytes paged optimizers keep their states in CUDA unified memory
+    (``cudaMallocManaged``, bitsandbytes/functional.py ``get_paged``): outside torch's
+    allocator counters, resident on the GPU while it has room, so inside the device total."""
+    return t.optimizer.startswith("paged_")
+
+
 def gradient_bytes(m: ModelConfig, t: TrainerConfig) -> int:
-    return trainable_params(m, t) * master_bytes(t)
+    return trainable_params(m, t) * trainable_bytes(m, t)
 
 
 def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
@@ -74,18 +95,38 @@ def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 def optimizer_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     n = trainable_params(m, t)
     if t.optimizer == "adamw":
-        return 2 * n * master_bytes(t)
+        return 2 * n * trainable_bytes(m, t)
     if t.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
         return int(n * (2 + 2 * 4 / 256))  # two int8 states + fp32 absmax per 256-block
     if t.optimizer == "sgd":
-        return n * master_bytes(t)  # one momentum buffer
+        return n * trainable_bytes(m, t)  # one momentum buffer
     return _adafactor_bytes(m, t)
 
 
 def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
-    """Temporaries of the optimizer step: torch's foreach AdamW/SGD build one
-    parameter-sized intermediate list (e.g. ``sqrt(exp_avg_sq)``); 8-bit and Adafactor
-    update parameter by parameter."""
-    if t.optimizer in ("adamw", "sgd"):
-        return trainable_params(m, t) * master_bytes(t)
+    """Temporaries of the optimizer step (torch/optim/adamw.py, sgd.py, _adafactor.py, the
+    multi-tensor paths CUDA uses by default): AdamW builds one parameter-sized list
+    (``sqrt(exp_avg_sq)``); SGD with momentum updates in place; Adafactor builds the variance
+    estimates and the updates (two lists); 8-bit optimizers update parameter by parameter."""
+    n = trainable_params(m, t) * trainable_bytes(m, t)
+    if t.optimizer == "adamw":
+        return n
+    if t.optimizer == "adafactor":
+        return 2 * n
     return 0
+
+
+def dequant_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """Transient buffers of a quantized linear while its layer runs: bitsandbytes' 4-bit
+    ``MatMul4Bit`` dequantizes the weight (in the stored 16-bit dtype) and casts it to the
+    input's dtype, in forward and again in backward (bitsandbytes/autograd/_functions.py);
+    int8 backward copies the weight to the input dtype. The largest block linear counts."""
+    from cfgcheck.memory.stack import quantized, stack
+
+    if not quantized(t):
+        return 0
+    largest = max(x.in_features * x.out_features for x in block_linears(m))
+    act = stack(m, t).act
+    if t.quantization == "int8":
+        return largest * act
+    return largest * (2 + (act if act != 2 else 0))

@@ -32,18 +32,16 @@ class ConfigFile:
 
 
 def read_text(path: Path, limit: int = MAX_BYTES) -> str:
-    """The UTF-8 text of ``path``, refusing more than ``limit`` bytes."""
+    """The UTF-8 text of ``path``, refusing more than ``limit`` bytes, read by
+    :func:`cfgcheck.safeio.read_text` (a FIFO, device or dangling link is named, never opened;
+    a UTF-8 BOM is dropped; UTF-16 and latin-1 are named)."""
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.safeio import read_text as bounded_read_text
+
     try:
-        with path.open("rb") as f:
-            raw = f.read(limit + 1)
-    except OSError as e:
-        raise ModelFolderError(f"cannot read {path}: {e.strerror or e}") from e
-    if len(raw) > limit:
-        raise ModelFolderError(f"{path} is larger than {limit // (1024 * 1024)} MiB")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ModelFolderError(f"{path} is not UTF-8 text (byte {e.start})") from e
+        return bounded_read_text(path, limit)
+    except ConfigLoadError as e:
+        raise ModelFolderError(str(e)) from e
 
 
 def read_json(path: Path) -> ConfigFile:
@@ -63,7 +61,14 @@ def read_yaml(path: Path) -> ConfigFile:
     """A YAML mapping file (LitGPT's ``model_config.yaml``), with the line of each top key."""
     import yaml
 
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.safeio import screen_yaml
+
     text = read_text(path)
+    try:  # libyaml's composer recurses on the C stack: depth, aliases and tags bounded first
+        screen_yaml(text, str(path))
+    except ConfigLoadError as e:
+        raise ModelFolderError(str(e)) from e
     loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         node = yaml.compose(text, Loader=loader)

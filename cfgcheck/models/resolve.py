@@ -87,7 +87,15 @@ def cached_snapshot(hub_id: str, cache: Path | None = None) -> Path | None:
 
 def resolve_pretrained(ref: str) -> ModelSource:
     """Resolve ``model.pretrained``; raises :class:`ModelFolderError` with a one-line reason."""
-    path = Path(ref).expanduser()
+    from cfgcheck.safeio import path_problem, shown
+
+    try:
+        path = Path(ref).expanduser()
+    except (RuntimeError, ValueError) as e:  # ~nosuchuser
+        raise ModelFolderError(f"model.pretrained={shown(ref)[:200]}: {e}") from e
+    reason = path_problem(path, allow_dir=True)  # a FIFO, device, link loop, over-long name
+    if reason and reason != "does not exist":
+        raise ModelFolderError(f"model.pretrained={shown(ref)[:200]} {reason}")
     if path.is_file() and path.name in (HF_CONFIG, LITGPT_CONFIG):
         path = path.parent
     if path.is_dir():

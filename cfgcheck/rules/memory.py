@@ -9,11 +9,11 @@ from cfgcheck.findings import Fix
 from cfgcheck.memory import devices
 from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
 from cfgcheck.memory.fixes import fixes
+from cfgcheck.memory.verdict import verdict
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
-WARN_SHARE = 0.9
 PATHS = ("trainer.micro_batch_size", "data.max_seq_length", "model.name", "trainer.gpu")
 
 
@@ -26,15 +26,22 @@ def _breakdown(e: MemoryEstimate) -> str:
     return ", ".join(f"{c.label} {_gib(c.bytes)}" for c in top)
 
 
-def _fix_hint(cfg: RunConfig, need: int | None) -> str:
-    found = fixes(cfg.model, cfg.data, cfg.trainer, need)
+def _fixes(cfg: RunConfig, budget: int) -> tuple[str, tuple[Fix, ...]]:
+    found = fixes(cfg.model, cfg.data, cfg.trainer, budget)
     if not found:
-        return "use a GPU with more memory (trainer.gpu.name=H100 / H200) or a smaller model"
-    parts = []
-    for f in found:
-        fits = "" if need is None or f.total_bytes > need else ", fits"
-        parts.append(f"{f.setting} saves {_gib(f.saved_bytes)} (-> {_gib(f.total_bytes)}{fits})")
-    return "each fix with its per-GPU estimate: " + "; ".join(parts)
+        return (
+            "no single change or pair of changes fits: use a GPU with more memory "
+            "(trainer.gpu.name=H100 / H200) or a smaller model",
+            (),
+        )
+    hint = "each fix with its per-GPU estimate: " + "; ".join(
+        f"{f.setting} saves {_gib(f.saved_bytes)} (-> {_gib(f.total_bytes)}, fits)" for f in found
+    )
+    objs = tuple(
+        Fix(overrides=f.overrides, summary=f"{f.summary}: {_gib(f.total_bytes)} per GPU")
+        for f in found
+    )
+    return hint, objs
 
 
 def _available(cfg: RunConfig) -> tuple[devices.Available | None, Problem | None]:
@@ -72,16 +79,29 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
         )
         return
     share = est.total_bytes / avail.bytes if avail.bytes > 0 else float("inf")
-    if share <= WARN_SHARE:
+    v = verdict(est, avail.bytes)
+    if v == "fits":
         return
-    over = share > 1
+    margin = f"+/-{est.margin:.0%}" + (
+        ""
+        if not est.uncalibrated
+        else ", not calibrated on measured runs: " + ", ".join(est.uncalibrated)
+    )
+    hint, fix_objs = _fixes(cfg, avail.bytes)
+    if v == "does not fit":
+        tail = ": the run will fail with CUDA out of memory"
+    else:
+        tail = (
+            f": with the estimate's stated margin ({margin}) it may need up to "
+            f"{_gib(est.upper_bytes)}, so it may not fit"
+        )
     yield Problem(
-        "error" if over else "warning",
+        "error" if v == "does not fit" else "warning",
         PATHS,
         f"estimated peak {_gib(est.total_bytes)} per GPU ({what}: {_breakdown(est)}) is "
-        f"{share:.0%} of {_gib(avail.bytes)}, the {avail.where}"
-        + (": the run will fail with CUDA out of memory" if over else ": little headroom"),
-        _fix_hint(cfg, avail.bytes),
+        f"{share:.0%} of {_gib(avail.bytes)}, the {avail.where}{tail}",
+        hint,
+        fixes=fix_objs,
     )
 
 

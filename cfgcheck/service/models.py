@@ -12,6 +12,9 @@ CONFIG_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\
 # Top-level keys that mark a body as a compose request rather than a composed run config
 # (a run config never has them: unknown top-level keys are schema errors).
 COMPOSE_KEYS = frozenset({"config_name", "overrides"})
+# The key that marks a body as a native framework config (cfgcheck.sources).
+NATIVE_KEY = "format"
+MAX_NATIVE_CHARS = 1_000_000
 
 
 class ComposeRequest(BaseModel):
@@ -30,6 +33,33 @@ class ComposeRequest(BaseModel):
         max_length=MAX_OVERRIDES,
         description="Hydra override strings, e.g. 'data.max_seq_length=2048', 'model=llama-3-8b'. "
         "Interpolations, sweeps and hydra.* keys are refused.",
+    )
+
+
+class NativeRequest(BaseModel):
+    """Validate a native framework config (the text of a LitGPT, Axolotl or TRL YAML file),
+    as ``cfgcheck check --from FORMAT FILE OVERRIDE...`` does."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    format: Literal["litgpt", "axolotl", "trl"] = Field(description="The file's framework.")
+    config: str = Field(
+        max_length=MAX_NATIVE_CHARS,
+        description="The config file's text (YAML or JSON), e.g. an Axolotl examples/*.yml.",
+    )
+    filename: str = Field(
+        "config.yaml",
+        max_length=200,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$",
+        description="The name findings' locations show for the file.",
+    )
+    overrides: list[Annotated[str, Field(max_length=MAX_OVERRIDE_CHARS)]] = Field(
+        default_factory=list,
+        max_length=MAX_OVERRIDES,
+        description="KEY=VALUE in the format's own keys, e.g. 'sequence_len=4096'.",
+    )
+    gpu: str | None = Field(
+        None, max_length=40, description="The GPU the run is meant for (H100, or GiB)."
     )
 
 

@@ -14,13 +14,15 @@ _BODY_SCHEMA = {
     "oneOf": [
         {"$ref": "#/components/schemas/RunConfig"},
         {"$ref": "#/components/schemas/ComposeRequest"},
+        {"$ref": "#/components/schemas/NativeRequest"},
     ]
 }
 
 VALIDATE_REQUEST_BODY: dict[str, Any] = {
     "required": True,
     "description": "A composed run config (the sections model, tokenizer, data, trainer), or "
-    "a compose request against the server's config directory. JSON or YAML by Content-Type.",
+    "a compose request against the server's config directory, or a native framework config "
+    "({format, config, overrides}). JSON or YAML by Content-Type.",
     "content": {mime: {"schema": _BODY_SCHEMA} for mime in (*JSON_TYPES, *YAML_TYPES)},
 }
 
@@ -30,10 +32,10 @@ def component_schemas() -> dict[str, Any]:
     from pydantic.json_schema import models_json_schema
 
     from cfgcheck.schema.run import RunConfig
-    from cfgcheck.service.models import ComposeRequest
+    from cfgcheck.service.models import ComposeRequest, NativeRequest
 
     _, top = models_json_schema(
-        [(RunConfig, "validation"), (ComposeRequest, "validation")],
+        [(RunConfig, "validation"), (ComposeRequest, "validation"), (NativeRequest, "validation")],
         ref_template="#/components/schemas/{model}",
     )
     defs: dict[str, Any] = top.get("$defs", {})

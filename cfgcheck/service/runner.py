@@ -23,7 +23,7 @@ from cfgcheck.service.cache import ComposeCache
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.guards import check_tree, resolver_refused
 from cfgcheck.service.interpolation import resolver_paths
-from cfgcheck.service.models import COMPOSE_KEYS, ComposeRequest
+from cfgcheck.service.models import COMPOSE_KEYS, NATIVE_KEY, ComposeRequest
 from cfgcheck.service.overrides import screen_overrides
 from cfgcheck.service.paths import refused_paths
 from cfgcheck.service.settings import ServiceSettings
@@ -77,6 +77,10 @@ class Runner:
                 f"the body must be a mapping (a run config or {{config_name, overrides}}), "
                 f"got {_kind(payload)}",
             )
+        if NATIVE_KEY in payload:
+            from cfgcheck.service.native import check_native_request
+
+            return render(check_native_request(payload, self.roots))
         request = _compose_request(payload) if COMPOSE_KEYS & payload.keys() else None
         config = payload if request is None else self.compose(request)
         stage.check("composing")
@@ -84,7 +88,10 @@ class Runner:
         if refused:
             raise RequestError(422, "paths refused: " + "; ".join(refused))
         stage.check("confining paths")
-        result = validate_config(config)
+        try:
+            result = validate_config(config)
+        except ConfigLoadError as e:  # e.g. a model.pretrained folder that cannot be read
+            raise RequestError(422, self._hide_dir(str(e))) from e
         if request is not None and result.findings:
             stage.check("validating")
             result = self._locate(result, request)

@@ -1,0 +1,70 @@
+"""Which settings the H100 measurements (benchmarks/calibration/) cover, and the margin the
+estimate states for a run: the calibrated error bound where every setting was measured, a wider
+one where any was not. The verdict (:mod:`cfgcheck.memory.verdict`) says "fits" only when the
+estimate plus its margin fits, so an uncovered setting never gets a confident "fits".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cfgcheck.schema.data import DataConfig
+from cfgcheck.schema.model import ModelConfig
+from cfgcheck.schema.trainer import TrainerConfig
+
+# worst device-level |error| the calibration test allows on every measured run
+CALIBRATED_MARGIN = 0.10
+# stated margin when any setting of the run was not measured
+UNCALIBRATED_MARGIN = 0.25
+
+ARCHITECTURES = (None, "llama", "mistral", "qwen2", "gemma", "phi")
+CALIBRATED: dict[str, tuple[object, ...]] = {
+    "framework": ("hf",),
+    "precision": ("bf16-true", "32-true"),
+    "quantization": ("none", "nf4", "nf4-dq"),
+    "optimizer": ("adamw", "paged_adamw_8bit"),
+    "attention": ("sdpa", "eager"),
+    "loss_chunking": ("none", "fused"),
+}
+
+
+@dataclass(frozen=True)
+class Coverage:
+    margin: float
+    uncalibrated: tuple[str, ...]  # the settings the measurements do not cover
+    notes: tuple[str, ...]
+
+
+def _model_gaps(m: ModelConfig, seq: int) -> list[str]:
+    gaps = []
+    if m.architecture not in ARCHITECTURES:
+        gaps.append(f"model.architecture={m.architecture}")
+    if m.norm_qk:
+        gaps.append("model.norm_qk (q/k norms)")
+    if m.post_attention_norm or m.post_mlp_norm:
+        gaps.append("post-attention / post-MLP norms")
+    if m.attention_logit_softcapping or m.final_logit_softcapping:
+        gaps.append("logit soft-capping")
+    if m.sliding_window_size is not None and m.sliding_window_size < seq:
+        gaps.append(f"a sliding window ({m.sliding_window_size}) shorter than the sequence")
+    return gaps
+
+
+def coverage(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Coverage:
+    gaps = _model_gaps(m, d.max_seq_length)
+    for key, values in CALIBRATED.items():
+        value = getattr(t, key)
+        if key == "quantization" and t.finetuning == "full":
+            continue
+        if value not in values:
+            gaps.append(f"trainer.{key}={value}")
+    if t.world_size > 1 or t.strategy != "single":
+        gaps.append(f"trainer.strategy={t.strategy} on {t.world_size} GPUs")
+    if not gaps:
+        return Coverage(CALIBRATED_MARGIN, (), ())
+    note = (
+        "not calibrated on measured runs: "
+        + ", ".join(gaps)
+        + f"; the estimate carries a +/-{UNCALIBRATED_MARGIN:.0%} margin"
+    )
+    return Coverage(UNCALIBRATED_MARGIN, tuple(gaps), (note,))

@@ -1,0 +1,147 @@
+"""Whose conventions run the config (``trainer.framework``), as the dtypes and saved tensors
+the memory estimate needs. One place: activations, weights and the estimate read this.
+
+hf (transformers / PEFT / bitsandbytes / TRL):
+
+* PEFT keeps LoRA weights in fp32 (``LoraConfig(autocast_adapter_dtype=True)``, the default)
+  and casts each adapter's input to the adapter dtype (``LoraLayer._cast_input_dtype``,
+  huggingface/peft src/peft/tuners/lora/layer.py ``Linear.forward``): every adapter keeps its
+  own fp32 copy of its input (or its fp32 dropout output and a 1-byte CUDA dropout mask) and
+  its fp32 rank-r output; the adapters' gradients and AdamW states are fp32 too.
+* QLoRA as users run it: ``peft.prepare_model_for_kbit_training`` (src/peft/utils/other.py)
+  casts every 16-bit parameter that is not ``Params4bit`` (embedding, norms, lm_head, biases)
+  to fp32, so the embedding output and therefore the whole residual stream is fp32;
+  bitsandbytes' ``Linear4bit.forward`` (bitsandbytes/nn/modules.py) sets its compute dtype
+  from an fp32/bf16 input and casts the output back to the input dtype, so every activation
+  is fp32; ``MatMul4Bit`` (bitsandbytes/autograd/_functions.py) keeps ``(None, B)``: nothing
+  of its input, and dequantizes the weight again in backward.
+* Phi's MLP activation is ``gelu_new`` (transformers models/phi/configuration_phi.py), the
+  tanh formula written out in tensor ops (activations.py ``NewGELUActivation``): autograd keeps
+  four intermediate-size tensors (x, tanh output, 0.5 x, 1 + tanh).
+* Packed batches (``position_ids`` that restart in a row, no attention mask): transformers'
+  masking_utils (``find_packed_sequence_indices``) builds a block-diagonal mask for sdpa and
+  eager, so a packed batch pays like a padded one (mask kept, k/v expanded by ``repeat_kv``).
+* Loss: the logits upcast to fp32 (``ForCausalLMLoss``, loss/loss_utils.py).
+* Mixed precision (fp32 weights + ``torch.autocast``): the embedding output is fp32, so the
+  residual stream and the norm outputs are fp32; autocast casts each linear's input to 16-bit
+  itself (it caches only the casts of weights), so every linear whose weight trains keeps its
+  own 16-bit copy, and every adapter keeps its 16-bit cast (checked on CPU autocast).
+
+litgpt: LoRA weights in the model dtype (litgpt/lora.py), no upcast; its bnb path
+(litgpt/utils.py, ``bnb.nn.Linear4bit`` with the model's compute dtype) keeps the stream 16-bit;
+quantized linears counted as keeping their input (bitsandbytes 0.41 of its tables); Phi's MLP uses
+``gelu(approximate="tanh")`` (one saved tensor); batches are not turned into block masks.
+torchtune: LoRA weights in the model dtype (torchtune/modules/peft/lora.py); not calibrated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cfgcheck.schema.data import DataConfig
+from cfgcheck.schema.model import ModelConfig
+from cfgcheck.schema.trainer import TrainerConfig
+
+FOUR_BIT = ("nf4", "nf4-dq", "fp4")
+
+
+@dataclass(frozen=True)
+class Stack:
+    framework: str
+    act: int  # bytes per element of what the kernels produce (attention, MLP, linear outputs)
+    residual: int  # bytes per element of the residual stream and the norms' outputs
+    linear_cast: bool  # each linear casts its (residual-dtype) input itself: a copy each
+    adapter: int  # bytes per LoRA weight element (its gradient and optimizer states follow)
+    adapter_saved: int  # bytes per element of what an adapter keeps (input, rank-r output)
+    adapter_input_copy: bool  # without dropout, each adapter keeps its own cast of its input
+    quantized_saves_input: bool  # a quantized block linear keeps its input for backward
+    kbit_upcast: bool  # unquantized parameters upcast to fp32 (prepare_model_for_kbit_training)
+    gelu_saved: int  # intermediate-size tensors a (non-gated) GELU MLP keeps
+    mask_when_packed: bool  # packed rows become a block-diagonal mask
+    norm_out: int  # bytes of the normalized tensor a trained norm weight multiplies
+
+
+def compute_bytes(t: TrainerConfig) -> int:
+    """Bytes of an activation element under the precision alone: fp32 only for ``32-true``."""
+    return 4 if t.precision == "32-true" else 2
+
+
+def quantized(t: TrainerConfig) -> bool:
+    return t.quantization != "none" and t.finetuning != "full"
+
+
+def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
+    p = compute_bytes(t)
+    mixed = t.precision.endswith("-mixed")
+    if t.framework == "hf":
+        # prepare_model_for_kbit_training upcasts after a 4-bit or an 8-bit load alike
+        upcast = quantized(t)
+        if upcast:  # fp32 stream, fp32 adapters, nothing cast
+            act, residual, cast, saved, copy = 4, 4, False, 4, False
+        elif mixed:
+            # fp32 weights under autocast: the embedding output and so the residual stream and
+            # the norms stay fp32; each linear (and each adapter's lora_A) casts its input to
+            # 16-bit itself (autocast caches casts of weights, not of activations)
+            act, residual, cast, saved, copy = 2, 4, True, 2, True
+        else:  # bf16-true: PEFT casts each adapter's input to fp32; 32-true: nothing to cast
+            act, residual, cast, saved, copy = p, p, False, 4, p != 4
+        return Stack(
+            framework="hf",
+            act=act,
+            residual=residual,
+            linear_cast=cast,
+            adapter=4,
+            adapter_saved=saved,
+            adapter_input_copy=copy,
+            quantized_saves_input=t.quantization == "int8",
+            kbit_upcast=upcast,
+            gelu_saved=4 if m.architecture in (None, "phi", "gpt2") else 1,
+            mask_when_packed=True,
+            # GemmaRMSNorm multiplies in fp32 and casts after ((x * w).to(dtype), transformers
+            # models/gemma/modeling_gemma.py); Llama's casts first (x.to(dtype) * w)
+            norm_out=4 if _gemma_norm(m) else residual,
+        )
+    return Stack(
+        framework=t.framework,
+        act=p,
+        residual=4 if mixed else p,
+        linear_cast=mixed,
+        adapter=p if t.precision == "bf16-true" else 4,
+        adapter_saved=2 if mixed else p,
+        adapter_input_copy=mixed,
+        # LitGPT's published tables ran bitsandbytes 0.41, whose MatMul4Bit kept its input
+        # (``ctx.tensors = (A, B)``); kept here, the safe side for today's releases too
+        quantized_saves_input=t.quantization != "none",
+        kbit_upcast=False,
+        gelu_saved=1,
+        mask_when_packed=False,
+        norm_out=4 if mixed else p,
+    )
+
+
+def _gemma_norm(m: ModelConfig) -> bool:
+    if m.architecture is not None:
+        return m.architecture.startswith("gemma")
+    return m.mlp == "geglu" and m.norm == "rmsnorm"
+
+
+def attention(m: ModelConfig, t: TrainerConfig) -> str:
+    """The attention kernel that really runs: transformers has no sdpa path for attention-logit
+    soft-capping (Gemma 2: ``_supports_sdpa = False``, models/gemma2/modeling_gemma2.py), so
+    such a model runs eager attention; flash-attention 2 takes the soft-cap."""
+    if t.framework == "hf" and m.attention_logit_softcapping and t.attention == "sdpa":
+        return "eager"
+    return t.attention
+
+
+def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: int) -> bool:
+    """Whether the attention kernel gets a mask: padded batches, packed rows turned into a
+    block-diagonal mask (transformers), or a sliding window shorter than the sequence
+    (transformers' masking_utils cannot use ``is_causal`` then)."""
+    from cfgcheck.memory.estimate import padded_batches
+
+    if s.framework == "hf" and m.sliding_window_size is not None and m.sliding_window_size < seq:
+        return True
+    if d.collator == "packed":
+        return s.mask_when_packed
+    return padded_batches(d, t)

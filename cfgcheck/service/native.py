@@ -1,0 +1,45 @@
+"""``{"format": ..., "config": ...}`` requests: a native framework config (LitGPT, Axolotl,
+TRL) checked as ``cfgcheck check --from FORMAT FILE`` checks it (:mod:`cfgcheck.sources`).
+
+The text is read by the sources layer's bounded reader; the run config it maps to is confined
+like any submitted config (paths inside the allowed roots) before anything reads a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import CheckResult
+from cfgcheck.service.errors import RequestError
+from cfgcheck.service.models import NativeRequest
+from cfgcheck.service.paths import refused_paths
+
+
+def check_native_request(payload: dict[str, Any], roots: Sequence[Path]) -> CheckResult:
+    from cfgcheck.sources import check_loaded, load_document, parse_document
+
+    try:
+        request = NativeRequest.model_validate(payload)
+    except ValidationError as e:
+        parts = [
+            f"{'.'.join(str(p) for p in err['loc']) or '<body>'}: {err['msg']}"
+            for err in e.errors()
+        ]
+        raise RequestError(422, "invalid native request: " + "; ".join(parts)) from e
+    try:
+        doc = parse_document(request.config, request.filename)
+        loaded = load_document(doc, request.format, request.overrides, request.gpu)
+    except ConfigLoadError as e:
+        raise RequestError(422, str(e)) from e
+    refused = refused_paths(loaded.config, roots)
+    if refused:
+        raise RequestError(422, "paths refused: " + "; ".join(refused))
+    try:
+        return check_loaded(loaded)
+    except ConfigLoadError as e:  # the model cannot be resolved
+        raise RequestError(422, str(e)) from e

@@ -1,0 +1,187 @@
+"""Checking a native framework config: read it, map it, validate it, and report in its terms.
+
+``load_native`` yields the plain run config and its :class:`~cfgcheck.locations.SourceMap`
+(file:line of the native file, the override, or "default of <framework> <where>");
+``check_native`` validates that config with cfgcheck's rules like any other source, then adds
+the format's own findings (unknown keys, the framework's refusals), applies the format's rule
+profile, and rewrites each fix in the format's keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import CheckResult, Finding, Fix, Location, sort_findings
+from cfgcheck.locations import SourceMap, display_path, locate
+from cfgcheck.schema.run import SECTIONS
+from cfgcheck.sources.base import Builder, Format, NativeConfig
+from cfgcheck.sources.profiles import apply_profile
+from cfgcheck.sources.reader import Document, get_dotted, read_document, set_dotted
+from cfgcheck.sources.unknown import unknown_keys
+
+
+def formats() -> dict[str, Format]:
+    """``--from`` name -> format (imported on first use)."""
+    from cfgcheck.sources import axolotl, litgpt, trl
+
+    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT)}
+
+
+def get_format(name: str) -> Format:
+    known = formats()
+    if name not in known:
+        raise ConfigLoadError(f"unknown format {name!r}: use one of {', '.join(known)}")
+    return known[name]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A native config mapped onto cfgcheck: the plain run config and where each value came
+    from (cfgcheck paths and the native keys both)."""
+
+    format: Format
+    native: NativeConfig
+    config: dict[str, Any]
+    source_map: SourceMap
+    model_key: str | None = None
+
+
+def load_native(
+    path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+) -> Loaded:
+    """Read ``path`` in format ``fmt`` (``litgpt``, ``axolotl``, ``trl``) with native
+    ``key=value`` overrides; ``gpu`` (a GPU name or GiB) is the GPU the run is meant for,
+    which no native format spells. Raises :class:`ConfigLoadError` (one line) when the file
+    cannot be read or names no model cfgcheck can resolve."""
+    return load_document(read_document(path, display_path(Path(path))), fmt, overrides, gpu)
+
+
+def load_document(
+    doc: Document, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+) -> Loaded:
+    """:func:`load_native` of an already-read document (the service parses request text)."""
+    spec = get_format(fmt)
+    native = NativeConfig.from_document(fmt, doc, overrides)
+    builder = Builder(native, spec.label)
+    spec.build(builder)
+    if gpu:
+        where = Location(f"<--gpu {gpu}>", None)
+        try:
+            builder.set("trainer.gpu.memory_gib", float(gpu), where)
+        except ValueError:
+            builder.set("trainer.gpu.name", gpu, where)
+    _resolve_deferred(builder)
+    smap = builder.smap
+    for key, location in native.where.items():
+        if key.split(".")[0] not in SECTIONS and key not in smap.entries:
+            smap.set(key, location, covering=False)
+    return Loaded(spec, native, builder.config, smap, builder.model_key)
+
+
+def _resolve_deferred(b: Builder) -> None:
+    """Values that follow the model (``data.max_seq_length`` = its block, LoRA targets in the
+    architecture's module names): validate a probe with placeholders to learn the resolved
+    model, then fill them in."""
+    if not b.deferred and not b.after_model:
+        return
+    from cfgcheck.validate import validate
+
+    probe = copy.deepcopy(b.config)
+    for path in b.deferred:
+        set_dotted(probe, path, 1)
+    with native_model_errors(b.native, b.model_key):
+        result = validate(probe)
+    if result.config is None:
+        return  # the schema findings come back from the real validation
+    resolved = result.config.model_dump()
+    for path, (source, location) in b.deferred.items():
+        value = get_dotted(resolved, source)
+        if value is not None:
+            b.set(path, value, location)
+    for step in b.after_model:
+        step(b, result.config.model)
+
+
+def check_native(
+    path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+) -> CheckResult:
+    """Validate a native config file; findings point at its lines and fixes use its keys."""
+    return check_loaded(load_native(path, fmt, overrides, gpu))
+
+
+def check_loaded(loaded: Loaded) -> CheckResult:
+    """Validate a loaded native config, then add the format's findings (see the module)."""
+    from cfgcheck.validate import validate
+
+    with native_model_errors(loaded.native, loaded.model_key):
+        result = validate(loaded.config)
+    spec = loaded.format
+    findings: list[Finding] = list(result.findings)
+    findings += unknown_keys(loaded.native, spec)
+    for rule in spec.rules:
+        findings += rule(loaded.native, result.config)
+    findings = list(apply_profile(findings, spec.profile(loaded.native)))
+    findings = list(_native_fixes(findings, spec, loaded.native))
+    smap = loaded.source_map
+    model_at = loaded.native.loc(loaded.model_key) if loaded.model_key else None
+    if model_at is not None:  # the resolved shape comes from the model the native key names
+        for f in findings:
+            for path in f.paths:
+                if path.startswith("model.") and smap.lookup(path) is None:
+                    smap.set(path, model_at, covering=True)
+    return locate(CheckResult(sort_findings(findings), result.config), smap)
+
+
+@contextmanager
+def native_model_errors(native: NativeConfig, key: str | None) -> Iterator[None]:
+    """A model that cannot be resolved is named by the native key and line that set it
+    (``lora.yml:3: base_model=...``) instead of ``model.pretrained``."""
+    try:
+        yield
+    except ConfigLoadError as e:
+        text = str(e)
+        if key is None or not text.startswith("model.pretrained="):
+            raise
+        where = native.loc(key)
+        prefix = f"{where}: " if where else ""
+        raise ConfigLoadError(prefix + key + text.removeprefix("model.pretrained")) from e
+
+
+def _native_fixes(
+    findings: Iterable[Finding], spec: Format, native: NativeConfig
+) -> Iterator[Finding]:
+    """Each fix rewritten in the format's keys; a fix with a change the format cannot express
+    is dropped (the hint still says what to change)."""
+    for f in findings:
+        if f.rule.startswith(f"{spec.name}-") or f.rule == "unknown-native-key":
+            yield f  # written in native keys already
+            continue
+        fixes: list[Fix] = []
+        for fix in f.fixes:
+            rewritten = [_rewrite(o, spec) for o in fix.overrides]
+            if all(r is not None for r in rewritten):
+                # "" is a change the format makes by itself; two cfgcheck keys may share one
+                # native key (data.max_seq_length and data.max_length are both sequence_len).
+                changes = tuple(dict.fromkeys(r for r in rewritten if r))
+                if changes:
+                    fixes.append(Fix(changes, fix.summary))
+        hint = f.hint
+        if fixes:
+            hint += f" (in {native.file}: {' '.join(fixes[0].overrides)})"
+        yield dataclasses.replace(f, fixes=tuple(fixes), hint=hint)
+
+
+def _rewrite(override: str, spec: Format) -> str | None:
+    """``path=value`` in the format's keys; ``""`` when the format needs no change for it;
+    None when it cannot express it."""
+    key, sep, value = override.partition("=")
+    if not sep:
+        return None
+    return spec.to_native(key.lstrip("+~"), value)

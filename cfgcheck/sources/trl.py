@@ -1,0 +1,281 @@
+"""TRL: an ``SFTConfig`` YAML (``trl sft --config FILE``, with ``ModelConfig`` and
+``ScriptArguments`` keys) or a ``transformers.TrainingArguments`` dump, mapped onto cfgcheck's
+run config.
+
+Defaults are SFTConfig's overrides of TrainingArguments and TRL's ModelConfig
+(huggingface/trl at f2cd57710ae345ea6428ae95363267fcf38a3dc8: ``trl/trainer/sft_config.py``,
+``trl/trainer/base_config.py``, ``trl/trainer/model_config.py``; checked against the released
+trl 1.16.0 by tests/sources/test_trl_ground_truth.py) over transformers' TrainingArguments
+(5.23.0), each cited at its use below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources.base import Builder, Format, NativeConfig
+from cfgcheck.sources.model_ref import set_model
+from cfgcheck.sources.profiles import TRL, Profile
+from cfgcheck.sources.unknown import key_list
+
+if TYPE_CHECKING:
+    from cfgcheck.schema.run import RunConfig
+
+SFT = "trl/trainer/sft_config.py SFTConfig"
+BASE = "trl/trainer/base_config.py"
+MODEL = "trl/trainer/model_config.py ModelConfig"
+ARGS = "transformers TrainingArguments"
+DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
+
+
+def _optimizer(name: Any) -> str:
+    low = str(name).lower()
+    if "8bit" in low:
+        return "paged_adamw_8bit" if "paged" in low else "adamw_8bit"
+    if low.startswith("sgd"):
+        return "sgd"
+    if "adafactor" in low:
+        return "adafactor"
+    return "adamw"
+
+
+def _attention(impl: Any) -> str:
+    text = str(impl)
+    if "flash" in text:
+        return "flash"
+    return "eager" if text == "eager" else "sdpa"
+
+
+def build(b: Builder) -> None:
+    n = b.native
+    b.default("trainer.framework", "hf", "(TRL trains with transformers' Trainer)")
+    set_model(b, "model_name_or_path", n.get("model_name_or_path"))
+
+    if n.is_set("max_length"):
+        b.take("data.max_seq_length", "max_length", None, "")
+        b.from_key("data.truncation", "max_length", True)
+    elif "max_length" in n.data:  # max_length: null -> "no truncation is applied"
+        b.defer("data.max_seq_length", "model.block_size", f"{SFT} max_length=None")
+        b.from_key("data.truncation", "max_length", False)
+    else:
+        b.default("data.max_seq_length", DEFAULT_MAX_LENGTH, f"{SFT} max_length=1024")
+        b.smap.set("max_length", b.default_location(f"{SFT} max_length=1024"), True)
+        b.default("data.truncation", True, f"{SFT} max_length=1024 (truncation_mode keep_start)")
+    b.take(
+        "data.collator",
+        "packing",
+        False,
+        f"{SFT} packing=False",
+        lambda v: "packed" if v else "padded",
+    )
+    collator = "trl/trainer/sft_trainer.py DataCollatorForLanguageModeling: pads to the longest"
+    b.default("data.padding", "longest", collator)
+    if n.is_set("pad_to_multiple_of"):
+        b.take("data.pad_to_multiple_of", "pad_to_multiple_of", None, "")
+    if n.is_set("pad_token"):
+        b.take("tokenizer.pad_token", "pad_token", None, "")
+    if n.is_set("dataset_text_field"):
+        b.take("data.text_field", "dataset_text_field", "text", "")
+
+    b.take(
+        "trainer.micro_batch_size",
+        "per_device_train_batch_size",
+        8,
+        f"{ARGS} per_device_train_batch_size=8",
+    )
+    b.take(
+        "trainer.gradient_accumulation_steps",
+        "gradient_accumulation_steps",
+        1,
+        f"{ARGS} gradient_accumulation_steps=1",
+    )
+    b.take(
+        "trainer.gradient_checkpointing",
+        "gradient_checkpointing",
+        True,
+        f"{BASE} gradient_checkpointing=True (TrainingArguments: False)",
+        bool,
+    )
+    # bf16=None -> `not fp16` (base_config.py __post_init__); the weights load in
+    # ModelConfig.dtype (float32 by default), so bf16 is autocast over fp32 weights unless
+    # dtype is bfloat16.
+    fp16 = bool(n.get("fp16"))
+    bf16 = n.get("bf16")
+    bf16 = (not fp16) if bf16 is None else bool(bf16)
+    dtype = str(n.get("dtype") or n.get("torch_dtype") or "float32")
+    if fp16:
+        b.from_key("trainer.precision", "fp16", "16-mixed")
+    elif bf16:
+        precision = "bf16-true" if dtype in ("bfloat16", "auto") else "bf16-mixed"
+        key = "dtype" if n.is_set("dtype") else "bf16"
+        where = n.loc(key) or b.default_location(
+            f"{BASE} bf16=None -> not fp16; {MODEL} dtype='float32'"
+        )
+        b.set("trainer.precision", precision, where)
+    else:
+        b.from_key("trainer.precision", "bf16", "32-true")
+    b.take("trainer.learning_rate", "learning_rate", 2e-5, f"{SFT} learning_rate=2e-5", float)
+    b.take("trainer.optimizer", "optim", "adamw_torch_fused", f"{ARGS} optim", _optimizer)
+    if n.is_set("attn_implementation"):
+        b.from_key(
+            "trainer.attention", "attn_implementation", _attention(n.get("attn_implementation"))
+        )
+    else:
+        b.default("trainer.attention", "sdpa", f"{MODEL} attn_implementation=None (sdpa)")
+    if n.get("use_liger_kernel"):
+        b.from_key("trainer.loss_chunking", "use_liger_kernel", "fused")
+    else:
+        # TRL 1.16: loss_type "nll" (the default; "chunked_nll" is its deprecated alias)
+        # computes the loss "without materializing the full logits" (sft_config.py).
+        b.take(
+            "trainer.loss_chunking",
+            "loss_type",
+            "nll",
+            f"{SFT} loss_type='nll' (lm_head and loss in chunks, TRL 1.16)",
+            lambda v: "chunked" if v in ("nll", "chunked_nll") else "none",
+        )
+
+    peft = bool(n.get("use_peft"))
+    four_bit, eight_bit = bool(n.get("load_in_4bit")), bool(n.get("load_in_8bit"))
+    if four_bit:
+        nested = bool(n.get("use_bnb_nested_quant"))
+        kind = str(n.get("bnb_4bit_quant_type", "nf4"))
+        b.from_key(
+            "trainer.quantization",
+            "load_in_4bit",
+            f"{kind}-dq" if nested and kind == "nf4" else kind,
+        )
+    elif eight_bit:
+        b.from_key("trainer.quantization", "load_in_8bit", "int8")
+    else:
+        b.default("trainer.quantization", "none", f"{MODEL} load_in_4bit=False")
+    if peft:
+        b.from_key("trainer.finetuning", "use_peft", "qlora" if four_bit else "lora")
+        b.take("trainer.lora.rank", "lora_r", 16, f"{MODEL} lora_r=16")
+        b.take("trainer.lora.alpha", "lora_alpha", 32, f"{MODEL} lora_alpha=32")
+        b.take("trainer.lora.dropout", "lora_dropout", 0.05, f"{MODEL} lora_dropout=0.05", float)
+        if n.is_set("lora_target_modules"):
+            b.take(
+                "trainer.lora.targets",
+                "lora_target_modules",
+                None,
+                "",
+                lambda v: [v] if isinstance(v, str) else v,
+            )
+    else:
+        b.default("trainer.finetuning", "full", f"{MODEL} use_peft=False")
+    if n.get("deepspeed"):
+        b.from_key(
+            "trainer.strategy",
+            "deepspeed",
+            "zero2" if "3" not in str(n.get("deepspeed")) else "zero3",
+        )
+    elif n.get("fsdp"):
+        b.from_key("trainer.strategy", "fsdp", "fsdp")
+    else:
+        b.default("trainer.strategy", "single", "one process unless launched with accelerate")
+    b.take("seed", "seed", 42, f"{ARGS} seed=42")
+    if n.is_set("output_dir"):
+        b.take("output_dir", "output_dir", None, "", str)
+
+
+_TO_NATIVE = {
+    "data.max_seq_length": "max_length",
+    "data.max_length": "max_length",
+    "data.pad_to_multiple_of": "pad_to_multiple_of",
+    "trainer.micro_batch_size": "per_device_train_batch_size",
+    "trainer.gradient_accumulation_steps": "gradient_accumulation_steps",
+    "trainer.gradient_checkpointing": "gradient_checkpointing",
+    "trainer.learning_rate": "learning_rate",
+    "trainer.lora.rank": "lora_r",
+    "trainer.lora.alpha": "lora_alpha",
+    "tokenizer.pad_token": "pad_token",
+    "seed": "seed",
+}
+
+
+def to_native(path: str, value: str) -> str | None:
+    if path == "data.truncation" and value == "true":
+        return ""  # samples over the length never reach the model in this format
+    if path == "trainer.loss_chunking" and value == "fused":
+        return "use_liger_kernel=true"
+    if path == "trainer.attention":
+        impl = {"flash": "flash_attention_2"}.get(value, value)
+        return f"attn_implementation={impl}"
+    if path == "data.collator":
+        return f"packing={'true' if value == 'packed' else 'false'}"
+    key = _TO_NATIVE.get(path)
+    return f"{key}={value}" if key else None
+
+
+def max_length_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """SFTConfig.max_length defaults to 1024 and truncates (sft_config.py); the key was
+    max_seq_length until TRL renamed it (#2895, v0.16) and removed the old name (v0.20), so a
+    config written for older TRL loses its length and every sample is cut at 1024."""
+    if "max_length" in native.data or run is None:
+        return
+    block = run.model.block_size
+    if block <= DEFAULT_MAX_LENGTH:
+        return
+    old = native.get("max_seq_length")
+    renamed = (
+        f" The file sets max_seq_length={old}, the name TRL used before v0.16: TRL no longer "
+        "reads it."
+        if old is not None
+        else ""
+    )
+    value = old if isinstance(old, int) and old > 0 else DEFAULT_MAX_LENGTH
+    fixes = (
+        (
+            Fix(
+                ("~max_seq_length", f"max_length={value}"),
+                f"max_length={value}, the intended length",
+            ),
+        )
+        if old is not None
+        else (Fix((f"max_length={DEFAULT_MAX_LENGTH}",), "keep 1024 tokens, explicitly"),)
+    )
+    yield Finding(
+        "trl-max-length-truncates",
+        "warning",
+        ("max_length", "model.block_size"),
+        f"max_length is not set, so TRL truncates every sample to {DEFAULT_MAX_LENGTH} tokens "
+        f"(SFTConfig.max_length default; trl/trainer/sft_config.py) although "
+        f"{run.model.name} attends to {block}.{renamed}",
+        f"set max_length to the length you mean to train on (at most {block}); "
+        "`cfgcheck data` shows how many samples are longer",
+        fixes=fixes,
+    )
+
+
+def profile(native: NativeConfig) -> Profile:
+    return TRL
+
+
+FORMAT = Format(
+    name="trl",
+    label="TRL",
+    framework="hf",
+    keys=key_list("trl"),
+    build=build,
+    to_native=to_native,
+    profile=profile,
+    rules=(max_length_rules,),
+    renamed={"max_seq_length": "max_length"},
+    unknown_severity="error",
+    unknown_behaviour="`trl sft --config` refuses it (trl/scripts/utils.py TrlParser: "
+    '"Unknown arguments from config file"), and SFTConfig(**kwargs) raises TypeError',
+    open_prefixes=(
+        "env",
+        "deepspeed",
+        "fsdp_config",
+        "model_init_kwargs",
+        "dataset_kwargs",
+        "lr_scheduler_kwargs",
+        "gradient_checkpointing_kwargs",
+        "optim_args",
+        "datasets",
+    ),
+)
