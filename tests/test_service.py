@@ -263,6 +263,43 @@ def test_time_limit_answers_504(monkeypatch: pytest.MonkeyPatch, cfg: dict[str, 
     assert elapsed < 4  # answered at the limit, not when the work ended
 
 
+def test_work_past_its_deadline_stops_at_the_next_stage(
+    monkeypatch: pytest.MonkeyPatch, cfg: dict[str, Any]
+) -> None:
+    """A request answered 504 does not go on to validate (the costly stage) afterwards."""
+    monkeypatch.chdir(REPO)
+    release = threading.Event()
+    stopped = threading.Event()
+    validated: list[Any] = []
+    real_refused = service_runner.refused_paths
+
+    def slow_paths(config: Any, roots: Any) -> Any:
+        release.wait(5)
+        return real_refused(config, roots)
+
+    def counted(config: Any) -> Any:
+        validated.append(config)
+        return validate(config)
+
+    monkeypatch.setattr(service_runner, "refused_paths", slow_paths)
+    monkeypatch.setattr(service_runner, "validate_config", counted)
+    real_run = service_runner.Runner.run
+
+    def run(self: Any, *args: Any) -> str:
+        try:
+            return real_run(self, *args)
+        finally:
+            stopped.set()
+
+    monkeypatch.setattr(service_runner.Runner, "run", run)
+    with client_for(request_timeout_s=0.2) as c:
+        r = c.post("/v1/validate", json=cfg)
+        release.set()
+        assert stopped.wait(5)
+    assert r.status_code == 504
+    assert validated == []
+
+
 def test_busy_answers_503(monkeypatch: pytest.MonkeyPatch, cfg: dict[str, Any]) -> None:
     monkeypatch.chdir(REPO)
     release = threading.Event()

@@ -59,12 +59,14 @@ def schema_files() -> dict[str, str]:
 
 def stale_files(out: Path) -> list[str]:
     """Files under ``out`` that differ from the generated schemas, are missing or extra."""
+    from cfgcheck.safeio import read_text
+
     expected = schema_files()
     present = {p.name for p in out.glob("*.schema.json")} if out.is_dir() else set()
-    stale = [
+    stale = [  # read bounded: a FIFO or device under the name is an error, never a hang
         name
         for name, text in expected.items()
-        if name not in present or (out / name).read_text(encoding="utf-8") != text
+        if name not in present or read_text(out / name) != text
     ]
     return sorted(stale + sorted(present - set(expected)))
 

@@ -30,6 +30,11 @@ from cfgcheck.service.settings import ServiceSettings
 log = logging.getLogger("cfgcheck.service")
 
 
+def _consume(future: asyncio.Future[str]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def log_internal_error(what: str, exc: BaseException) -> None:
     """One log line per internal error (a traceback per request would flood the log under
     load); the traceback only at DEBUG level."""
@@ -184,13 +189,15 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                 gate.leave()
 
         done = pool.submit(work)
+        waiter = asyncio.wrap_future(done)
         try:
-            text = await asyncio.wait_for(
-                asyncio.shield(asyncio.wrap_future(done)), settings.request_timeout_s
-            )
+            text = await asyncio.wait_for(asyncio.shield(waiter), settings.request_timeout_s)
         except TimeoutError:
             if done.cancel():  # never started: it will not leave the gate itself
                 gate.leave()
+            # The work stops at its next stage boundary (runner.Past504); its outcome is
+            # consumed here so asyncio logs no "exception was never retrieved" per request.
+            waiter.add_done_callback(_consume)
             raise RequestError(
                 504, f"validation took longer than {settings.request_timeout_s:g} s; not finished"
             ) from None

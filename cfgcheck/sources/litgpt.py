@@ -239,6 +239,10 @@ _TO_NATIVE = {
 def to_native(path: str, value: str) -> str | None:
     if path == "data.truncation" and value == "true":
         return ""  # samples over the length never reach the model in this format
+    if path == "trainer.gradient_accumulation_steps":
+        # LitGPT derives it: global_batch_size // devices // micro_batch_size (litgpt/args.py),
+        # so a fix that trades micro batch for accumulation is its micro batch change alone.
+        return ""
     if path == "trainer.quantization":
         back = {v: k for k, v in QUANTIZE.items() if k != "bnb.fp4-dq"}
         return (

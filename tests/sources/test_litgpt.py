@@ -271,3 +271,15 @@ def test_lora_switches_become_the_architectures_module_names(
     file = example("litgpt", "phi-2-lora.yaml")
     result = check_native(file, "litgpt", [f"checkpoint_dir={checkpoint}"], gpu="H100")
     assert result.config is not None and result.config.trainer.lora.targets == targets
+
+
+def test_memory_fixes_come_back_in_litgpt_keys() -> None:
+    # 2048-token samples at micro batch 8 do not fit an A10G; the fix trading micro batch for
+    # accumulation is LitGPT's train.micro_batch_size alone (it derives the accumulation).
+    overrides = ["train.max_seq_length=2048"]
+    finding = one(check_native(TINY, "litgpt", overrides, gpu="A10G"), "gpu-memory")
+    assert finding.severity == "error" and finding.fixes
+    for fix in finding.fixes:
+        assert all(o.startswith("train.") for o in fix.overrides), fix
+        after = check_native(TINY, "litgpt", [*overrides, *fix.overrides], gpu="A10G")
+        assert not after.by_rule("gpu-memory") and after.ok, [f.message for f in after.findings]

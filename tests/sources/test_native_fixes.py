@@ -50,6 +50,8 @@ def test_every_translated_change_sets_its_value(
     native = get_format(fmt).to_native(path, value)
     if native is None:
         pytest.skip(f"{fmt} has no key for {path}")
+    if native == "":
+        pytest.skip(f"{fmt} derives {path} itself")
     loaded = load_native(FILES[fmt], fmt, [*BASE.get(fmt, []), native])
     assert get_dotted(loaded.config, path) == expected, native
 
