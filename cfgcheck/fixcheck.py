@@ -4,9 +4,12 @@ A rule proposes :class:`~cfgcheck.findings.Fix` objects (plain ``key=value`` ove
 each one is applied to the composed config, exactly as Hydra applies it on the command line
 (values parsed by Hydra's own override grammar), and the config is validated again. A fix is
 kept when it removes its finding (no finding of the same rule on the same paths is left) and
-introduces no new error. When none of a finding's fixes works alone, the smallest union of
-two of them that does is offered instead (Gemma-2B on a T4 needs fp16 *and* less memory);
-when none fits either, the finding carries no fix and its hint stays the guide.
+introduces no new error. When none of a finding's fixes works alone, a combination is
+offered instead: a fix that removes the finding but causes another error, together with a fix
+of that error (fp16 on a T4 raises the memory past the card: fp16 *and* activation
+checkpointing), or else two of the finding's own fixes together. When none fits either, the
+finding carries no fix and its hint stays the guide. "New" errors exclude rules that could not
+run before because a section they read failed the schema (:func:`new_errors`).
 
 Overrides that change what Hydra composes (a group choice such as ``model=llama-3-8b``)
 cannot be applied to a composed config: such fixes are kept as proposed (the fixes corpus
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -58,8 +62,15 @@ def new_errors(before: Sequence[Finding], after: Sequence[Finding]) -> list[Find
     ]
 
 
-def _parse(override: str) -> Any:
+@functools.cache
+def _parser() -> Any:
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(override: str) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -68,7 +79,7 @@ def _parse(override: str) -> Any:
     if plain_key(override) is None and not override.startswith(("~", "+")):
         raise _Unappliable(override)  # a group choice or a key outside the sections
     try:
-        return OverridesParser.create().parse_override(plain_overrides([override])[0])
+        return _parser().parse_override(plain_overrides([override])[0])
     except (HydraException, OmegaConfBaseException) as e:
         raise _Unappliable(override) from e
 
@@ -104,13 +115,17 @@ def _outcome(
 ) -> list[Finding] | None:
     """The errors ``fix`` introduces (``[]``: it works), or None when it cannot be applied.
     A fix that leaves its finding in place "introduces" that finding."""
+    from cfgcheck.errors import ConfigLoadError
     from cfgcheck.validate import validate_plain
 
     try:
         fixed = apply_overrides(raw, fix.overrides)
     except _Unappliable:
         return None
-    after = validate_plain(fixed).findings
+    try:
+        after = validate_plain(fixed).findings
+    except ConfigLoadError as e:  # e.g. a model.pretrained that names nothing usable
+        return [Finding("invalid-value", "error", ("<root>",), str(e), "")]
     left = [f for f in after if _key(f) == _key(finding)]
     return left or new_errors(before, after)
 

@@ -34,12 +34,12 @@ from pydantic import BaseModel
 _PLAIN = re.compile(r"^([A-Za-z_][\w-]*(?:\.[\w-]+)*)=(.*)$", re.DOTALL)
 
 
-def _model_of(annotation: Any) -> type[BaseModel] | None:
+def model_of(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model inside ``annotation`` (``X``, ``X | None``), if any."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in get_args(annotation):
-        found = _model_of(arg)
+        found = model_of(arg)
         if found is not None:
             return found
     return None
@@ -49,7 +49,7 @@ def _walk(model: type[BaseModel], prefix: str) -> Iterable[str]:
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         yield path
-        sub = _model_of(field.annotation)
+        sub = model_of(field.annotation)
         if sub is not None:
             yield from _walk(sub, path + ".")
 

@@ -21,7 +21,7 @@ from cfgcheck.overrides import format_value
 
 def field_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> FieldInfo | None:
     """The pydantic field at ``loc`` (``("trainer", "lora", "rank")``), if the schema has it."""
-    from cfgcheck.overrides import _model_of
+    from cfgcheck.overrides import model_of
 
     model: type[BaseModel] | None = root
     info: FieldInfo | None = None
@@ -29,7 +29,7 @@ def field_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> FieldInfo | N
         if model is None or not isinstance(part, str) or part not in model.model_fields:
             return None
         info = model.model_fields[part]
-        model = _model_of(info.annotation)
+        model = model_of(info.annotation)
     return info
 
 
@@ -76,7 +76,7 @@ def missing_key_fixes(path: str, raw: Mapping[str, Any]) -> tuple[Fix, ...]:
     return tuple(f for f in out if f is not None)
 
 
-def _typed(text: str, kind: str) -> Any:
+def typed_value(text: str, kind: str) -> Any:
     """``text`` read as ``kind`` (int, float, bool), or None when it is not one."""
     s = text.strip()
     try:
@@ -100,7 +100,7 @@ def invalid_value_fixes(
     candidates: list[tuple[Any, str]] = []
     kind = err_type.split("_")[0]
     if isinstance(value, str) and kind in ("int", "float", "bool"):
-        typed = _typed(value, kind)
+        typed = typed_value(value, kind)
         if typed is not None:
             candidates.append((typed, f"write {path}={typed} without quotes"))
     if err_type == "literal_error" and info is not None:

@@ -187,9 +187,9 @@ def _invalid_value_hint(err: ErrorDetails, path: str) -> str:
         return f"set {path} to one of {ctx['expected']}"
     kind = err["type"].split("_")[0]
     if kind in ("int", "float", "bool") and isinstance(err["input"], str):
-        from cfgcheck.schema_fixes import _typed
+        from cfgcheck.schema_fixes import typed_value
 
-        if _typed(err["input"], kind) is not None:
+        if typed_value(err["input"], kind) is not None:
             return f"write {path} without quotes, as a{'n' if kind == 'int' else ''} {kind}"
         what = {"int": "a whole number", "float": "a number", "bool": "true or false"}[kind]
         return f"set {path} to {what}: {err['input']!r} is text"

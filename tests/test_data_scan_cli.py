@@ -16,7 +16,9 @@ from tests.conftest import REPO
 from tests.conftest import run_cfgcheck as run
 from tests.factories import bpe, save_folder
 
-DEMO = ("tokenizer=demo-bpe",)
+# The demo tokenizer is no model's tokenizer: a model built for its 1,000 tokens makes the demo
+# a clean run (`cfgcheck data` ends with the whole config's verdict, as `check` gives it).
+DEMO = ("tokenizer=demo-bpe", "model.vocab_size=1000")
 
 
 def data_json(*args: str) -> tuple[int, dict[str, Any]]:
@@ -140,7 +142,8 @@ def test_check_scan_data_without_tokenizer_path_warns() -> None:
 
 
 def test_relative_tokenizer_path_resolves_from_the_working_directory(tmp_path: Path) -> None:
-    save_folder(bpe(), tmp_path / "tok", pad_token="<unk>")
+    tok = bpe()
+    save_folder(tok, tmp_path / "tok", pad_token="<unk>")
     (tmp_path / "d.jsonl").write_text('{"text": "The quick brown fox"}\n')
     conf = REPO / "conf"
     proc = run(
@@ -149,6 +152,7 @@ def test_relative_tokenizer_path_resolves_from_the_working_directory(tmp_path: P
         str(conf),
         *DEMO,
         "tokenizer.path=tok",
+        f"model.vocab_size={tok.get_vocab_size(with_added_tokens=True)}",
         "data.paths=[d.jsonl]",
         "data.template=null",
         cwd=tmp_path,

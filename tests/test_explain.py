@@ -59,3 +59,15 @@ def test_every_finding_links_to_its_doc() -> None:
     assert finding["doc"] == "docs/rules.md#seq-len-over-block-size"
     anchor = finding["doc"].split("#")[1]
     assert f"## {anchor}" in (REPO / "docs" / "rules.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", ["check", "data", "memory", "hook"])
+def test_help_names_exit_codes_overrides_rules_and_gpus(command: str) -> None:
+    proc = run_cfgcheck(command, "--help")
+    assert proc.returncode == 0
+    text = proc.stdout
+    assert "exit status:" in text and "2  the config could not be read" in text
+    assert "cfgcheck rules" in text and "cfgcheck explain RULE" in text
+    if command != "hook":
+        assert "trainer.lora.rank=16" in text and "group=option" in text
+        assert "MI300X" in text and "A100-40GB" in text and "ambiguous" in text

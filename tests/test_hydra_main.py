@@ -80,7 +80,7 @@ def test_bad_config_stops_the_job_before_the_task(app: Path) -> None:
     assert proc.returncode == 1
     assert markers(app) == {}
     assert "error[seq-len-over-block-size]" in proc.stderr
-    assert "data.max_seq_length=3063 is above model.block_size=2048" in proc.stderr
+    assert "Cannot attend to 3063, block size is only 2048" in proc.stderr
     assert "the task was not started" in proc.stderr
     assert "Traceback" not in proc.stderr
     # Where the offending values were set: the override and the model group file.
@@ -176,7 +176,7 @@ def test_with_another_sweeper_each_job_is_still_gated(app: Path) -> None:
     # No pre-launch refusal: the jobs ran one by one, and the bad one never reached the task.
     assert sorted(markers(app)) == ["tinyllama-1.1b-1024", "tinyllama-1.1b-2048"]
     assert "sweep refused" not in proc.stderr
-    assert "data.max_seq_length=4096 is above model.block_size=2048" in proc.stderr
+    assert "Cannot attend to 4096, block size is only 2048" in proc.stderr
     assert "cfgcheck.errors.ConfigError" in proc.stderr
 
 

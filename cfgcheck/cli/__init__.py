@@ -18,9 +18,13 @@ EXIT_OK, EXIT_FINDINGS, EXIT_LOAD = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from cfgcheck.cli._common import help_epilog
+
     parser = argparse.ArgumentParser(
         prog="cfgcheck",
         description="Validate LLM training run configs before anything launches.",
+        epilog=help_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from cfgcheck import __version__
 

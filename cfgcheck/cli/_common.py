@@ -3,11 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from cfgcheck.compose import DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME
 
+EXIT_CODES = """exit status:
+  0  no error finding (warnings and infos allowed)
+  1  at least one error finding
+  2  the config could not be read or composed (one line on stderr, no traceback)"""
+
+OVERRIDES = """overrides (Hydra syntax, before or after the options):
+  key=value          set any schema key, spelled in the YAML or not: trainer.lora.rank=16,
+                     tokenizer.path=assets/demo-tokenizer, data.paths=[a.jsonl,b.jsonl]
+  group=option       pick a config group option: model=llama-3-8b, trainer=qlora
+  +key=value         add a key that is not in the schema (Hydra's append)
+  ++key=value        set or add; ~key removes a key
+  every fix cfgcheck prints is a list of such overrides, to paste as they are"""
+
+
+def help_epilog(*, gpus: bool = False) -> str:
+    """The end of a command's ``--help``: exit codes, override syntax, where the rules are
+    listed, and (for commands that check memory) the GPU names cfgcheck knows."""
+    parts = [
+        EXIT_CODES,
+        OVERRIDES,
+        "rules: `cfgcheck rules` lists every rule id; `cfgcheck explain RULE` explains one.",
+    ]
+    if gpus:
+        from cfgcheck.memory.devices import ambiguous_names, known_names
+
+        parts.append(
+            "GPU names for trainer.gpu.name (memory as the driver reports it, see "
+            "docs/rules.md#gpu-name):\n  "
+            + textwrap.fill(", ".join(known_names()), 96, subsequent_indent="  ")
+            + f"\n  ambiguous, cfgcheck asks which: {', '.join(ambiguous_names())}"
+        )
+    return "\n\n".join(parts)
+
 
 def add_config_args(parser: argparse.ArgumentParser, formats: list[str]) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = help_epilog(gpus=True)
     parser.add_argument(
         "--config-dir",
         default=DEFAULT_CONFIG_DIR,
@@ -21,5 +57,5 @@ def add_config_args(parser: argparse.ArgumentParser, formats: list[str]) -> None
         "overrides",
         nargs="*",
         metavar="OVERRIDE",
-        help="Hydra overrides, e.g. data.max_seq_length=2048 model=llama-3-8b",
+        help="overrides: key=value for any schema key, group=option (see below)",
     )

@@ -176,11 +176,19 @@ def _cleared_elsewhere(config_dir: Path, target: Target, finding: Finding) -> bo
 
 
 def register(sub: Any) -> None:
+    from cfgcheck.cli._common import EXIT_CODES
     from cfgcheck.compose import DEFAULT_CONFIG_DIR
     from cfgcheck.report import formats
 
     parser = sub.add_parser(
-        "hook", help="pre-commit hook: check the configs that the changed files take part in"
+        "hook",
+        help="pre-commit hook: check the configs that the changed files take part in",
+        description="Check every composition a changed file takes part in: each primary "
+        "config, each changed group option selected into each primary (group=option), and "
+        "each experiment that includes a changed file.",
+        epilog=EXIT_CODES + "\n\nrules: `cfgcheck rules` lists every rule id; "
+        "`cfgcheck explain RULE` explains one.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--config-dir", default=DEFAULT_CONFIG_DIR, help="Hydra config directory (default: ./conf)"

@@ -148,6 +148,11 @@ def suggestions(name: str, n: int = 3) -> list[str]:
     return list(dict.fromkeys(names[c] for c in close))[:n]
 
 
+def ambiguous_names() -> list[str]:
+    """Names that stand for several table entries (``A100``)."""
+    return [key.upper() for key in AMBIGUOUS]
+
+
 def known_names() -> list[str]:
     return [g.name for g in GPUS]
 

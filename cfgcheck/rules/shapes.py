@@ -133,7 +133,19 @@ def query_groups_mismatch(cfg: RunConfig) -> Iterator[Problem]:
         f"grouped-query attention repeats each key/value head n_head/n_query_groups times",
         f"set model.n_query_groups to a divisor of {m.n_head} (1 = multi-query, "
         f"{m.n_head} = multi-head)",
+        tuple(
+            Fix((f"model.n_query_groups={g}",), f"{g} key/value heads")
+            for g in _nearest_divisors(m.n_head, m.kv_heads)
+        ),
     )
+
+
+def _nearest_divisors(n: int, near: int) -> list[int]:
+    """The divisors of ``n`` just below and just above ``near``."""
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    below = [d for d in divisors if d < near][-1:]
+    above = [d for d in divisors if d > near][:1]
+    return below + above
 
 
 @rule("rotary-dims-odd", requires=("model",))
@@ -150,4 +162,8 @@ def rotary_dims_odd(cfg: RunConfig) -> Iterator[Problem]:
         f"{rope:g} rotary dimensions; RoPE needs a whole, even number",
         "pick a rotary_fraction that gives an even number of dimensions "
         f"(e.g. {2 * max(1, round(rope / 2)) / m.head_dim:g})",
+        tuple(
+            Fix((f"model.rotary_fraction={f!r}",), f"rotate {round(f * m.head_dim)} dimensions")
+            for f in dict.fromkeys((2 * max(1, round(rope / 2)) / m.head_dim, 1.0))
+        ),
     )
