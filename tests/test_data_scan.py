@@ -309,6 +309,23 @@ def test_text_lines_keep_their_numbers_and_bytes_are_counted(tmp_path: Path) -> 
     assert chunk.bytes_done == len(raw)  # bytes, not characters: progress is by file size
 
 
+@pytest.mark.parametrize("fmt", ["text", "jsonl"])
+def test_a_line_past_the_bound_is_refused_before_it_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """A file without newlines is not read into memory whole: a record longer than the bound
+    is a one-line read error naming its line."""
+    from cfgcheck.data import records
+    from cfgcheck.data.records import DataReadError, iter_text_chunks
+    from cfgcheck.schema.data import DataConfig
+
+    monkeypatch.setattr(records, "MAX_LINE_BYTES", 1024)
+    (tmp_path / "d.txt").write_bytes(b'{"text": "ok"}\n' + b"x" * 5000)
+    data = DataConfig(max_seq_length=64, paths=["d.txt"], format=fmt)
+    with pytest.raises(DataReadError, match=r"d\.txt:2: the line is longer than"):
+        list(iter_text_chunks(data, base=tmp_path))
+
+
 def test_text_that_is_not_utf8_names_its_line(
     cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
 ) -> None:

@@ -18,6 +18,9 @@ from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
 
 CHUNK = 2048
+# One record (a JSONL line, a text line) is read whole before it is tokenized: a file with no
+# newline would otherwise be read into memory at once. No training sample is this long.
+MAX_LINE_BYTES = 32 * 1024**2
 
 
 class DataReadError(ValueError):
@@ -103,7 +106,12 @@ def _line_chunks(path: Path, size: int, to_text: Callable[[bytes, int], str]) ->
     done = 0
     try:
         with path.open("rb") as f:
-            for number, raw in enumerate(f, 1):
+            for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise DataReadError(
+                        f"{path}:{number}: the line is longer than {MAX_LINE_BYTES:,} bytes: "
+                        f"not one sample per line"
+                    )
                 done += len(raw)
                 if not raw.strip():
                     continue
