@@ -22,6 +22,9 @@ os.environ["CFGCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="cfgcheck-test-cache-
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
+# conf/model/pretrained.yaml names a model folder or Hub id (model.pretrained) and spells no
+# shape: the one model option that is not a preset of the registry.
+MODEL_FOLDER_OPTION = "pretrained"
 
 # The real installed command (the console script), or the module where it is not on PATH.
 CFGCHECK = shutil.which("cfgcheck")

@@ -10,9 +10,11 @@ import yaml
 from cfgcheck import check
 from cfgcheck.rules import run_rules
 from cfgcheck.schema import ModelConfig, RunConfig
-from tests.conftest import CONF
+from tests.conftest import CONF, MODEL_FOLDER_OPTION
 
-MODEL_PRESETS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+MODEL_PRESETS = sorted(
+    p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != MODEL_FOLDER_OPTION
+)
 
 # Each model with its own tokenizer preset, and the fix its pairing needs, if any.
 PAIRS = {
@@ -86,6 +88,21 @@ def test_every_group_option_composes_and_validates_its_section(group: str) -> No
         result = check(CONF, "config", [f"{group}={path.stem}"])
         schema_errors = [f for f in result.findings if f.rule in {"unknown-key", "invalid-value"}]
         assert schema_errors == [], path.name
+
+
+def test_the_model_folder_option_checks_a_folder_without_dropping_groups() -> None:
+    """model=pretrained spells no shape, so model.pretrained needs no '~model': its default
+    (a preset's Hub id) validates, and a plain override points it at another model."""
+    default = check(CONF, "config", [f"model={MODEL_FOLDER_OPTION}"])
+    assert default.ok, [f.message for f in default.errors]
+    assert default.config is not None and default.config.model.n_layer == 22  # TinyLlama
+    other = check(
+        CONF,
+        "config",
+        [f"model={MODEL_FOLDER_OPTION}", "model.pretrained=Qwen/Qwen2.5-0.5B", "tokenizer=qwen2.5"],
+    )
+    assert other.ok, [f.message for f in other.errors]
+    assert other.config is not None and other.config.model.padded_vocab_size == 151936
 
 
 def test_gemma_shape_gives_its_published_parameter_count() -> None:
