@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
+from cfgcheck.sources.names import schema_attention, schema_optimizer
 from cfgcheck.sources.profiles import AXOLOTL, Profile
 from cfgcheck.sources.reader import first_set
 from cfgcheck.sources.unknown import key_list
@@ -72,23 +73,8 @@ def attention_impl(native: NativeConfig) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _schema_attention(impl: str | None) -> str:
-    if impl is None:
-        return "sdpa"  # transformers' default attn_implementation when SDPA is available
-    if "flash" in impl:
-        return "flash"
-    return "eager" if impl == "eager" else "sdpa"
 
 
-def _schema_optimizer(name: Any) -> str:
-    low = str(name).lower()
-    if "8bit" in low:
-        return "paged_adamw_8bit" if "paged" in low else "adamw_8bit"
-    if low.startswith("sgd"):
-        return "sgd"
-    if "adafactor" in low:
-        return "adafactor"
-    return "adamw"
 
 
 def _deepspeed_strategy(value: Any) -> str:
@@ -222,13 +208,13 @@ def build(b: Builder) -> None:
         "optimizer",
         "adamw_torch_fused",
         f"{TRAINING} optimizer='adamw_torch_fused'",
-        _schema_optimizer,
+        schema_optimizer,
     )
     if n.is_set("learning_rate"):
         b.take("trainer.learning_rate", "learning_rate", None, "", float)
     impl, impl_key = attention_impl(n)
     if impl_key:
-        b.from_key("trainer.attention", impl_key, _schema_attention(impl))
+        b.from_key("trainer.attention", impl_key, schema_attention(impl))
     else:
         b.default("trainer.attention", "sdpa", "transformers attn_implementation (sdpa)")
     ce = first_set(n.data, CROSS_ENTROPY)

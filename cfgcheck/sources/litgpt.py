@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
+from cfgcheck.sources.names import schema_optimizer
 from cfgcheck.sources.profiles import LITGPT_FINETUNE, LITGPT_PRETRAIN, Profile
 from cfgcheck.sources.unknown import key_list
 
@@ -65,15 +66,6 @@ def optimizer_name(value: Any) -> str:
     return str(value).rsplit(".", 1)[-1]
 
 
-def _schema_optimizer(name: str) -> str:
-    low = name.lower()
-    if "8bit" in low:
-        return "paged_adamw_8bit" if "paged" in low else "adamw_8bit"
-    if low.startswith("sgd"):
-        return "sgd"
-    if "adafactor" in low:
-        return "adafactor"
-    return "adamw"  # Adam/AdamW and kin hold two states per parameter
 
 
 def _targets_by_architecture(b: Builder, model: ModelConfig) -> None:
@@ -171,7 +163,7 @@ def build(b: Builder) -> None:
     opt = n.get("optimizer", "AdamW")
     b.set(
         "trainer.optimizer",
-        _schema_optimizer(optimizer_name(opt)),
+        schema_optimizer(optimizer_name(opt)),
         n.loc("optimizer") or b.default_location(f'{SETUP}: optimizer="AdamW"'),
     )
     b.take(

@@ -12,11 +12,12 @@ trl 1.16.0 by tests/sources/test_trl_ground_truth.py) over transformers' Trainin
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
+from cfgcheck.sources.names import schema_attention, schema_optimizer
 from cfgcheck.sources.profiles import TRL, Profile
 from cfgcheck.sources.unknown import key_list
 
@@ -30,22 +31,8 @@ ARGS = "transformers TrainingArguments"
 DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
 
 
-def _optimizer(name: Any) -> str:
-    low = str(name).lower()
-    if "8bit" in low:
-        return "paged_adamw_8bit" if "paged" in low else "adamw_8bit"
-    if low.startswith("sgd"):
-        return "sgd"
-    if "adafactor" in low:
-        return "adafactor"
-    return "adamw"
 
 
-def _attention(impl: Any) -> str:
-    text = str(impl)
-    if "flash" in text:
-        return "flash"
-    return "eager" if text == "eager" else "sdpa"
 
 
 def build(b: Builder) -> None:
@@ -117,11 +104,10 @@ def build(b: Builder) -> None:
     else:
         b.from_key("trainer.precision", "bf16", "32-true")
     b.take("trainer.learning_rate", "learning_rate", 2e-5, f"{SFT} learning_rate=2e-5", float)
-    b.take("trainer.optimizer", "optim", "adamw_torch_fused", f"{ARGS} optim", _optimizer)
+    b.take("trainer.optimizer", "optim", "adamw_torch_fused", f"{ARGS} optim", schema_optimizer)
     if n.is_set("attn_implementation"):
-        b.from_key(
-            "trainer.attention", "attn_implementation", _attention(n.get("attn_implementation"))
-        )
+        impl = schema_attention(n.get("attn_implementation"))
+        b.from_key("trainer.attention", "attn_implementation", impl)
     else:
         b.default("trainer.attention", "sdpa", f"{MODEL} attn_implementation=None (sdpa)")
     if n.get("use_liger_kernel"):
