@@ -70,6 +70,12 @@ def primary_config(config_dir: str | Path, config_name: str) -> tuple[Path, str]
         )
     name = config_name.removesuffix(".yaml")
     primary = directory / f"{name}.yaml"
+    if ".." in Path(name).parts or Path(name).is_absolute():
+        # Only the config directory is screened (safeio.screen_config_dir) and searched.
+        raise ConfigLoadError(
+            f"--config-name {shown(config_name)} climbs out of the config directory: name a "
+            f"config inside {shown(config_dir)}, or pass its folder as --config-dir"
+        )
     reason = path_problem(primary)
     if reason:
         shown_primary = shown(Path(config_dir) / f"{name}.yaml")

@@ -64,3 +64,12 @@ def test_load_yaml(tmp_path: Path) -> None:
         load_yaml(bad)
     with pytest.raises(ConfigLoadError, match="cannot read"):
         load_yaml(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("name", ["../config", "model/../../x", "/etc/passwd"])
+def test_a_config_name_outside_the_config_dir_is_refused(name: str) -> None:
+    """Only the config directory is screened and searched: a primary config that climbs out of
+    it is a one-line error, not a file read unscreened."""
+    with pytest.raises(ConfigLoadError, match="climbs out of the config directory") as e:
+        compose(CONF, name, [])
+    assert "\n" not in str(e.value)
