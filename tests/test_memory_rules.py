@@ -187,7 +187,8 @@ def test_png_without_matplotlib_names_the_extra(tmp_path: Path, monkeypatch: Any
     import pytest
 
     from cfgcheck.memory.estimate import estimate
-    from cfgcheck.memory.plot import PlotUnavailableError, write_png
+    from cfgcheck.memory.plot import write_png
+    from cfgcheck.plotting import PlotUnavailableError
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with devices.use_provider(list):

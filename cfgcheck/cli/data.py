@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(report, run_cfg.data.paths) + "\n")
         get_reporter("text")(result, sys.stdout)
     if args.png:
-        from cfgcheck.data.render import PlotUnavailableError, write_png
+        from cfgcheck.data.render import write_png
+        from cfgcheck.plotting import PlotUnavailableError
 
         try:
             write_png(report, Path(args.png))

@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     if args.png:
         from pathlib import Path
 
-        from cfgcheck.memory.plot import PlotUnavailableError, write_png
+        from cfgcheck.memory.plot import write_png
+        from cfgcheck.plotting import PlotUnavailableError
 
         try:
             write_png(

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cfgcheck.data.scan import ScanReport
+from cfgcheck.plotting import PlotUnavailableError, pyplot
 
 BAR = "█"
 
@@ -62,22 +63,10 @@ def render_text(report: ScanReport, paths: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class PlotUnavailableError(ValueError):
-    pass
-
 
 def write_png(report: ScanReport, path: Path) -> None:
     """A histogram PNG with max_length and block_size marked. Needs matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise PlotUnavailableError(
-            "--png needs matplotlib, which is not installed: pip install matplotlib "
-            "(or cfgcheck[plot])"
-        ) from e
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ax.hist(
         list(report.lengths),

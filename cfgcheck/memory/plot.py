@@ -6,25 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from cfgcheck.memory.estimate import GIB, MemoryEstimate
-
-
-class PlotUnavailableError(ValueError):
-    pass
+from cfgcheck.plotting import PlotUnavailableError, pyplot
 
 
 def write_png(
     est: MemoryEstimate, path: Path, capacity: int | None, where: str, verdict: str | None
 ) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise PlotUnavailableError(
-            "--png needs matplotlib, which is not installed: pip install matplotlib "
-            "(or cfgcheck[plot])"
-        ) from e
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8))
     try:
         left = 0.0
