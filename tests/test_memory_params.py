@@ -10,10 +10,13 @@ import yaml
 
 from cfgcheck.memory.params import count_params, lora_params
 from cfgcheck.schema.model import ModelConfig
+from tests.conftest import MODEL_FOLDER_OPTION
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "benchmarks" / "reference" / "param-counts.csv"
-PRESETS = sorted((REPO / "conf" / "model").glob("*.yaml"))
+PRESETS = sorted(
+    p for p in (REPO / "conf" / "model").glob("*.yaml") if p.stem != MODEL_FOLDER_OPTION
+)
 
 
 def preset(name: str) -> ModelConfig:

@@ -11,9 +11,9 @@ Derived fields are computed in one place, :meth:`ModelConfig._derive`, LitGPT-st
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from cfgcheck.schema._base import Section
 
@@ -26,7 +26,15 @@ def find_multiple(n: int, k: int) -> int:
     return n if n % k == 0 else n + k - (n % k)
 
 
+def _shape_or_pretrained(schema: dict[str, Any]) -> None:
+    """In a config file, a model section spells a whole shape or names ``pretrained`` (the
+    folder's shape fills it before validation; see :mod:`cfgcheck.models.expand`)."""
+    required = schema.pop("required", [])
+    schema["anyOf"] = [{"required": required}, {"required": ["pretrained"]}]
+
+
 class ModelConfig(Section):
+    model_config = ConfigDict(**Section.model_config, json_schema_extra=_shape_or_pretrained)
     pretrained: str | None = Field(
         None,
         description="A model folder (Hugging Face config.json or LitGPT model_config.yaml), a "
