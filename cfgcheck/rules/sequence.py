@@ -84,8 +84,9 @@ def seq_len_over_block_size(cfg: RunConfig) -> Iterator[Problem]:
             f"{what} ({longest or pipe.shortest} tokens); "
             + ("every batch fails" if certain else "the first batch this long fails")
             + f" with {crash}",
-            f"set data.max_seq_length<={block} and data.max_length<={block} with "
-            f"data.truncation=true (e.g. {fitting_length(cfg)}), or pick a model with a "
+            f"set data.max_seq_length<={block}"
+            + (f" and data.max_length<={block}" if d.max_length is not None else "")
+            + f" with data.truncation=true (e.g. {fitting_length(cfg)}), or pick a model with a "
             f"longer context window",
             length_fix(cfg),
         )
