@@ -182,3 +182,15 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     held = 0 if s.framework == "hf" else p
     capped = p if m.final_logit_softcapping else 0
     return (12 + held + capped) * v * tokens
+
+
+def logits_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
+    """Logits and loss at their forward peak (the log-softmax, still inside the model's
+    forward): transformers' 16-bit logits, their fp32 upcast and the fp32 log-probabilities,
+    ``p + 8`` bytes per token and vocabulary row; other paths peak in backward
+    (:func:`logits_bytes`)."""
+    s = stack(m, t)
+    if t.loss_chunking != "none" or s.framework != "hf":
+        return logits_bytes(m, t, batch, seq)
+    capped = s.act if m.final_logit_softcapping else 0
+    return (s.act + 8 + capped) * m.rows * batch * seq

@@ -3,11 +3,16 @@
 The peak is the larger of two moments of a step:
 
 * end of forward / start of backward: weights, autocast copies, optimizer states (kept from
-  the previous step), gradients only when they persist (gradient accumulation) or appear at
-  the very start of backward (the lm_head's), all activations, and the logits/loss peak;
-* the optimizer step: weights, gradients, optimizer states and the step's temporaries.
+  the previous step), gradients only when they persist (gradient accumulation), all
+  activations, and the logits/loss peak (with checkpointing under autocast, the larger of
+  the forward's log-softmax, while autocast's cache holds the trained weights' casts, and the
+  start of backward, when only the lm_head's cast is saved);
+* the optimizer step: weights, gradients, optimizer states and the step's temporaries;
+* with gradient checkpointing, the recomputation of one layer during backward: of the last
+  layer (every layer input kept, few gradients made) or of the first (one layer input left,
+  nearly every gradient made), with that layer's autocast casts.
 
-* with gradient checkpointing, the recomputation of one layer during backward.
+Each moment is checked against a CPU trace of the real step (tests/test_memory_tracer.py).
 
 ``allocated`` is what ``torch.cuda.max_memory_allocated()`` reports; ``reserved`` adds what
 the caching allocator holds but does not hand out (:mod:`cfgcheck.memory.allocator`);
@@ -158,24 +163,41 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
-    if t.gradient_accumulation_steps > 1:
-        fwd_grads = grads
-    elif t.finetuning == "full":  # the lm_head's gradient appears first in backward
-        fwd_grads = m.rows * m.n_embd * weights.master_bytes(t) // div.gradients
-    else:
-        fwd_grads = 0
-    forward = auto + fwd_grads + acts + logits
+    # persistent gradients of the previous micro-batches; without accumulation the first
+    # gradient (the lm_head's) appears only after the loss buffers' peak: autograd runs the
+    # NLL and log-softmax backward before the lm_head's matmul (CPU-traced)
+    fwd_grads = grads if t.gradient_accumulation_steps > 1 else 0
+    fwd_auto, fwd_logits = auto, logits
+    if t.gradient_checkpointing and auto:
+        # the checkpointed layers keep no weight casts: at the start of backward only the
+        # lm_head's cast is saved; inside the forward (log-softmax of the loss) autocast's
+        # cache still holds the casts of every weight that trains (torch caches casts of
+        # leaves that require grad only: a frozen base's casts are transient)
+        head_cast = 2 * m.rows * m.n_embd // div.weights
+        cached = auto if t.finetuning == "full" else head_cast + 2 * lora // div.weights
+        in_forward = cached + act.logits_forward_bytes(m, t, b, seq)
+        fwd_auto, fwd_logits = max((head_cast, logits), (cached, in_forward - cached), key=sum)
+    forward = fwd_auto + fwd_grads + acts + fwd_logits
     # checkpointing: backward recomputes one layer while the layer inputs are still kept and
     # the gradient of the hidden states flows in and out of it (two hidden-size tensors)
     recompute = 0
     layer = 0
     dequant = 0
+    auto_layer = 0
+    rec_grads = 0
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
         dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
         ckpts = act.checkpoint_bytes(m, t, tokens)
-        recompute = auto + grads + ckpts + layer + dequant + hidden_grads
+        # only the recomputed layer's 16-bit weight casts are alive (the forward's are freed
+        # with its discarded activations; the recomputation casts again under autocast)
+        auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
+        first, last = _recompute_gradients(m, t, grads, div.gradients)
+        # the first recomputed layer (all layer inputs kept, few gradients yet) or the last
+        # (one layer input left, nearly every gradient made); linear in between
+        rec_grads, kept = max((first, ckpts), (last, ckpts // m.n_layer), key=sum)
+        recompute = auto_layer + rec_grads + kept + layer + dequant + hidden_grads
     step = grads + step_tmp
     base = [
         Component("weights", "weights", w, _weights_note(t, st.kbit_upcast)),
@@ -186,20 +208,24 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     if forward >= max(step, recompute):
         phase = "forward"
         parts = [
-            Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
+            Component("autocast_copies", "autocast 16-bit weight copies", fwd_auto)
+            if fwd_auto
+            else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
             Component("activations", "activations", acts, _act_note(t, masked)),
-            Component("logits_loss", "logits and loss", logits, t.loss_chunking),
+            Component("logits_loss", "logits and loss", fwd_logits, t.loss_chunking),
         ]
     elif recompute >= step:
         phase = "backward (recomputation)"
         parts = [
-            Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
-            Component("gradients", "gradients", grads) if grads else None,
+            Component("autocast_copies", "autocast 16-bit weight copies", auto_layer)
+            if auto_layer
+            else None,
+            Component("gradients", "gradients", rec_grads) if rec_grads else None,
             Component(
                 "activations",
                 "activations",
-                recompute - auto - grads - dequant,
+                recompute - auto_layer - rec_grads - dequant,
                 _act_note(t, masked) + ", one layer recomputed",
             ),
             Component("dequant", "dequantized weight", dequant, "bitsandbytes")
@@ -242,6 +268,23 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         margin=cov.margin,
         uncalibrated=cov.uncalibrated,
     )
+
+
+def _recompute_gradients(m: ModelConfig, t: TrainerConfig, grads: int, div: int) -> tuple[int, int]:
+    """Gradient bytes alive when backward recomputes the last layer (the first recomputed)
+    and the first layer. With accumulation the previous micro-batches' gradients are all
+    there; otherwise autograd makes them in reverse order: the lm_head's (and final norm's)
+    before the last layer, all but the first layer's and the token embedding's before the
+    first layer (CPU-traced, tests/test_memory_tracer.py)."""
+    if t.gradient_accumulation_steps > 1:
+        return grads, grads
+    if t.finetuning != "full":  # adapters in the blocks
+        return 0, grads - grads // m.n_layer
+    pc = count_params(m)
+    mb = weights.master_bytes(t)
+    head = (m.rows * m.n_embd + pc.final_norm) * mb // div
+    embedding = 0 if m.tie_embeddings else pc.embedding * mb // div
+    return head, grads - pc.per_block * mb // div - embedding
 
 
 def _weights_note(t: TrainerConfig, upcast: bool) -> str:

@@ -73,6 +73,18 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     return 2 * (linear + head + adapters)
 
 
+def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """Mixed precision with checkpointing: the 16-bit casts of one block's linear weights
+    (and adapters), what the recomputation of one layer makes and keeps for its backward."""
+    if not t.precision.endswith("-mixed"):
+        return 0
+    pc = count_params(m)
+    quantized = t.quantization in QUANT_BYTES and t.finetuning != "full"
+    linear = 0 if quantized else pc.block_linear_weight_elems
+    adapters = 0 if t.finetuning == "full" else trainable_params(m, t) // m.n_layer
+    return 2 * (linear + adapters)
+
+
 def paged(t: TrainerConfig) -> bool:
     """bitsandbytes paged optimizers keep their states in CUDA unified memory
     (``cudaMallocManaged``, bitsandbytes/functional.py ``get_paged``): outside torch's
@@ -114,13 +126,21 @@ def optimizer_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     """Temporaries of the optimizer step (torch/optim/adamw.py, sgd.py, _adafactor.py, the
     multi-tensor paths CUDA uses by default): AdamW builds one parameter-sized list
-    (``sqrt(exp_avg_sq)``); SGD with momentum updates in place; Adafactor builds the variance
-    estimates and the updates (two lists); 8-bit optimizers update parameter by parameter."""
+    (``sqrt(exp_avg_sq)``); SGD with momentum updates in place; Adafactor
+    (``_multi_tensor_adafactor``) groups the parameters by dimensionality and builds, per group,
+    one list of variance estimates (``row_var @ col_var``, or a clone of the variance of a
+    vector) that it turns into the updates in place: the larger group, the matrices, counts;
+    8-bit optimizers update parameter by parameter. All checked on CPU with ``foreach=True``
+    (tests/test_memory_tracer.py)."""
     n = trainable_params(m, t) * trainable_bytes(m, t)
     if t.optimizer == "adamw":
         return n
     if t.optimizer == "adafactor":
-        return 2 * n
+        if t.finetuning != "full":  # LoRA A and B are all matrices
+            return n
+        pc = count_params(m)
+        vectors = pc.total - pc.linear_weights - pc.embedding - pc.lm_head
+        return max(pc.total - vectors, vectors) * trainable_bytes(m, t)
     return 0
 
 

@@ -1,0 +1,418 @@
+"""A CPU ground truth for ``torch.cuda.max_memory_allocated()`` of a whole training step.
+
+:class:`AllocTracer` is a ``TorchDispatchMode``: every aten op (forward, autograd's backward
+ops, checkpoint recomputation, the optimizer's foreach kernels) passes through it, and it
+records the untyped storage of each op output, keyed by the storage itself, with a
+``weakref`` whose callback fires when the storage is freed (torch preserves a storage's Python
+object for as long as its C++ ``StorageImpl`` lives, so the callback fires when autograd, a
+checkpoint or the optimizer drops the last reference, not when the Python wrapper goes out of
+scope). The running sum of live bytes and its maximum, with the phase of the loop it happened
+in, is the tensor-level analogue of the CUDA caching allocator's allocated counter (the same
+method as torch's own ``torch/distributed/_tools/mem_tracker.py``).
+
+What it does not see, by construction: temporaries inside one kernel (freed before the op
+returns), cuBLAS workspaces and the 512-byte block rounding of the CUDA allocator
+(``cuda_rounded`` gives the rounded figure).
+
+:func:`traced_step` runs the loop of ``benchmarks/calibration/gpu_measure.py`` (the method that
+measured the H100 rows) on CPU under the tracer: the same model build (``hf_config`` of that
+script), PEFT LoRA, autocast for ``-mixed``, non-reentrant checkpointing, gradient
+accumulation, two optimizer steps with ``zero_grad(set_to_none=True)``, the same batches.
+Differences from CUDA are set explicitly: ``foreach=True`` for the torch optimizers (CUDA's
+default; CPU's is the per-parameter loop).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to 512 bytes
+
+
+@dataclass
+class Peak:
+    bytes: int = 0
+    rounded: int = 0  # with CUDA's 512-byte rounding of each storage
+    phase: str = ""
+    op: str = ""
+    per_phase: dict[str, int] = field(default_factory=dict)
+
+
+class AllocTracer(TorchDispatchMode):
+    """Live storage bytes over time; ``peak`` is the maximum since :meth:`reset_peak`."""
+
+    def __init__(self, snapshot: bool = False) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}  # StorageImpl address -> bytes
+        self.origin: dict[int, str] = {}  # StorageImpl address -> "phase:op" that made it
+        self.snapshot = snapshot  # keep what is live at the peak (slow: for diagnosis)
+        self.at_peak: list[tuple[str, int]] = []
+        self._refs: dict[int, weakref.ref[Any]] = {}
+        self.current = 0
+        self.current_rounded = 0
+        self.phase = "setup"
+        self.peak = Peak()
+        self.allocs = 0
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def _free(self, key: int, _ref: object) -> None:
+        n = self.live.pop(key, None)
+        self._refs.pop(key, None)
+        self.origin.pop(key, None)
+        if n is not None:
+            self.current -= n
+            self.current_rounded -= _round(n)
+
+    def track(self, t: object, op: str = "") -> None:
+        """Count the storage of ``t`` (a tensor) if it is new or has grown."""
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            return
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse / wrapper tensors
+            return
+        n = st.nbytes()
+        key = st._cdata
+        old = self.live.get(key)
+        if old == n:
+            return
+        if old is None:
+            if n == 0:
+                return
+            self._refs[key] = weakref.ref(st, partial(self._free, key))
+            self.allocs += 1
+            self.origin[key] = f"{self.phase}:{op}"
+            old = 0
+        self.live[key] = n
+        self.current += n - old
+        self.current_rounded += _round(n) - _round(old)
+        self._note(op)
+
+    def _note(self, op: str) -> None:
+        p = self.peak
+        p.per_phase[self.phase] = max(p.per_phase.get(self.phase, 0), self.current)
+        if self.current > p.bytes:
+            p.bytes, p.phase, p.op = self.current, self.phase, op
+            if self.snapshot:
+                self.at_peak = [(self.origin.get(k, "?"), n) for k, n in self.live.items()]
+        p.rounded = max(p.rounded, self.current_rounded)
+
+    def reset_peak(self) -> None:
+        """Like ``torch.cuda.reset_peak_memory_stats()``: the peak restarts at what is live."""
+        self.peak = Peak(self.current, self.current_rounded, self.phase, "reset")
+
+    def track_all(self, tensors: Any) -> None:
+        for t in tree_flatten(tensors)[0]:
+            self.track(t)
+
+    @contextmanager
+    def in_phase(self, name: str) -> Iterator[None]:
+        self.phase = name
+        yield
+
+    # -- the dispatch hook --------------------------------------------------------------------
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = str(func.overloadpacket.__name__)
+        for t in tree_flatten(out)[0]:
+            self.track(t, name)
+        if name.endswith("_") or "out" in (kwargs or {}):  # in place: a storage may grow
+            for t in tree_flatten((args, kwargs))[0]:
+                if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata in self.live:
+                    self.track(t, name)
+        return out
+
+
+def _round(n: int) -> int:
+    return -(-n // CUDA_BLOCK) * CUDA_BLOCK if n else 0
+
+
+# -- gpu_measure.py's loop on CPU ---------------------------------------------------------------
+
+
+def gpu_measure() -> Any:
+    """``benchmarks/calibration/gpu_measure.py`` as a module (its ``hf_config``)."""
+    path = ROOT / "benchmarks" / "calibration" / "gpu_measure.py"
+    spec = importlib.util.spec_from_file_location("cfgcheck_gpu_measure", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@dataclass(frozen=True)
+class StepResult:
+    peak: Peak
+    at_peak: list[tuple[str, int]]  # (phase:op that made it, bytes) live at the peak
+    baseline: int  # live bytes when the peak was reset (weights, batch)
+    params: int
+    trainable: int
+
+
+def make_optimizer(name: str, params: list[Any]) -> Any:
+    """gpu_measure.py's optimizers, with CUDA's default multi-tensor (foreach) path."""
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-5, foreach=True)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-5, momentum=0.9, foreach=True)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-5, foreach=True)
+    raise ValueError(f"optimizer {name} has no CPU path (bitsandbytes)")
+
+
+def build(m: dict[str, Any], t: dict[str, Any], gm: Any) -> Any:
+    """The model as gpu_measure.py builds it (no quantization: bitsandbytes has no CPU path)."""
+    import transformers as tf
+
+    prec = t["precision"]
+    wdtype = torch.bfloat16 if prec == "bf16-true" else torch.float32
+    torch.manual_seed(0)
+    cfg = gm.hf_config(m)
+    model = tf.AutoModelForCausalLM.from_config(
+        cfg, dtype=wdtype, attn_implementation=t["attention"]
+    )
+    model.config.use_cache = False
+    if t["finetuning"] == "lora":
+        import peft
+
+        lc = t["lora"]
+        model = peft.get_peft_model(
+            model,
+            peft.LoraConfig(
+                r=lc["rank"],
+                lora_alpha=lc["alpha"],
+                lora_dropout=lc["dropout"],
+                target_modules=lc["targets"],
+                task_type="CAUSAL_LM",
+            ),
+        )
+    if t["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if t["finetuning"] == "lora":
+            model.enable_input_require_grads()
+    model.train()
+    return model
+
+
+def batch(m: dict[str, Any], t: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+    """gpu_measure.py's batch: padded rows (sample 0 ends in 8 pad positions) or packed rows."""
+    b, s = t["micro_batch_size"], d["max_seq_length"]
+    if d.get("pad_to_multiple_of"):
+        k = d["pad_to_multiple_of"]
+        s = (s + k - 1) // k * k
+    g = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, m["vocab_size"], (b, s), generator=g)
+    kwargs: dict[str, Any] = {"input_ids": ids}
+    labels = ids.clone()
+    if d.get("collator") == "packed":
+        pos = torch.arange(s).remainder(max(1, s // 4)).unsqueeze(0).expand(b, s).contiguous()
+        kwargs["position_ids"] = pos
+    else:
+        mask = torch.ones_like(ids)
+        if b > 1:
+            mask[0, -8:] = 0
+            labels[0, -8:] = -100
+        kwargs["attention_mask"] = mask
+    kwargs["labels"] = labels
+    return kwargs
+
+
+def traced_step(spec: dict[str, Any], steps: int = 2, snapshot: bool = False) -> StepResult:
+    """Peak live bytes of gpu_measure.py's loop for a resolved run (``model``, ``trainer``,
+    ``data`` dicts as in ``benchmarks/calibration/runs.json``), measured like the script: the
+    peak is reset after the build, with the weights and the batch live."""
+    m, t, d = spec["model"], spec["trainer"], spec["data"]
+    gm = gpu_measure()
+    model = build(m, t, gm)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = make_optimizer(t["optimizer"], params)
+    kwargs = batch(m, t, d)
+    accum = t["gradient_accumulation_steps"]
+    autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(t["precision"])
+    tracer = AllocTracer(snapshot)
+    tracer.track_all([list(model.parameters()), list(model.buffers()), kwargs])
+    tracer.reset_peak()
+    baseline = tracer.current
+    with tracer:
+        for _ in range(steps):
+            for _ in range(accum):
+                with tracer.in_phase("forward"):
+                    if autocast is not None:
+                        with torch.autocast(device_type="cpu", dtype=autocast):
+                            loss = model(**kwargs).loss
+                    else:
+                        loss = model(**kwargs).loss
+                with tracer.in_phase("backward"):
+                    (loss / accum).backward()
+                    del loss
+            with tracer.in_phase("optimizer step"):
+                opt.step()
+            with tracer.in_phase("zero_grad"):
+                opt.zero_grad(set_to_none=True)
+    return StepResult(
+        peak=tracer.peak,
+        at_peak=tracer.at_peak,
+        baseline=baseline,
+        params=sum(p.numel() for p in model.parameters()),
+        trainable=sum(p.numel() for p in params),
+    )
+
+
+def traced(fn: Callable[[], Any], keep: Any = ()) -> Peak:
+    """Peak live bytes while ``fn`` runs; ``keep`` (tensors) counts as live from the start."""
+    tracer = AllocTracer()
+    tracer.track_all(keep)
+    tracer.reset_peak()
+    with tracer:
+        fn()
+    return tracer.peak
+
+
+# -- random runs over gpu_measure.py's space (no bitsandbytes: quantization and 8-bit optimizers
+# have no CPU path) ----------------------------------------------------------------------------
+
+FAMILIES = ("llama", "qwen2", "mistral", "gemma", "phi")
+PRECISIONS = ("bf16-true", "32-true", "bf16-mixed", "16-mixed")
+OPTIMIZERS = ("adamw", "sgd", "adafactor")
+TARGETS = {
+    "gated": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "phi": ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"],
+}
+
+
+def random_run(seed: int, small: bool = False) -> dict[str, dict[str, Any]]:
+    """A tiny run with the proportions that decide which moment peaks: a vocabulary 16 to 64
+    times the hidden size, several layers, GQA, MLP 2.5-4x wide; settings drawn uniformly.
+    ``small``: hidden size 64 (80 for Phi) and sequences up to 64, for the test suite."""
+    import random
+
+    r = random.Random(seed)
+    fam = FAMILIES[seed % len(FAMILIES)]
+    n_head = 4 if small else r.choice([4, 8])
+    head = 16 if small else r.choice([16, 32])
+    h = n_head * head
+    groups = r.choice([g for g in (1, 2, n_head) if n_head % g == 0])
+    model: dict[str, Any] = {
+        "name": f"mistral-tiny-{seed}" if fam == "mistral" else f"{fam}-tiny-{seed}",
+        "block_size": 512,
+        "vocab_size": min(8192, h * r.choice([16, 32, 64])),
+        "n_layer": r.choice([2, 3, 4]),
+        "n_embd": h,
+        "n_head": n_head,
+        "n_query_groups": groups,
+        "head_size": head,
+        "intermediate_size": int(h * r.choice([2.5, 3, 4])) // 8 * 8,
+    }
+    if fam == "qwen2":
+        model.update(attn_bias=True, tie_embeddings=r.random() < 0.5)
+    elif fam == "gemma":
+        model.update(mlp="geglu", tie_embeddings=True)
+    elif fam == "phi":  # the rotary dimensions must be even
+        head, frac = r.choice([(20, 0.4), (16, 0.5)])  # phi-2 80 x 0.4, phi-1.5 64 x 0.5
+        h = n_head * head
+        model.update(
+            mlp="gelu",
+            norm="layernorm",
+            bias=True,
+            lm_head_bias=True,
+            parallel_residual=True,
+            shared_attention_norm=True,
+            rotary_fraction=frac,
+            n_query_groups=n_head,
+            head_size=head,
+            n_embd=h,
+            intermediate_size=4 * h,
+            vocab_size=h * r.choice([16, 32]),
+        )
+    finetuning = r.choice(["full", "lora", "lora"])
+    names = TARGETS["phi" if fam == "phi" else "gated"]
+    trainer: dict[str, Any] = {
+        "micro_batch_size": r.choice([1, 2, 4]),
+        "gradient_accumulation_steps": r.choice([1, 1, 2]),
+        "precision": r.choice(PRECISIONS),
+        "optimizer": r.choice(OPTIMIZERS),
+        "gradient_checkpointing": r.random() < 0.4,
+        "finetuning": finetuning,
+        "attention": r.choice(["sdpa", "sdpa", "eager"]),
+        "lora": {
+            "rank": r.choice([4, 8, 16]),
+            "alpha": 16.0,
+            "dropout": 0.0,  # CPU dropout keeps an input-sized noise tensor, CUDA a 1-byte mask
+            "targets": r.sample(names, r.randint(1, len(names))),
+        },
+    }
+    data: dict[str, Any] = {"max_seq_length": r.choice([32, 64] if small else [32, 64, 96])}
+    if r.random() < 0.25:
+        data["collator"] = "packed"
+    elif r.random() < 0.25:
+        data["pad_to_multiple_of"] = r.choice([16, 64])
+    return {"model": model, "trainer": trainer, "data": data}
+
+
+def describe(run: dict[str, dict[str, Any]]) -> str:
+    m, t, d = run["model"], run["trainer"], run["data"]
+    parts = [
+        m["name"].split("-tiny")[0].replace("-", ""),
+        t["finetuning"]
+        + (
+            f"(r{t['lora']['rank']}x{len(t['lora']['targets'])})"
+            if t["finetuning"] == "lora"
+            else ""
+        ),
+        t["precision"],
+        t["optimizer"],
+        t["attention"],
+        f"b{t['micro_batch_size']}s{d['max_seq_length']}",
+    ]
+    if t["gradient_checkpointing"]:
+        parts.append("ckpt")
+    if t["gradient_accumulation_steps"] > 1:
+        parts.append(f"acc{t['gradient_accumulation_steps']}")
+    if d.get("collator") == "packed":
+        parts.append("packed")
+    if d.get("pad_to_multiple_of"):
+        parts.append(f"pad{d['pad_to_multiple_of']}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    run: dict[str, dict[str, Any]]
+    traced: StepResult
+    estimated: int
+    phase: str
+
+    @property
+    def error(self) -> float:
+        return (self.estimated - self.traced.peak.bytes) / self.traced.peak.bytes
+
+
+def compare(run: dict[str, dict[str, Any]]) -> Comparison:
+    """cfgcheck's allocated peak against the traced step of the same run."""
+    from cfgcheck.memory.estimate import estimate
+    from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
+
+    m = ModelConfig(**run["model"])
+    t = TrainerConfig(**run["trainer"])
+    d = DataConfig(**run["data"])
+    spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
+    est = estimate(m, d, t)
+    return Comparison(run, traced_step(spec), est.allocated_bytes, est.phase)
