@@ -178,7 +178,11 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
         ckpts = act.checkpoint_bytes(m, t, tokens)
         held_grads, held_ckpts = grads, ckpts
-        if t.finetuning == "full" and t.gradient_accumulation_steps == 1:
+        if (
+            t.finetuning == "full"
+            and t.gradient_accumulation_steps == 1
+            and not t.strategy.startswith("zero")  # DeepSpeed's grad partitions: not modelled
+        ):
             held_grads, held_ckpts = _backward_front(m, t, ckpts, grads, div.gradients)
         recompute = auto + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
