@@ -66,3 +66,65 @@ def test_full_finetuning_peaks_at_the_optimizer_step_one_gpu_and_fsdp() -> None:
         measured = float(row["peak_gb"]) * 1e9
         assert est.phase == "optimizer step", row
         assert abs(est.allocated_bytes - measured) / measured <= 0.01, row
+
+
+# Rows of the same a100_80gb.csv without a memory figure: the run ran out of memory on the
+# A100-80GB (mem_nvidia_mem_reserved 80.4-81.2 GB, the whole device). NousResearch/Llama-2-70b-hf
+# config.json: hidden 8192, 80 layers, 64 heads, 8 key/value heads, MLP 28672, vocab 32000.
+# (method, per-device batch, GPUs); 2-GPU LoRA/QLoRA rows are left out as in the reference file.
+OUT_OF_MEMORY = [
+    ("full", 4, 1),
+    ("full", 8, 1),
+    ("full", 2, 2),
+    ("full", 4, 2),
+    ("lora", 4, 1),
+    ("lora", 8, 1),
+    ("qlora", 4, 1),
+    ("qlora", 8, 1),
+]
+
+
+def test_published_out_of_memory_runs_do_not_fit_an_a100_80gb() -> None:
+    import memory_accuracy
+
+    from cfgcheck.memory import estimate
+    from cfgcheck.memory.verdict import verdict
+    from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
+
+    llama70 = ModelConfig.model_validate(
+        {
+            "name": "llama-2-70b",
+            "block_size": 4096,
+            "vocab_size": 32000,
+            "n_layer": 80,
+            "n_embd": 8192,
+            "n_head": 64,
+            "n_query_groups": 8,
+            "intermediate_size": 28672,
+            "architecture": "llama",
+        }
+    )
+    source = memory_accuracy.SOURCES["fms-acceleration-a100"]
+    extra = dict(source["trainer"])
+    dropout = extra.pop("lora_dropout")
+    data = DataConfig.model_validate({"max_seq_length": 4096, **source["data"]})
+    a100 = 81920 * 2**20
+    for method, batch, gpus in OUT_OF_MEMORY:
+        lora: dict[str, object] = {"dropout": dropout}
+        if method != "full":
+            lora |= {"rank": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+        trainer = TrainerConfig.model_validate(
+            {
+                "micro_batch_size": batch,
+                "devices": gpus,
+                **({"strategy": source["multi_gpu"]} if gpus > 1 else {}),
+                "precision": "bf16-mixed" if method == "qlora" else "bf16-true",
+                "gradient_checkpointing": True,
+                "finetuning": method,
+                "quantization": "nf4-dq" if method == "qlora" else "none",
+                "lora": lora,
+                **extra,
+            }
+        )
+        est = estimate(llama70, data, trainer)
+        assert verdict(est, a100) == "does not fit", (method, batch, gpus, est.total_gib)
