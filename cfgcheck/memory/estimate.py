@@ -8,9 +8,8 @@ The peak is the larger of two moments of a step:
   the forward's log-softmax, while autocast's cache holds the trained weights' casts, and the
   start of backward, when only the lm_head's cast is saved);
 * the optimizer step: weights, gradients, optimizer states and the step's temporaries;
-* with gradient checkpointing, the recomputation of one layer during backward: of the last
-  layer (every layer input kept, few gradients made) or of the first (one layer input left,
-  nearly every gradient made), with that layer's autocast casts.
+* with gradient checkpointing, the recomputation of one layer during backward, with that
+  layer's autocast casts.
 
 Each moment is checked against a CPU trace of the real step (tests/test_memory_tracer.py).
 
@@ -22,7 +21,7 @@ no torch counter sees but the GPU does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
@@ -98,6 +97,26 @@ class MemoryEstimate:
     def reserved_bytes(self) -> int:
         return self.allocated_bytes + self.get("fragmentation")
 
+    def on_gpu(self, capacity: int) -> MemoryEstimate:
+        """This estimate on a GPU of ``capacity`` bytes: when the allocator's cache would take
+        the device past its capacity, torch frees the unused cached segments and retries
+        instead (``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp), so the cache
+        holds at most what is left; block rounding inside live blocks cannot be freed."""
+        from cfgcheck.memory.allocator import ROUNDING
+
+        cache = self.get("fragmentation")
+        floor = min(cache, int(self.allocated_bytes * ROUNDING))
+        room = max(floor, capacity - (self.total_bytes - cache))
+        if room >= cache:
+            return self
+        comps = tuple(
+            replace(c, bytes=room, note=c.note + ", capped: the GPU is full, torch frees it")
+            if c.key == "fragmentation"
+            else c
+            for c in self.components
+        )
+        return replace(self, components=comps)
+
     def to_dict(self) -> dict[str, Any]:
         total = self.total_bytes
         return {
@@ -161,6 +180,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     states -= paged_states
     step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
+    # FSDP / ZeRO-3 gather buffers live while units run, not at the optimizer step
+    gather = buffers if sharding.gathers(t) else 0
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
     # persistent gradients of the previous micro-batches; without accumulation the first
@@ -184,27 +205,37 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     layer = 0
     dequant = 0
     auto_layer = 0
-    rec_grads = 0
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
         dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
         ckpts = act.checkpoint_bytes(m, t, tokens)
+        held_grads, held_ckpts = grads, ckpts
+        if (
+            t.finetuning == "full"
+            and t.gradient_accumulation_steps == 1
+            and not t.strategy.startswith("zero")  # DeepSpeed's grad partitions: not modelled
+        ):
+            held_grads, held_ckpts = _backward_front(m, t, ckpts, grads, div.gradients)
         # only the recomputed layer's 16-bit weight casts are alive (the forward's are freed
         # with its discarded activations; the recomputation casts again under autocast)
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
-        first, last = _recompute_gradients(m, t, grads, div.gradients)
-        # the first recomputed layer (all layer inputs kept, few gradients yet) or the last
-        # (one layer input left, nearly every gradient made); linear in between
-        rec_grads, kept = max((first, ckpts), (last, ckpts // m.n_layer), key=sum)
-        recompute = auto_layer + rec_grads + kept + layer + dequant + hidden_grads
+        recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [
         Component("weights", "weights", w, _weights_note(t, st.kbit_upcast)),
         Component("adapters", "LoRA adapters", adapters, f"{8 * st.adapter}-bit") if lora else None,
         Component("optimizer_states", "optimizer states", states, t.optimizer) if states else None,
-        Component("sharding_buffers", "sharding buffers", buffers, t.strategy) if buffers else None,
+        Component("sharding_buffers", "sharding buffers", buffers - gather, t.strategy)
+        if buffers - gather
+        else None,
     ]
+    gathered = (
+        Component("sharding_buffers", "sharding buffers", gather, f"{t.strategy} all-gather")
+        if gather
+        else None
+    )
+    forward += gather
     if forward >= max(step, recompute):
         phase = "forward"
         parts = [
@@ -214,6 +245,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
             Component("activations", "activations", acts, _act_note(t, masked)),
             Component("logits_loss", "logits and loss", fwd_logits, t.loss_chunking),
+            gathered,
         ]
     elif recompute >= step:
         phase = "backward (recomputation)"
@@ -221,16 +253,17 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component("autocast_copies", "autocast 16-bit weight copies", auto_layer)
             if auto_layer
             else None,
-            Component("gradients", "gradients", rec_grads) if rec_grads else None,
+            Component("gradients", "gradients", held_grads) if held_grads else None,
             Component(
                 "activations",
                 "activations",
-                recompute - auto_layer - rec_grads - dequant,
+                recompute - auto_layer - held_grads - dequant - gather,
                 _act_note(t, masked) + ", one layer recomputed",
             ),
             Component("dequant", "dequantized weight", dequant, "bitsandbytes")
             if dequant
             else None,
+            gathered,
         ]
     else:
         phase = "optimizer step"
@@ -270,21 +303,22 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     )
 
 
-def _recompute_gradients(m: ModelConfig, t: TrainerConfig, grads: int, div: int) -> tuple[int, int]:
-    """Gradient bytes alive when backward recomputes the last layer (the first recomputed)
-    and the first layer. With accumulation the previous micro-batches' gradients are all
-    there; otherwise autograd makes them in reverse order: the lm_head's (and final norm's)
-    before the last layer, all but the first layer's and the token embedding's before the
-    first layer (CPU-traced, tests/test_memory_tracer.py)."""
-    if t.gradient_accumulation_steps > 1:
-        return grads, grads
-    if t.finetuning != "full":  # adapters in the blocks
-        return 0, grads - grads // m.n_layer
-    pc = count_params(m)
-    mb = weights.master_bytes(t)
-    head = (m.rows * m.n_embd + pc.final_norm) * mb // div
-    embedding = 0 if m.tie_embeddings else pc.embedding * mb // div
-    return head, grads - pc.per_block * mb // div - embedding
+def _backward_front(
+    m: ModelConfig, t: TrainerConfig, ckpts: int, grads: int, div: int
+) -> tuple[int, int]:
+    """Gradients and layer checkpoints alive while a layer is recomputed, full fine-tuning
+    without accumulation: backward runs from the last layer to the first, each layer's
+    gradients appear as it is done and its checkpoint is freed, so recomputing layer ``i``
+    holds ``i + 1`` checkpoints and the gradients of the layers after it (and its own), the
+    lm_head's and the final norm's. That sum is linear in ``i``: the larger of its two ends
+    (all checkpoints with the first layer's gradients, or one checkpoint with all of them;
+    the embedding's gradient, which comes last, is counted on the safe side)."""
+    n = m.n_layer
+    per_layer = count_params(m).per_block * weights.master_bytes(t) // div
+    rest = max(0, grads - n * per_layer)
+    first = (rest + per_layer, ckpts)  # recomputing the last layer, first in backward
+    last = (grads, ckpts // n)  # recomputing the first layer, last in backward
+    return max(first, last, key=sum)
 
 
 def _weights_note(t: TrainerConfig, upcast: bool) -> str:

@@ -603,8 +603,12 @@ def write_conf(directory: Path) -> list[Path]:
 
 
 def _main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m cfgcheck.models.presets CONF_MODEL_DIR", file=sys.stderr)
+    usage = "usage: python -m cfgcheck.models.presets CONF_MODEL_DIR"
+    if len(argv) == 1 and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(usage, file=sys.stderr)
         return 2
     for path in write_conf(Path(argv[0])):
         print(path)
