@@ -152,7 +152,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     auto = weights.autocast_copy_bytes(m, t) // div.weights
     grads = weights.gradient_bytes(m, t) // div.gradients
     states = weights.optimizer_state_bytes(m, t) // div.optimizer
-    paged_states = states if weights.paged(t) else 0
+    paged_states = weights.paged_state_bytes(m, t) // div.optimizer
     states -= paged_states
     step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
@@ -173,7 +173,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
-        dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
+        dequant = weights.dequant_bytes(m, t, tokens)  # the recomputed layer's bnb buffers
         ckpts = act.checkpoint_bytes(m, t, tokens)
         recompute = auto + grads + ckpts + layer + dequant + hidden_grads
     step = grads + step_tmp
@@ -226,8 +226,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component(
                 "paged_states",
                 "paged optimizer states",
-                paged_states,
-                "CUDA unified memory: outside torch's counters",
+                weights.managed_device_bytes(paged_states),
+                "CUDA unified memory: outside torch's counters, in 128 MiB steps",
             )
         )
     cov = coverage.coverage(m, d, t)
