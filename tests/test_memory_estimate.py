@@ -166,5 +166,9 @@ def test_quantization_never_needs_more_weights_than_16_bit() -> None:
     )
     t = trainer(finetuning="qlora")
     assert weights.weight_bytes(big, trainer(quantization="int8")) < weights.weight_bytes(big, t)
-    sizes = [total(model=big, quantization=q, finetuning="qlora") for q in ("nf4", "nf4-dq")]
-    assert sizes[1] <= sizes[0] <= total(model=big)
+    # where the weights dominate (a short sequence): QLoRA's fp32 stream (after
+    # prepare_model_for_kbit_training) makes its activations and backward buffers larger
+    sizes = [
+        total(model=big, seq=16, quantization=q, finetuning="qlora") for q in ("nf4", "nf4-dq")
+    ]
+    assert sizes[1] <= sizes[0] <= total(model=big, seq=16)

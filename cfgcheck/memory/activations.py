@@ -206,3 +206,17 @@ def fused_loss_bytes(m: ModelConfig, s: Stack, tokens: int) -> int:
     chunk = min(liger_chunk_size(v, h, tokens), tokens)
     logits = s.act  # the lm_head matmul's dtype (autocast: 16-bit)
     return s.residual * h * tokens + logits * chunk * (v + h) + (4 + 1 + 2 * 8) * tokens
+
+
+def last_layer_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """Bytes beyond the kept block activations when backward (without checkpointing) reaches
+    the last layer's MLP: the final norm (and a trained lm_head) have run their backward and
+    freed what they kept, the gradient of the residual stream flows in, and the MLP's backward
+    holds three intermediate-size tensors in the kernels' dtype at once (the down projection's
+    input gradient, then ``MulBackward``'s two products for a gated MLP or ``gelu_new``'s
+    product; a plain GELU two). The loss moment is larger unless the loss is chunked or fused
+    (Liger's fused loss keeps about a hidden state's worth)."""
+    s = stack(m, t)
+    k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
+    flowing = s.residual * m.n_embd + k * s.act * m.mlp_width
+    return max(0, (flowing - head_activations(m, t)) * tokens)

@@ -158,12 +158,17 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
+    loss_note: str = t.loss_chunking
     if t.gradient_accumulation_steps > 1:
         fwd_grads = grads
     elif t.finetuning == "full":  # the lm_head's gradient appears first in backward
         fwd_grads = m.rows * m.n_embd * weights.master_bytes(t) // div.gradients
     else:
         fwd_grads = 0
+    if not t.gradient_checkpointing:  # the last layer's backward, a quantized linear's buffers
+        backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
+        if backward > logits:
+            logits, loss_note = backward, f"{t.loss_chunking}; then the last layer's backward"
     forward = auto + fwd_grads + acts + logits
     # checkpointing: backward recomputes one layer while the layer inputs are still kept and
     # the gradient of the hidden states flows in and out of it (two hidden-size tensors)
@@ -189,7 +194,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
             Component("activations", "activations", acts, _act_note(t, masked)),
-            Component("logits_loss", "logits and loss", logits, t.loss_chunking),
+            Component("logits_loss", "logits and loss", logits, loss_note),
         ]
     elif recompute >= step:
         phase = "backward (recomputation)"
