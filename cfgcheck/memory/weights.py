@@ -246,7 +246,7 @@ def _quant_linear_transient(
         cast * tokens * n_out  # the gradient cast to the compute dtype
         + (2 + (compute if compute != 2 else 0)) * weight  # 16-bit dequantized, cast
         + nested
-        + compute * tokens * n_in  # the input gradient before its cast back
+        + cast * tokens * n_in  # the input gradient before its cast back
     )
     return max(forward, backward)
 
