@@ -207,7 +207,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
                 recompute - auto - grads - dequant,
                 _act_note(t, masked) + ", one layer recomputed",
             ),
-            Component("dequant", "dequantized weight", dequant, "bitsandbytes")
+            Component("dequant", "bitsandbytes buffers", dequant, "dequantized weight, casts")
             if dequant
             else None,
         ]
