@@ -159,6 +159,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
     loss_note: str = t.loss_chunking
+    loss_phase = "forward"
     if t.gradient_accumulation_steps > 1:
         fwd_grads = grads
     elif t.finetuning == "full":  # the lm_head's gradient appears first in backward
@@ -169,6 +170,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
         if backward > logits:
             logits, loss_note = backward, f"{t.loss_chunking}; then the last layer's backward"
+            loss_phase = "backward (last layer)"
     forward = auto + fwd_grads + acts + logits
     # checkpointing: backward recomputes one layer while the layer inputs are still kept and
     # the gradient of the hidden states flows in and out of it (two hidden-size tensors)
@@ -189,7 +191,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         Component("sharding_buffers", "sharding buffers", buffers, t.strategy) if buffers else None,
     ]
     if forward >= max(step, recompute):
-        phase = "forward"
+        phase = loss_phase
         parts = [
             Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
