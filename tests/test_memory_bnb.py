@@ -240,3 +240,19 @@ def test_the_loss_moment_stays_the_peak_without_fusion() -> None:
     m, tokens = preset("tinyllama-1.1b"), 4 * 1024
     t = trainer(finetuning="lora", quantization="none")
     assert act.logits_bytes(m, t, 4, 1024) > act.last_layer_backward_bytes(m, t, tokens)
+
+
+def test_a_down_projection_adapter_adds_its_gradient_path() -> None:
+    """PEFT's fp32 adapter on down_proj (bf16 model): while the base's bf16 input gradient
+    waits, lora_A's fp32 input gradient (and, with dropout, the dropout's) and its bf16 cast:
+    2 + 4 (+ 4) + 2 bytes per intermediate element, above MulBackward's 3 x 2."""
+    m, tokens = preset("tinyllama-1.1b"), 4096
+    head = 4 * 2048 + 4  # the final RMSNorm's fp32 input and statistic, freed
+    lora = {"rank": 8, "targets": ["down_proj"], "dropout": 0.0}
+    t = trainer(finetuning="lora", quantization="none", loss_chunking="fused", lora=lora)
+    assert act.last_layer_backward_bytes(m, t, tokens) == (2 * 2048 + 8 * 5632 - head) * tokens
+    dropped = t.model_copy(update={"lora": t.lora.model_copy(update={"dropout": 0.05})})
+    back = act.last_layer_backward_bytes(m, dropped, tokens)
+    assert back == (2 * 2048 + 12 * 5632 - head) * tokens
+    qv = t.model_copy(update={"lora": t.lora.model_copy(update={"targets": ["q_proj"]})})
+    assert act.last_layer_backward_bytes(m, qv, tokens) == (2 * 2048 + 6 * 5632 - head) * tokens

@@ -214,9 +214,18 @@ def last_layer_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> 
     freed what they kept, the gradient of the residual stream flows in, and the MLP's backward
     holds three intermediate-size tensors in the kernels' dtype at once (the down projection's
     input gradient, then ``MulBackward``'s two products for a gated MLP or ``gelu_new``'s
-    product; a plain GELU two). The loss moment is larger unless the loss is chunked or fused
+    product; a plain GELU two). A LoRA adapter on the down projection adds its own path while
+    the base's input gradient waits: the gradient of its input in the adapter dtype (and of its
+    dropout) and its cast back. The loss moment is larger unless the loss is chunked or fused
     (Liger's fused loss keeps about a hidden state's worth)."""
     s = stack(m, t)
     k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
-    flowing = s.residual * m.n_embd + k * s.act * m.mlp_width
+    per_inter = k * s.act
+    if t.finetuning != "full" and t.lora.rank:
+        adapted = adapted_modules(m, t.lora.targets, t.framework)
+        if any(x.source == "mlp_act" for x, n in adapted.linears if n):
+            a = s.adapter_saved
+            path = a * (2 if t.lora.dropout > 0 else 1) + (s.act if a != s.act else 0)
+            per_inter = max(per_inter, s.act + path)
+    flowing = s.residual * m.n_embd + per_inter * m.mlp_width
     return max(0, (flowing - head_activations(m, t)) * tokens)
