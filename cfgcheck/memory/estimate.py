@@ -17,7 +17,7 @@ no torch counter sees but the GPU does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
@@ -92,6 +92,26 @@ class MemoryEstimate:
     @property
     def reserved_bytes(self) -> int:
         return self.allocated_bytes + self.get("fragmentation")
+
+    def on_gpu(self, capacity: int) -> MemoryEstimate:
+        """This estimate on a GPU of ``capacity`` bytes: when the allocator's cache would take
+        the device past its capacity, torch frees the unused cached segments and retries
+        instead (``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp), so the cache
+        holds at most what is left; block rounding inside live blocks cannot be freed."""
+        from cfgcheck.memory.allocator import ROUNDING
+
+        cache = self.get("fragmentation")
+        floor = min(cache, int(self.allocated_bytes * ROUNDING))
+        room = max(floor, capacity - (self.total_bytes - cache))
+        if room >= cache:
+            return self
+        comps = tuple(
+            replace(c, bytes=room, note=c.note + ", capped: the GPU is full, torch frees it")
+            if c.key == "fragmentation"
+            else c
+            for c in self.components
+        )
+        return replace(self, components=comps)
 
     def to_dict(self) -> dict[str, Any]:
         total = self.total_bytes
