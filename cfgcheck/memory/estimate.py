@@ -176,7 +176,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     auto = weights.autocast_copy_bytes(m, t) // div.weights
     grads = weights.gradient_bytes(m, t) // div.gradients
     states = weights.optimizer_state_bytes(m, t) // div.optimizer
-    paged_states = states if weights.paged(t) else 0
+    paged_states = weights.paged_state_bytes(m, t) // div.optimizer
     states -= paged_states
     step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
@@ -184,6 +184,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     gather = buffers if sharding.gathers(t) else 0
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
+    loss_note: str = t.loss_chunking
+    loss_phase = "forward"
     # persistent gradients of the previous micro-batches; without accumulation the first
     # gradient (the lm_head's) appears only after the loss buffers' peak: autograd runs the
     # NLL and log-softmax backward before the lm_head's matmul (CPU-traced)
@@ -198,6 +200,16 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         cached = auto if t.finetuning == "full" else head_cast + 2 * lora // div.weights
         in_forward = cached + act.logits_forward_bytes(m, t, b, seq)
         fwd_auto, fwd_logits = max((head_cast, logits), (cached, in_forward - cached), key=sum)
+    if not t.gradient_checkpointing:  # the last layer's backward, a quantized linear's buffers
+        backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
+        # by then the lm_head's backward has made its gradient
+        head_grad = 0
+        if t.finetuning == "full" and t.gradient_accumulation_steps == 1:
+            head_grad = m.rows * m.n_embd * weights.master_bytes(t) // div.gradients
+        if backward + head_grad > fwd_logits:
+            fwd_logits, loss_note = backward, f"{t.loss_chunking}; then the last layer's backward"
+            fwd_grads += head_grad
+            loss_phase = "backward (last layer)"
     forward = fwd_auto + fwd_grads + acts + fwd_logits
     # checkpointing: backward recomputes one layer while the layer inputs are still kept and
     # the gradient of the hidden states flows in and out of it (two hidden-size tensors)
@@ -208,7 +220,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
-        dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
+        dequant = weights.dequant_bytes(m, t, tokens)  # the recomputed layer's bnb buffers
         ckpts = act.checkpoint_bytes(m, t, tokens)
         held_grads, held_ckpts = grads, ckpts
         if (
@@ -237,14 +249,14 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     )
     forward += gather
     if forward >= max(step, recompute):
-        phase = "forward"
+        phase = loss_phase
         parts = [
             Component("autocast_copies", "autocast 16-bit weight copies", fwd_auto)
             if fwd_auto
             else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
             Component("activations", "activations", acts, _act_note(t, masked)),
-            Component("logits_loss", "logits and loss", fwd_logits, t.loss_chunking),
+            Component("logits_loss", "logits and loss", fwd_logits, loss_note),
             gathered,
         ]
     elif recompute >= step:
@@ -260,7 +272,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
                 recompute - auto_layer - held_grads - dequant - gather,
                 _act_note(t, masked) + ", one layer recomputed",
             ),
-            Component("dequant", "dequantized weight", dequant, "bitsandbytes")
+            Component("dequant", "bitsandbytes buffers", dequant, "dequantized weight, casts")
             if dequant
             else None,
             gathered,
@@ -285,8 +297,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component(
                 "paged_states",
                 "paged optimizer states",
-                paged_states,
-                "CUDA unified memory: outside torch's counters",
+                weights.managed_device_bytes(paged_states),
+                "CUDA unified memory: outside torch's counters, in 128 MiB steps",
             )
         )
     cov = coverage.coverage(m, d, t)
