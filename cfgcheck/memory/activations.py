@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cfgcheck.memory.modules import Linear
 from cfgcheck.memory.params import adapted_modules, block_linears
 from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, stack
 from cfgcheck.schema.model import ModelConfig
@@ -116,10 +117,18 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     total += _norm_bytes(m, s, full) * n_norms
     if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head
         total += 4 * (a + kv) * d + 4 * (a + kv)
-    # attention core
+    core = _attention_core(m, t, s, masked)
+    total += core.per_token + _mlp_bytes(m, s)
+    return LayerActivations(per_token=total, attention_scores=core.attention_scores)
+
+
+def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) -> LayerActivations:
+    """What the attention between the projections keeps: q, k, v and the kernel's tensors."""
+    p, kernel = s.act, attention(m, t)
+    a, kv, d = m.n_head, m.kv_heads, m.head_dim
     expanded = kernel == "eager" or (kernel == "sdpa" and masked)
     kv_width = a * d if expanded else kv * d
-    total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
+    total = p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
     scores = 0
     if kernel == "eager":
         scores = a * (4 + (p if p == 2 else 0))  # fp32 softmax output + its 16-bit copy
@@ -129,8 +138,90 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         total += p * a * d + 4 * a  # kernel output + log-sum-exp
         if kernel == "sdpa" and masked:
             scores = p  # the mask in the compute dtype, broadcast over heads
-    # MLP
-    total += p * inter * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
+    return LayerActivations(per_token=total, attention_scores=scores)
+
+
+def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
+    """What the MLP keeps between its projections, per token."""
+    return s.act * m.mlp_width * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
+
+
+def first_layer_without_grad(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
+    """Parts of the first block whose inputs carry no gradient, so autograd saves nothing
+    there: PEFT LoRA without checkpointing leaves the embedding output without a gradient
+    (``enable_input_require_grads`` runs only with checkpointing: transformers'
+    ``gradient_checkpointing_enable``, peft's ``prepare_model_for_kbit_training``), so the
+    first layer keeps nothing upstream of its first adapter. Parts: ``norm`` (the input norm),
+    ``post_norm`` (the second norm of a sequential block), ``attention`` (the core between
+    the projections), ``mlp`` (between the MLP projections), and ``<source>_base`` for the
+    frozen base linears whose input has no gradient (their autocast weight casts are not
+    kept). Empty where it does not apply (CPU-traced, tests/test_memory_tracer.py)."""
+    s = stack(m, t)
+    if (
+        s.framework != "hf"
+        or t.finetuning == "full"
+        or t.gradient_checkpointing
+        or t.quantization != "none"
+        or not t.lora.rank
+    ):
+        return frozenset()
+    adapted = adapted_modules(m, t.lora.targets, t.framework)
+    if adapted.embedding_rows or any(0 < n < m.n_layer for _, n in adapted.linears):
+        return frozenset()  # an adapted embedding, or layer-specific targets
+    hit = {_stage(x) for x, n in adapted.linears if n}
+    attn = "attn_in" in hit
+    parts = {"norm", "attn_in_base"}  # the input norm and what reads it see no gradient
+    if m.parallel_residual:  # attention and MLP both read the shared norm
+        parts.add("mlp_in_base")
+        if not attn:
+            parts |= {"attention", "attn_out_base"}
+        if "mlp_in" not in hit:
+            parts |= {"mlp", "mlp_act_base"}
+        return frozenset(parts)
+    if not attn:
+        parts |= {"attention", "attn_out_base"}
+    if not (attn or "attn_out" in hit):
+        parts |= {"post_norm", "mlp_in_base"}
+        if "mlp_in" not in hit:
+            parts |= {"mlp", "mlp_act_base"}
+    return frozenset(parts)
+
+
+def _stage(x: Linear) -> str:
+    """Where a block linear sits in the forward order, by the llama roles it computes (Phi's
+    fc1 reads the shared norm like q/k/v, but is the MLP's input projection)."""
+    if "o_proj" in x.roles:
+        return "attn_out"
+    if "down_proj" in x.roles:
+        return "mlp_act"
+    if {"gate_proj", "up_proj"} & set(x.roles):
+        return "mlp_in"
+    return "attn_in"
+
+
+def first_layer_frozen_linears(m: ModelConfig, t: TrainerConfig) -> list[Linear]:
+    """The first layer's base linears whose input has no gradient: autograd keeps nothing of
+    them, not even the 16-bit weight cast autocast makes (:func:`first_layer_without_grad`)."""
+    parts = first_layer_without_grad(m, t)
+    return [x for x in block_linears(m) if f"{_stage(x)}_base" in parts]
+
+
+def first_layer_unsaved(m: ModelConfig, t: TrainerConfig, masked: bool) -> LayerActivations:
+    """What :func:`layer_activations` counts that the first layer does not keep
+    (:func:`first_layer_without_grad`)."""
+    parts = first_layer_without_grad(m, t)
+    if not parts:
+        return LayerActivations(0, 0)
+    s = stack(m, t)
+    norms = ("norm" in parts) + ("post_norm" in parts and not m.shared_attention_norm)
+    total = _norm_bytes(m, s, False) * norms
+    scores = 0
+    if "attention" in parts:
+        core = _attention_core(m, t, s, masked)
+        total += core.per_token
+        scores = core.attention_scores
+    if "mlp" in parts:
+        total += _mlp_bytes(m, s)
     return LayerActivations(per_token=total, attention_scores=scores)
 
 
@@ -157,7 +248,8 @@ def activation_bytes(
     head = head_activations(m, t) * tokens
     if t.gradient_checkpointing:
         return checkpoint_bytes(m, t, tokens) + head
-    return m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq) + head
+    first = first_layer_unsaved(m, t, masked).bytes(tokens, seq)
+    return m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq) - first + head
 
 
 def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:

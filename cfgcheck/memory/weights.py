@@ -69,15 +69,19 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 
 def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     """Mixed precision: the 16-bit casts of fp32 linear weights that autocast makes and
-    autograd keeps for backward (every unquantized linear, lm_head included)."""
+    autograd keeps for backward (every unquantized linear, lm_head included, except the first
+    layer's frozen linears whose input has no gradient: ``first_layer_frozen_linears``)."""
     if not t.precision.endswith("-mixed"):
         return 0
+    from cfgcheck.memory.activations import first_layer_frozen_linears
+
     pc: ParamCount = count_params(m)
     quantized = t.quantization in QUANT_BYTES and t.finetuning != "full"
     linear = 0 if quantized else pc.linear_weights
     head = m.rows * m.n_embd
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t)
-    return 2 * (linear + head + adapters)
+    uncast = sum(x.in_features * x.out_features for x in first_layer_frozen_linears(m, t))
+    return 2 * (linear + head + adapters - uncast)
 
 
 def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
