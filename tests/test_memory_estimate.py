@@ -40,11 +40,13 @@ def test_weights_by_precision_and_quantization() -> None:
     assert weights.weight_bytes(MODEL, trainer(precision="bf16-mixed")) == 4 * TOTAL
     linear = 2 * (64 + 32 + 32 + 64 + 3 * 128)
     rest = TOTAL - linear
-    # LitGPT's bnb path keeps the unquantized parameters 16-bit
+    # LitGPT's bnb path (Fabric's BitsandbytesPrecision) quantizes every nn.Linear, the
+    # lm_head (10 x 8) included, and keeps the other parameters 16-bit
+    head = 10 * 8
     nf4 = weights.weight_bytes(MODEL, trainer(quantization="nf4", framework="litgpt"))
-    assert nf4 == int(linear * (0.5 + 4 / 64)) + 2 * rest
+    assert nf4 == int((linear + head) * (0.5 + 4 / 64)) + 2 * (rest - head)
     dq = weights.weight_bytes(MODEL, trainer(quantization="nf4-dq", framework="litgpt"))
-    assert dq == int(linear * (0.5 + 1 / 64 + 4 / (64 * 256))) + 2 * rest
+    assert dq == int((linear + head) * (0.5 + 1 / 64 + 4 / (64 * 256))) + 2 * (rest - head)
     assert dq < nf4 < 2 * TOTAL
     # transformers + peft.prepare_model_for_kbit_training: the rest upcast to fp32
     hf = weights.weight_bytes(MODEL, trainer(quantization="nf4"))

@@ -97,13 +97,25 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     width = {"attn_in": s.residual, "mlp_in": s.residual, "attn_out": p, "mlp_act": p}
     saved: set[str] = set()
     total = 0
+    qkv_dropout = False  # LitGPT: the fused qkv's one dropout is counted once
     for lin in block_linears(m):
         if full or (quant and s.quantized_saves_input):
             if s.linear_cast and width[lin.source] != p:
                 total += p * lin.in_features  # its own 16-bit cast of the fp32 input
             else:
                 saved.add(lin.source)
-        if lin.name in adapted and rank:
+        if lin.name in adapted and rank and s.fused_qkv_adapter and lin.source == "attn_in":
+            # LoRAQKVLinear: one dropout output (+ mask) of the shared input, and lora_A's
+            # output, r wide per enabled projection (litgpt/lora.py)
+            n_qkv = sum(r in ("q_proj", "k_proj", "v_proj") for r in lin.roles) or 1
+            kept, shares_input = _adapter_bytes(s, lin.in_features, rank * n_qkv, dropout)
+            if qkv_dropout:
+                kept, shares_input = s.adapter_saved * rank * n_qkv, False
+            qkv_dropout = qkv_dropout or dropout
+            total += kept
+            if shares_input:
+                saved.add(lin.source)
+        elif lin.name in adapted and rank:
             kept, shares_input = _adapter_bytes(s, lin.in_features, rank, dropout)
             total += kept
             if shares_input:
@@ -117,7 +129,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head
         total += 4 * (a + kv) * d + 4 * (a + kv)
     # attention core
-    expanded = kernel == "eager" or (kernel == "sdpa" and masked)
+    expanded = kernel == "eager" or (kernel == "sdpa" and masked) or s.kv_expanded
     kv_width = a * d if expanded else kv * d
     total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
     scores = 0
@@ -132,6 +144,21 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     # MLP
     total += p * inter * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
     return LayerActivations(per_token=total, attention_scores=scores)
+
+
+def quantized_input_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """The inputs that quantized linears keep (each distinct input once: the norm outputs, the
+    attention output, the MLP activation; the lm_head's when it is quantized), for ``tokens``
+    tokens: what outlives a step when bitsandbytes keeps them as ctx attributes
+    (:func:`stack.litgpt_layout`)."""
+    s = stack(m, t)
+    if not (quantized(t) and s.quantized_inputs_outlive_step):
+        return 0
+    width = {"attn_in": s.residual, "mlp_in": s.residual, "attn_out": s.act, "mlp_act": s.act}
+    sources = {lin.source: lin.in_features for lin in block_linears(m)}
+    per_layer = sum(width[src] * n for src, n in sources.items())
+    head = s.residual * m.n_embd if s.quantized_head else 0
+    return (m.n_layer * per_layer + head) * tokens
 
 
 def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
@@ -178,7 +205,12 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     if t.loss_chunking == "fused":
         return 8 * v * min(tokens, 1024) + p * m.n_embd * tokens
     if t.loss_chunking == "chunked":
-        return 2 * p * v * tokens
+        # LitGPT: while backward runs through the lm_head chunks, their logits (held by the
+        # training loop) and the logits' gradients; a quantized lm_head is dequantized then
+        # (stack.litgpt_layout); final soft-capping keeps its tanh output per chunk
+        capped = p if m.final_logit_softcapping else 0
+        head = s.dequant_bytes * m.rows * m.n_embd if s.quantized_head else 0
+        return (2 * p + capped) * v * tokens + head
     held = 0 if s.framework == "hf" else p
     capped = p if m.final_logit_softcapping else 0
     return (12 + held + capped) * v * tokens

@@ -138,8 +138,9 @@ def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Peak per-GPU memory of one training step of this model, data and trainer."""
     from cfgcheck.memory import allocator, coverage
-    from cfgcheck.memory.stack import sdpa_masked, stack
+    from cfgcheck.memory.stack import as_built, sdpa_masked, stack
 
+    m = as_built(m, t)  # LitGPT unties the lm_head
     seq = sequence_length(d)
     b = t.micro_batch_size
     tokens = b * seq
@@ -164,6 +165,9 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         fwd_grads = m.rows * m.n_embd * weights.master_bytes(t) // div.gradients
     else:
         fwd_grads = 0
+    # bitsandbytes 0.41/0.42 under LitGPT: the previous step's quantized-linear inputs are still
+    # held when this step's forward ends (stack.litgpt_layout); counted with the activations
+    acts += act.quantized_input_bytes(m, t, tokens)
     forward = auto + fwd_grads + acts + logits
     # checkpointing: backward recomputes one layer while the layer inputs are still kept and
     # the gradient of the hidden states flows in and out of it (two hidden-size tensors)

@@ -50,14 +50,18 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     stored = master_bytes(t)
     if t.quantization not in QUANT_BYTES or t.finetuning == "full":
         return pc.total * stored
-    quant = pc.linear_weights * QUANT_BYTES[t.quantization]
-    if t.quantization == "int8":
-        quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
     from cfgcheck.memory.stack import stack
 
-    if stack(m, t).kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
+    st = stack(m, t)
+    # LitGPT under Fabric's bitsandbytes plugin quantizes the (untied) lm_head too
+    head = m.rows * m.n_embd if st.quantized_head and pc.lm_head else 0
+    quant = (pc.linear_weights + head) * QUANT_BYTES[t.quantization]
+    if t.quantization == "int8":
+        quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
+        quant += 4 * m.rows if head else 0
+    if st.kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
         stored = 4
-    return int(quant) + pc.unquantized * stored
+    return int(quant) + (pc.unquantized - head) * stored
 
 
 def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
@@ -77,7 +81,12 @@ def paged(t: TrainerConfig) -> bool:
     """bitsandbytes paged optimizers keep their states in CUDA unified memory
     (``cudaMallocManaged``, bitsandbytes/functional.py ``get_paged``): outside torch's
     allocator counters, resident on the GPU while it has room, so inside the device total."""
-    return t.optimizer.startswith("paged_")
+    if t.optimizer.startswith("paged_"):
+        return True
+    from cfgcheck.memory.stack import quantized
+
+    # LitGPT trains quantized models with bnb.optim.PagedAdamW (stack.litgpt_layout)
+    return t.framework == "litgpt" and quantized(t) and t.optimizer == "adamw"
 
 
 def gradient_bytes(m: ModelConfig, t: TrainerConfig) -> int:
