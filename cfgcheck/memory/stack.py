@@ -27,10 +27,11 @@ hf (transformers / PEFT / bitsandbytes / TRL):
   itself (it caches only the casts of weights), so every linear whose weight trains keeps its
   own 16-bit copy, and every adapter keeps its 16-bit cast (checked on CPU autocast).
 
-litgpt: LoRA weights in the model dtype (litgpt/lora.py), no upcast; its bnb path
-(litgpt/utils.py, ``bnb.nn.Linear4bit`` with the model's compute dtype) keeps the stream 16-bit;
-quantized linears counted as keeping their input (bitsandbytes 0.41 of its tables); Phi's MLP uses
-``gelu(approximate="tanh")`` (one saved tensor); batches are not turned into block masks.
+litgpt: LoRA weights in the model dtype (litgpt/lora.py), no upcast; the stream stays 16-bit;
+quantized linears keep their input (bitsandbytes 0.41/0.42 of its tables); Phi's MLP uses
+``gelu(approximate="tanh")`` (one saved tensor); no attention mask, k/v expanded, one dropout per
+fused qkv adapter, an untied lm_head that bnb quantizes too, paged AdamW, and quantized inputs
+that outlive the step: :func:`litgpt_layout`, :func:`as_built`.
 torchtune: LoRA weights in the model dtype (torchtune/modules/peft/lora.py); not calibrated.
 """
 
