@@ -36,7 +36,7 @@ Data length: LitGPT pads each batch to its longest sample; the rows' 1304 is Alp
 sample, so each row's seq_len is used as the padded length (data.max_seq_length).
 Each source sets ``trainer.framework`` (litgpt, torchtune, hf): whose conventions apply.
 
-Usage: python benchmarks/memory_accuracy.py [--csv PATH] [--hub-csv PATH]
+Usage: python benchmarks/memory_accuracy.py [--csv PATH ...] [--hub-csv PATH]
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = ROOT / "benchmarks" / "reference" / "measured-memory.csv"
+FMS_CSV = ROOT / "benchmarks" / "reference" / "fms-acceleration-a100.csv"
 HUB_CSV = ROOT / "benchmarks" / "reference" / "litgpt-config-hub-a10g.csv"
 HUB_CONFIGS = ROOT / "benchmarks" / "reference" / "litgpt-config-hub"
 HUB_FIELDS = [
@@ -125,6 +126,18 @@ SOURCES: dict[str, dict[str, Any]] = {
         "metric": "reserved",
         "length": "cap",
     },
+    "fms-acceleration-a100": {
+        "trainer": {
+            "framework": "hf",
+            "loss_chunking": "none",
+            "attention": "flash",
+            "lora_dropout": 0.1,
+            "gradient_accumulation_steps": 1,
+        },
+        "data": {"collator": "packed"},
+        "multi_gpu": "fsdp",
+        "metric": "allocated",
+    },
     # rows of litgpt-config-hub-a10g.csv: each config file through cfgcheck.sources.litgpt
     "litgpt-config-hub": {"native": "litgpt", "metric": "allocated"},
 }
@@ -141,7 +154,9 @@ def row_config(row: dict[str, str]) -> tuple[ModelConfig, DataConfig, TrainerCon
     model = ModelConfig.model_validate(
         yaml.safe_load((ROOT / "conf" / "model" / f"{row['model']}.yaml").read_text())
     )
-    data = DataConfig(max_seq_length=int(row["seq_len"]))
+    data = DataConfig.model_validate(
+        {"max_seq_length": int(row["seq_len"]), **source.get("data", {})}
+    )
     method = row["method"]
     lora: dict[str, Any] = {"dropout": extra.pop("lora_dropout")}
     if method != "full":
@@ -150,6 +165,7 @@ def row_config(row: dict[str, str]) -> tuple[ModelConfig, DataConfig, TrainerCon
         {
             "micro_batch_size": int(row["micro_batch"]),
             "devices": int(row["gpus"]),
+            **({"strategy": source["multi_gpu"]} if int(row["gpus"]) > 1 else {}),
             "precision": row["precision"],
             "optimizer": row["optimizer"],
             "gradient_checkpointing": row["grad_checkpointing"] == "true",
@@ -176,7 +192,7 @@ def evaluate(path: Path) -> list[dict[str, Any]]:
                 "config": f"{row['model']} {row['method']} {row['quantization']} "
                 f"b={row['micro_batch']} s={row['seq_len']}"
                 f"{' ckpt' if trainer.gradient_checkpointing else ''}"
-                f"{'' if row['method'] == 'full' else ' r=' + row['lora_r']}",
+                f"{'' if row['method'] == 'full' else ' r=' + row['lora_r']}" + _gpus(trainer),
                 "metric": metric,
                 "measured": measured,
                 "estimated": estimated,
@@ -185,6 +201,10 @@ def evaluate(path: Path) -> list[dict[str, Any]]:
             }
         )
     return results
+
+
+def _gpus(t: TrainerConfig) -> str:
+    return "" if t.world_size == 1 else f" {t.strategy} x{t.world_size}"
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -296,14 +316,14 @@ def hub_table(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--csv", type=Path, nargs="+", default=[DEFAULT_CSV, FMS_CSV])
     parser.add_argument("--hub-csv", type=Path, default=HUB_CSV)
     args = parser.parse_args(argv)
-    for path in (args.csv, args.hub_csv):
-        if not path.is_file():
-            print(f"memory_accuracy: no such file {path}", file=sys.stderr)
-            return 2
-    print(table(evaluate(args.csv)))
+    missing = [str(p) for p in [*args.csv, args.hub_csv] if not p.is_file()]
+    if missing:
+        print(f"memory_accuracy: no such file {', '.join(missing)}", file=sys.stderr)
+        return 2
+    print(table([r for path in args.csv for r in evaluate(path)]))
     print()
     print(hub_table(evaluate_hub(args.hub_csv)))
     return 0

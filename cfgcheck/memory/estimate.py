@@ -157,6 +157,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     states -= paged_states
     step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
+    # FSDP / ZeRO-3 gather buffers live while units run, not at the optimizer step
+    gather = buffers if sharding.gathers(t) else 0
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
     if t.gradient_accumulation_steps > 1:
@@ -179,14 +181,29 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         hidden_grads = 2 * st.residual * m.n_embd * tokens
         dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
         ckpts = act.checkpoint_bytes(m, t, tokens)
-        recompute = auto + grads + ckpts + layer + dequant + hidden_grads
+        held_grads, held_ckpts = grads, ckpts
+        if (
+            t.finetuning == "full"
+            and t.gradient_accumulation_steps == 1
+            and not t.strategy.startswith("zero")  # DeepSpeed's grad partitions: not modelled
+        ):
+            held_grads, held_ckpts = _backward_front(m, t, ckpts, grads, div.gradients)
+        recompute = auto + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [
         Component("weights", "weights", w, _weights_note(t, st.kbit_upcast)),
         Component("adapters", "LoRA adapters", adapters, f"{8 * st.adapter}-bit") if lora else None,
         Component("optimizer_states", "optimizer states", states, t.optimizer) if states else None,
-        Component("sharding_buffers", "sharding buffers", buffers, t.strategy) if buffers else None,
+        Component("sharding_buffers", "sharding buffers", buffers - gather, t.strategy)
+        if buffers - gather
+        else None,
     ]
+    gathered = (
+        Component("sharding_buffers", "sharding buffers", gather, f"{t.strategy} all-gather")
+        if gather
+        else None
+    )
+    forward += gather
     if forward >= max(step, recompute):
         phase = "forward"
         parts = [
@@ -194,21 +211,23 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
             Component("activations", "activations", acts, _act_note(t, masked)),
             Component("logits_loss", "logits and loss", logits, t.loss_chunking),
+            gathered,
         ]
     elif recompute >= step:
         phase = "backward (recomputation)"
         parts = [
             Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
-            Component("gradients", "gradients", grads) if grads else None,
+            Component("gradients", "gradients", held_grads) if held_grads else None,
             Component(
                 "activations",
                 "activations",
-                recompute - auto - grads - dequant,
+                recompute - auto - held_grads - dequant - gather,
                 _act_note(t, masked) + ", one layer recomputed",
             ),
             Component("dequant", "dequantized weight", dequant, "bitsandbytes")
             if dequant
             else None,
+            gathered,
         ]
     else:
         phase = "optimizer step"
@@ -246,6 +265,24 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         margin=cov.margin,
         uncalibrated=cov.uncalibrated,
     )
+
+
+def _backward_front(
+    m: ModelConfig, t: TrainerConfig, ckpts: int, grads: int, div: int
+) -> tuple[int, int]:
+    """Gradients and layer checkpoints alive while a layer is recomputed, full fine-tuning
+    without accumulation: backward runs from the last layer to the first, each layer's
+    gradients appear as it is done and its checkpoint is freed, so recomputing layer ``i``
+    holds ``i + 1`` checkpoints and the gradients of the layers after it (and its own), the
+    lm_head's and the final norm's. That sum is linear in ``i``: the larger of its two ends
+    (all checkpoints with the first layer's gradients, or one checkpoint with all of them;
+    the embedding's gradient, which comes last, is counted on the safe side)."""
+    n = m.n_layer
+    per_layer = count_params(m).per_block * weights.master_bytes(t) // div
+    rest = max(0, grads - n * per_layer)
+    first = (rest + per_layer, ckpts)  # recomputing the last layer, first in backward
+    last = (grads, ckpts // n)  # recomputing the first layer, last in backward
+    return max(first, last, key=sum)
 
 
 def _weights_note(t: TrainerConfig, upcast: bool) -> str:
