@@ -77,9 +77,11 @@ def test_layer_activations_by_hand() -> None:
     per_token = 64 + 16 + 72 + 16 + 32 + 16 + 8 + 96
     # padded batches: sdpa also keeps the bf16 (b, 1, s, s) mask, 2 bytes per token and key
     layer = act.layer_activations(MODEL, trainer())
-    # LitGPT: bf16 adapters share the attention-norm output (2*8), bf16 A outputs 2*2*2
+    # LitGPT: bf16 adapters share the attention-norm output (2*8), bf16 A outputs 2*2*2; its
+    # fused qkv's zero_pad keeps the q and v adapter output (2*(8+4)); with one k/v group the
+    # kernel's v is a view of the whole qkv output (2*(2+2)*4 instead of 2*2*4)
     litgpt = act.layer_activations(MODEL, trainer(framework="litgpt"))
-    assert litgpt.per_token == per_token - 64 - 16 + 16 + 8
+    assert litgpt.per_token == per_token - 64 - 16 + 16 + 8 + 24 + 16
     assert (layer.per_token, layer.attention_scores) == (per_token, 2)
     flash = act.layer_activations(MODEL, trainer(attention="flash"))
     native_gqa = per_token - 2 * 2 * (8 - 4)  # k and v not expanded to 2 heads

@@ -78,6 +78,22 @@ def _adapter_bytes(s: Stack, in_features: int, rank: int, dropout: bool) -> tupl
     return a * rank, True
 
 
+def _zero_pad_width(m: ModelConfig, adapted: frozenset[str]) -> int:
+    """LitGPT's ``LoRAQKVLinear.zero_pad`` (litgpt/lora.py): unless all of q, k, v are adapted,
+    the adapter output is placed into a zero qkv-wide tensor by ``index_copy``, whose autograd
+    node keeps its ``source``: the enabled projections' widths per token."""
+    widths = {"q_proj": m.n_head * m.head_dim, "k_proj": m.kv_heads * m.head_dim}
+    widths["v_proj"] = widths["k_proj"]
+    enabled = {
+        role
+        for lin in block_linears(m)
+        if lin.name in adapted
+        for role in lin.roles
+        if role in widths
+    }
+    return 0 if len(enabled) in (0, 3) else sum(widths[r] for r in enabled)
+
+
 def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block, without checkpointing.
 
@@ -98,6 +114,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     saved: set[str] = set()
     total = 0
     qkv_dropout = False  # LitGPT: the fused qkv's one dropout is counted once
+    qkv_zero_pad_done = False
     for lin in block_linears(m):
         if full or (quant and s.quantized_saves_input):
             if s.linear_cast and width[lin.source] != p:
@@ -113,6 +130,9 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
                 kept, shares_input = s.adapter_saved * rank * n_qkv, False
             qkv_dropout = qkv_dropout or dropout
             total += kept
+            if not qkv_zero_pad_done:
+                total += p * _zero_pad_width(m, adapted)
+                qkv_zero_pad_done = True
             if shares_input:
                 saved.add(lin.source)
         elif lin.name in adapted and rank:
@@ -132,6 +152,10 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     expanded = kernel == "eager" or (kernel == "sdpa" and masked) or s.kv_expanded
     kv_width = a * d if expanded else kv * d
     total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
+    if s.kv_expanded and kv in (a, 1):
+        # LitGPT: with one query per group (MHA) or one group (MQA, expand with stride 0),
+        # ``v.reshape`` is a view of the fused qkv output, so the kernel's v keeps all of it
+        total += p * (a + 2 * kv) * d - p * kv_width
     scores = 0
     if kernel == "eager":
         scores = a * (4 + (p if p == 2 else 0))  # fp32 softmax output + its 16-bit copy
