@@ -107,7 +107,9 @@ def test_logits_and_loss() -> None:
     assert act.logits_bytes(MODEL, trainer(), 2, 5) == 12 * 10 * 10
     # LitGPT / torchtune loops hold the logits
     assert act.logits_bytes(MODEL, trainer(framework="torchtune"), 2, 5) == (2 + 12) * 10 * 10
-    assert act.logits_bytes(MODEL, trainer(loss_chunking="chunked"), 2, 5) == 4 * 10 * 10
+    # chunked (LitGPT): all logits and their gradients, plus one 128-token chunk's
+    # log-probabilities and NLL gradient (here the whole 5-token sequence is one chunk)
+    assert act.logits_bytes(MODEL, trainer(loss_chunking="chunked"), 2, 5) == (4 + 4) * 10 * 10
     fused = act.logits_bytes(MODEL, trainer(loss_chunking="fused"), 2, 5)
     assert fused == 8 * 10 * 10 + 2 * 8 * 10  # one fp32 chunk + its gradient, input grad
 

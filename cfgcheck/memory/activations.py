@@ -41,6 +41,9 @@ from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
 QUANTIZED = ("int8", "nf4", "nf4-dq", "fp4")
+# LitGPT's fit(): model(input_ids, lm_head_chunk_size=128) and chunked_cross_entropy's
+# chunk_size=128 (litgpt/finetune/lora.py, litgpt/utils.py)
+LM_HEAD_CHUNK = 128
 
 
 def act_bytes(t: TrainerConfig, m: ModelConfig | None = None) -> int:
@@ -232,9 +235,13 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
         # LitGPT: while backward runs through the lm_head chunks, their logits (held by the
         # training loop) and the logits' gradients; a quantized lm_head is dequantized then
         # (stack.litgpt_layout); final soft-capping keeps its tanh output per chunk
+        # Backward runs every chunk's loss before any lm_head chunk (autograd's ready queue
+        # takes the latest node first), so one chunk's log-probabilities and NLL gradient are
+        # alive next to all logits and all their gradients (CPU-traced on LitGPT's loop).
         capped = p if m.final_logit_softcapping else 0
         head = s.dequant_bytes * m.rows * m.n_embd if s.quantized_head else 0
-        return (2 * p + capped) * v * tokens + head
+        chunk = 2 * p * v * batch * min(seq, LM_HEAD_CHUNK)
+        return (2 * p + capped) * v * tokens + chunk + head
     held = 0 if s.framework == "hf" else p
     capped = p if m.final_logit_softcapping else 0
     return (12 + held + capped) * v * tokens
