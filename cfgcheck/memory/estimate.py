@@ -17,7 +17,7 @@ no torch counter sees but the GPU does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
@@ -93,6 +93,26 @@ class MemoryEstimate:
     def reserved_bytes(self) -> int:
         return self.allocated_bytes + self.get("fragmentation")
 
+    def on_gpu(self, capacity: int) -> MemoryEstimate:
+        """This estimate on a GPU of ``capacity`` bytes: when the allocator's cache would take
+        the device past its capacity, torch frees the unused cached segments and retries
+        instead (``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp), so the cache
+        holds at most what is left; block rounding inside live blocks cannot be freed."""
+        from cfgcheck.memory.allocator import ROUNDING
+
+        cache = self.get("fragmentation")
+        floor = min(cache, int(self.allocated_bytes * ROUNDING))
+        room = max(floor, capacity - (self.total_bytes - cache))
+        if room >= cache:
+            return self
+        comps = tuple(
+            replace(c, bytes=room, note=c.note + ", capped: the GPU is full, torch frees it")
+            if c.key == "fragmentation"
+            else c
+            for c in self.components
+        )
+        return replace(self, components=comps)
+
     def to_dict(self) -> dict[str, Any]:
         total = self.total_bytes
         return {
@@ -153,7 +173,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     auto = weights.autocast_copy_bytes(m, t) // div.weights
     grads = weights.gradient_bytes(m, t) // div.gradients
     states = weights.optimizer_state_bytes(m, t) // div.optimizer
-    paged_states = states if weights.paged(t) else 0
+    paged_states = weights.paged_state_bytes(m, t) // div.optimizer
     states -= paged_states
     step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
@@ -161,6 +181,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     gather = buffers if sharding.gathers(t) else 0
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
+    loss_note: str = t.loss_chunking
+    loss_phase = "forward"
     if t.gradient_accumulation_steps > 1:
         fwd_grads = grads
     elif t.finetuning == "full":  # the lm_head's gradient appears first in backward
@@ -170,6 +192,11 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     # bitsandbytes 0.41/0.42 under LitGPT: the previous step's quantized-linear inputs are still
     # held when this step's forward ends (stack.litgpt_layout); counted with the activations
     acts += act.quantized_input_bytes(m, t, tokens)
+    if not t.gradient_checkpointing:  # the last layer's backward, a quantized linear's buffers
+        backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
+        if backward > logits:
+            logits, loss_note = backward, f"{t.loss_chunking}; then the last layer's backward"
+            loss_phase = "backward (last layer)"
     forward = auto + fwd_grads + acts + logits
     # checkpointing: backward recomputes one layer while the layer inputs are still kept and
     # the gradient of the hidden states flows in and out of it (two hidden-size tensors)
@@ -179,7 +206,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
-        dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
+        dequant = weights.dequant_bytes(m, t, tokens)  # the recomputed layer's bnb buffers
         ckpts = act.checkpoint_bytes(m, t, tokens)
         held_grads, held_ckpts = grads, ckpts
         if (
@@ -205,12 +232,12 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     )
     forward += gather
     if forward >= max(step, recompute):
-        phase = "forward"
+        phase = loss_phase
         parts = [
             Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
             Component("activations", "activations", acts, _act_note(t, masked)),
-            Component("logits_loss", "logits and loss", logits, t.loss_chunking),
+            Component("logits_loss", "logits and loss", logits, loss_note),
             gathered,
         ]
     elif recompute >= step:
@@ -224,7 +251,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
                 recompute - auto - held_grads - dequant - gather,
                 _act_note(t, masked) + ", one layer recomputed",
             ),
-            Component("dequant", "dequantized weight", dequant, "bitsandbytes")
+            Component("dequant", "bitsandbytes buffers", dequant, "dequantized weight, casts")
             if dequant
             else None,
             gathered,
@@ -249,8 +276,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component(
                 "paged_states",
                 "paged optimizer states",
-                paged_states,
-                "CUDA unified memory: outside torch's counters",
+                weights.managed_device_bytes(paged_states),
+                "CUDA unified memory: outside torch's counters, in 128 MiB steps",
             )
         )
     cov = coverage.coverage(m, d, t)
