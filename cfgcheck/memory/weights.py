@@ -167,9 +167,33 @@ def _bnb_8bit_states(m: ModelConfig, t: TrainerConfig) -> tuple[int, int]:
 
 def paged_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     """The optimizer states that live in CUDA managed memory (see :func:`paged`)."""
-    if t.optimizer != "paged_adamw_8bit":
-        return 0
-    return _bnb_8bit_states(m, t)[1]
+    if t.optimizer == "paged_adamw_8bit":
+        return _bnb_8bit_states(m, t)[1]
+    if paged(t):  # LitGPT's 32-bit PagedAdamW: fp32 states, paged from PAGED_MIN_NUMEL
+        big = [(n, c) for n, c in litgpt_trainable_tensors(m, t) if n >= PAGED_MIN_NUMEL]
+        return 8 * sum(n * c for n, c in big)
+    return 0
+
+
+def litgpt_trainable_tensors(m: ModelConfig, t: TrainerConfig) -> list[tuple[int, int]]:
+    """:func:`trainable_tensors` as LitGPT builds its LoRA (litgpt/lora.py): the fused qkv has
+    one ``lora_A`` (rank x number of enabled q/k/v, in) and one ``lora_B`` (enabled widths,
+    rank) per layer; every other adapted linear has its own pair."""
+    tensors = trainable_tensors(m, t)
+    if t.finetuning == "full":
+        return tensors
+    r = t.lora.rank or 0
+    adapted = adapted_modules(m, t.lora.targets, t.framework)
+    qkv = [(x, n) for x, n in adapted.linears if n and x.source == "attn_in"]
+    if len(qkv) < 2:
+        return tensors
+    for x, n in qkv:
+        tensors.remove((r * x.in_features, n))
+        tensors.remove((r * x.out_features, n))
+    layers = max(n for _, n in qkv)
+    tensors.append((r * len(qkv) * qkv[0][0].in_features, layers))
+    tensors.append((r * sum(x.out_features for x, _ in qkv), layers))
+    return tensors
 
 
 def managed_device_bytes(managed: int) -> int:
@@ -199,6 +223,8 @@ def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 
 def optimizer_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     n = trainable_params(m, t)
+    if t.optimizer == "adamw" and paged(t):  # bnb PagedAdamW keeps 32-bit states
+        return 8 * n
     if t.optimizer == "adamw":
         return 2 * n * trainable_bytes(m, t)
     if t.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
@@ -216,7 +242,7 @@ def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     parameter in place (``optimizer_update_8bit_blockwise`` / ``optimizer_update_32bit``
     kernels, ``p.data.contiguous()`` a no-op): nothing."""
     n = trainable_params(m, t) * trainable_bytes(m, t)
-    if t.optimizer == "adamw":
+    if t.optimizer == "adamw" and not paged(t):  # bnb's PagedAdamW: its 32-bit kernel
         return n
     if t.optimizer == "adafactor":
         return 2 * n
