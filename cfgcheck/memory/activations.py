@@ -140,6 +140,8 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
                 saved.add(lin.source)
         elif lin.name in adapted and rank:
             kept, shares_input = _adapter_bytes(s, lin.in_features, rank, dropout)
+            if s.split_gate_up and {"gate_proj", "up_proj"} <= set(lin.roles):
+                kept *= 2  # LitGPT's fc_1 and fc_2: an adapter and a dropout each
             total += kept
             if shares_input:
                 saved.add(lin.source)

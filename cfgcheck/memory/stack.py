@@ -68,6 +68,7 @@ class Stack:
     # LitGPT (see litgpt_layout below); the hf defaults change nothing
     kv_expanded: bool = False  # k/v expanded to n_head heads (copies) before the kernel
     fused_qkv_adapter: bool = False  # one LoRA dropout over the fused qkv input, not one per q/k/v
+    split_gate_up: bool = False  # a fused gate_up projection is two linears, an adapter each
     quantized_head: bool = False  # the lm_head is a 4/8-bit linear too
     dequant_bytes: int = 0  # bytes per weight element while a quantized linear runs
     paged_states: bool = False  # optimizer states in CUDA unified memory (bnb paged)
@@ -137,6 +138,7 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
 class LitgptLayout(TypedDict):
     kv_expanded: bool
     fused_qkv_adapter: bool
+    split_gate_up: bool
     quantized_head: bool
     dequant_bytes: int
     paged_states: bool
@@ -153,7 +155,9 @@ def litgpt_layout(t: TrainerConfig, litgpt: bool = True) -> LitgptLayout:
       batches pay nothing for padding.
     * ``LoRAQKVLinear.forward`` (litgpt/lora.py): the fused qkv projection has one
       ``lora_dropout(x)`` for whichever of q, k, v are enabled, and one ``lora_A`` whose output
-      is ``r`` wide per enabled projection.
+      is ``r`` wide per enabled projection. Its gated MLPs are ``LLaMAMLP`` (``fc_1``, ``fc_2``,
+      ``proj``) also where transformers fuses ``gate_up_proj`` (Phi-3, litgpt/config.py): two
+      LoRA layers, two dropouts.
     * quantize=bnb.*: Lightning Fabric's ``BitsandbytesPrecision`` (src/lightning/fabric/plugins/
       precision/bitsandbytes.py) swaps every ``torch.nn.Linear`` for a bitsandbytes one
       (``init_context`` / ``_convert_layers``, no ``ignore_modules`` from LitGPT): the lm_head
@@ -174,6 +178,7 @@ def litgpt_layout(t: TrainerConfig, litgpt: bool = True) -> LitgptLayout:
     return {
         "kv_expanded": litgpt,
         "fused_qkv_adapter": litgpt,
+        "split_gate_up": litgpt,
         "quantized_head": q,
         "dequant_bytes": (2 if t.precision.startswith("16") else 4) if q else 0,
         "paged_states": q and t.optimizer == "adamw",
