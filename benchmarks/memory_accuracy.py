@@ -24,11 +24,19 @@ settings, plus what the row's *source* did (one mapping per source, never per ro
   (``length: cap``): the estimate at the cap must not be below the measurement, and the rows
   stay out of the accuracy statistics.
 
+* litgpt-config-hub (``litgpt-config-hub-a10g.csv``, one A10G): each row is its LitGPT
+  config file run through cfgcheck's own LitGPT source (``cfgcheck.sources.litgpt``, exactly
+  ``cfgcheck memory --from litgpt FILE``): framework litgpt, chunked lm_head and loss, sdpa
+  without a mask, the file's LoRA switches, quantize, micro and global batch, Alpaca2k padded
+  to the longest sample and cut at max_seq_length (512: the peak batch is a full-length one,
+  Alpaca2k has samples longer than that). Metric: max_memory_allocated() / 1e9 -> *allocated*.
+  The row's columns are checked against what the source read from the file.
+
 Data length: LitGPT pads each batch to its longest sample; the rows' 1304 is Alpaca's longest
 sample, so each row's seq_len is used as the padded length (data.max_seq_length).
 Each source sets ``trainer.framework`` (litgpt, torchtune, hf): whose conventions apply.
 
-Usage: python benchmarks/memory_accuracy.py [--csv PATH]
+Usage: python benchmarks/memory_accuracy.py [--csv PATH ...] [--hub-csv PATH]
 """
 
 from __future__ import annotations
@@ -48,6 +56,24 @@ from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = ROOT / "benchmarks" / "reference" / "measured-memory.csv"
 FMS_CSV = ROOT / "benchmarks" / "reference" / "fms-acceleration-a100.csv"
+HUB_CSV = ROOT / "benchmarks" / "reference" / "litgpt-config-hub-a10g.csv"
+HUB_CONFIGS = ROOT / "benchmarks" / "reference" / "litgpt-config-hub"
+HUB_FIELDS = [
+    "config",
+    "model",
+    "method",
+    "quantize",
+    "precision",
+    "lora_r",
+    "lora_dropout",
+    "lora_layers",
+    "micro_batch",
+    "global_batch",
+    "max_seq_length",
+    "devices",
+    "gpu",
+    "peak_gb",
+]
 FIELDS = [
     "source",
     "model",
@@ -112,6 +138,8 @@ SOURCES: dict[str, dict[str, Any]] = {
         "multi_gpu": "fsdp",
         "metric": "allocated",
     },
+    # rows of litgpt-config-hub-a10g.csv: each config file through cfgcheck.sources.litgpt
+    "litgpt-config-hub": {"native": "litgpt", "metric": "allocated"},
 }
 
 
@@ -206,15 +234,98 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def read_hub_rows(path: Path) -> list[dict[str, str]]:
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    return [dict(zip(HUB_FIELDS, row, strict=True)) for row in csv.reader(lines)]
+
+
+def hub_estimate(row: dict[str, str], configs: Path = HUB_CONFIGS) -> Any:
+    """The row's LitGPT config through cfgcheck's LitGPT source, as ``cfgcheck memory --from
+    litgpt FILE --gpu A10G`` reads it; the row's columns must agree with what was read."""
+    from cfgcheck.sources.native import load_native
+    from cfgcheck.validate import validate
+
+    loaded = load_native(configs / row["config"], "litgpt", gpu=row["gpu"])
+    run = validate(loaded.config).config
+    if run is None:
+        raise ValueError(f"{row['config']}: the LitGPT source gives no valid config")
+    t = run.trainer
+    read = {
+        "model": run.model.name,
+        "method": t.finetuning,
+        "micro_batch": str(t.micro_batch_size),
+        "max_seq_length": str(run.data.max_seq_length),
+        "lora_r": "" if t.finetuning == "full" else str(t.lora.rank),
+    }
+    wrong = {k: (row[k], v) for k, v in read.items() if row[k] != v}
+    if wrong:
+        raise ValueError(f"{row['config']}: the row says / the file gives {wrong}")
+    return estimate(run.model, run.data, run.trainer), run
+
+
+def evaluate_hub(path: Path = HUB_CSV, configs: Path = HUB_CONFIGS) -> list[dict[str, Any]]:
+    results = []
+    for row in read_hub_rows(path):
+        est, run = hub_estimate(row, configs)
+        estimated = est.allocated_bytes / 1e9
+        oom = row["peak_gb"] == "OOM"
+        measured = float("nan") if oom else float(row["peak_gb"])
+        results.append(
+            {
+                "source": "litgpt-config-hub",
+                "config": row["config"],
+                "metric": SOURCES["litgpt-config-hub"]["metric"],
+                "measured": measured,
+                "estimated": estimated,
+                "error": float("nan") if oom else (estimated - measured) / measured,
+                "oom": oom,
+                "verdict": "" if run.trainer.gpu is None else _verdict(est, run),
+            }
+        )
+    return results
+
+
+def _verdict(est: Any, run: Any) -> str:
+    """cfgcheck's verdict on the declared GPU (never a live one: the table's GPU decides)."""
+    from cfgcheck.memory.devices import declared_device
+    from cfgcheck.memory.verdict import verdict
+
+    dev = declared_device(run.trainer.gpu)
+    return "" if dev is None else verdict(est, dev.total_bytes)
+
+
+def hub_table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| config (1xA10G) | measured GB | estimate GB (allocated) | error | verdict |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in results:
+        measured = "OOM" if r["oom"] else f"{r['measured']:.2f}"
+        error = "" if r["oom"] else f"{r['error']:+.1%}"
+        lines.append(
+            f"| {r['config']} | {measured} | {r['estimated']:.2f} | {error} | {r['verdict']} |"
+        )
+    errs = [abs(r["error"]) for r in results if not r["oom"]]
+    lines.append("")
+    lines.append(
+        f"{len(errs)} runs: median |error| {statistics.median(errs):.1%}, "
+        f"worst |error| {max(errs):.1%}; {sum(r['oom'] for r in results)} OOM rows"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, nargs="+", default=[DEFAULT_CSV, FMS_CSV])
+    parser.add_argument("--hub-csv", type=Path, default=HUB_CSV)
     args = parser.parse_args(argv)
-    missing = [str(p) for p in args.csv if not p.is_file()]
+    missing = [str(p) for p in [*args.csv, args.hub_csv] if not p.is_file()]
     if missing:
         print(f"memory_accuracy: no such file {', '.join(missing)}", file=sys.stderr)
         return 2
     print(table([r for path in args.csv for r in evaluate(path)]))
+    print()
+    print(hub_table(evaluate_hub(args.hub_csv)))
     return 0
 
 

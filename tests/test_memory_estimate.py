@@ -40,11 +40,13 @@ def test_weights_by_precision_and_quantization() -> None:
     assert weights.weight_bytes(MODEL, trainer(precision="bf16-mixed")) == 4 * TOTAL
     linear = 2 * (64 + 32 + 32 + 64 + 3 * 128)
     rest = TOTAL - linear
-    # LitGPT's bnb path keeps the unquantized parameters 16-bit
+    # LitGPT's bnb path (Fabric's BitsandbytesPrecision) quantizes every nn.Linear, the
+    # lm_head (10 x 8) included, and keeps the other parameters 16-bit
+    head = 10 * 8
     nf4 = weights.weight_bytes(MODEL, trainer(quantization="nf4", framework="litgpt"))
-    assert nf4 == int(linear * (0.5 + 4 / 64)) + 2 * rest
+    assert nf4 == int((linear + head) * (0.5 + 4 / 64)) + 2 * (rest - head)
     dq = weights.weight_bytes(MODEL, trainer(quantization="nf4-dq", framework="litgpt"))
-    assert dq == int(linear * (0.5 + 1 / 64 + 4 / (64 * 256))) + 2 * rest
+    assert dq == int((linear + head) * (0.5 + 1 / 64 + 4 / (64 * 256))) + 2 * (rest - head)
     assert dq < nf4 < 2 * TOTAL
     # transformers + peft.prepare_model_for_kbit_training: the rest upcast to fp32
     hf = weights.weight_bytes(MODEL, trainer(quantization="nf4"))
@@ -75,9 +77,11 @@ def test_layer_activations_by_hand() -> None:
     per_token = 64 + 16 + 72 + 16 + 32 + 16 + 8 + 96
     # padded batches: sdpa also keeps the bf16 (b, 1, s, s) mask, 2 bytes per token and key
     layer = act.layer_activations(MODEL, trainer())
-    # LitGPT: bf16 adapters share the attention-norm output (2*8), bf16 A outputs 2*2*2
+    # LitGPT: bf16 adapters share the attention-norm output (2*8), bf16 A outputs 2*2*2; its
+    # fused qkv's zero_pad keeps the q and v adapter output (2*(8+4)); with one k/v group the
+    # kernel's v is a view of the whole qkv output (2*(2+2)*4 instead of 2*2*4)
     litgpt = act.layer_activations(MODEL, trainer(framework="litgpt"))
-    assert litgpt.per_token == per_token - 64 - 16 + 16 + 8
+    assert litgpt.per_token == per_token - 64 - 16 + 16 + 8 + 24 + 16
     assert (layer.per_token, layer.attention_scores) == (per_token, 2)
     flash = act.layer_activations(MODEL, trainer(attention="flash"))
     native_gqa = per_token - 2 * 2 * (8 - 4)  # k and v not expanded to 2 heads
@@ -103,7 +107,9 @@ def test_logits_and_loss() -> None:
     assert act.logits_bytes(MODEL, trainer(), 2, 5) == 12 * 10 * 10
     # LitGPT / torchtune loops hold the logits
     assert act.logits_bytes(MODEL, trainer(framework="torchtune"), 2, 5) == (2 + 12) * 10 * 10
-    assert act.logits_bytes(MODEL, trainer(loss_chunking="chunked"), 2, 5) == 4 * 10 * 10
+    # chunked (LitGPT): all logits and their gradients, plus one 128-token chunk's
+    # log-probabilities and NLL gradient (here the whole 5-token sequence is one chunk)
+    assert act.logits_bytes(MODEL, trainer(loss_chunking="chunked"), 2, 5) == (4 + 4) * 10 * 10
     fused = act.logits_bytes(MODEL, trainer(loss_chunking="fused"), 2, 5)
     # Liger: bf16 grad_input (2*8 per token), one chunk of next_pow2(ceil(10 / ceil(10/8))) = 8
     # rows of bf16 logits and input gradient (2*8*(10+8)), loss, mask and labels (21 per token)

@@ -42,6 +42,9 @@ from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
 QUANTIZED = ("int8", "nf4", "nf4-dq", "fp4")
+# LitGPT's fit(): model(input_ids, lm_head_chunk_size=128) and chunked_cross_entropy's
+# chunk_size=128 (litgpt/finetune/lora.py, litgpt/utils.py)
+LM_HEAD_CHUNK = 128
 
 
 def act_bytes(t: TrainerConfig, m: ModelConfig | None = None) -> int:
@@ -79,6 +82,22 @@ def _adapter_bytes(s: Stack, in_features: int, rank: int, dropout: bool) -> tupl
     return a * rank, True
 
 
+def _zero_pad_width(m: ModelConfig, adapted: frozenset[str]) -> int:
+    """LitGPT's ``LoRAQKVLinear.zero_pad`` (litgpt/lora.py): unless all of q, k, v are adapted,
+    the adapter output is placed into a zero qkv-wide tensor by ``index_copy``, whose autograd
+    node keeps its ``source``: the enabled projections' widths per token."""
+    widths = {"q_proj": m.n_head * m.head_dim, "k_proj": m.kv_heads * m.head_dim}
+    widths["v_proj"] = widths["k_proj"]
+    enabled = {
+        role
+        for lin in block_linears(m)
+        if lin.name in adapted
+        for role in lin.roles
+        if role in widths
+    }
+    return 0 if len(enabled) in (0, 3) else sum(widths[r] for r in enabled)
+
+
 def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block, without checkpointing.
 
@@ -98,14 +117,32 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     width = {"attn_in": s.residual, "mlp_in": s.residual, "attn_out": p, "mlp_act": p}
     saved: set[str] = set()
     total = 0
+    qkv_dropout = False  # LitGPT: the fused qkv's one dropout is counted once
+    qkv_zero_pad_done = False
     for lin in block_linears(m):
         if full or (quant and s.quantized_saves_input):
             if s.linear_cast and width[lin.source] != p:
                 total += p * lin.in_features  # its own 16-bit cast of the fp32 input
             else:
                 saved.add(lin.source)
-        if lin.name in adapted and rank:
+        if lin.name in adapted and rank and s.fused_qkv_adapter and lin.source == "attn_in":
+            # LoRAQKVLinear: one dropout output (+ mask) of the shared input, and lora_A's
+            # output, r wide per enabled projection (litgpt/lora.py)
+            n_qkv = sum(r in ("q_proj", "k_proj", "v_proj") for r in lin.roles) or 1
+            kept, shares_input = _adapter_bytes(s, lin.in_features, rank * n_qkv, dropout)
+            if qkv_dropout:
+                kept, shares_input = s.adapter_saved * rank * n_qkv, False
+            qkv_dropout = qkv_dropout or dropout
+            total += kept
+            if not qkv_zero_pad_done:
+                total += p * _zero_pad_width(m, adapted)
+                qkv_zero_pad_done = True
+            if shares_input:
+                saved.add(lin.source)
+        elif lin.name in adapted and rank:
             kept, shares_input = _adapter_bytes(s, lin.in_features, rank, dropout)
+            if s.split_gate_up and {"gate_proj", "up_proj"} <= set(lin.roles):
+                kept *= 2  # LitGPT's fc_1 and fc_2: an adapter and a dropout each
             total += kept
             if shares_input:
                 saved.add(lin.source)
@@ -126,9 +163,13 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
     """What the attention between the projections keeps: q, k, v and the kernel's tensors."""
     p, kernel = s.act, attention(m, t)
     a, kv, d = m.n_head, m.kv_heads, m.head_dim
-    expanded = kernel == "eager" or (kernel == "sdpa" and masked)
+    expanded = kernel == "eager" or (kernel == "sdpa" and masked) or s.kv_expanded
     kv_width = a * d if expanded else kv * d
     total = p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
+    if s.kv_expanded and kv in (a, 1):
+        # LitGPT: with one query per group (MHA) or one group (MQA, expand with stride 0),
+        # ``v.reshape`` is a view of the fused qkv output, so the kernel's v keeps all of it
+        total += p * (a + 2 * kv) * d - p * kv_width
     scores = 0
     if kernel == "eager":
         scores = a * (4 + (p if p == 2 else 0))  # fp32 softmax output + its 16-bit copy
@@ -225,6 +266,21 @@ def first_layer_unsaved(m: ModelConfig, t: TrainerConfig, masked: bool) -> Layer
     return LayerActivations(per_token=total, attention_scores=scores)
 
 
+def quantized_input_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """The inputs that quantized linears keep (each distinct input once: the norm outputs, the
+    attention output, the MLP activation; the lm_head's when it is quantized), for ``tokens``
+    tokens: what outlives a step when bitsandbytes keeps them as ctx attributes
+    (:func:`stack.litgpt_layout`)."""
+    s = stack(m, t)
+    if not (quantized(t) and s.quantized_inputs_outlive_step):
+        return 0
+    width = {"attn_in": s.residual, "mlp_in": s.residual, "attn_out": s.act, "mlp_act": s.act}
+    sources = {lin.source: lin.in_features for lin in block_linears(m)}
+    per_layer = sum(width[src] * n for src, n in sources.items())
+    head = s.residual * m.n_embd if s.quantized_head else 0
+    return (m.n_layer * per_layer + head) * tokens
+
+
 def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
     """Gradient checkpointing: each layer's input, kept for the recomputation."""
     return m.n_layer * stack(m, t).residual * m.n_embd * tokens
@@ -270,7 +326,16 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     if t.loss_chunking == "fused":
         return fused_loss_bytes(m, s, tokens)
     if t.loss_chunking == "chunked":
-        return 2 * p * v * tokens
+        # LitGPT: while backward runs through the lm_head chunks, their logits (held by the
+        # training loop) and the logits' gradients; a quantized lm_head is dequantized then
+        # (stack.litgpt_layout); final soft-capping keeps its tanh output per chunk
+        # Backward runs every chunk's loss before any lm_head chunk (autograd's ready queue
+        # takes the latest node first), so one chunk's log-probabilities and NLL gradient are
+        # alive next to all logits and all their gradients (CPU-traced on LitGPT's loop).
+        capped = p if m.final_logit_softcapping else 0
+        head = s.dequant_bytes * m.rows * m.n_embd if s.quantized_head else 0
+        chunk = 2 * p * v * batch * min(seq, LM_HEAD_CHUNK)
+        return (2 * p + capped) * v * tokens + chunk + head
     held = 0 if s.framework == "hf" else p
     capped = p if m.final_logit_softcapping else 0
     return (12 + held + capped) * v * tokens

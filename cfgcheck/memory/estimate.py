@@ -162,8 +162,9 @@ def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Peak per-GPU memory of one training step of this model, data and trainer."""
     from cfgcheck.memory import allocator, coverage
-    from cfgcheck.memory.stack import sdpa_masked, stack
+    from cfgcheck.memory.stack import as_built, sdpa_masked, stack
 
+    m = as_built(m, t)  # LitGPT unties the lm_head
     seq = sequence_length(d)
     b = t.micro_batch_size
     tokens = b * seq
@@ -200,6 +201,9 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         cached = auto if t.finetuning == "full" else head_cast + 2 * lora // div.weights
         in_forward = cached + act.logits_forward_bytes(m, t, b, seq)
         fwd_auto, fwd_logits = max((head_cast, logits), (cached, in_forward - cached), key=sum)
+    # bitsandbytes 0.41/0.42 under LitGPT: the previous step's quantized-linear inputs are still
+    # held when this step's forward ends (stack.litgpt_layout); counted with the activations
+    acts += act.quantized_input_bytes(m, t, tokens)
     if not t.gradient_checkpointing:  # the last layer's backward, a quantized linear's buffers
         backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
         # by then the lm_head's backward has made its gradient

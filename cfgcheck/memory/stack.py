@@ -31,16 +31,18 @@ hf (transformers / PEFT / bitsandbytes / TRL):
   itself (it caches only the casts of weights), so every linear whose weight trains keeps its
   own 16-bit copy, and every adapter keeps its 16-bit cast (checked on CPU autocast).
 
-litgpt: LoRA weights in the model dtype (litgpt/lora.py), no upcast; its bnb path
-(litgpt/utils.py, ``bnb.nn.Linear4bit`` with the model's compute dtype) keeps the stream 16-bit;
-quantized linears counted as keeping their input (bitsandbytes 0.41 of its tables); Phi's MLP uses
-``gelu(approximate="tanh")`` (one saved tensor); batches are not turned into block masks.
+litgpt: LoRA weights in the model dtype (litgpt/lora.py), no upcast; the stream stays 16-bit;
+quantized linears keep their input (bitsandbytes 0.41/0.42 of its tables); Phi's MLP uses
+``gelu(approximate="tanh")`` (one saved tensor); no attention mask, k/v expanded, one dropout per
+fused qkv adapter, an untied lm_head that bnb quantizes too, paged AdamW, and quantized inputs
+that outlive the step: :func:`litgpt_layout`, :func:`as_built`.
 torchtune: LoRA weights in the model dtype (torchtune/modules/peft/lora.py); not calibrated.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
@@ -63,6 +65,15 @@ class Stack:
     gelu_saved: int  # intermediate-size tensors a (non-gated) GELU MLP keeps
     mask_when_packed: bool  # packed rows become a block-diagonal mask
     norm_out: int  # bytes of the normalized tensor a trained norm weight multiplies
+    # LitGPT (see litgpt_layout below); the hf defaults change nothing
+    kv_expanded: bool = False  # k/v expanded to n_head heads (copies) before the kernel
+    fused_qkv_adapter: bool = False  # one LoRA dropout over the fused qkv input, not one per q/k/v
+    split_gate_up: bool = False  # a fused gate_up projection is two linears, an adapter each
+    quantized_head: bool = False  # the lm_head is a 4/8-bit linear too
+    dequant_bytes: int = 0  # bytes per weight element while a quantized linear runs
+    paged_states: bool = False  # optimizer states in CUDA unified memory (bnb paged)
+    # quantized linears' saved inputs live until the next step's forward ends (see litgpt_layout)
+    quantized_inputs_outlive_step: bool = False
 
 
 def compute_bytes(t: TrainerConfig) -> int:
@@ -120,7 +131,68 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
         gelu_saved=1,
         mask_when_packed=False,
         norm_out=4 if mixed else p,
+        **litgpt_layout(t, t.framework == "litgpt"),
     )
+
+
+class LitgptLayout(TypedDict):
+    kv_expanded: bool
+    fused_qkv_adapter: bool
+    split_gate_up: bool
+    quantized_head: bool
+    dequant_bytes: int
+    paged_states: bool
+    quantized_inputs_outlive_step: bool
+
+
+def litgpt_layout(t: TrainerConfig, litgpt: bool = True) -> LitgptLayout:
+    """What LitGPT's own code does beyond the dtypes (Lightning-AI/litgpt, the finetune commands
+    of the config-hub tables, 04/2024 to 09/2024, and today's):
+
+    * ``CausalSelfAttention.forward`` (litgpt/model.py) expands k and v to ``n_head`` heads for
+      training ("training: flash attention requires it") and reshapes them: two copies kept by
+      the kernel; it passes no mask in training (``is_causal=mask is None``), so padded
+      batches pay nothing for padding.
+    * ``LoRAQKVLinear.forward`` (litgpt/lora.py): the fused qkv projection has one
+      ``lora_dropout(x)`` for whichever of q, k, v are enabled, and one ``lora_A`` whose output
+      is ``r`` wide per enabled projection. Its gated MLPs are ``LLaMAMLP`` (``fc_1``, ``fc_2``,
+      ``proj``) also where transformers fuses ``gate_up_proj`` (Phi-3, litgpt/config.py): two
+      LoRA layers, two dropouts.
+    * quantize=bnb.*: Lightning Fabric's ``BitsandbytesPrecision`` (src/lightning/fabric/plugins/
+      precision/bitsandbytes.py) swaps every ``torch.nn.Linear`` for a bitsandbytes one
+      (``init_context`` / ``_convert_layers``, no ``ignore_modules`` from LitGPT): the lm_head
+      and the base linear inside each LoRA layer included. ``_Linear4bit._quantize_weight``
+      quantizes from ``torch.half``, so ``MatMul4Bit`` dequantizes to fp16 and casts to the
+      bf16 input (``.to(A.dtype)``, bitsandbytes autograd/_functions.py): 4 bytes per weight
+      element while the linear runs (2 in 16-true).
+    * quantize=bnb.*: ``bnb.optim.PagedAdamW`` (litgpt/finetune/lora.py ``main``;
+      ``instantiate_bnb_optimizer`` in today's litgpt/utils.py): paged states.
+    * bitsandbytes 0.41/0.42 (the tables' releases) keep ``MatMul4Bit``'s input as a ctx
+      *attribute* (``ctx.tensors = (A, B)``), not through ``save_for_backward``: autograd's
+      engine frees saved variables after backward, not attributes, which live as long as the
+      graph node. ``fit()`` keeps the step's ``logits`` list (its ``grad_fn`` holds the whole
+      graph) until ``logits = model(...)`` of the next step returns, so every quantized linear's
+      input of the previous step is still allocated when the next forward ends.
+    """
+    q = quantized(t) and litgpt
+    return {
+        "kv_expanded": litgpt,
+        "fused_qkv_adapter": litgpt,
+        "split_gate_up": litgpt,
+        "quantized_head": q,
+        "dequant_bytes": (2 if t.precision.startswith("16") else 4) if q else 0,
+        "paged_states": q and t.optimizer == "adamw",
+        "quantized_inputs_outlive_step": q,
+    }
+
+
+def as_built(m: ModelConfig, t: TrainerConfig) -> ModelConfig:
+    """The model as the framework builds it: LitGPT's ``GPT`` has its own ``lm_head`` even when
+    the checkpoint ties it (litgpt/scripts/convert_hf_checkpoint.py copies
+    ``transformer.wte.weight`` into ``lm_head.weight``; litgpt/model.py has no tying)."""
+    if t.framework == "litgpt" and m.tie_embeddings:
+        return m.model_copy(update={"tie_embeddings": False})
+    return m
 
 
 def _gemma_norm(m: ModelConfig) -> bool:
@@ -133,7 +205,9 @@ def attention(m: ModelConfig, t: TrainerConfig) -> str:
     """The attention kernel that really runs: transformers has no sdpa path for attention-logit
     soft-capping (Gemma 2: ``_supports_sdpa = False``, models/gemma2/modeling_gemma2.py), so
     such a model runs eager attention; flash-attention 2 takes the soft-cap."""
-    if t.framework == "hf" and m.attention_logit_softcapping and t.attention == "sdpa":
+    if t.framework in ("hf", "litgpt") and m.attention_logit_softcapping and t.attention == "sdpa":
+        # LitGPT computes soft-capped attention in tensor ops ("with softcapping we cannot use
+        # SDPA", litgpt/model.py CausalSelfAttention.scaled_dot_product_attention)
         return "eager"
     return t.attention
 
@@ -146,6 +220,8 @@ def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: 
 
     if s.framework == "hf" and m.sliding_window_size is not None and m.sliding_window_size < seq:
         return True
+    if s.framework == "litgpt":
+        return False  # LitGPT never hands sdpa a mask in training (see litgpt_layout)
     if d.collator == "packed":
         return s.mask_when_packed
     return padded_batches(d, t)

@@ -57,14 +57,18 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     stored = master_bytes(t)
     if t.quantization not in QUANT_BYTES or t.finetuning == "full":
         return pc.total * stored
-    quant = pc.linear_weights * QUANT_BYTES[t.quantization]
-    if t.quantization == "int8":
-        quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
     from cfgcheck.memory.stack import stack
 
-    if stack(m, t).kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
+    st = stack(m, t)
+    # LitGPT under Fabric's bitsandbytes plugin quantizes the (untied) lm_head too
+    head = m.rows * m.n_embd if st.quantized_head and pc.lm_head else 0
+    quant = (pc.linear_weights + head) * QUANT_BYTES[t.quantization]
+    if t.quantization == "int8":
+        quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
+        quant += 4 * m.rows if head else 0
+    if st.kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
         stored = 4
-    return int(quant) + pc.unquantized * stored
+    return int(quant) + (pc.unquantized - head) * stored
 
 
 def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
@@ -100,7 +104,12 @@ def paged(t: TrainerConfig) -> bool:
     """bitsandbytes paged optimizers keep their states in CUDA unified memory
     (``cudaMallocManaged``, bitsandbytes/functional.py ``get_paged``): outside torch's
     allocator counters, resident on the GPU while it has room, so inside the device total."""
-    return t.optimizer.startswith("paged_")
+    if t.optimizer.startswith("paged_"):
+        return True
+    from cfgcheck.memory.stack import quantized
+
+    # LitGPT trains quantized models with bnb.optim.PagedAdamW (stack.litgpt_layout)
+    return t.framework == "litgpt" and quantized(t) and t.optimizer == "adamw"
 
 
 # bitsandbytes 0.50 ``Optimizer2State.init_state`` (bitsandbytes/optim/optimizer.py): a
@@ -174,9 +183,33 @@ def _bnb_8bit_states(m: ModelConfig, t: TrainerConfig) -> tuple[int, int]:
 
 def paged_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     """The optimizer states that live in CUDA managed memory (see :func:`paged`)."""
-    if t.optimizer != "paged_adamw_8bit":
-        return 0
-    return _bnb_8bit_states(m, t)[1]
+    if t.optimizer == "paged_adamw_8bit":
+        return _bnb_8bit_states(m, t)[1]
+    if paged(t):  # LitGPT's 32-bit PagedAdamW: fp32 states, paged from PAGED_MIN_NUMEL
+        big = [(n, c) for n, c in litgpt_trainable_tensors(m, t) if n >= PAGED_MIN_NUMEL]
+        return 8 * sum(n * c for n, c in big)
+    return 0
+
+
+def litgpt_trainable_tensors(m: ModelConfig, t: TrainerConfig) -> list[tuple[int, int]]:
+    """:func:`trainable_tensors` as LitGPT builds its LoRA (litgpt/lora.py): the fused qkv has
+    one ``lora_A`` (rank x number of enabled q/k/v, in) and one ``lora_B`` (enabled widths,
+    rank) per layer; every other adapted linear has its own pair."""
+    tensors = trainable_tensors(m, t)
+    if t.finetuning == "full":
+        return tensors
+    r = t.lora.rank or 0
+    adapted = adapted_modules(m, t.lora.targets, t.framework)
+    qkv = [(x, n) for x, n in adapted.linears if n and x.source == "attn_in"]
+    if len(qkv) < 2:
+        return tensors
+    for x, n in qkv:
+        tensors.remove((r * x.in_features, n))
+        tensors.remove((r * x.out_features, n))
+    layers = max(n for _, n in qkv)
+    tensors.append((r * len(qkv) * qkv[0][0].in_features, layers))
+    tensors.append((r * sum(x.out_features for x, _ in qkv), layers))
+    return tensors
 
 
 def managed_device_bytes(managed: int) -> int:
@@ -206,6 +239,8 @@ def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 
 def optimizer_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     n = trainable_params(m, t)
+    if t.optimizer == "adamw" and paged(t):  # bnb PagedAdamW keeps 32-bit states
+        return 8 * n
     if t.optimizer == "adamw":
         return 2 * n * trainable_bytes(m, t)
     if t.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
@@ -226,7 +261,7 @@ def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     AdamW updates parameter by parameter in place (``optimizer_update_8bit_blockwise`` /
     ``optimizer_update_32bit`` kernels, ``p.data.contiguous()`` a no-op): nothing."""
     n = trainable_params(m, t) * trainable_bytes(m, t)
-    if t.optimizer == "adamw":
+    if t.optimizer == "adamw" and not paged(t):  # bnb's PagedAdamW: its 32-bit kernel
         return n
     if t.optimizer == "adafactor":
         if t.finetuning != "full":  # LoRA A and B are all matrices

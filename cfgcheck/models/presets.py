@@ -209,6 +209,21 @@ _add(
     sliding_window_size=4096,
     architecture="mistral",
 )
+_add(
+    ("unsloth/Mistral-7B-v0.2", "mistral-community/Mistral-7B-v0.2"),
+    "v0.1's shape without the sliding window (rope_theta 1e6, 32768 positions); LitGPT's "
+    "Mistral-7B-v0.2 (litgpt/config.py) is this checkpoint.",
+    name="mistral-7b-v0.2",
+    source=_hf("unsloth/Mistral-7B-v0.2"),
+    block_size=32768,
+    vocab_size=32000,
+    n_layer=32,
+    n_embd=4096,
+    n_head=32,
+    n_query_groups=8,
+    intermediate_size=14336,
+    architecture="mistral",
+)
 
 # --- Qwen -------------------------------------------------------------------------------------
 _add(
@@ -241,6 +256,23 @@ _add(
     n_query_groups=1,
     head_size=256,
     intermediate_size=16384,
+    mlp="geglu",
+    tie_embeddings=True,
+    architecture="gemma",
+)
+_add(
+    ("google/gemma-7b", "google/gemma-7b-it", "unsloth/gemma-7b", "unsloth/gemma-7b-it"),
+    "head_dim 256 with 16 heads: q/o projections are 3072 x 4096; 16 KV heads (no GQA).",
+    name="gemma-7b",
+    source=_hf("google/gemma-7b"),
+    block_size=8192,
+    vocab_size=256000,
+    n_layer=28,
+    n_embd=3072,
+    n_head=16,
+    n_query_groups=16,
+    head_size=256,
+    intermediate_size=24576,
     mlp="geglu",
     tie_embeddings=True,
     architecture="gemma",
