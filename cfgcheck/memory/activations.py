@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cfgcheck.memory.modules import architecture_of
 from cfgcheck.memory.params import adapted_modules, block_linears
 from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, stack
 from cfgcheck.schema.model import ModelConfig
@@ -54,9 +55,10 @@ class LayerActivations:
 
     per_token: int
     attention_scores: int  # eager / masked sdpa: bytes per (token x key position)
+    per_layer: int = 0  # independent of the tokens (Gemma's fp32 ``1 + weight`` per norm)
 
     def bytes(self, tokens: int, seq: int) -> int:
-        return tokens * (self.per_token + self.attention_scores * seq)
+        return tokens * (self.per_token + self.attention_scores * seq) + self.per_layer
 
 
 def _norm_bytes(m: ModelConfig, s: Stack, weight_trained: bool) -> int:
@@ -66,6 +68,36 @@ def _norm_bytes(m: ModelConfig, s: Stack, weight_trained: bool) -> int:
     if m.norm == "layernorm":
         return s.residual * h + 8
     return 4 * h + 4 + (s.norm_out * h if weight_trained else 0)
+
+
+def _norm_fixed(m: ModelConfig) -> int:
+    """What one hidden-wide norm keeps whatever the tokens: GemmaRMSNorm multiplies by
+    ``1.0 + self.weight.float()``, a new fp32 vector autograd keeps even for a frozen weight
+    (transformers models/gemma/modeling_gemma.py, gemma2 the same)."""
+    return 4 * m.n_embd if (architecture_of(m) or "").startswith("gemma") else 0
+
+
+def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]:
+    """How transformers' attention code lays out what the kernel keeps, by architecture:
+
+    * ``softmax_fp32``: eager softmax in fp32 and cast back (``softmax(..., dtype=float32)``
+      in Llama-like eager_attention_forward); GPT-2's eager softmax runs in the compute dtype
+      (models/gpt2/modeling_gpt2.py) unless autocast runs it in fp32 (softmax is on its fp32
+      list) before GPT-2 casts it to v's dtype.
+    * ``rope_cat``: Phi / Phi-3 rotate only part of each head and ``torch.cat`` the rotated and
+      passed halves (``apply_rotary_pos_emb``, models/phi*/modeling_phi*.py): q is a fresh
+      (batch, heads, seq, dim) tensor, and a CPU sdpa kernel lays its output out like q, so
+      ``reshape(...).contiguous()`` before the output projection copies it (the projection's
+      input is then not the saved kernel output). CUDA's memory-efficient kernel allocates its
+      output as (batch, seq, heads, dim) whatever q is; counted on the safe side.
+    * ``rope``: False for GPT-2 (learned positions): its q and k stay views of ``c_attn``'s
+      output.
+    """
+    if s.framework != "hf":
+        return True, False, True
+    arch = architecture_of(m)
+    softmax_fp32 = arch != "gpt2" or s.linear_cast  # linear_cast: fp32 weights + autocast
+    return softmax_fp32, arch in ("phi", "phi3"), arch != "gpt2"
 
 
 def _adapter_bytes(s: Stack, in_features: int, rank: int, dropout: bool) -> tuple[int, bool]:
@@ -108,21 +140,35 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
             total += kept
             if shares_input:
                 saved.add(lin.source)
-    if kernel != "eager":
+    softmax_fp32, rope_cat, rope = _transformers_attention(m, s)
+    if kernel != "eager" and not rope_cat:
         saved.discard("attn_out")  # the kernel's output, counted below, is the o_proj input
     total += sum(width[x] * sizes[x] for x in saved)
     # norms
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     total += _norm_bytes(m, s, full) * n_norms
-    if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head
-        total += 4 * (a + kv) * d + 4 * (a + kv)
+    if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head, and
+        # when its weight trains the normalized tensor (in the q/k dtype) that multiplies it
+        total += 4 * (a + kv) * d + 4 * (a + kv) + (p * (a + kv) * d if full else 0)
     # attention core
     expanded = kernel == "eager" or (kernel == "sdpa" and masked)
     kv_width = a * d if expanded else kv * d
-    total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
+    fused = any(len(x.roles) == 3 for x in block_linears(m))  # one qkv projection
+    if kernel != "eager" and fused:
+        # sdpa / flash keep q, k, v as passed: transformers' slices of the fused output (v
+        # unless repeat_kv copied it, q and k too without RoPE) keep that whole output alive
+        copied_kv = expanded and kv < a  # repeat_kv copies only when heads are grouped
+        total += p * a * d if rope else 0  # q
+        total += p * kv_width if rope or copied_kv else 0  # k
+        total += p * kv_width if copied_kv else 0  # v
+        if not rope or not copied_kv:  # a view: the fused output
+            total += p * (a * d + 2 * kv * d)
+    else:
+        total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
     scores = 0
     if kernel == "eager":
-        scores = a * (4 + (p if p == 2 else 0))  # fp32 softmax output + its 16-bit copy
+        # fp32 softmax output + its 16-bit copy, or one softmax output in the compute dtype
+        scores = a * (4 + (p if p == 2 else 0)) if softmax_fp32 else a * p
         if m.attention_logit_softcapping:
             scores += a * p  # tanh output of the soft-capping
     else:
@@ -131,7 +177,8 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
             scores = p  # the mask in the compute dtype, broadcast over heads
     # MLP
     total += p * inter * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
-    return LayerActivations(per_token=total, attention_scores=scores)
+    fixed = _norm_fixed(m) * n_norms
+    return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
 
 
 def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
@@ -143,9 +190,15 @@ def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     """Per-token bytes kept around the lm_head: the final norm and, when the lm_head trains,
     its input."""
     s = stack(m, t)
-    trained_head = t.finetuning == "full" or adapted_modules(m, t.lora.targets, t.framework).lm_head
+    full = t.finetuning == "full"
     head_input = (s.act if s.linear_cast else s.residual) * m.n_embd
-    return _norm_bytes(m, s, t.finetuning == "full") + (head_input if trained_head else 0)
+    total = _norm_bytes(m, s, full) + (head_input if full else 0)
+    rank = t.lora.rank or 0
+    if not full and rank and adapted_modules(m, t.lora.targets, t.framework).lm_head:
+        # a LoRA lm_head keeps what any adapter keeps (its rank-r output included)
+        kept, shares_input = _adapter_bytes(s, m.n_embd, rank, t.lora.dropout > 0)
+        total += kept + (head_input if shares_input else 0)
+    return total
 
 
 def activation_bytes(
@@ -157,7 +210,8 @@ def activation_bytes(
     head = head_activations(m, t) * tokens
     if t.gradient_checkpointing:
         return checkpoint_bytes(m, t, tokens) + head
-    return m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq) + head
+    layers = m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq)
+    return layers + head + _norm_fixed(m)  # the final norm's fixed part
 
 
 def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
