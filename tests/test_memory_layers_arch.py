@@ -19,9 +19,11 @@ accounted for explicitly (:func:`cpu_minus_cuda`), from torch's source:
 * LayerNorm: the CPU kernel returns its mean and rstd in the input dtype (bf16 here: 2 + 2
   bytes per token), the CUDA kernel in the accumulate type (fp32: 4 + 4), as the formula counts.
 
-GPT-2 is built without dropout (``resid_pdrop = embd_pdrop = attn_pdrop = 0``): the model
-section has no dropout field and the estimate models none outside LoRA (real GPT-2 checkpoints
-ship 0.1; see docs/memory.md).
+GPT-2 keeps transformers' default dropout (0.1 after the embeddings, the attention and the
+MLP, and on eager attention's probabilities), so its CPU noise tensors are accounted for the
+same way; sdpa with dropout falls back to the math kernel on CPU (the CPU flash kernel has no
+dropout) while CUDA's memory-efficient and flash kernels keep only an RNG seed and offset, so
+GPT-2 under sdpa is built with ``attn_pdrop = 0``.
 """
 
 from __future__ import annotations
@@ -147,8 +149,8 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, batch: str) -> int:
 
     cfg = hf_config(m)
     cfg._attn_implementation = attention(m, t)  # the kernel cfgcheck says transformers runs
-    if architecture_of(m) == "gpt2":
-        cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0
+    if architecture_of(m) == "gpt2" and attention(m, t) != "eager":
+        cfg.attn_pdrop = 0.0  # module docstring: CPU sdpa with dropout is the math kernel
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     dtype = {"bf16-true": torch.bfloat16}.get(t.precision, torch.float32)
@@ -216,6 +218,12 @@ def cpu_minus_cuda(m: ModelConfig, t: TrainerConfig, layers: int, head: bool) ->
     if m.norm == "layernorm" and s.residual == 2:
         n_norms = (1 if m.shared_attention_norm else 2) * layers + int(head)
         extra -= 4 * n_norms * tokens
+    if architecture_of(m) == "gpt2":  # noise in the dropped tensor's dtype, not 1-byte masks
+        extra += layers * 2 * (s.act - 1) * m.n_embd * tokens  # after c_proj: act's dtype
+        if attention(m, t) == "eager":  # the probabilities, cast to v's dtype
+            extra += layers * (s.act - 1) * m.n_head * SEQ * tokens
+        if head:  # after the embeddings: the residual dtype
+            extra += (s.residual - 1) * m.n_embd * tokens
     return extra
 
 

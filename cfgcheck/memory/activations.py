@@ -100,6 +100,17 @@ def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]
     return softmax_fp32, arch in ("phi", "phi3"), arch != "gpt2"
 
 
+def _gpt2_dropout(m: ModelConfig, s: Stack) -> bool:
+    """GPT-2 trains with dropout: transformers' ``GPT2Config`` defaults (and GPT-2's released
+    configs) set ``resid_pdrop = embd_pdrop = attn_pdrop = 0.1``, which the model built from
+    this shape keeps (models/gpt2/modeling_gpt2.py: ``resid_dropout`` after the attention,
+    ``dropout`` after the MLP, ``drop`` after the embeddings, ``dropout=attn_dropout.p`` in
+    the attention). On CUDA each keeps a 1-byte mask (``native_dropout``, torch
+    aten/src/ATen/native/Dropout.cpp); the memory-efficient and flash sdpa kernels keep only
+    their RNG seed and offset. The other presets' architectures train without dropout."""
+    return s.framework == "hf" and architecture_of(m) == "gpt2"
+
+
 def _adapter_bytes(s: Stack, in_features: int, rank: int, dropout: bool) -> tuple[int, bool]:
     """Bytes one LoRA adapter keeps per token, and whether it keeps its (shared) input."""
     a = s.adapter_saved
@@ -177,6 +188,11 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
             scores = p  # the mask in the compute dtype, broadcast over heads
     # MLP
     total += p * inter * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
+    if _gpt2_dropout(m, s):  # masks of the two residual dropouts; eager attention's dropout
+        total += 2 * h  # keeps its mask, and the matmul with v keeps its output instead of
+        # the probabilities (a new tensor, unless that was a 16-bit copy of an fp32 softmax)
+        copy = softmax_fp32 and p == 2
+        scores += a * (1 + (0 if copy else p)) if kernel == "eager" else 0
     fixed = _norm_fixed(m) * n_norms
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
 
@@ -193,6 +209,7 @@ def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     full = t.finetuning == "full"
     head_input = (s.act if s.linear_cast else s.residual) * m.n_embd
     total = _norm_bytes(m, s, full) + (head_input if full else 0)
+    total += m.n_embd if _gpt2_dropout(m, s) else 0  # the embedding dropout's 1-byte mask
     rank = t.lora.rank or 0
     if not full and rank and adapted_modules(m, t.lora.targets, t.framework).lm_head:
         # a LoRA lm_head keeps what any adapter keeps (its rank-r output included)
