@@ -14,13 +14,16 @@ the tensors PyTorch actually keeps, for the layout of the model and the stack th
 * SwiGLU/GeGLU keep three ``intermediate_size`` tensors (gate, activation, up); GELU one
   (``gelu``/``gelu_pytorch_tanh``: its input) or four (``gelu_new``, written out in tensor ops).
 * RMSNorm keeps an fp32 copy of its input (4 bytes x hidden); LayerNorm keeps its input and
-  two fp32 statistics per token. q/k norms (Qwen3) keep their per-head inputs; Gemma 2's
-  post-attention / post-MLP norms are two more norms.
+  two fp32 statistics per token. q/k norms (Qwen3) keep their per-head inputs (and, trained,
+  their normalized tensors); Gemma 2's post-attention / post-MLP norms are two more norms;
+  each Gemma norm also keeps its fp32 ``1 + weight`` (per layer, not per token).
 * eager attention keeps the s x s softmax output in fp32 and its 16-bit copy per head (and the
   tanh output of attention-logit soft-capping); sdpa/flash keep only q, k, v, the output and a
   log-sum-exp per head and token (their output is laid out as (batch, seq, heads, dim), so it
-  is also the o_proj input, not a copy). transformers' sdpa and flash paths do not apply
-  attention soft-capping (Gemma 2 warns to train with eager).
+  is also the o_proj input, not a copy; not so after Phi's partial-rotary ``torch.cat``).
+  GPT-2's eager softmax stays in the compute dtype. With a fused qkv projection (Phi-3,
+  GPT-2) sdpa keeps views of its output, so the whole output. transformers has no sdpa path
+  for Gemma 2 (eager).
 * A frozen 16-bit linear keeps nothing of its input (autograd saves ``x`` only when the weight
   needs a gradient); a trained one keeps its input; bitsandbytes 4-bit keeps nothing
   (``MatMul4Bit``: ``ctx.tensors = (None, B)``), int8 (``MatMul8bitLt``) keeps it.
@@ -28,7 +31,9 @@ the tensors PyTorch actually keeps, for the layout of the model and the stack th
   or, without dropout, their input (a copy per adapter when the input is cast), and the rank-r
   output.
 * Gradient checkpointing keeps each layer's input and recomputes one layer at a time.
-No dropout outside LoRA (the presets' models use none).
+No dropout outside LoRA and GPT-2 (transformers' GPT-2 default 0.1; the presets' models use
+none). Checked to the byte per layer on CPU for every architecture cfgcheck builds
+(tests/test_memory_layers_arch.py).
 """
 
 from __future__ import annotations
