@@ -47,6 +47,7 @@ from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = ROOT / "benchmarks" / "reference" / "measured-memory.csv"
+FMS_CSV = ROOT / "benchmarks" / "reference" / "fms-acceleration-a100.csv"
 FIELDS = [
     "source",
     "model",
@@ -99,6 +100,18 @@ SOURCES: dict[str, dict[str, Any]] = {
         "metric": "reserved",
         "length": "cap",
     },
+    "fms-acceleration-a100": {
+        "trainer": {
+            "framework": "hf",
+            "loss_chunking": "none",
+            "attention": "flash",
+            "lora_dropout": 0.1,
+            "gradient_accumulation_steps": 1,
+        },
+        "data": {"collator": "packed"},
+        "multi_gpu": "fsdp",
+        "metric": "allocated",
+    },
 }
 
 
@@ -113,7 +126,9 @@ def row_config(row: dict[str, str]) -> tuple[ModelConfig, DataConfig, TrainerCon
     model = ModelConfig.model_validate(
         yaml.safe_load((ROOT / "conf" / "model" / f"{row['model']}.yaml").read_text())
     )
-    data = DataConfig(max_seq_length=int(row["seq_len"]))
+    data = DataConfig.model_validate(
+        {"max_seq_length": int(row["seq_len"]), **source.get("data", {})}
+    )
     method = row["method"]
     lora: dict[str, Any] = {"dropout": extra.pop("lora_dropout")}
     if method != "full":
@@ -122,6 +137,7 @@ def row_config(row: dict[str, str]) -> tuple[ModelConfig, DataConfig, TrainerCon
         {
             "micro_batch_size": int(row["micro_batch"]),
             "devices": int(row["gpus"]),
+            **({"strategy": source["multi_gpu"]} if int(row["gpus"]) > 1 else {}),
             "precision": row["precision"],
             "optimizer": row["optimizer"],
             "gradient_checkpointing": row["grad_checkpointing"] == "true",
@@ -148,7 +164,7 @@ def evaluate(path: Path) -> list[dict[str, Any]]:
                 "config": f"{row['model']} {row['method']} {row['quantization']} "
                 f"b={row['micro_batch']} s={row['seq_len']}"
                 f"{' ckpt' if trainer.gradient_checkpointing else ''}"
-                f"{'' if row['method'] == 'full' else ' r=' + row['lora_r']}",
+                f"{'' if row['method'] == 'full' else ' r=' + row['lora_r']}" + _gpus(trainer),
                 "metric": metric,
                 "measured": measured,
                 "estimated": estimated,
@@ -157,6 +173,10 @@ def evaluate(path: Path) -> list[dict[str, Any]]:
             }
         )
     return results
+
+
+def _gpus(t: TrainerConfig) -> str:
+    return "" if t.world_size == 1 else f" {t.strategy} x{t.world_size}"
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -188,12 +208,13 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--csv", type=Path, nargs="+", default=[DEFAULT_CSV, FMS_CSV])
     args = parser.parse_args(argv)
-    if not args.csv.is_file():
-        print(f"memory_accuracy: no such file {args.csv}", file=sys.stderr)
+    missing = [str(p) for p in args.csv if not p.is_file()]
+    if missing:
+        print(f"memory_accuracy: no such file {', '.join(missing)}", file=sys.stderr)
         return 2
-    print(table(evaluate(args.csv)))
+    print(table([r for path in args.csv for r in evaluate(path)]))
     return 0
 
 

@@ -49,6 +49,14 @@ class Row:
             if v == "fits" and self.measured["device_peak"] > s * GIB
         ]
 
+    def false_alarms(self) -> list[float]:
+        """GPU sizes where the estimate says "does not fit" but the measured peak fits."""
+        return [
+            s
+            for s, v in self.verdicts.items()
+            if v == "does not fit" and self.measured["device_peak"] <= s * GIB
+        ]
+
 
 def load(data: Path = DATA) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(run spec, measurement) pairs of every ``ok`` row."""
@@ -131,6 +139,11 @@ def table(rows: list[Row]) -> str:
     lines.append(
         f"  unsafe fits (measured peak > GPU, verdict fits): {len(unsafe)}"
         + ("" if not unsafe else " " + ", ".join(f"{i}@{s:g}" for i, s in unsafe))
+    )
+    alarms = [(r.id, s) for r in rows for s in r.false_alarms()]
+    lines.append(
+        f"  false alarms (measured peak fits, verdict does not fit): {len(alarms)}"
+        + ("" if not alarms else " " + ", ".join(f"{i}@{s:g}" for i, s in alarms))
     )
     return "\n".join(lines)
 

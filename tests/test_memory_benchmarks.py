@@ -43,4 +43,5 @@ def test_calibration_table_covers_every_recorded_run() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "unsafe fits (measured peak > GPU, verdict fits): 0" in proc.stdout
+    assert "false alarms (measured peak fits, verdict does not fit): 0" in proc.stdout
     assert "tl-lora-default" in proc.stdout

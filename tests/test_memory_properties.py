@@ -65,7 +65,10 @@ def test_more_batch_sequence_rank_never_less(m: ModelConfig, t: dict[str, Any], 
     assert total(m, seq, **(t | {"micro_batch_size": t["micro_batch_size"] + 1})) >= base
     assert total(m, seq + 1, **t) >= base
     lora = t["lora"] | {"rank": t["lora"]["rank"] + 1}
-    assert total(m, seq, **(t | {"lora": lora})) >= base
+    # bitsandbytes' 8-bit AdamW keeps fp32 states below min_8bit_size elements, so a higher
+    # rank can cost less (tests/test_memory_bnb.py): the rank property holds for the others
+    if "8bit" not in t["optimizer"]:
+        assert total(m, seq, **(t | {"lora": lora})) >= base
 
 
 @settings(max_examples=60, deadline=None, database=None)

@@ -51,8 +51,11 @@ def _payload(result: Any) -> tuple[dict[str, Any], Any]:
             "device": avail.device.name,
             "where": avail.where,
         }
-        # "fits" only when the estimate with its stated margin fits (the verdict errs safe)
+        # "fits" only when the estimate with its stated margin fits (the verdict errs safe);
+        # the figures shown are those on this GPU (a full GPU makes torch free its cache)
         out["verdict"] = verdict(est, avail.bytes)
+        est = est.on_gpu(avail.bytes)
+        out["estimate"] = est.to_dict()
         out["fits"] = out["verdict"] == "fits"
         out["share"] = round(est.total_bytes / avail.bytes, 4) if avail.bytes > 0 else None
     return out, (est, avail)

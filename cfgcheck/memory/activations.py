@@ -244,17 +244,64 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     training loop that holds the logits (LitGPT, torchtune) adds them in the compute dtype,
     while transformers' output object is gone by then (``model(**batch).loss``). Gemma 2's
     final soft-capping keeps its tanh output. ``chunked`` (LitGPT): every chunk's logits and
-    log-probabilities in the compute dtype, no upcast: ``2p``. ``fused`` (Liger): one chunk of
-    fp32 logits and their gradient, and the input gradient it computes during the forward.
+    log-probabilities in the compute dtype, no upcast: ``2p``. ``fused`` (Liger): see
+    :func:`fused_loss_bytes`.
     """
     s = stack(m, t)
     p = s.act
     tokens = batch * seq
     v = m.rows
     if t.loss_chunking == "fused":
-        return 8 * v * min(tokens, 1024) + p * m.n_embd * tokens
+        return fused_loss_bytes(m, s, tokens)
     if t.loss_chunking == "chunked":
         return 2 * p * v * tokens
     held = 0 if s.framework == "hf" else p
     capped = p if m.final_logit_softcapping else 0
     return (12 + held + capped) * v * tokens
+
+
+def liger_chunk_size(vocab: int, hidden: int, tokens: int) -> int:
+    """Rows of one chunk of Liger's fused linear cross-entropy
+    (liger_kernel/ops/fused_linear_cross_entropy.py ``fused_linear_cross_entropy_forward``):
+    ``next_power_of_2(ceil(BT / ceil(V / H)))``, so a chunk of logits is about the size of the
+    hidden states."""
+    inc_factor = -(-vocab // hidden)
+    rows = -(-tokens // inc_factor)
+    return 1 << max(0, rows - 1).bit_length()
+
+
+def fused_loss_bytes(m: ModelConfig, s: Stack, tokens: int) -> int:
+    """Peak of Liger's fused linear cross-entropy (``LigerFusedLinearCrossEntropyFunction``,
+    the gradients computed in the forward): ``grad_input`` (``zeros_like`` the hidden states,
+    kept for backward), one chunk of logits in the matmul's dtype (the cross-entropy kernel
+    writes their gradient in place), that chunk's input gradient before it is copied into
+    ``grad_input``, the fp32 per-token loss, the ignore mask and the shifted int64 labels
+    (liger_kernel/transformers/model/loss_utils.py). A trained lm_head's ``grad_weight`` is the
+    gradient counted with the others."""
+    v, h = m.rows, m.n_embd
+    chunk = min(liger_chunk_size(v, h, tokens), tokens)
+    logits = s.act  # the lm_head matmul's dtype (autocast: 16-bit)
+    return s.residual * h * tokens + logits * chunk * (v + h) + (4 + 1 + 2 * 8) * tokens
+
+
+def last_layer_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """Bytes beyond the kept block activations when backward (without checkpointing) reaches
+    the last layer's MLP: the final norm (and a trained lm_head) have run their backward and
+    freed what they kept, the gradient of the residual stream flows in, and the MLP's backward
+    holds three intermediate-size tensors in the kernels' dtype at once (the down projection's
+    input gradient, then ``MulBackward``'s two products for a gated MLP or ``gelu_new``'s
+    product; a plain GELU two). A LoRA adapter on the down projection adds its own path while
+    the base's input gradient waits: the gradient of its input in the adapter dtype (and of its
+    dropout) and its cast back. The loss moment is larger unless the loss is chunked or fused
+    (Liger's fused loss keeps about a hidden state's worth)."""
+    s = stack(m, t)
+    k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
+    per_inter = k * s.act
+    if t.finetuning != "full" and t.lora.rank:
+        adapted = adapted_modules(m, t.lora.targets, t.framework)
+        if any(x.source == "mlp_act" for x, n in adapted.linears if n):
+            a = s.adapter_saved
+            path = a * (2 if t.lora.dropout > 0 else 1) + (s.act if a != s.act else 0)
+            per_inter = max(per_inter, s.act + path)
+    flowing = s.residual * m.n_embd + per_inter * m.mlp_width
+    return max(0, (flowing - head_activations(m, t)) * tokens)

@@ -21,8 +21,11 @@ ARCHITECTURES = (None, "llama", "mistral", "qwen2", "gemma", "phi")
 CALIBRATED: dict[str, tuple[object, ...]] = {
     "framework": ("hf",),
     "precision": ("bf16-true", "32-true"),
-    "quantization": ("none", "nf4", "nf4-dq"),
-    "optimizer": ("adamw", "paged_adamw_8bit"),
+    # fp4 has nf4's storage and kernels (bitsandbytes: only the 16-entry code table differs);
+    # adamw_8bit has paged_adamw_8bit's states, in torch's allocator instead of managed memory
+    # (bitsandbytes optim/optimizer.py): both placements are modelled (weights.py)
+    "quantization": ("none", "nf4", "nf4-dq", "fp4"),
+    "optimizer": ("adamw", "paged_adamw_8bit", "adamw_8bit"),
     "attention": ("sdpa", "eager"),
     "loss_chunking": ("none", "fused"),
 }

@@ -17,7 +17,7 @@ no torch counter sees but the GPU does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
@@ -93,6 +93,26 @@ class MemoryEstimate:
     def reserved_bytes(self) -> int:
         return self.allocated_bytes + self.get("fragmentation")
 
+    def on_gpu(self, capacity: int) -> MemoryEstimate:
+        """This estimate on a GPU of ``capacity`` bytes: when the allocator's cache would take
+        the device past its capacity, torch frees the unused cached segments and retries
+        instead (``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp), so the cache
+        holds at most what is left; block rounding inside live blocks cannot be freed."""
+        from cfgcheck.memory.allocator import ROUNDING
+
+        cache = self.get("fragmentation")
+        floor = min(cache, int(self.allocated_bytes * ROUNDING))
+        room = max(floor, capacity - (self.total_bytes - cache))
+        if room >= cache:
+            return self
+        comps = tuple(
+            replace(c, bytes=room, note=c.note + ", capped: the GPU is full, torch frees it")
+            if c.key == "fragmentation"
+            else c
+            for c in self.components
+        )
+        return replace(self, components=comps)
+
     def to_dict(self) -> dict[str, Any]:
         total = self.total_bytes
         return {
@@ -152,18 +172,27 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     auto = weights.autocast_copy_bytes(m, t) // div.weights
     grads = weights.gradient_bytes(m, t) // div.gradients
     states = weights.optimizer_state_bytes(m, t) // div.optimizer
-    paged_states = states if weights.paged(t) else 0
+    paged_states = weights.paged_state_bytes(m, t) // div.optimizer
     states -= paged_states
     step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
     buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
+    # FSDP / ZeRO-3 gather buffers live while units run, not at the optimizer step
+    gather = buffers if sharding.gathers(t) else 0
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
     logits = act.logits_bytes(m, t, b, seq)
+    loss_note: str = t.loss_chunking
+    loss_phase = "forward"
     if t.gradient_accumulation_steps > 1:
         fwd_grads = grads
     elif t.finetuning == "full":  # the lm_head's gradient appears first in backward
         fwd_grads = m.rows * m.n_embd * weights.master_bytes(t) // div.gradients
     else:
         fwd_grads = 0
+    if not t.gradient_checkpointing:  # the last layer's backward, a quantized linear's buffers
+        backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
+        if backward > logits:
+            logits, loss_note = backward, f"{t.loss_chunking}; then the last layer's backward"
+            loss_phase = "backward (last layer)"
     forward = auto + fwd_grads + acts + logits
     # checkpointing: backward recomputes one layer while the layer inputs are still kept and
     # the gradient of the hidden states flows in and out of it (two hidden-size tensors)
@@ -173,38 +202,55 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
-        dequant = weights.dequant_bytes(m, t)  # the recomputed layer's dequantized weight
+        dequant = weights.dequant_bytes(m, t, tokens)  # the recomputed layer's bnb buffers
         ckpts = act.checkpoint_bytes(m, t, tokens)
-        recompute = auto + grads + ckpts + layer + dequant + hidden_grads
+        held_grads, held_ckpts = grads, ckpts
+        if (
+            t.finetuning == "full"
+            and t.gradient_accumulation_steps == 1
+            and not t.strategy.startswith("zero")  # DeepSpeed's grad partitions: not modelled
+        ):
+            held_grads, held_ckpts = _backward_front(m, t, ckpts, grads, div.gradients)
+        recompute = auto + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [
         Component("weights", "weights", w, _weights_note(t, st.kbit_upcast)),
         Component("adapters", "LoRA adapters", adapters, f"{8 * st.adapter}-bit") if lora else None,
         Component("optimizer_states", "optimizer states", states, t.optimizer) if states else None,
-        Component("sharding_buffers", "sharding buffers", buffers, t.strategy) if buffers else None,
+        Component("sharding_buffers", "sharding buffers", buffers - gather, t.strategy)
+        if buffers - gather
+        else None,
     ]
+    gathered = (
+        Component("sharding_buffers", "sharding buffers", gather, f"{t.strategy} all-gather")
+        if gather
+        else None
+    )
+    forward += gather
     if forward >= max(step, recompute):
-        phase = "forward"
+        phase = loss_phase
         parts = [
             Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
             Component("activations", "activations", acts, _act_note(t, masked)),
-            Component("logits_loss", "logits and loss", logits, t.loss_chunking),
+            Component("logits_loss", "logits and loss", logits, loss_note),
+            gathered,
         ]
     elif recompute >= step:
         phase = "backward (recomputation)"
         parts = [
             Component("autocast_copies", "autocast 16-bit weight copies", auto) if auto else None,
-            Component("gradients", "gradients", grads) if grads else None,
+            Component("gradients", "gradients", held_grads) if held_grads else None,
             Component(
                 "activations",
                 "activations",
-                recompute - auto - grads - dequant,
+                recompute - auto - held_grads - dequant - gather,
                 _act_note(t, masked) + ", one layer recomputed",
             ),
-            Component("dequant", "dequantized weight", dequant, "bitsandbytes")
+            Component("dequant", "bitsandbytes buffers", dequant, "dequantized weight, casts")
             if dequant
             else None,
+            gathered,
         ]
     else:
         phase = "optimizer step"
@@ -226,8 +272,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             Component(
                 "paged_states",
                 "paged optimizer states",
-                paged_states,
-                "CUDA unified memory: outside torch's counters",
+                weights.managed_device_bytes(paged_states),
+                "CUDA unified memory: outside torch's counters, in 128 MiB steps",
             )
         )
     cov = coverage.coverage(m, d, t)
@@ -242,6 +288,24 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         margin=cov.margin,
         uncalibrated=cov.uncalibrated,
     )
+
+
+def _backward_front(
+    m: ModelConfig, t: TrainerConfig, ckpts: int, grads: int, div: int
+) -> tuple[int, int]:
+    """Gradients and layer checkpoints alive while a layer is recomputed, full fine-tuning
+    without accumulation: backward runs from the last layer to the first, each layer's
+    gradients appear as it is done and its checkpoint is freed, so recomputing layer ``i``
+    holds ``i + 1`` checkpoints and the gradients of the layers after it (and its own), the
+    lm_head's and the final norm's. That sum is linear in ``i``: the larger of its two ends
+    (all checkpoints with the first layer's gradients, or one checkpoint with all of them;
+    the embedding's gradient, which comes last, is counted on the safe side)."""
+    n = m.n_layer
+    per_layer = count_params(m).per_block * weights.master_bytes(t) // div
+    rest = max(0, grads - n * per_layer)
+    first = (rest + per_layer, ckpts)  # recomputing the last layer, first in backward
+    last = (grads, ckpts // n)  # recomputing the first layer, last in backward
+    return max(first, last, key=sum)
 
 
 def _weights_note(t: TrainerConfig, upcast: bool) -> str:

@@ -6,7 +6,10 @@
 * zero2: + gradients divided.
 * zero3 / fsdp: + weights divided; the unit being computed is all-gathered in full, and the
   next one prefetched: two of the largest layer's parameters in the compute dtype, plus, when
-  it trains, one layer of unsharded gradients before the reduce-scatter.
+  it trains, one layer of unsharded gradients before the reduce-scatter. These exist only
+  while units run: each unit is resharded after its forward and its backward
+  (``reshard_after_forward``, torch/distributed/fsdp), so the optimizer step holds none
+  (fms-acceleration's A100 FSDP runs peak at exactly half the one-GPU optimizer step).
 Activations and logits are never divided (data parallelism splits the batch, not a sample).
 """
 
@@ -37,6 +40,11 @@ def divisors(t: TrainerConfig) -> Divisors:
     if s == "zero1":
         return Divisors(1, 1, n)
     return Divisors(1, 1, 1)
+
+
+def gathers(t: TrainerConfig) -> bool:
+    """Whether the strategy's buffers are all-gathered units (absent at the optimizer step)."""
+    return t.world_size > 1 and t.strategy in ("zero3", "fsdp")
 
 
 def buffer_bytes(m: ModelConfig, t: TrainerConfig, gradients: int) -> int:

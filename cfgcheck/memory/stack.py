@@ -11,10 +11,14 @@ hf (transformers / PEFT / bitsandbytes / TRL):
 * QLoRA as users run it: ``peft.prepare_model_for_kbit_training`` (src/peft/utils/other.py)
   casts every 16-bit parameter that is not ``Params4bit`` (embedding, norms, lm_head, biases)
   to fp32, so the embedding output and therefore the whole residual stream is fp32;
-  bitsandbytes' ``Linear4bit.forward`` (bitsandbytes/nn/modules.py) sets its compute dtype
-  from an fp32/bf16 input and casts the output back to the input dtype, so every activation
-  is fp32; ``MatMul4Bit`` (bitsandbytes/autograd/_functions.py) keeps ``(None, B)``: nothing
-  of its input, and dequantizes the weight again in backward.
+  bitsandbytes' ``Linear4bit.forward`` (bitsandbytes/nn/modules.py) casts its input to the
+  ``compute_dtype`` transformers passes (``bnb_4bit_compute_dtype``) and the output back to
+  the input dtype, so every activation is fp32; ``MatMul4Bit``
+  (bitsandbytes/autograd/_functions.py) keeps ``(None, B)``: nothing of its input, and
+  dequantizes the weight again in backward. An int8 load (``Linear8bitLt``) is upcast alike;
+  ``MatMul8bitLt`` keeps its input ``A`` (a view, in its own dtype) and the outlier columns
+  ``subA`` (``llm_int8_threshold=6.0``; a few columns, left out), and returns the input dtype.
+  Their transient buffers: :func:`cfgcheck.memory.weights.dequant_bytes`.
 * Phi's MLP activation is ``gelu_new`` (transformers models/phi/configuration_phi.py), the
   tanh formula written out in tensor ops (activations.py ``NewGELUActivation``): autograd keeps
   four intermediate-size tensors (x, tanh output, 0.5 x, 1 + tanh).

@@ -8,13 +8,20 @@ from cfgcheck.memory.params import (
     block_linears,
     count_params,
     lora_params,
+    norm_params,
+    norms_per_block,
 )
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
-# Bytes per quantized weight element: bitsandbytes stores int8 weights with one fp32 scale
-# per output row (added separately); 4-bit in blocks of 64 with an fp32 absmax per block, or,
-# double-quantized, an int8 absmax per block and an fp32 scale per 256 blocks.
+# Bytes per quantized weight element (bitsandbytes 0.50, bitsandbytes/nn/modules.py and
+# functional.py): int8 (``Int8Params._quantize``: ``int8_vectorwise_quant``) stores the int8
+# matrix CB with one fp32 absmax (SCB) per output row, added separately; 4-bit
+# (``quantize_4bit``, ``Params4bit`` defaults blocksize=64, quant_storage=uint8) packs two
+# values per byte with one fp32 absmax per block of 64; nf4 and fp4 differ only in the 16-entry
+# code; double quantization (``compress_statistics``) re-quantizes the absmax to uint8 in blocks
+# of 256 with an fp32 absmax per block (``quantize_blockwise(absmax - offset, blocksize=256)``).
+# The per-linear code tables and offset (about 1 KiB) are left out.
 QUANT_BYTES: dict[str, float] = {
     "int8": 1.0,
     "nf4": 0.5 + 4 / 64,
@@ -80,6 +87,87 @@ def paged(t: TrainerConfig) -> bool:
     return t.optimizer.startswith("paged_")
 
 
+# bitsandbytes 0.50 ``Optimizer2State.init_state`` (bitsandbytes/optim/optimizer.py): a
+# parameter with fewer than ``min_8bit_size`` elements (4096, the default of ``AdamW8bit`` and
+# ``PagedAdamW8bit``) keeps two fp32 states; a larger one two uint8 states (``state1``,
+# ``state2``) and two fp32 absmax vectors, one value per block of 256 (``absmax1``,
+# ``absmax2``); the two 256-entry qmaps are shared by all parameters. ``get_state_buffer`` puts
+# a state in CUDA managed memory only for a paged optimizer and a parameter of at least 1e5
+# elements; the absmax vectors and the states of smaller parameters are ordinary tensors.
+MIN_8BIT_SIZE = 4096
+STATE_BLOCK = 256
+PAGED_MIN_NUMEL = 100_000
+# Device memory a paged optimizer's managed states take, as NVML counts it: the H100 rows that
+# page 22 MB and 34 MB of states both use exactly 128 MiB more than the same stack paging
+# nothing (benchmarks/calibration/: used minus reserved 0.858 vs 0.733 GiB), so managed memory
+# is counted in 128 MiB steps (a measured granularity, not a source figure).
+MANAGED_STEP = 128 * 2**20
+
+
+def trainable_tensors(m: ModelConfig, t: TrainerConfig) -> list[tuple[int, int]]:
+    """``(elements, count)`` of every trainable tensor, as a per-tensor optimizer sees them:
+    PEFT's ``lora_A`` (rank x in) and ``lora_B`` (out x rank) per adapter (embedding adapters:
+    rank x rows and hidden x rank), or for full fine-tuning every parameter of the model."""
+    if t.finetuning != "full":
+        r = t.lora.rank or 0
+        adapted = adapted_modules(m, t.lora.targets, t.framework)
+        out = [(r * x.in_features, n) for x, n in adapted.linears if n]
+        out += [(r * x.out_features, n) for x, n in adapted.linears if n]
+        if adapted.lm_head:
+            out += [(r * m.n_embd, 1), (r * m.rows, 1)]
+        out += [(r * rows, 1) for rows in adapted.embedding_rows]
+        out += [(r * m.n_embd, 1) for _ in adapted.embedding_rows]
+        return [x for x in out if x[0]]
+    pc = count_params(m)
+    per_norm = 2 if m.norm == "layernorm" else 1  # weight, and bias for LayerNorm
+    out = [(m.rows * m.n_embd, 1)]
+    if pc.position_embedding:
+        out.append((pc.position_embedding, 1))
+    if pc.lm_head:
+        out.append((m.rows * m.n_embd, 1))
+        if pc.lm_head > m.rows * m.n_embd:
+            out.append((m.rows, 1))
+    for x in block_linears(m):
+        out.append((x.in_features * x.out_features, m.n_layer))
+        if x.bias:
+            out.append((x.out_features, m.n_layer))
+    out.append((norm_params(m) // per_norm, norms_per_block(m) * m.n_layer * per_norm))
+    if m.norm_qk:
+        out.append((norm_params(m, m.head_dim) // per_norm, 2 * m.n_layer * per_norm))
+    out.append((norm_params(m) // per_norm, per_norm))
+    return out
+
+
+def _bnb_8bit_state(numel: int, paged_opt: bool) -> tuple[int, int]:
+    """(ordinary, managed) bytes of one parameter's 8-bit AdamW state."""
+    if numel < MIN_8BIT_SIZE:
+        return 2 * 4 * numel, 0  # fp32 states, never paged (below PAGED_MIN_NUMEL)
+    absmax = 2 * 4 * -(-numel // STATE_BLOCK)
+    if paged_opt and numel >= PAGED_MIN_NUMEL:
+        return absmax, 2 * numel
+    return absmax + 2 * numel, 0
+
+
+def _bnb_8bit_states(m: ModelConfig, t: TrainerConfig) -> tuple[int, int]:
+    ordinary = managed = 0
+    for numel, count in trainable_tensors(m, t):
+        o, p = _bnb_8bit_state(numel, paged(t))
+        ordinary, managed = ordinary + o * count, managed + p * count
+    return ordinary, managed
+
+
+def paged_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """The optimizer states that live in CUDA managed memory (see :func:`paged`)."""
+    if t.optimizer != "paged_adamw_8bit":
+        return 0
+    return _bnb_8bit_states(m, t)[1]
+
+
+def managed_device_bytes(managed: int) -> int:
+    """Device memory that ``managed`` bytes of paged states take (:data:`MANAGED_STEP`)."""
+    return -(-managed // MANAGED_STEP) * MANAGED_STEP
+
+
 def gradient_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     return trainable_params(m, t) * trainable_bytes(m, t)
 
@@ -105,7 +193,7 @@ def optimizer_state_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     if t.optimizer == "adamw":
         return 2 * n * trainable_bytes(m, t)
     if t.optimizer in ("adamw_8bit", "paged_adamw_8bit"):
-        return int(n * (2 + 2 * 4 / 256))  # two int8 states + fp32 absmax per 256-block
+        return sum(_bnb_8bit_states(m, t))  # per tensor: see MIN_8BIT_SIZE
     if t.optimizer == "sgd":
         return n * trainable_bytes(m, t)  # one momentum buffer
     return _adafactor_bytes(m, t)
@@ -115,7 +203,9 @@ def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     """Temporaries of the optimizer step (torch/optim/adamw.py, sgd.py, _adafactor.py, the
     multi-tensor paths CUDA uses by default): AdamW builds one parameter-sized list
     (``sqrt(exp_avg_sq)``); SGD with momentum updates in place; Adafactor builds the variance
-    estimates and the updates (two lists); 8-bit optimizers update parameter by parameter."""
+    estimates and the updates (two lists); bitsandbytes' 8-bit AdamW updates parameter by
+    parameter in place (``optimizer_update_8bit_blockwise`` / ``optimizer_update_32bit``
+    kernels, ``p.data.contiguous()`` a no-op): nothing."""
     n = trainable_params(m, t) * trainable_bytes(m, t)
     if t.optimizer == "adamw":
         return n
@@ -124,17 +214,53 @@ def optimizer_step_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     return 0
 
 
-def dequant_bytes(m: ModelConfig, t: TrainerConfig) -> int:
-    """Transient buffers of a quantized linear while its layer runs: bitsandbytes' 4-bit
-    ``MatMul4Bit`` dequantizes the weight (in the stored 16-bit dtype) and casts it to the
-    input's dtype, in forward and again in backward (bitsandbytes/autograd/_functions.py);
-    int8 backward copies the weight to the input dtype. The largest block linear counts."""
-    from cfgcheck.memory.stack import quantized, stack
+def _quant_linear_transient(
+    quant: str, act: int, compute: int, n_in: int, n_out: int, tokens: int
+) -> int:
+    """Largest transient of one frozen bitsandbytes linear (forward or backward), beyond its
+    input, output and the gradients that flow through it (bitsandbytes 0.50).
+
+    4-bit (``Linear4bit.forward``, bitsandbytes/nn/modules.py): the input is cast to the
+    ``compute_dtype`` transformers passes (``bnb_4bit_compute_dtype``; a copy when the stream
+    is another dtype) and the output cast back. Forward, ``gemm_4bit`` (backends/cuda/ops.py)
+    dequantizes into a weight-sized buffer of the compute dtype (``_dequant_linear_fallback``,
+    all training batches above 1536 tokens and most below on an H100), a nested state first
+    rebuilding the fp32 absmax (two per-block fp32 vectors). Backward, ``MatMul4Bit.backward``
+    (autograd/_functions.py) calls ``dequantize_4bit``, which returns the dtype the weight was
+    quantized from (16-bit), cast to the gradient's dtype: the gradient in the compute dtype,
+    the weight, the input gradient in the compute dtype.
+    int8 (``MatMul8bitLt``, ``llm_int8_threshold=6.0``): forward casts the input to fp16 and
+    finds outlier columns (``abs()`` and a bool mask: 5 bytes per input element at once),
+    keeps the int8 input (1 byte) while the int32 product (4) and its fp16 dequantization (2)
+    exist (``int8_scaled_mm`` -> ``int8_mm_dequant``, then ``.to`` the input dtype); backward
+    copies the int8 weight to the input dtype (``CB.to(dtype_A, copy=True)``).
+    """
+    weight = n_in * n_out
+    if quant == "int8":
+        forward = max(5 * tokens * n_in, tokens * n_in + 6 * tokens * n_out)
+        return max(forward, act * weight)
+    nested = 4 * weight // 64 if quant == "nf4-dq" else 0  # fp32 absmax per block of 64
+    cast = compute if compute != act else 0  # the compute-dtype copies of input and output
+    forward = cast * tokens * (n_in + n_out) + compute * weight + 2 * nested
+    backward = (
+        cast * tokens * n_out  # the gradient cast to the compute dtype
+        + (2 + (compute if compute != 2 else 0)) * weight  # 16-bit dequantized, cast
+        + nested
+        + cast * tokens * n_in  # the input gradient before its cast back
+    )
+    return max(forward, backward)
+
+
+def dequant_bytes(m: ModelConfig, t: TrainerConfig, tokens: int = 0) -> int:
+    """Transient buffers of the quantized linears of the layer being recomputed (the largest
+    linear counts; see :func:`_quant_linear_transient`), for ``tokens`` tokens."""
+    from cfgcheck.memory.stack import compute_bytes, quantized, stack
 
     if not quantized(t):
         return 0
-    largest = max(x.in_features * x.out_features for x in block_linears(m))
     act = stack(m, t).act
-    if t.quantization == "int8":
-        return largest * act
-    return largest * (2 + (act if act != 2 else 0))
+    compute = compute_bytes(t)  # bnb_4bit_compute_dtype: bf16 unless the run is fp32
+    return max(
+        _quant_linear_transient(t.quantization, act, compute, x.in_features, x.out_features, tokens)
+        for x in block_linears(m)
+    )

@@ -91,6 +91,11 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
     hint, fix_objs = _fixes(cfg, avail.bytes)
     if v == "does not fit":
         tail = ": the run will fail with CUDA out of memory"
+    elif est.total_bytes > avail.bytes:
+        tail = (
+            f": only the allocator cache ({_gib(est.get('fragmentation'))}) is over, which torch "
+            "frees and retries before it fails, so it may not fit"
+        )
     else:
         tail = (
             f": with the estimate's stated margin ({margin}) it may need up to "
