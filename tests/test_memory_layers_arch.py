@@ -29,6 +29,7 @@ GPT-2 under sdpa is built with ``attn_pdrop = 0``.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -43,8 +44,23 @@ from cfgcheck.schema import ModelConfig, TrainerConfig
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-BATCH, SEQ = 2, 32
-WINDOW = 12  # a sliding window shorter than SEQ: transformers' masking_utils builds a mask
+WINDOW = 12  # a sliding window shorter than 32 tokens: transformers' masking_utils masks
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What the model gets: ``kind`` padded (the first row ends in 3 pad tokens), unpadded,
+    or packed (samples of 8 tokens, position ids restarting, no attention mask)."""
+
+    kind: str
+    rows: int = 2
+    seq: int = 32
+
+    @property
+    def tokens(self) -> int:
+        return self.rows * self.seq
+
+
 BASE: dict[str, Any] = {
     "name": "tiny",
     "block_size": 256,
@@ -128,7 +144,7 @@ def trainer(
         lora = {"rank": None, "targets": [], "dropout": 0.0}
     return TrainerConfig.model_validate(
         {
-            "micro_batch_size": BATCH,
+            "micro_batch_size": 2,
             "precision": precision,
             "finetuning": "full" if mode == "full" else "lora",
             "attention": attention_kind,
@@ -137,12 +153,12 @@ def trainer(
     )
 
 
-def masked(m: ModelConfig, batch: str) -> bool:
-    """Whether the kernel gets a mask (padding, packing or a window shorter than SEQ)."""
-    return batch != "unpadded" or (m.sliding_window_size or SEQ) < SEQ
+def masked(m: ModelConfig, b: Batch) -> bool:
+    """Whether the kernel gets a mask (padding, packing or a window shorter than the rows)."""
+    return b.kind != "unpadded" or (m.sliding_window_size or b.seq) < b.seq
 
 
-def saved_bytes(m: ModelConfig, t: TrainerConfig, batch: str) -> int:
+def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
     """Unique storages autograd saves in one forward of the real model (parameters excluded;
     autocast's weight casts included)."""
     from cfgcheck.memory.hf_shapes import hf_config
@@ -183,12 +199,13 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, batch: str) -> int:
             keep.append(x)
         return x
 
-    ids = torch.randint(0, 128, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    shape_ = (b.rows, b.seq)
+    ids = torch.randint(0, m.rows, shape_, generator=torch.Generator().manual_seed(1))
     kwargs: dict[str, Any] = {"input_ids": ids}
-    if batch == "packed":  # four samples per row, positions restarting (the packed collator)
-        kwargs["position_ids"] = torch.arange(SEQ).remainder(8).unsqueeze(0).expand(BATCH, SEQ)
-    elif batch == "padded":
-        mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+    if b.kind == "packed":  # samples of 8 tokens, positions restarting (the packed collator)
+        kwargs["position_ids"] = torch.arange(b.seq).remainder(8).unsqueeze(0).expand(*shape_)
+    elif b.kind == "padded":
+        mask = torch.ones(*shape_, dtype=torch.long)
         mask[0, -3:] = 0  # right padding
         kwargs["attention_mask"] = mask
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=t.precision == "bf16-mixed")
@@ -197,18 +214,18 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, batch: str) -> int:
     return sum(seen.values())
 
 
-def formula(m: ModelConfig, t: TrainerConfig, batch: str) -> int:
+def formula(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
     """cfgcheck's activations plus the 16-bit weight casts autograd keeps under autocast."""
-    a = act.activation_bytes(m, t, BATCH, SEQ, masked=masked(m, batch))
+    a = act.activation_bytes(m, t, b.rows, b.seq, masked=masked(m, b))
     return a + weights.autocast_copy_bytes(m, t)
 
 
-def cpu_minus_cuda(m: ModelConfig, t: TrainerConfig, layers: int, head: bool) -> int:
+def cpu_minus_cuda(m: ModelConfig, t: TrainerConfig, b: Batch, layers: int, head: bool) -> int:
     """What the CPU kernels keep beyond the CUDA ones the formula models (module docstring):
     per layer, LoRA dropout's noise instead of a 1-byte mask, and LayerNorm's 16-bit
     statistics instead of fp32 ones; ``head``: the final LayerNorm too."""
     s = stack(m, t)
-    tokens = BATCH * SEQ
+    tokens = b.tokens
     extra = 0
     if t.finetuning != "full" and t.lora.rank and t.lora.dropout > 0:
         adapted = adapted_modules(m, t.lora.targets).names
@@ -221,13 +238,13 @@ def cpu_minus_cuda(m: ModelConfig, t: TrainerConfig, layers: int, head: bool) ->
     if architecture_of(m) == "gpt2":  # noise in the dropped tensor's dtype, not 1-byte masks
         extra += layers * 2 * (s.act - 1) * m.n_embd * tokens  # after c_proj: act's dtype
         if attention(m, t) == "eager":  # the probabilities, cast to v's dtype
-            extra += layers * (s.act - 1) * m.n_head * SEQ * tokens
+            extra += layers * (s.act - 1) * m.n_head * b.seq * tokens
         if head:  # after the embeddings: the residual dtype
             extra += (s.residual - 1) * m.n_embd * tokens
     return extra
 
 
-def once_per_model(m: ModelConfig, t: TrainerConfig, batch: str) -> int:
+def once_per_model(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
     """Tensors saved once per model that the estimate leaves out (well under 0.1 % of any
     real run): the int64 token ids (kept by the embedding when its weight trains), RoPE's cos
     and sin tables in the residual dtype ((1, seq, rotary dims), per row when the batch
@@ -238,17 +255,17 @@ def once_per_model(m: ModelConfig, t: TrainerConfig, batch: str) -> int:
     s = stack(m, t)
     full = t.finetuning == "full"
     arch = architecture_of(m)
-    extra = 8 * BATCH * SEQ if full else 0
-    rows = BATCH if batch == "packed" else 1
+    extra = 8 * b.tokens if full else 0
+    rows = b.rows if b.kind == "packed" else 1
     if arch == "gpt2":
-        extra += 8 * SEQ if full else 0
+        extra += 8 * b.seq if full else 0
     else:
         rotary = int(m.head_dim * m.rotary_fraction)
-        extra += 2 * s.residual * rotary * rows * SEQ
+        extra += 2 * s.residual * rotary * rows * b.seq
     if (arch or "").startswith("gemma") and full:
         extra += s.residual
     if m.final_logit_softcapping:
-        extra += s.act * m.rows * BATCH * SEQ
+        extra += s.act * m.rows * b.tokens
     return extra
 
 
@@ -259,12 +276,15 @@ def layer_pair(arch: str) -> tuple[int, int]:
     return (3, 1) if family(arch) == "gemma2" else (2, 1)
 
 
-def check_per_layer(arch: str, t: TrainerConfig, batch: str) -> None:
+def check_per_layer(arch: str, t: TrainerConfig, b: Batch, mh: ModelConfig | None = None) -> None:
+    """``arch``'s shape (or ``mh``, the same layout), its layer pair, against the formula."""
     hi, lo = layer_pair(arch)
-    mh, ml = shape(arch, hi), shape(arch, lo)
-    measured = saved_bytes(mh, t, batch) - saved_bytes(ml, t, batch)
-    expected = formula(mh, t, batch) - formula(ml, t, batch)
-    expected += cpu_minus_cuda(mh, t, hi - lo, head=False)
+    mh = mh or shape(arch, hi)
+    mh = mh.model_copy(update={"n_layer": hi})
+    ml = mh.model_copy(update={"n_layer": lo})
+    measured = saved_bytes(mh, t, b) - saved_bytes(ml, t, b)
+    expected = formula(mh, t, b) - formula(ml, t, b)
+    expected += cpu_minus_cuda(mh, t, b, hi - lo, head=False)
     assert measured == expected, (measured, expected, measured - expected)
 
 
@@ -286,7 +306,7 @@ MATRIX = [
 def test_layer_bytes_equal_transformers(
     arch: str, precision: str, mode: str, kernel: str, batch: str
 ) -> None:
-    check_per_layer(arch, trainer(precision, mode, kernel), batch)
+    check_per_layer(arch, trainer(precision, mode, kernel), Batch(batch))
 
 
 # --- PEFT LoRA: a seeded sample of target sets, ranks, dropout, precision, batch, kernel ----
@@ -337,7 +357,60 @@ def test_lora_layer_bytes_equal_peft(
     peft = pytest.importorskip("peft")
     assert peft is not None
     t = trainer(precision, "lora", kernel, targets, rank, dropout)
-    check_per_layer(arch, t, batch)
+    check_per_layer(arch, t, Batch(batch))
+
+
+# --- other shapes: head counts, groups, head sizes, widths, rows and lengths, seeded ----------
+
+
+def random_cases(
+    seed: int = 1414, n: int = 12
+) -> list[tuple[str, ModelConfig, TrainerConfig, Batch]]:
+    """Shapes the fixed matrix does not use (head_size other than n_embd / n_head where the
+    class allows it, other GQA ratios, partial rotary, windows, odd lengths), each with a
+    random setting. At least two k/v heads: with one, repeat_kv is a view (docs/memory.md)."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(n):
+        arch = list(ARCHS)[i % len(ARCHS)]
+        fam = family(arch)
+        heads = rng.choice([2, 4, 6, 8])
+        groups = heads if fam == "gpt2" else rng.choice([g for g in (2, heads) if heads % g == 0])
+        head_size = rng.choice([8, 16, 24])
+        fixed_width = fam in ("qwen2", "phi", "phi3", "gpt2")  # head_size * n_head == n_embd
+        width = heads * head_size if fixed_width else rng.choice([32, 48, 96])
+        layout = dict(ARCHS[arch])
+        if "sliding_window_size" in layout:
+            layout["sliding_window_size"] = rng.choice([3, 5, 40])
+        if fam == "phi":
+            layout["rotary_fraction"] = rng.choice([0.25, 0.5, 1.0])
+        values = BASE | layout
+        values |= {"n_head": heads, "n_query_groups": groups, "head_size": head_size}
+        values |= {"n_embd": width, "intermediate_size": rng.choice([40, 96]), "n_layer": 2}
+        mode = rng.choice(["full", "frozen", "lora"])
+        targets = rng.choice(
+            [ATTENTION_TARGETS.get(fam, ["q_proj", "v_proj"]), ALL_TARGETS.get(fam, LLAMA_ALL)]
+        )
+        t = trainer(
+            rng.choice(PRECISIONS),
+            mode,
+            rng.choice(KERNELS),
+            targets,
+            rng.choice([4, 8]),
+            rng.choice([0.0, 0.1]),
+        )
+        b = Batch(rng.choice(BATCHES), rng.choice([1, 2, 3]), rng.choice([9, 16, 33]))
+        cases.append((arch, ModelConfig.model_validate(values), t, b))
+    return cases
+
+
+@pytest.mark.parametrize(("arch", "m", "t", "b"), random_cases())
+def test_other_shapes_layer_bytes_equal_transformers(
+    arch: str, m: ModelConfig, t: TrainerConfig, b: Batch
+) -> None:
+    if t.lora.rank:
+        pytest.importorskip("peft")
+    check_per_layer(arch, t, b, m)
 
 
 # --- the whole model: the once-per-model part (final norm, lm_head input) -------------------
@@ -359,10 +432,10 @@ def test_whole_model_bytes_equal_formula(
     if mode == "lora":
         pytest.importorskip("peft")
     t = trainer(precision, mode, kernel, targets if mode == "lora" else None)
-    m = shape(arch, 2)
-    measured = saved_bytes(m, t, batch)
-    expected = formula(m, t, batch) + once_per_model(m, t, batch)
-    expected += cpu_minus_cuda(m, t, m.n_layer, head=True)
+    m, b = shape(arch, 2), Batch(batch)
+    measured = saved_bytes(m, t, b)
+    expected = formula(m, t, b) + once_per_model(m, t, b)
+    expected += cpu_minus_cuda(m, t, b, m.n_layer, head=True)
     assert measured == expected, (measured, expected, measured - expected)
 
 

@@ -177,7 +177,9 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         total += p * a * d if rope else 0  # q
         total += p * kv_width if rope or copied_kv else 0  # k
         total += p * kv_width if copied_kv else 0  # v
-        if not rope or not copied_kv:  # a view: the fused output
+        # a view keeps the fused output; with one k/v head repeat_kv's expand is itself a view
+        # (measured on CPU), so k and v stay counted expanded and the output is counted too
+        if not rope or not copied_kv or kv == 1:
             total += p * (a * d + 2 * kv * d)
     else:
         total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
