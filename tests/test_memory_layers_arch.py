@@ -137,6 +137,7 @@ def trainer(
     targets: list[str] | None = None,
     rank: int = 8,
     dropout: float = 0.0,
+    rows: int = 2,
 ) -> TrainerConfig:
     """``mode``: full, frozen (a LoRA run with no adapter: the frozen base alone) or lora."""
     lora = {"rank": rank, "targets": targets or [], "dropout": dropout}
@@ -144,7 +145,7 @@ def trainer(
         lora = {"rank": None, "targets": [], "dropout": 0.0}
     return TrainerConfig.model_validate(
         {
-            "micro_batch_size": 2,
+            "micro_batch_size": rows,
             "precision": precision,
             "finetuning": "full" if mode == "full" else "lora",
             "attention": attention_kind,
@@ -360,6 +361,18 @@ def test_lora_layer_bytes_equal_peft(
     check_per_layer(arch, t, Batch(batch))
 
 
+# --- one row: torch.matmul folds (1, heads) into a view, so eager keeps views too ----------
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("arch", ["llama", "phi3", "phi3-window", "gpt2"])
+def test_single_row_layer_bytes_equal_transformers(arch: str, kernel: str) -> None:
+    """A micro-batch of one row: eager attention's matmul keeps v as a view of Phi-3's fused
+    ``qkv_proj`` output (without grouped heads), so the whole output stays alive."""
+    t = trainer("bf16-true", "full", kernel, rows=1)
+    check_per_layer(arch, t, Batch("padded", rows=1))
+
+
 # --- other shapes: head counts, groups, head sizes, widths, rows and lengths, seeded ----------
 
 
@@ -378,7 +391,8 @@ def random_cases(
         groups = heads if fam == "gpt2" else rng.choice([g for g in (2, heads) if heads % g == 0])
         head_size = rng.choice([8, 16, 24])
         fixed_width = fam in ("qwen2", "phi", "phi3", "gpt2")  # head_size * n_head == n_embd
-        width = heads * head_size if fixed_width else rng.choice([32, 48, 96])
+        # transformers' configs want n_embd divisible by n_head even with an explicit head_dim
+        width = heads * head_size if fixed_width else rng.choice([w * heads for w in (4, 8, 12)])
         layout = dict(ARCHS[arch])
         if "sliding_window_size" in layout:
             layout["sliding_window_size"] = rng.choice([3, 5, 40])
@@ -400,6 +414,7 @@ def random_cases(
             rng.choice([0.0, 0.1]),
         )
         b = Batch(rng.choice(BATCHES), rng.choice([1, 2, 3]), rng.choice([9, 16, 33]))
+        t = t.model_copy(update={"micro_batch_size": b.rows})
         cases.append((arch, ModelConfig.model_validate(values), t, b))
     return cases
 

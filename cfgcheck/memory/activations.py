@@ -170,16 +170,17 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     expanded = kernel == "eager" or (kernel == "sdpa" and masked)
     kv_width = a * d if expanded else kv * d
     fused = any(len(x.roles) == 3 for x in block_linears(m))  # one qkv projection
-    if kernel != "eager" and fused:
-        # sdpa / flash keep q, k, v as passed: transformers' slices of the fused output (v
-        # unless repeat_kv copied it, q and k too without RoPE) keep that whole output alive
-        copied_kv = expanded and kv < a  # repeat_kv copies only when heads are grouped
+    # sdpa / flash keep q, k, v as passed, and eager's matmuls keep views of them when one
+    # row lets torch.matmul fold (batch, heads) without a copy: a slice of the fused output (v
+    # unless repeat_kv copied it, q and k too without RoPE) keeps that whole output alive
+    if fused and (kernel != "eager" or t.micro_batch_size == 1):
+        # repeat_kv copies only when heads are grouped; with one k/v head its expand is a view
+        # (measured on CPU), so k stays counted expanded, on the safe side
+        copied_kv = expanded and 1 < kv < a
         total += p * a * d if rope else 0  # q
         total += p * kv_width if rope or copied_kv else 0  # k
         total += p * kv_width if copied_kv else 0  # v
-        # a view keeps the fused output; with one k/v head repeat_kv's expand is itself a view
-        # (measured on CPU), so k and v stay counted expanded and the output is counted too
-        if not rope or not copied_kv or kv == 1:
+        if not rope or not copied_kv:  # a view: the fused output
             total += p * (a * d + 2 * kv * d)
     else:
         total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
