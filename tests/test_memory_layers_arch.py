@@ -209,7 +209,8 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
         mask = torch.ones(*shape_, dtype=torch.long)
         mask[0, -3:] = 0  # right padding
         kwargs["attention_mask"] = mask
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=t.precision == "bf16-mixed")
+    half = torch.float16 if t.precision == "16-mixed" else torch.bfloat16
+    autocast = torch.autocast("cpu", dtype=half, enabled=t.precision.endswith("-mixed"))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), autocast:
         model(**kwargs)
     return sum(seen.values())
@@ -406,7 +407,7 @@ def random_cases(
             [ATTENTION_TARGETS.get(fam, ["q_proj", "v_proj"]), ALL_TARGETS.get(fam, LLAMA_ALL)]
         )
         t = trainer(
-            rng.choice(PRECISIONS),
+            rng.choice([*PRECISIONS, "16-mixed"]),  # fp16 autocast: CPU autocast has it too
             mode,
             rng.choice(KERNELS),
             targets,
