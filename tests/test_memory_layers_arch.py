@@ -159,9 +159,10 @@ def masked(m: ModelConfig, b: Batch) -> bool:
     return b.kind != "unpadded" or (m.sliding_window_size or b.seq) < b.seq
 
 
-def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
+def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch, reentrant: bool = False) -> int:
     """Unique storages autograd saves in one forward of the real model (parameters excluded;
-    autocast's weight casts included)."""
+    autocast's weight casts included); ``t.gradient_checkpointing``: transformers'
+    ``gradient_checkpointing_enable`` with torch's reentrant or non-reentrant checkpoint."""
     from cfgcheck.memory.hf_shapes import hf_config
 
     cfg = hf_config(m)
@@ -174,6 +175,9 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
     model = model.to(dtype)
     model.config.use_cache = False  # as trainers set it (packing detection needs it)
     model.train()
+    if t.gradient_checkpointing:
+        kwargs_ = {"use_reentrant": reentrant}
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs_)
     if t.finetuning != "full":
         model.requires_grad_(False)
         # the embedding output needs a gradient, as with PEFT under checkpointing: every layer
@@ -217,9 +221,11 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
 
 
 def formula(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
-    """cfgcheck's activations plus the 16-bit weight casts autograd keeps under autocast."""
+    """cfgcheck's activations plus the 16-bit weight casts autograd keeps under autocast (a
+    checkpointed layer saves none in the forward; whatever autocast's cache holds is no saved
+    tensor: the estimate's ``autocast_copies``, not checked here)."""
     a = act.activation_bytes(m, t, b.rows, b.seq, masked=masked(m, b))
-    return a + weights.autocast_copy_bytes(m, t)
+    return a + (0 if t.gradient_checkpointing else weights.autocast_copy_bytes(m, t))
 
 
 def cpu_minus_cuda(m: ModelConfig, t: TrainerConfig, b: Batch, layers: int, head: bool) -> int:
@@ -278,15 +284,18 @@ def layer_pair(arch: str) -> tuple[int, int]:
     return (3, 1) if family(arch) == "gemma2" else (2, 1)
 
 
-def check_per_layer(arch: str, t: TrainerConfig, b: Batch, mh: ModelConfig | None = None) -> None:
+def check_per_layer(
+    arch: str, t: TrainerConfig, b: Batch, mh: ModelConfig | None = None, reentrant: bool = False
+) -> None:
     """``arch``'s shape (or ``mh``, the same layout), its layer pair, against the formula."""
     hi, lo = layer_pair(arch)
     mh = mh or shape(arch, hi)
     mh = mh.model_copy(update={"n_layer": hi})
     ml = mh.model_copy(update={"n_layer": lo})
-    measured = saved_bytes(mh, t, b) - saved_bytes(ml, t, b)
+    measured = saved_bytes(mh, t, b, reentrant) - saved_bytes(ml, t, b, reentrant)
     expected = formula(mh, t, b) - formula(ml, t, b)
-    expected += cpu_minus_cuda(mh, t, b, hi - lo, head=False)
+    if not t.gradient_checkpointing:  # else nothing of the layer's inside is kept
+        expected += cpu_minus_cuda(mh, t, b, hi - lo, head=False)
     assert measured == expected, (measured, expected, measured - expected)
 
 
@@ -372,6 +381,24 @@ def test_single_row_layer_bytes_equal_transformers(arch: str, kernel: str) -> No
     ``qkv_proj`` output (without grouped heads), so the whole output stays alive."""
     t = trainer("bf16-true", "full", kernel, rows=1)
     check_per_layer(arch, t, Batch("padded", rows=1))
+
+
+# --- gradient checkpointing: each layer keeps its input (in the residual dtype) -------------
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_checkpointed_layer_keeps_its_input(arch: str, reentrant: bool) -> None:
+    """``act.checkpoint_bytes`` against transformers' checkpointed layers (torch's reentrant
+    ``CheckpointFunction`` saves the layer inputs; the non-reentrant one keeps them too)."""
+    i = list(ARCHS).index(arch) + int(reentrant)
+    mode = ("full", "frozen", "lora")[i % 3]
+    targets = ATTENTION_TARGETS.get(family(arch), ["q_proj", "v_proj"])
+    t = trainer(PRECISIONS[i % 3], mode, KERNELS[i % 2], targets, dropout=0.1)
+    if mode == "lora":
+        pytest.importorskip("peft")
+    t = t.model_copy(update={"gradient_checkpointing": True})
+    check_per_layer(arch, t, Batch(BATCHES[i % 3]), reentrant=reentrant)
 
 
 # --- other shapes: head counts, groups, head sizes, widths, rows and lengths, seeded ----------
