@@ -261,6 +261,6 @@ def test_gemma_norms_keep_fp32_outputs_when_they_train(attention: str) -> None:
     )
     measured = saved_bytes(m3, attention, True, torch.bfloat16, True)
     measured -= saved_bytes(m2, attention, True, torch.bfloat16, True)
+    # the formula includes, per layer and not per token, the fp32 (1 + weight) of each norm
     formula = act.activation_bytes(m3, t, 2, 32) - act.activation_bytes(m2, t, 2, 32)
-    # plus, per layer and not per token, the fp32 (1 + weight) of each of its two norms
-    assert measured == formula + 2 * 4 * 64
+    assert measured == formula

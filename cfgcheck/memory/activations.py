@@ -14,13 +14,16 @@ the tensors PyTorch actually keeps, for the layout of the model and the stack th
 * SwiGLU/GeGLU keep three ``intermediate_size`` tensors (gate, activation, up); GELU one
   (``gelu``/``gelu_pytorch_tanh``: its input) or four (``gelu_new``, written out in tensor ops).
 * RMSNorm keeps an fp32 copy of its input (4 bytes x hidden); LayerNorm keeps its input and
-  two fp32 statistics per token. q/k norms (Qwen3) keep their per-head inputs; Gemma 2's
-  post-attention / post-MLP norms are two more norms.
+  two fp32 statistics per token. q/k norms (Qwen3) keep their per-head inputs (and, trained,
+  their normalized tensors); Gemma 2's post-attention / post-MLP norms are two more norms;
+  each Gemma norm also keeps its fp32 ``1 + weight`` (per layer, not per token).
 * eager attention keeps the s x s softmax output in fp32 and its 16-bit copy per head (and the
   tanh output of attention-logit soft-capping); sdpa/flash keep only q, k, v, the output and a
   log-sum-exp per head and token (their output is laid out as (batch, seq, heads, dim), so it
-  is also the o_proj input, not a copy). transformers' sdpa and flash paths do not apply
-  attention soft-capping (Gemma 2 warns to train with eager).
+  is also the o_proj input, not a copy; not so after Phi's partial-rotary ``torch.cat``).
+  GPT-2's eager softmax stays in the compute dtype. With a fused qkv projection (Phi-3,
+  GPT-2) sdpa keeps views of its output, so the whole output. transformers has no sdpa path
+  for Gemma 2 (eager).
 * A frozen 16-bit linear keeps nothing of its input (autograd saves ``x`` only when the weight
   needs a gradient); a trained one keeps its input; bitsandbytes 4-bit keeps nothing
   (``MatMul4Bit``: ``ctx.tensors = (None, B)``), int8 (``MatMul8bitLt``) keeps it.
@@ -28,14 +31,16 @@ the tensors PyTorch actually keeps, for the layout of the model and the stack th
   or, without dropout, their input (a copy per adapter when the input is cast), and the rank-r
   output.
 * Gradient checkpointing keeps each layer's input and recomputes one layer at a time.
-No dropout outside LoRA (the presets' models use none).
+No dropout outside LoRA and GPT-2 (transformers' GPT-2 default 0.1; the presets' models use
+none). Checked to the byte per layer on CPU for every architecture cfgcheck builds
+(tests/test_memory_layers_arch.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cfgcheck.memory.modules import Linear
+from cfgcheck.memory.modules import Linear, architecture_of
 from cfgcheck.memory.params import adapted_modules, block_linears
 from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, stack
 from cfgcheck.schema.model import ModelConfig
@@ -58,9 +63,10 @@ class LayerActivations:
 
     per_token: int
     attention_scores: int  # eager / masked sdpa: bytes per (token x key position)
+    per_layer: int = 0  # independent of the tokens (Gemma's fp32 ``1 + weight`` per norm)
 
     def bytes(self, tokens: int, seq: int) -> int:
-        return tokens * (self.per_token + self.attention_scores * seq)
+        return tokens * (self.per_token + self.attention_scores * seq) + self.per_layer
 
 
 def _norm_bytes(m: ModelConfig, s: Stack, weight_trained: bool) -> int:
@@ -70,6 +76,47 @@ def _norm_bytes(m: ModelConfig, s: Stack, weight_trained: bool) -> int:
     if m.norm == "layernorm":
         return s.residual * h + 8
     return 4 * h + 4 + (s.norm_out * h if weight_trained else 0)
+
+
+def _norm_fixed(m: ModelConfig) -> int:
+    """What one hidden-wide norm keeps whatever the tokens: GemmaRMSNorm multiplies by
+    ``1.0 + self.weight.float()``, a new fp32 vector autograd keeps even for a frozen weight
+    (transformers models/gemma/modeling_gemma.py, gemma2 the same)."""
+    return 4 * m.n_embd if (architecture_of(m) or "").startswith("gemma") else 0
+
+
+def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]:
+    """How transformers' attention code lays out what the kernel keeps, by architecture:
+
+    * ``softmax_fp32``: eager softmax in fp32 and cast back (``softmax(..., dtype=float32)``
+      in Llama-like eager_attention_forward); GPT-2's eager softmax runs in the compute dtype
+      (models/gpt2/modeling_gpt2.py) unless autocast runs it in fp32 (softmax is on its fp32
+      list) before GPT-2 casts it to v's dtype.
+    * ``rope_cat``: Phi / Phi-3 rotate only part of each head and ``torch.cat`` the rotated and
+      passed halves (``apply_rotary_pos_emb``, models/phi*/modeling_phi*.py): q is a fresh
+      (batch, heads, seq, dim) tensor, and a CPU sdpa kernel lays its output out like q, so
+      ``reshape(...).contiguous()`` before the output projection copies it (the projection's
+      input is then not the saved kernel output). CUDA's memory-efficient kernel allocates its
+      output as (batch, seq, heads, dim) whatever q is; counted on the safe side.
+    * ``rope``: False for GPT-2 (learned positions): its q and k stay views of ``c_attn``'s
+      output.
+    """
+    if s.framework != "hf":
+        return True, False, True
+    arch = architecture_of(m)
+    softmax_fp32 = arch != "gpt2" or s.linear_cast  # linear_cast: fp32 weights + autocast
+    return softmax_fp32, arch in ("phi", "phi3"), arch != "gpt2"
+
+
+def _gpt2_dropout(m: ModelConfig, s: Stack) -> bool:
+    """GPT-2 trains with dropout: transformers' ``GPT2Config`` defaults (and GPT-2's released
+    configs) set ``resid_pdrop = embd_pdrop = attn_pdrop = 0.1``, which the model built from
+    this shape keeps (models/gpt2/modeling_gpt2.py: ``resid_dropout`` after the attention,
+    ``dropout`` after the MLP, ``drop`` after the embeddings, ``dropout=attn_dropout.p`` in
+    the attention). On CUDA each keeps a 1-byte mask (``native_dropout``, torch
+    aten/src/ATen/native/Dropout.cpp); the memory-efficient and flash sdpa kernels keep only
+    their RNG seed and offset. The other presets' architectures train without dropout."""
+    return s.framework == "hf" and architecture_of(m) == "gpt2"
 
 
 def _adapter_bytes(s: Stack, in_features: int, rank: int, dropout: bool) -> tuple[int, bool]:
@@ -146,33 +193,61 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
             total += kept
             if shares_input:
                 saved.add(lin.source)
-    if kernel != "eager":
+    softmax_fp32, rope_cat, _ = _transformers_attention(m, s)
+    if kernel != "eager" and not rope_cat:
         saved.discard("attn_out")  # the kernel's output, counted below, is the o_proj input
     total += sum(width[x] * sizes[x] for x in saved)
     # norms
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     total += _norm_bytes(m, s, full) * n_norms
-    if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head
-        total += 4 * (a + kv) * d + 4 * (a + kv)
+    if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head, and
+        # when its weight trains the normalized tensor (in the q/k dtype) that multiplies it
+        total += 4 * (a + kv) * d + 4 * (a + kv) + (p * (a + kv) * d if full else 0)
     core = _attention_core(m, t, s, masked)
     total += core.per_token + _mlp_bytes(m, s)
-    return LayerActivations(per_token=total, attention_scores=core.attention_scores)
+    scores = core.attention_scores
+    if _gpt2_dropout(m, s):  # masks of the two residual dropouts; eager attention's dropout
+        total += 2 * h  # keeps its mask, and the matmul with v keeps its output instead of
+        # the probabilities (a new tensor, unless that was a 16-bit copy of an fp32 softmax)
+        copy = softmax_fp32 and p == 2
+        scores += a * (1 + (0 if copy else p)) if kernel == "eager" else 0
+    fixed = _norm_fixed(m) * n_norms
+    return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
 
 
 def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) -> LayerActivations:
     """What the attention between the projections keeps: q, k, v and the kernel's tensors."""
     p, kernel = s.act, attention(m, t)
     a, kv, d = m.n_head, m.kv_heads, m.head_dim
+    softmax_fp32, _, rope = _transformers_attention(m, s)
+    total = 0
     expanded = kernel == "eager" or (kernel == "sdpa" and masked) or s.kv_expanded
     kv_width = a * d if expanded else kv * d
-    total = p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
-    if s.kv_expanded and kv in (a, 1):
-        # LitGPT: with one query per group (MHA) or one group (MQA, expand with stride 0),
-        # ``v.reshape`` is a view of the fused qkv output, so the kernel's v keeps all of it
-        total += p * (a + 2 * kv) * d - p * kv_width
+    fused = any(len(x.roles) == 3 for x in block_linears(m))  # one qkv projection
+    if s.kv_expanded:
+        total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
+        if kv in (a, 1):
+            # LitGPT: with one query per group (MHA) or one group (MQA, expand with stride 0),
+            # ``v.reshape`` is a view of the fused qkv output, so the kernel's v keeps all of it
+            total += p * (a + 2 * kv) * d - p * kv_width
+    elif fused and (kernel != "eager" or t.micro_batch_size == 1):
+        # sdpa / flash keep q, k, v as passed, and eager's matmuls keep views of them when one
+        # row lets torch.matmul fold (batch, heads) without a copy: a slice of the fused output (v
+        # unless repeat_kv copied it, q and k too without RoPE) keeps that whole output alive
+        # repeat_kv copies only when heads are grouped; with one k/v head its expand is a view
+        # (measured on CPU), so k stays counted expanded, on the safe side
+        copied_kv = expanded and 1 < kv < a
+        total += p * a * d if rope else 0  # q
+        total += p * kv_width if rope or copied_kv else 0  # k
+        total += p * kv_width if copied_kv else 0  # v
+        if not rope or not copied_kv:  # a view: the fused output
+            total += p * (a * d + 2 * kv * d)
+    else:
+        total += p * a * d + 2 * p * kv_width  # q, k (after RoPE), v
     scores = 0
     if kernel == "eager":
-        scores = a * (4 + (p if p == 2 else 0))  # fp32 softmax output + its 16-bit copy
+        # fp32 softmax output + its 16-bit copy, or one softmax output in the compute dtype
+        scores = a * (4 + (p if p == 2 else 0)) if softmax_fp32 else a * p
         if m.attention_logit_softcapping:
             scores += a * p  # tanh output of the soft-capping
     else:
@@ -290,9 +365,16 @@ def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     """Per-token bytes kept around the lm_head: the final norm and, when the lm_head trains,
     its input."""
     s = stack(m, t)
-    trained_head = t.finetuning == "full" or adapted_modules(m, t.lora.targets, t.framework).lm_head
+    full = t.finetuning == "full"
     head_input = (s.act if s.linear_cast else s.residual) * m.n_embd
-    return _norm_bytes(m, s, t.finetuning == "full") + (head_input if trained_head else 0)
+    total = _norm_bytes(m, s, full) + (head_input if full else 0)
+    total += m.n_embd if _gpt2_dropout(m, s) else 0  # the embedding dropout's 1-byte mask
+    rank = t.lora.rank or 0
+    if not full and rank and adapted_modules(m, t.lora.targets, t.framework).lm_head:
+        # a LoRA lm_head keeps what any adapter keeps (its rank-r output included)
+        kept, shares_input = _adapter_bytes(s, m.n_embd, rank, t.lora.dropout > 0)
+        total += kept + (head_input if shares_input else 0)
+    return total
 
 
 def activation_bytes(
@@ -304,8 +386,9 @@ def activation_bytes(
     head = head_activations(m, t) * tokens
     if t.gradient_checkpointing:
         return checkpoint_bytes(m, t, tokens) + head
+    layers = m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq)
     first = first_layer_unsaved(m, t, masked).bytes(tokens, seq)
-    return m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq) - first + head
+    return layers - first + head + _norm_fixed(m)  # the final norm's fixed part
 
 
 def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
@@ -339,18 +422,6 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     held = 0 if s.framework == "hf" else p
     capped = p if m.final_logit_softcapping else 0
     return (12 + held + capped) * v * tokens
-
-
-def logits_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
-    """Logits and loss at their forward peak (the log-softmax, still inside the model's
-    forward): transformers' 16-bit logits, their fp32 upcast and the fp32 log-probabilities,
-    ``p + 8`` bytes per token and vocabulary row; other paths peak in backward
-    (:func:`logits_bytes`)."""
-    s = stack(m, t)
-    if t.loss_chunking != "none" or s.framework != "hf":
-        return logits_bytes(m, t, batch, seq)
-    capped = s.act if m.final_logit_softcapping else 0
-    return (s.act + 8 + capped) * m.rows * batch * seq
 
 
 def liger_chunk_size(vocab: int, hidden: int, tokens: int) -> int:
@@ -398,3 +469,15 @@ def last_layer_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> 
             per_inter = max(per_inter, s.act + path)
     flowing = s.residual * m.n_embd + per_inter * m.mlp_width
     return max(0, (flowing - head_activations(m, t)) * tokens)
+
+
+def logits_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
+    """Logits and loss at their forward peak (the log-softmax, still inside the model's
+    forward): transformers' 16-bit logits, their fp32 upcast and the fp32 log-probabilities,
+    ``p + 8`` bytes per token and vocabulary row; other paths peak in backward
+    (:func:`logits_bytes`)."""
+    s = stack(m, t)
+    if t.loss_chunking != "none" or s.framework != "hf":
+        return logits_bytes(m, t, batch, seq)
+    capped = s.act if m.final_logit_softcapping else 0
+    return (s.act + 8 + capped) * m.rows * batch * seq

@@ -259,7 +259,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
             if fwd_auto
             else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
-            Component("activations", "activations", acts, _act_note(t, masked)),
+            Component("activations", "activations", acts, _act_note(m, t, masked)),
             Component("logits_loss", "logits and loss", fwd_logits, loss_note),
             gathered,
         ]
@@ -274,7 +274,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
                 "activations",
                 "activations",
                 recompute - auto_layer - held_grads - dequant - gather,
-                _act_note(t, masked) + ", one layer recomputed",
+                _act_note(m, t, masked) + ", one layer recomputed",
             ),
             Component("dequant", "bitsandbytes buffers", dequant, "dequantized weight, casts")
             if dequant
@@ -344,6 +344,11 @@ def _weights_note(t: TrainerConfig, upcast: bool) -> str:
     return "fp32 master weights" if weights.master_bytes(t) == 4 else "16-bit"
 
 
-def _act_note(t: TrainerConfig, masked: bool) -> str:
-    mask = " with a mask" if masked and t.attention == "sdpa" else ""
-    return f"{t.attention}{mask}, " + ("checkpointed" if t.gradient_checkpointing else "all layers")
+def _act_note(m: ModelConfig, t: TrainerConfig, masked: bool) -> str:
+    from cfgcheck.memory.stack import attention
+
+    kernel = attention(m, t)  # the kernel that really runs (Gemma 2 under transformers: eager)
+    mask = " with a mask" if masked and kernel == "sdpa" else ""
+    ran = "" if kernel == t.attention else f" in place of {t.attention}"
+    state = "checkpointed" if t.gradient_checkpointing else "all layers"
+    return f"{kernel}{mask}{ran}, {state}"

@@ -203,11 +203,19 @@ def _gemma_norm(m: ModelConfig) -> bool:
 
 def attention(m: ModelConfig, t: TrainerConfig) -> str:
     """The attention kernel that really runs: transformers has no sdpa path for attention-logit
-    soft-capping (Gemma 2: ``_supports_sdpa = False``, models/gemma2/modeling_gemma2.py), so
-    such a model runs eager attention; flash-attention 2 takes the soft-cap."""
-    if t.framework in ("hf", "litgpt") and m.attention_logit_softcapping and t.attention == "sdpa":
-        # LitGPT computes soft-capped attention in tensor ops ("with softcapping we cannot use
-        # SDPA", litgpt/model.py CausalSelfAttention.scaled_dot_product_attention)
+    soft-capping, and none for Gemma 2 at all (``_supports_sdpa = False``,
+    models/gemma2/modeling_gemma2.py; asking for sdpa raises), so such a model runs eager
+    attention; flash-attention 2 takes the soft-cap. LitGPT computes soft-capped attention in
+    tensor ops ("with softcapping we cannot use SDPA", litgpt/model.py
+    CausalSelfAttention.scaled_dot_product_attention)."""
+    if t.attention != "sdpa":
+        return t.attention
+    if t.framework == "hf":
+        from cfgcheck.memory.modules import architecture_of
+
+        if m.attention_logit_softcapping or architecture_of(m) == "gemma2":
+            return "eager"
+    if t.framework == "litgpt" and m.attention_logit_softcapping:
         return "eager"
     return t.attention
 
