@@ -64,6 +64,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="runs per cfgcheck row")
     parser.add_argument("--heavy-runs", type=int, default=3, help="runs of the torch import")
     args = parser.parse_args()
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        # no .pyc is written, so every run compiles cfgcheck's modules from source (~70 ms
+        # here); users' installs have their bytecode cached
+        print("note: PYTHONDONTWRITEBYTECODE is set: every run recompiles (unset it to measure")
+        print("      what an installed cfgcheck costs)\n")
 
     with tempfile.TemporaryDirectory() as tmp:
         tok = bpe(special=("<unk>", "<s>", "</s>"))

@@ -18,13 +18,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Finding, Fix, Location
-from cfgcheck.models.files import ModelFolderError
-from cfgcheck.models.hf import Value
-from cfgcheck.models.resolve import ModelSource, resolve_pretrained
+
+if TYPE_CHECKING:  # the readers load only for a config that names a folder (cold start)
+    from cfgcheck.models.hf import Value
+    from cfgcheck.models.resolve import ModelSource
 
 RULE = "pretrained-shape-mismatch"
 # Keys that describe the run, not the checkpoint: the config's value is kept without a word.
@@ -51,6 +52,9 @@ def expand_pretrained(raw: Any) -> Expanded:
     ref = model.get("pretrained") if isinstance(model, Mapping) else None
     if not isinstance(model, Mapping) or not isinstance(ref, str) or not ref.strip():
         return Expanded(raw)
+    from cfgcheck.models.files import ModelFolderError
+    from cfgcheck.models.resolve import resolve_pretrained
+
     try:
         source = resolve_pretrained(ref.strip())
     except ModelFolderError as e:

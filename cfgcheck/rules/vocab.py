@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Fix
-from cfgcheck.models.files import ModelFolderError
-from cfgcheck.models.resolve import ModelSource, resolve_pretrained
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.model import ModelConfig, find_multiple
 from cfgcheck.schema.run import RunConfig
@@ -35,6 +34,9 @@ from cfgcheck.tokenizer import (
     resolve_tokenizer,
     tokenizer_facts,
 )
+
+if TYPE_CHECKING:  # the model-folder readers load only when a config names a folder
+    from cfgcheck.models.resolve import ModelSource
 
 _CRASH = (
     'ids at or above the embedding rows crash the first batch that holds one: "IndexError: '
@@ -81,6 +83,9 @@ def vocab_mismatch(cfg: RunConfig) -> Iterator[Problem]:
 def _source(m: ModelConfig) -> ModelSource | None:
     if m.pretrained is None:
         return None
+    from cfgcheck.models.files import ModelFolderError
+    from cfgcheck.models.resolve import resolve_pretrained
+
     try:
         return resolve_pretrained(m.pretrained)
     except ModelFolderError:
