@@ -9,6 +9,12 @@ settings, plus what the row's *source* did (one mapping per source, never per ro
   FlashAttention-2 kernel in bf16 on an A100 (attention=flash: no mask, no s x s tensor);
   LoRA dropout 0.05 (its default); gradient accumulation (batch 128 / micro batch 4).
   Metric: max_memory_allocated() / 1e9 -> compared with cfgcheck's *allocated* figure.
+  Its 1304 tokens run once: the script forces the longest sample into the first batch
+  (finetune/lora.py at f6841380 ``get_batch``: ``ix[0] = longest_seq_ix`` on iteration 0, "so
+  potential OOMs happen right away") and draws random, shorter batches after, so no step of
+  that length follows another. The estimate assumes one does (LitGPT's loop still holds the
+  previous step's logits when a forward ends), so these rows are *upper bounds*
+  (``length: once``).
 * torchtune-readme-old: torchtune single-device LoRA/QLoRA recipes: full fp32 logits and
   loss (loss_chunking=none); SDPA with is_causal and no mask, the flash kernel on an RTX 4090
   (attention=flash); LoRA dropout 0.05. The README's "peak memory" is read as
@@ -93,6 +99,12 @@ FIELDS = [
 ]
 TARGETS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj"}
 
+# Rows whose length column is not a length consecutive steps reach: a truncation cap no batch
+# provably reaches (``cap``), or a longest sample that runs once (``once``). The estimate at
+# that length is an upper bound for them (published figures round to 0.01 GB: BOUND_SLACK).
+BOUND_LENGTHS = ("cap", "once")
+BOUND_SLACK = 0.01
+
 # What each source's training code does, beyond the row's columns.
 SOURCES: dict[str, dict[str, Any]] = {
     "litgpt-resource-tables": {
@@ -104,6 +116,7 @@ SOURCES: dict[str, dict[str, Any]] = {
             "gradient_accumulation_steps": 32,
         },
         "metric": "allocated",
+        "length": "once",
     },
     "torchtune-readme-old": {
         "trainer": {
@@ -197,7 +210,7 @@ def evaluate(path: Path) -> list[dict[str, Any]]:
                 "measured": measured,
                 "estimated": estimated,
                 "error": (estimated - measured) / measured,
-                "bound": SOURCES[row["source"]].get("length") == "cap",
+                "bound": SOURCES[row["source"]].get("length") in BOUND_LENGTHS,
             }
         )
     return results
@@ -226,10 +239,10 @@ def table(results: list[dict[str, Any]]) -> str:
         f"worst |error| {max(exact):.1%}"
     )
     if bounds:
-        held = sum(r["error"] >= 0 for r in bounds)
+        held = sum(r["error"] >= -BOUND_SLACK for r in bounds)
         lines.append(
-            f"{len(bounds)} runs below a length cap (upper bounds): estimate >= measured "
-            f"in {held} of {len(bounds)}"
+            f"{len(bounds)} upper-bound runs (a length cap, or a longest sample that runs once): "
+            f"estimate >= measured (-{BOUND_SLACK:.0%}) in {held} of {len(bounds)}"
         )
     return "\n".join(lines)
 

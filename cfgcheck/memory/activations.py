@@ -410,18 +410,40 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
         return fused_loss_bytes(m, s, tokens)
     if t.loss_chunking == "chunked":
         # LitGPT: while backward runs through the lm_head chunks, their logits (held by the
-        # training loop) and the logits' gradients; a quantized lm_head is dequantized then
-        # (stack.litgpt_layout); final soft-capping keeps its tanh output per chunk
+        # training loop, in the dtype the loop sees: :func:`held_logits_bytes`) and the logits'
+        # gradients; a quantized lm_head is dequantized then (stack.litgpt_layout); final
+        # soft-capping keeps its tanh output per chunk (inside the model, compute dtype).
         # Backward runs every chunk's loss before any lm_head chunk (autograd's ready queue
         # takes the latest node first), so one chunk's log-probabilities and NLL gradient are
         # alive next to all logits and all their gradients (CPU-traced on LitGPT's loop).
+        q = held_logits_bytes(t, s)
         capped = p if m.final_logit_softcapping else 0
         head = s.dequant_bytes * m.rows * m.n_embd if s.quantized_head else 0
-        chunk = 2 * p * v * batch * min(seq, LM_HEAD_CHUNK)
-        return (2 * p + capped) * v * tokens + chunk + head
+        chunk = 2 * q * v * batch * min(seq, LM_HEAD_CHUNK)
+        return (2 * q + capped) * v * tokens + chunk + head
     held = 0 if s.framework == "hf" else p
     capped = p if m.final_logit_softcapping else 0
     return (12 + held + capped) * v * tokens
+
+
+def held_logits_bytes(t: TrainerConfig, s: Stack) -> int:
+    """Bytes per element of the logits a LitGPT training loop holds: Lightning Fabric's
+    ``_FabricModule.forward`` passes every floating output through the precision plugin's
+    ``convert_output``, which casts to ``torch.get_default_dtype()`` (fp32) for ``bf16-true``
+    / ``16-true`` (lightning/fabric/plugins/precision/half.py) and bitsandbytes
+    (``bitsandbytes.py``) alike; LitGPT never changes the default dtype."""
+    return 4 if s.framework == "litgpt" else s.act
+
+
+def litgpt_forward_end_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
+    """LitGPT's loop at the end of a forward (``logits = model(input_ids, lm_head_chunk_size=
+    128)`` in finetune/lora.py ``fit``): the previous step's converted logits are still held
+    by ``logits`` until the assignment, next to this step's chunk outputs in the compute dtype
+    and their converted copies (Fabric's ``convert_output``, :func:`held_logits_bytes`)."""
+    s = stack(m, t)
+    q = held_logits_bytes(t, s)
+    capped = s.act if m.final_logit_softcapping else 0
+    return (2 * q + s.act + capped) * m.rows * batch * seq
 
 
 def liger_chunk_size(vocab: int, hidden: int, tokens: int) -> int:

@@ -201,10 +201,18 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         cached = auto if t.finetuning == "full" else head_cast + 2 * lora // div.weights
         in_forward = cached + act.logits_forward_bytes(m, t, b, seq)
         fwd_auto, fwd_logits = max((head_cast, logits), (cached, in_forward - cached), key=sum)
-    # bitsandbytes 0.41/0.42 under LitGPT: the previous step's quantized-linear inputs are still
-    # held when this step's forward ends (stack.litgpt_layout); counted with the activations
-    acts += act.quantized_input_bytes(m, t, tokens)
-    if not t.gradient_checkpointing:  # the last layer's backward, a quantized linear's buffers
+    if t.framework == "litgpt" and t.loss_chunking == "chunked":
+        # LitGPT's loop holds the previous step's logits until this forward returns: at that
+        # moment they, this step's logits and (bitsandbytes 0.41/0.42, stack.litgpt_layout) the
+        # previous step's quantized-linear inputs, which its graph still holds, are alive; in
+        # backward only this step's logits and their gradients are. The larger moment counts.
+        prev = act.quantized_input_bytes(m, t, tokens)
+        end = act.litgpt_forward_end_bytes(m, t, b, seq)
+        if prev + end > fwd_logits:
+            acts += prev
+            fwd_logits, loss_note = end, "chunked; the previous step's logits still held"
+            loss_phase = "forward (end)"
+    if not t.gradient_checkpointing and loss_phase == "forward":  # the last layer's backward
         backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
         # by then the lm_head's backward has made its gradient
         head_grad = 0
