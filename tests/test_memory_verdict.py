@@ -40,7 +40,8 @@ def test_a_full_gpu_caps_the_allocator_cache_and_nothing_else() -> None:
 def test_block_rounding_is_never_freed_and_a_roomy_gpu_changes_nothing() -> None:
     est = mistral_full()
     tight = est.on_gpu(required_bytes(est))  # no room at all for cached free blocks
-    assert tight.get("fragmentation") == int(est.allocated_bytes * ROUNDING)
+    assert tight.get("fragmentation") == int(est.allocated_bytes * ROUNDING) == est.cache_floor
+    assert tight.total_bytes == required_bytes(est)
     assert verdict(est, required_bytes(est) - 1) == "does not fit"
     assert est.on_gpu(est.total_bytes) is est
     assert est.on_gpu(2 * est.total_bytes) is est

@@ -97,15 +97,22 @@ class MemoryEstimate:
     def reserved_bytes(self) -> int:
         return self.allocated_bytes + self.get("fragmentation")
 
+    @property
+    def cache_floor(self) -> int:
+        """The part of the allocator cache torch cannot free: block rounding and split
+        remainders inside segments that hold live blocks (``release_cached_blocks`` returns
+        only wholly free segments to the driver)."""
+        from cfgcheck.memory.allocator import ROUNDING
+
+        return min(self.get("fragmentation"), int(self.allocated_bytes * ROUNDING))
+
     def on_gpu(self, capacity: int) -> MemoryEstimate:
         """This estimate on a GPU of ``capacity`` bytes: when the allocator's cache would take
         the device past its capacity, torch frees the unused cached segments and retries
         instead (``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp), so the cache
         holds at most what is left; block rounding inside live blocks cannot be freed."""
-        from cfgcheck.memory.allocator import ROUNDING
-
         cache = self.get("fragmentation")
-        floor = min(cache, int(self.allocated_bytes * ROUNDING))
+        floor = self.cache_floor
         room = max(floor, capacity - (self.total_bytes - cache))
         if room >= cache:
             return self

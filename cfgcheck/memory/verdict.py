@@ -2,7 +2,7 @@
 
 * ``fits``: the estimate plus its stated margin fits;
 * ``does not fit``: what the run cannot do without exceeds the GPU: the estimate less the
-  allocator cache, since torch's caching allocator, when ``cudaMalloc`` fails, frees its
+  freeable allocator cache, since torch's caching allocator, when ``cudaMalloc`` fails, frees its
   unused cached segments and retries before it raises out-of-memory (``release_cached_blocks``
   in c10/cuda/CUDACachingAllocator.cpp); published runs whose reserved peak would exceed the
   GPU completed that way (fms-acceleration's Mistral-7B full fine-tuning on an A100-80GB);
@@ -19,8 +19,9 @@ Verdict = Literal["fits", "may not fit", "does not fit"]
 
 
 def required_bytes(est: MemoryEstimate) -> int:
-    """The estimate without the allocator's cache: allocated, CUDA context, paged states."""
-    return est.total_bytes - est.get("fragmentation")
+    """What the run cannot do without: allocated, CUDA context, paged states, and the part of
+    the allocator cache torch cannot free (:attr:`MemoryEstimate.cache_floor`)."""
+    return est.total_bytes - est.get("fragmentation") + est.cache_floor
 
 
 def verdict(est: MemoryEstimate, capacity: int) -> Verdict:

@@ -79,10 +79,12 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
             "or run on the training machine; `cfgcheck memory` shows the breakdown",
         )
         return
-    share = est.total_bytes / avail.bytes if avail.bytes > 0 else float("inf")
     v = verdict(est, avail.bytes)
     if v == "fits":
         return
+    cache = est.get("fragmentation")
+    est = est.on_gpu(avail.bytes)  # the figures on this GPU, as `cfgcheck memory` shows them
+    share = est.total_bytes / avail.bytes if avail.bytes > 0 else float("inf")
     margin = f"+/-{est.margin:.0%}" + (
         ""
         if not est.uncalibrated
@@ -91,9 +93,9 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
     hint, fix_objs = _fixes(cfg, avail.bytes)
     if v == "does not fit":
         tail = ": the run will fail with CUDA out of memory"
-    elif est.total_bytes > avail.bytes:
+    elif est.get("fragmentation") < cache:
         tail = (
-            f": only the allocator cache ({_gib(est.get('fragmentation'))}) is over, which torch "
+            f": only the allocator cache ({_gib(cache)} on a roomier GPU) is over, which torch "
             "frees and retries before it fails, so it may not fit"
         )
     else:
