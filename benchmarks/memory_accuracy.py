@@ -156,9 +156,14 @@ SOURCES: dict[str, dict[str, Any]] = {
 }
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
+def _read_csv(path: Path, fields: list[str]) -> list[dict[str, str]]:
+    """A reference CSV's rows (comment lines start with ``#``) as dicts of ``fields``."""
     lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    return [dict(zip(FIELDS, row, strict=True)) for row in csv.reader(lines)]
+    return [dict(zip(fields, row, strict=True)) for row in csv.reader(lines)]
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    return _read_csv(path, FIELDS)
 
 
 def row_config(row: dict[str, str]) -> tuple[ModelConfig, DataConfig, TrainerConfig, str]:
@@ -248,8 +253,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def read_hub_rows(path: Path) -> list[dict[str, str]]:
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    return [dict(zip(HUB_FIELDS, row, strict=True)) for row in csv.reader(lines)]
+    return _read_csv(path, HUB_FIELDS)
 
 
 def hub_estimate(row: dict[str, str], configs: Path = HUB_CONFIGS) -> Any:

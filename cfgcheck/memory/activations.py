@@ -46,7 +46,6 @@ from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, st
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
-QUANTIZED = ("int8", "nf4", "nf4-dq", "fp4")
 # LitGPT's fit(): model(input_ids, lm_head_chunk_size=128) and chunked_cross_entropy's
 # chunk_size=128 (litgpt/finetune/lora.py, litgpt/utils.py)
 LM_HEAD_CHUNK = 128
@@ -398,9 +397,9 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     the NLL and the fp32 gradient of the upcast logits (12 bytes per token and vocab row); a
     training loop that holds the logits (LitGPT, torchtune) adds them in the compute dtype,
     while transformers' output object is gone by then (``model(**batch).loss``). Gemma 2's
-    final soft-capping keeps its tanh output. ``chunked`` (LitGPT): every chunk's logits and
-    log-probabilities in the compute dtype, no upcast: ``2p``. ``fused`` (Liger): see
-    :func:`fused_loss_bytes`.
+    final soft-capping keeps its tanh output. ``chunked`` (LitGPT): inside backward, all the
+    loop's logits (:func:`held_logits_bytes`) and their gradients, and one chunk's
+    log-probabilities and NLL gradient. ``fused`` (Liger): see :func:`fused_loss_bytes`.
     """
     s = stack(m, t)
     p = s.act

@@ -35,6 +35,12 @@ class Cache:
     note: str
 
 
+def rounding_bytes(allocated: int) -> int:
+    """Block rounding and split remainders of a peak of ``allocated`` bytes: cached inside
+    segments that hold live blocks, so torch cannot free them."""
+    return int(allocated * ROUNDING)
+
+
 def loss_hole(t: TrainerConfig, s: Stack, vocab_tokens: int) -> int:
     """The cached 16-bit logits block the fp32 loss gradients cannot reuse."""
     if s.framework == "hf" and t.loss_chunking == "none" and s.act == 2:
@@ -46,7 +52,7 @@ def cached_bytes(
     t: TrainerConfig, s: Stack, allocated: int, vocab_tokens: int, layer: int, grads: int
 ) -> Cache:
     """Reserved minus allocated at the reserved peak, with what makes it up."""
-    parts: list[tuple[str, int]] = [("rounding", int(allocated * ROUNDING))]
+    parts: list[tuple[str, int]] = [("rounding", rounding_bytes(allocated))]
     hole = loss_hole(t, s, vocab_tokens)
     if hole:
         parts.append(("loss buffers", hole))

@@ -102,9 +102,9 @@ class MemoryEstimate:
         """The part of the allocator cache torch cannot free: block rounding and split
         remainders inside segments that hold live blocks (``release_cached_blocks`` returns
         only wholly free segments to the driver)."""
-        from cfgcheck.memory.allocator import ROUNDING
+        from cfgcheck.memory.allocator import rounding_bytes
 
-        return min(self.get("fragmentation"), int(self.allocated_bytes * ROUNDING))
+        return min(self.get("fragmentation"), rounding_bytes(self.allocated_bytes))
 
     def on_gpu(self, capacity: int) -> MemoryEstimate:
         """This estimate on a GPU of ``capacity`` bytes: when the allocator's cache would take

@@ -71,7 +71,6 @@ class Stack:
     split_gate_up: bool = False  # a fused gate_up projection is two linears, an adapter each
     quantized_head: bool = False  # the lm_head is a 4/8-bit linear too
     dequant_bytes: int = 0  # bytes per weight element while a quantized linear runs
-    paged_states: bool = False  # optimizer states in CUDA unified memory (bnb paged)
     # quantized linears' saved inputs live until the next step's forward ends (see litgpt_layout)
     quantized_inputs_outlive_step: bool = False
 
@@ -141,7 +140,6 @@ class LitgptLayout(TypedDict):
     split_gate_up: bool
     quantized_head: bool
     dequant_bytes: int
-    paged_states: bool
     quantized_inputs_outlive_step: bool
 
 
@@ -166,7 +164,8 @@ def litgpt_layout(t: TrainerConfig, litgpt: bool = True) -> LitgptLayout:
       bf16 input (``.to(A.dtype)``, bitsandbytes autograd/_functions.py): 4 bytes per weight
       element while the linear runs (2 in 16-true).
     * quantize=bnb.*: ``bnb.optim.PagedAdamW`` (litgpt/finetune/lora.py ``main``;
-      ``instantiate_bnb_optimizer`` in today's litgpt/utils.py): paged states.
+      ``instantiate_bnb_optimizer`` in today's litgpt/utils.py): paged states
+      (:func:`cfgcheck.memory.weights.paged`).
     * bitsandbytes 0.41/0.42 (the tables' releases) keep ``MatMul4Bit``'s input as a ctx
       *attribute* (``ctx.tensors = (A, B)``), not through ``save_for_backward``: autograd's
       engine frees saved variables after backward, not attributes, which live as long as the
@@ -181,7 +180,6 @@ def litgpt_layout(t: TrainerConfig, litgpt: bool = True) -> LitgptLayout:
         "split_gate_up": litgpt,
         "quantized_head": q,
         "dequant_bytes": (2 if t.precision.startswith("16") else 4) if q else 0,
-        "paged_states": q and t.optimizer == "adamw",
         "quantized_inputs_outlive_step": q,
     }
 

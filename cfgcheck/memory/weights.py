@@ -78,10 +78,10 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     if not t.precision.endswith("-mixed"):
         return 0
     from cfgcheck.memory.activations import first_layer_frozen_linears
+    from cfgcheck.memory.stack import quantized
 
     pc: ParamCount = count_params(m)
-    quantized = t.quantization in QUANT_BYTES and t.finetuning != "full"
-    linear = 0 if quantized else pc.linear_weights
+    linear = 0 if quantized(t) else pc.linear_weights
     head = m.rows * m.n_embd
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t)
     uncast = sum(x.in_features * x.out_features for x in first_layer_frozen_linears(m, t))
@@ -93,9 +93,10 @@ def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     (and adapters), what the recomputation of one layer makes and keeps for its backward."""
     if not t.precision.endswith("-mixed"):
         return 0
+    from cfgcheck.memory.stack import quantized
+
     pc = count_params(m)
-    quantized = t.quantization in QUANT_BYTES and t.finetuning != "full"
-    linear = 0 if quantized else pc.block_linear_weight_elems
+    linear = 0 if quantized(t) else pc.block_linear_weight_elems
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t) // m.n_layer
     return 2 * (linear + adapters)
 
