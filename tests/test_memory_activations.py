@@ -13,6 +13,7 @@ import pytest
 
 from cfgcheck.memory import activations as act
 from cfgcheck.schema import ModelConfig, TrainerConfig
+from tests.saved_tensors import saved_storages
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -43,20 +44,11 @@ def saved_bytes(m: ModelConfig, attention: str, full: bool, dtype: object, padde
         for p in model.parameters():
             p.requires_grad_(False)
         model.get_input_embeddings().weight.requires_grad_(True)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        st = t.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
     ids = torch.randint(0, 128, (2, 32))
     mask = torch.ones(2, 32, dtype=torch.long)
     if padded:
         mask[0, -3:] = 0  # right padding: sdpa gets a mask, as in padded training batches
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_storages(model) as seen:
         model(input_ids=ids, attention_mask=mask)
     return sum(seen.values())
 
@@ -117,15 +109,6 @@ def peft_saved_bytes(
     names = [PHI_NAMES.get(x, x) for x in targets] if m.mlp == "gelu" else targets
     lora = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=names)
     model = peft.get_peft_model(model, lora)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        st = t.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
     ids = torch.randint(0, 128, (2, 32))
     kwargs: dict[str, torch.Tensor] = {"input_ids": ids}
     if packed:  # four samples per row, positions restarting (the packed collator's layout)
@@ -134,7 +117,7 @@ def peft_saved_bytes(
         mask = torch.ones(2, 32, dtype=torch.long)
         mask[0, -3:] = 0
         kwargs["attention_mask"] = mask
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_storages(model) as seen:
         model(**kwargs)
     return sum(seen.values())
 
@@ -202,22 +185,10 @@ def autocast_saved_bytes(m: ModelConfig, attention: str, targets: list[str]) -> 
         peft = pytest.importorskip("peft")
         lora = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=targets)
         model = peft.get_peft_model(model, lora)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        st = t.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
     ids = torch.randint(0, 128, (2, 32))
     mask = torch.ones(2, 32, dtype=torch.long)
     mask[0, -3:] = 0
-    with (
-        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
-        torch.autocast("cpu", dtype=torch.bfloat16),
-    ):
+    with saved_storages(model) as seen, torch.autocast("cpu", dtype=torch.bfloat16):
         model(input_ids=ids, attention_mask=mask)
     return sum(seen.values())
 

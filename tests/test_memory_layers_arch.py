@@ -40,6 +40,7 @@ from cfgcheck.memory.modules import architecture_of, block_linears
 from cfgcheck.memory.params import adapted_modules
 from cfgcheck.memory.stack import attention, stack
 from cfgcheck.schema import ModelConfig, TrainerConfig
+from tests.saved_tensors import saved_storages
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -193,17 +194,6 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch, reentrant: bool = Fa
             )
             model = peft.get_peft_model(model, config)
             model.train()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-    keep: list[Any] = []  # held, so no storage is freed and its address reused mid-forward
-
-    def pack(x: Any) -> Any:
-        st = x.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
-            keep.append(x)
-        return x
-
     shape_ = (b.rows, b.seq)
     ids = torch.randint(0, m.rows, shape_, generator=torch.Generator().manual_seed(1))
     kwargs: dict[str, Any] = {"input_ids": ids}
@@ -215,7 +205,7 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch, reentrant: bool = Fa
         kwargs["attention_mask"] = mask
     half = torch.float16 if t.precision == "16-mixed" else torch.bfloat16
     autocast = torch.autocast("cpu", dtype=half, enabled=t.precision.endswith("-mixed"))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), autocast:
+    with saved_storages(model) as seen, autocast:
         model(**kwargs)
     return sum(seen.values())
 
