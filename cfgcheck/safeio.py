@@ -267,6 +267,14 @@ def screen_yaml(text: str, where: str, limits: Limits = DEFAULT_LIMITS) -> None:
                 if anchor is not None:
                     anchors[anchor] = expanded - start + 1
     except yaml.YAMLError as e:
+        if "nesting depth" in str(getattr(e, "problem", "")):
+            # PyYAML >= 6.0.4 stops deep flow nesting in its scanner, before the parser emits
+            # the events counted above: the same bound crossed, so the same refusal.
+            mark = getattr(e, "problem_mark", None)
+            line = f" (line {mark.line + 1})" if mark is not None else ""
+            raise UnsafeInput(
+                f"{where}{line}: nesting deeper than the YAML parser allows; not read"
+            ) from None
         raise UnsafeInput(f"malformed YAML in {where}: {_one_line(e)}") from None
 
 

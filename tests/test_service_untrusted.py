@@ -389,8 +389,10 @@ def nested(depth: int) -> dict[str, Any]:
     ],
 )
 def test_deep_documents_are_refused(client: TestClient, content: str, content_type: str) -> None:
+    """The guarantee, whichever parser stops the document first (cfgcheck's screen, or PyYAML
+    >= 6.0.4's own flow-level limit): a 4xx that names the nesting, never a crash or a 5xx."""
     r = client.post("/v1/validate", content=content, headers={"content-type": content_type})
-    assert r.status_code == 422, r.text[:300]
+    assert 400 <= r.status_code < 500, r.text[:300]
     assert "nest" in r.json()["detail"]
 
 
