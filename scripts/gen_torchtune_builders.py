@@ -17,7 +17,8 @@ pytorch/torchtune) at a commit, and parsed. What it writes:
   the config files shipped for it.
 - ``recipes``: per recipe (``recipes/*.py``), the top-level config keys its code reads
   (``cfg.key``, ``cfg.get("key")``, ``cfg["key"]``), and which of them it reads without a
-  default (``cfg.key``: OmegaConf raises ``ConfigAttributeError: Missing key`` when absent).
+  default (``cfg.key``: OmegaConf raises ``ConfigAttributeError: Missing key`` when absent),
+  and the ``model`` keys its ``_setup_model`` reads the same way (``cfg_model.lora_rank``).
 
 Usage::
 
@@ -364,19 +365,22 @@ def components(index: Index) -> dict[str, Any]:
 
 
 def _cfg_keys(tree: ast.AST, owner: str) -> tuple[set[str], set[str]]:
-    """(keys read, keys read without a default) on the name ``owner`` (``cfg``, ``self._cfg``)."""
+    """(keys read, keys always read without a default) on ``owner`` (``cfg``, ``self._cfg``):
+    a ``cfg.key`` read under an ``if`` / ``try`` / conditional expression is not required
+    (``cfg.dataset_val`` only when validation runs), nor one also read with ``cfg.get``."""
 
     def is_owner(node: ast.expr) -> bool:
         return ast.unparse(node) == owner
 
     read: set[str] = set()
     strict: set[str] = set()
-    for node in ast.walk(tree):
+    optional: set[str] = set()
+
+    def visit(node: ast.AST, conditional: bool) -> None:
         if isinstance(node, ast.Attribute) and is_owner(node.value):
-            if node.attr in ("get", "pop", "keys", "items", "values"):
-                continue
-            read.add(node.attr)
-            strict.add(node.attr)
+            if node.attr not in ("get", "pop", "keys", "items", "values"):
+                read.add(node.attr)
+                (optional if conditional else strict).add(node.attr)
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -387,6 +391,7 @@ def _cfg_keys(tree: ast.AST, owner: str) -> tuple[set[str], set[str]]:
             and isinstance(node.args[0].value, str)
         ):
             read.add(node.args[0].value)
+            optional.add(node.args[0].value)
         elif (
             isinstance(node, ast.Subscript)
             and is_owner(node.value)
@@ -394,8 +399,18 @@ def _cfg_keys(tree: ast.AST, owner: str) -> tuple[set[str], set[str]]:
             and isinstance(node.slice.value, str)
         ):
             read.add(node.slice.value)
-            strict.add(node.slice.value)
-    return read, strict
+            (optional if conditional else strict).add(node.slice.value)
+        if isinstance(node, ast.If | ast.IfExp | ast.Try | ast.BoolOp):
+            for child in ast.iter_child_nodes(node):
+                # an if's test always runs; its branches may not
+                test = getattr(node, "test", None)
+                visit(child, conditional or child is not test)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, conditional)
+
+    visit(tree, False)
+    return read, strict - optional
 
 
 def recipes(src: Source, index: Index) -> dict[str, Any]:
@@ -434,7 +449,13 @@ def recipes(src: Source, index: Index) -> dict[str, Any]:
         if not read:
             continue
         name = path.removeprefix("recipes/").removesuffix(".py")
-        out[name] = {"keys": sorted(read), "required": sorted(strict)}
+        # _setup_model(cfg_model=cfg.model) reads these model keys (cfg_model.lora_rank).
+        _, model_strict = _cfg_keys(tree, "cfg_model")
+        out[name] = {
+            "keys": sorted(read),
+            "required": sorted(strict),
+            "model_required": sorted(model_strict),
+        }
     return out
 
 

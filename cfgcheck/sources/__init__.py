@@ -9,6 +9,7 @@ framework formats are the others:
 - ``litgpt``: LitGPT ``config_hub/finetune/*.yaml`` (:mod:`cfgcheck.sources.litgpt`)
 - ``axolotl``: Axolotl ``examples/*.yml`` (:mod:`cfgcheck.sources.axolotl`)
 - ``trl``: a TRL ``SFTConfig`` YAML or a TrainingArguments dump (:mod:`cfgcheck.sources.trl`)
+- ``torchtune``: a ``tune run`` recipe config (:mod:`cfgcheck.sources.torchtune`)
 """
 
 from cfgcheck.sources.native import (
@@ -21,7 +22,7 @@ from cfgcheck.sources.native import (
 )
 from cfgcheck.sources.reader import Document, parse_document
 
-FORMAT_NAMES: tuple[str, ...] = ("litgpt", "axolotl", "trl")
+FORMAT_NAMES: tuple[str, ...] = ("litgpt", "axolotl", "trl", "torchtune")
 
 __all__ = [
     "FORMAT_NAMES",

@@ -37,10 +37,19 @@ class NativeConfig:
     file: str
     data: dict[str, Any]
     where: dict[str, Location] = field(default_factory=dict)
+    text: str = ""  # the file's source (comments such as torchtune's `tune run ...` line)
+    # What the launch command says outside the file (torchtune: recipe, nproc_per_node).
+    launch: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_document(cls, fmt: str, doc: Document, overrides: Sequence[str]) -> NativeConfig:
-        native = cls(fmt, doc.file, copy.deepcopy(doc.data))
+    def from_document(
+        cls,
+        fmt: str,
+        doc: Document,
+        overrides: Sequence[str],
+        launch: dict[str, Any] | None = None,
+    ) -> NativeConfig:
+        native = cls(fmt, doc.file, copy.deepcopy(doc.data), text=doc.text, launch=launch or {})
         native.where = {key: Location(doc.file, line) for key, line in doc.lines.items()}
         for text in overrides:
             if text.startswith("~"):  # delete a key, as in Hydra

@@ -29,9 +29,9 @@ from cfgcheck.sources.unknown import unknown_keys
 
 def formats() -> dict[str, Format]:
     """``--from`` name -> format (imported on first use)."""
-    from cfgcheck.sources import axolotl, litgpt, trl
+    from cfgcheck.sources import axolotl, litgpt, torchtune, trl
 
-    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT)}
+    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT, torchtune.FORMAT)}
 
 
 def get_format(name: str) -> Format:
@@ -54,21 +54,31 @@ class Loaded:
 
 
 def load_native(
-    path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+    path: str | Path,
+    fmt: str,
+    overrides: Sequence[str] = (),
+    gpu: str | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> Loaded:
     """Read ``path`` in format ``fmt`` (``litgpt``, ``axolotl``, ``trl``) with native
     ``key=value`` overrides; ``gpu`` (a GPU name or GiB) is the GPU the run is meant for,
     which no native format spells. Raises :class:`ConfigLoadError` (one line) when the file
-    cannot be read or names no model cfgcheck can resolve."""
-    return load_document(read_document(path, display_path(Path(path))), fmt, overrides, gpu)
+    cannot be read or names no model cfgcheck can resolve. ``launch``: what the launch command
+    says outside the file (torchtune: ``recipe``, ``nproc_per_node``)."""
+    doc = read_document(path, display_path(Path(path)))
+    return load_document(doc, fmt, overrides, gpu, launch)
 
 
 def load_document(
-    doc: Document, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+    doc: Document,
+    fmt: str,
+    overrides: Sequence[str] = (),
+    gpu: str | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> Loaded:
     """:func:`load_native` of an already-read document (the service parses request text)."""
     spec = get_format(fmt)
-    native = NativeConfig.from_document(fmt, doc, overrides)
+    native = NativeConfig.from_document(fmt, doc, overrides, launch)
     builder = Builder(native, spec.label)
     spec.build(builder)
     if gpu:
@@ -110,10 +120,14 @@ def _resolve_deferred(b: Builder) -> None:
 
 
 def check_native(
-    path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+    path: str | Path,
+    fmt: str,
+    overrides: Sequence[str] = (),
+    gpu: str | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> CheckResult:
     """Validate a native config file; findings point at its lines and fixes use its keys."""
-    return check_loaded(load_native(path, fmt, overrides, gpu))
+    return check_loaded(load_native(path, fmt, overrides, gpu, launch))
 
 
 def check_loaded(loaded: Loaded) -> CheckResult:

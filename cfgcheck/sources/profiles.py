@@ -181,3 +181,37 @@ TRL = Profile(
         ),
     ),
 )
+
+# torchtune (pytorch/torchtune at bd2a0fc7, recipes/lora_finetune_single_device.py and
+# siblings): the recipe's own errors for these premises are torchtune_rules' findings, in
+# torchtune's keys and words, so the generic ones would say the same thing twice.
+# - a sample longer than the model's max_seq_len: TransformerDecoder.forward raises
+#   "seq_len (N) of input tensor should be smaller than max_seq_len (M)"
+#   (torchtune_rules.max_seq_len_rules);
+# - the collate: _setup_data calls partial(collate_fn, padding_idx=tokenizer.pad_id,
+#   ignore_idx=loss_fn.ignore_index), padded_collate_sft pads tokens with pad_id and labels
+#   with ignore_idx by position (torchtune/data/_collate.py), so the tokenizer's pad token is
+#   never a label (torchtune_rules.collate_rules);
+# - LoRA module names: torchtune's, checked by torchtune_rules.lora_module_rules.
+TORCHTUNE = Profile(
+    "torchtune",
+    (
+        Adjustment(
+            "seq-len-over-block-size",
+            None,
+            "torchtune-max-seq-len reports it in torchtune's words",
+        ),
+        Adjustment("ragged-batch", None, "torchtune-collate reports it in torchtune's words"),
+        Adjustment(
+            "pad-token-missing",
+            None,
+            "padded_collate_sft pads with the tokenizer's pad_id (torchtune/data/_collate.py)",
+        ),
+        Adjustment(
+            "pad-is-eos",
+            None,
+            "padded_collate_sft pads labels with ignore_idx by position "
+            "(torchtune/data/_collate.py)",
+        ),
+    ),
+)

@@ -1,0 +1,287 @@
+"""What torchtune itself defines, read from ``keys/torchtune.json`` (written from torchtune's
+source by ``scripts/gen_torchtune_builders.py``, never by importing torchtune): model builder ->
+shape, component signatures, the keys each recipe reads, the recipe registry. Plus the two
+things ``tune run`` does to a config before a recipe sees it: the launch line (recipe,
+``--nproc_per_node``) and OmegaConf's ``${...}`` interpolation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import Location
+from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.reader import walk_keys
+
+# torchtune family -> the Hugging Face model_type whose module layout cfgcheck uses for it.
+# torchtune builds q/k/v/output and gate/up/down as separate linears in every family
+# (phi3's component builder too: torchtune/models/phi3/_component_builders.py), so Phi-3/4
+# take Llama's layout rather than transformers' fused qkv_proj / gate_up_proj.
+ARCHITECTURE = {
+    "llama2": "llama",
+    "llama3": "llama",
+    "llama3_1": "llama",
+    "llama3_2": "llama",
+    "llama3_3": "llama",
+    "smol": "llama",
+    "phi3": "llama",
+    "phi4": "llama",
+    "mistral": "mistral",
+    "qwen2": "qwen2",
+    "qwen2_5": "qwen2",
+    "qwen3": "qwen3",
+    "gemma": "gemma",
+    "gemma2": "gemma2",
+}
+# Gemma's component builders tie the output to the embedding (TiedLinear) and use a
+# tanh-GELU gated MLP (torchtune/models/gemma/_component_builders.py gemma_mlp).
+GEMMA = ("gemma", "gemma2")
+
+
+@cache
+def data() -> dict[str, Any]:
+    text = resources.files("cfgcheck.sources").joinpath("keys", "torchtune.json").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def source() -> str:
+    return str(data()["source"])
+
+
+def builder(path: str) -> dict[str, Any] | None:
+    entry = data()["builders"].get(path)
+    return entry if isinstance(entry, dict) else None
+
+
+def component(path: str) -> dict[str, Any] | None:
+    """The signature of a torchtune component (a builder's own, or a public function/class)."""
+    entry = builder(path)
+    if entry is not None:
+        sig = entry.get("signature")
+        return sig if isinstance(sig, dict) else None
+    sig = data()["components"].get(path)
+    return sig if isinstance(sig, dict) else None
+
+
+def recipe_keys(recipe: str) -> dict[str, list[str]] | None:
+    entry = data()["recipes"].get(recipe)
+    return entry if isinstance(entry, dict) else None
+
+
+def all_recipe_keys() -> frozenset[str]:
+    return frozenset(k for entry in data()["recipes"].values() for k in entry["keys"])
+
+
+def supports_distributed(recipe: str) -> bool:
+    entry = data()["registry"].get(recipe)
+    return bool(entry and entry.get("supports_distributed")) or "distributed" in recipe
+
+
+def recipe_of_config(file: str) -> str | None:
+    """The recipe the registry ships ``file`` with (``llama3_2/1B_lora.yaml``)."""
+    norm = file.replace("\\", "/")
+    for name, entry in data()["registry"].items():
+        for config in entry.get("configs", []):
+            if norm.endswith("/" + config) or norm == config:
+                return str(name)
+    return None
+
+
+def scale_hidden_dim_for_mlp(dim: int, multiple_of: int = 256) -> int:
+    """torchtune/models/llama2/_model_utils.py scale_hidden_dim_for_mlp: the MLP width of a
+    builder that passes no intermediate_dim."""
+    hidden = 4 * int(2 * dim / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def model_shape(path: str, entry: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """cfgcheck's ``model`` section for builder ``path`` (its shape, with the builder kwargs of
+    the config that change it: ``tie_word_embeddings``)."""
+    shape = {**entry["shape"], **{k: v for k, v in kwargs.items() if k in entry["shape"]}}
+    family = str(entry["family"])
+    embed, heads = int(shape["embed_dim"]), int(shape["num_heads"])
+    head_dim = shape.get("head_dim") or embed // heads
+    model: dict[str, Any] = {
+        "name": path.rsplit(".", 1)[-1],
+        "source": f"{path} ({source()})",
+        "architecture": ARCHITECTURE.get(family),
+        "block_size": int(shape["max_seq_len"]),
+        "padded_vocab_size": int(shape["vocab_size"]),
+        "n_layer": int(shape["num_layers"]),
+        "n_embd": embed,
+        "n_head": heads,
+        "n_query_groups": int(shape.get("num_kv_heads") or heads),
+        "head_size": int(head_dim),
+        "intermediate_size": int(shape.get("intermediate_dim") or scale_hidden_dim_for_mlp(embed)),
+        "mlp": "geglu" if family in GEMMA else "swiglu",
+        "norm": "rmsnorm",
+        "attn_bias": bool(shape.get("q_proj_bias", False)),
+        "tie_embeddings": family in GEMMA or bool(shape.get("tie_word_embeddings", False)),
+        "norm_qk": bool(shape.get("q_norm", False)),
+    }
+    if family == "gemma2":
+        # gemma2/_component_builders.py: sliding window on even layers, post-attention and
+        # post-MLP norms (sa_scale / mlp_scale), tanh soft-capping of scores and logits
+        model.update(
+            sliding_window_size=shape.get("sliding_window_size"),
+            sliding_window_pattern=2,
+            post_attention_norm=True,
+            post_mlp_norm=True,
+            attention_logit_softcapping=shape.get("hidden_capping_value"),
+            final_logit_softcapping=shape.get("final_capping_value"),
+        )
+    return model
+
+
+# --- the launch line ------------------------------------------------------------------------
+
+_TUNE_RUN = re.compile(r"tune\s+run\s+(?P<args>[^\n]*)")
+_OPTION = re.compile(r"--(?P<name>nproc[_-]per[_-]node|nnodes)[ =](?P<value>\S+)")
+
+
+@dataclass(frozen=True)
+class Launch:
+    recipe: str | None
+    nproc_per_node: int
+    nnodes: int
+    where: Location | None  # what said so: the `tune run` comment line, the argument, None
+
+
+def _int(value: Any, what: str) -> int:
+    try:
+        number = int(str(value))
+    except ValueError as e:
+        raise ConfigLoadError(f"{what}={value!r}: expected a whole number") from e
+    if number < 1:
+        raise ConfigLoadError(f"{what}={value!r}: expected a whole number of at least 1")
+    return number
+
+
+def launch(native: NativeConfig) -> Launch:
+    """The recipe and process counts: the launch argument, else the first ``tune run ...``
+    line of the file's comments (torchtune's configs document their command there), else the
+    recipe torchtune's registry ships the file with."""
+    given = native.launch
+    recipe = given.get("recipe")
+    nproc, nnodes = given.get("nproc_per_node"), given.get("nnodes")
+    where: Location | None = (
+        Location(f"<argument {' '.join(f'{k}={v}' for k, v in given.items())}>", None)
+        if given
+        else None
+    )
+    for number, line in enumerate(native.text.splitlines()[:200], 1):
+        if not line.lstrip().startswith("#"):
+            continue
+        match = _TUNE_RUN.search(line)
+        if match is None:
+            continue
+        args = match.group("args")
+        options = {
+            m.group("name").replace("-", "_"): m.group("value") for m in _OPTION.finditer(args)
+        }
+        rest = _OPTION.sub(" ", args).split()
+        names = [w for w in rest if not w.startswith("-") and re.fullmatch(r"[\w/.]+", w)]
+        if recipe is None and names:
+            recipe = names[0]
+        if names or options:
+            where = where or Location(native.file, number)
+        if nproc is None and "nproc_per_node" in options:
+            nproc = options["nproc_per_node"]
+        if nnodes is None and "nnodes" in options:
+            nnodes = options["nnodes"]
+        break
+    if recipe is None:
+        recipe = recipe_of_config(native.file)
+    return Launch(
+        str(recipe).removesuffix(".py") if recipe else None,
+        _int(nproc, "--nproc-per-node") if nproc is not None else 1,
+        _int(nnodes, "--nnodes") if nnodes is not None else 1,
+        where,
+    )
+
+
+# --- ${...} interpolation ---------------------------------------------------------------------
+
+_INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
+MAX_RESOLVED_CHARS = 100_000
+
+
+def interpolate(native: NativeConfig) -> None:
+    """Resolve ``${key}`` as OmegaConf does when a recipe reads the config ``tune run`` built
+    (torchtune/config/_parse.py ``OmegaConf.load``), bounded: a value may not grow past
+    ``MAX_RESOLVED_CHARS``, a cycle or a missing key is one line (exit 2). Resolver calls
+    (``${oc.env:HOME}``) are never evaluated: they stay as written."""
+    texts = {k: v for k, v in walk_keys(native.data) if isinstance(v, str) and "${" in v}
+    if not texts:
+        return
+    sizes: dict[str, int] = {}
+
+    def size(key: str, seen: tuple[str, ...]) -> int:
+        if key in sizes:
+            return sizes[key]
+        if key in seen:
+            raise ConfigLoadError(
+                f"{_at(native, key)}{key}: the interpolation cycles ({' -> '.join((*seen, key))})"
+            )
+        value = texts.get(key)
+        if value is None:
+            return 16  # a plain value
+        total = len(value)
+        for ref in _INTERPOLATION.findall(value):
+            if ":" in ref or ref.startswith("."):
+                continue
+            total += size(ref, (*seen, key))
+            if total > MAX_RESOLVED_CHARS:
+                raise ConfigLoadError(
+                    f"{_at(native, key)}{key}: its interpolations expand past "
+                    f"{MAX_RESOLVED_CHARS:,} characters"
+                )
+        sizes[key] = total
+        return total
+
+    for key in texts:
+        size(key, ())
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
+
+    escaped = _escape_resolvers(native.data)
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(escaped), resolve=True)
+    except InterpolationKeyError as e:
+        key = str(getattr(e, "full_key", "") or "")
+        missing = re.search(r"key '([^']*)'", str(e))
+        name = missing.group(1) if missing else "?"
+        raise ConfigLoadError(
+            f"{_at(native, key)}{key}: ${{{name}}} names a key the config does not have "
+            f"(OmegaConf raises \"InterpolationKeyError: Interpolation key '{name}' not found\" "
+            "when the recipe reads it)"
+        ) from e
+    except (OmegaConfBaseException, RecursionError, ValueError) as e:
+        text = " ".join(str(e).split()[:40])
+        raise ConfigLoadError(f"{native.file}: cannot resolve an interpolation: {text}") from e
+    if isinstance(resolved, dict):
+        native.data = {str(k): v for k, v in resolved.items()}
+
+
+def _escape_resolvers(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _escape_resolvers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape_resolvers(v) for v in value]
+    if isinstance(value, str) and "${" in value:
+        return _INTERPOLATION.sub(
+            lambda m: "\\" + m.group(0) if ":" in m.group(1) else m.group(0), value
+        )
+    return value
+
+
+def _at(native: NativeConfig, key: str) -> str:
+    where = native.loc(key) if key else None
+    return f"{where}: " if where else f"{native.file}: "

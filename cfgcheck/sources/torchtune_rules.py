@@ -1,0 +1,347 @@
+"""torchtune's own refusals and silent traps, each quoting the error its code raises
+(pytorch/torchtune at bd2a0fc7; the messages are reproduced with torchtune's and torch's own
+code in tests/sources/test_torchtune_ground_truth.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources import torchtune_data as tt
+from cfgcheck.sources.base import NativeConfig, NativeRule
+from cfgcheck.sources.reader import walk_keys
+from cfgcheck.sources.torchtune import LORA_ATTN, PADDED_COLLATE, is_packed
+
+if TYPE_CHECKING:
+    from cfgcheck.schema.run import RunConfig
+
+# What a recipe passes a component positionally besides the config's keywords
+# (recipes/lora_finetune_single_device.py: config.instantiate(cfg_dataset, self._tokenizer),
+# config.instantiate(cfg_optimizer, model.parameters()), config.instantiate(cfg_lr_scheduler,
+# optimizer, num_training_steps=..., last_epoch=...); recipes/full_finetune_distributed.py:
+# config.instantiate(self.tp_plan, model=model, ...)).
+PASSED = {
+    "tensor_parallel_plan": ("model",),
+    "dataset": ("tokenizer",),
+    "dataset_val": ("tokenizer",),
+    "optimizer": ("params",),
+    "lr_scheduler": ("optimizer", "num_training_steps", "last_epoch"),
+}
+
+
+def _error(rule: str, paths: tuple[str, ...], message: str, hint: str, *fixes: Fix) -> Finding:
+    return Finding(rule, "error", paths, message, hint, fixes=fixes)
+
+
+def _recipe(native: NativeConfig) -> str:
+    return tt.launch(native).recipe or "lora_finetune_single_device"
+
+
+def _components(native: NativeConfig) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every ``{_component_: ...}`` node: (its dotted key, the node)."""
+    for key, value in walk_keys(native.data):
+        if isinstance(value, dict) and isinstance(value.get("_component_"), str):
+            yield key, value
+    for key, value in native.data.items():
+        if isinstance(value, list):  # dataset: [ {...}, {...} ]
+            for i, item in enumerate(value):
+                if isinstance(item, dict) and isinstance(item.get("_component_"), str):
+                    yield f"{key}.{i}", item
+
+
+def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """config.instantiate(node) calls ``_component_(*args, **rest_of_node)``
+    (torchtune/config/_instantiate.py _create_component): a key the callable does not take is
+    "TypeError: f() got an unexpected keyword argument 'x'", a missing required one "TypeError:
+    f() missing 1 required positional argument: 'x'", a path torchtune does not have
+    "InstantiationError: Error loading '...'"."""
+    for key, node in _components(native):
+        path = str(node["_component_"])
+        section = key.split(".")[0]
+        if not path.startswith("torchtune."):
+            continue  # torch.optim.AdamW, bitsandbytes...: not torchtune's to check
+        sig = tt.component(path)
+        name = path.rsplit(".", 1)[-1]
+        shown = f"{name}.__init__()" if sig and sig.get("kind") == "class" else f"{name}()"
+        if sig is None:
+            if key == "model":
+                continue  # a builder torchtune does not ship, read from config.json
+            module = path.rpartition(".")[0]
+            known = [k for k in tt.data()["components"] if k.startswith(module + ".")]
+            close = difflib.get_close_matches(path, known, n=1, cutoff=0.6)
+            yield _error(
+                "torchtune-component-unknown",
+                (f"{key}._component_",),
+                f"{key}._component_={path}: torchtune ({tt.source()}) has no such component, "
+                f"so config.instantiate fails with \"InstantiationError: Error loading '{path}'\"",
+                f"did you mean {close[0]}?" if close else "name a torchtune component",
+                *((Fix((f"{key}._component_={close[0]}",), f"use {close[0]}"),) if close else ()),
+            )
+            continue
+        params = list(sig.get("params", []))
+        given = [k for k in node if k != "_component_"]
+        if not sig.get("var_kwargs"):
+            for arg in given:
+                if arg in params:
+                    continue
+                close = difflib.get_close_matches(arg, params, n=1, cutoff=0.7)
+                value = node[arg]
+                fixes = (
+                    (Fix((f"~{key}.{arg}", f"{key}.{close[0]}={_yaml(value)}"), f"{close[0]}"),)
+                    if close and not isinstance(value, dict | list)
+                    else (Fix((f"~{key}.{arg}",), f"drop {arg}"),)
+                )
+                yield _error(
+                    "torchtune-unexpected-argument",
+                    (f"{key}.{arg}",),
+                    f"{key}.{arg}: {path} does not take {arg}, and config.instantiate passes "
+                    f"every key of {key} to it: \"TypeError: {shown} got an unexpected keyword "
+                    f"argument '{arg}'\" before training starts (torchtune/config/"
+                    "_instantiate.py)",
+                    f"did you mean {close[0]}?" if close else f"remove {key}.{arg}",
+                    *fixes,
+                )
+        passed = PASSED.get(section, ())
+        missing = [r for r in sig.get("required", []) if r not in given and r not in passed]
+        if missing:
+            yield _error(
+                "torchtune-missing-argument",
+                (f"{key}._component_",),
+                f"{key}: {path} needs {', '.join(missing)}: \"TypeError: {shown} missing "
+                f"{len(missing)} required positional argument{'s' if len(missing) > 1 else ''}: "
+                f"{' and '.join(repr(m) for m in missing)}\"",
+                f"set {', '.join(f'{key}.{m}' for m in missing)}",
+            )
+
+
+def _yaml(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def missing_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """Keys the recipe reads as ``cfg.key`` (no default): OmegaConf raises
+    "ConfigAttributeError: Missing key <key>" when the config lacks them."""
+    recipe = _recipe(native)
+    keys = tt.recipe_keys(recipe)
+    if keys is None:
+        return
+    for key in keys["required"]:
+        if key not in native.data:
+            yield _error(
+                "torchtune-missing-key",
+                (key,),
+                f"recipe {recipe} reads cfg.{key}, which this config does not set: "
+                f'"omegaconf.errors.ConfigAttributeError: Missing key {key}" (recipes/'
+                f"{recipe}.py)",
+                f"set {key}",
+            )
+    model = native.get("model")
+    if not isinstance(model, dict):
+        return
+    for key in keys.get("model_required", []):
+        if key not in model:
+            yield _error(
+                "torchtune-missing-key",
+                ("model._component_",),
+                f"recipe {recipe} reads cfg_model.{key} in _setup_model, and model has no "
+                f'{key}: "omegaconf.errors.ConfigAttributeError: Missing key {key}"'
+                + (
+                    f" ({model.get('_component_')} is not a LoRA builder; {recipe} needs one "
+                    "such as lora_<model>)"
+                    if "lora_attn_modules" not in model
+                    else ""
+                ),
+                f"set model.{key}",
+            )
+
+
+def collate_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """_setup_data (recipes/lora_finetune_single_device.py) calls the collate as
+    ``partial(collate_fn, padding_idx=tokenizer.pad_id, ignore_idx=loss_fn.ignore_index)``
+    unless the dataset is packed, and refuses a left-padding one."""
+    collate = native.get("collate_fn")
+    if collate is None or is_packed(native):
+        return
+    text = str(collate)
+    if "left_pad_sequence" in text:
+        yield _error(
+            "torchtune-collate",
+            ("collate_fn",),
+            f'collate_fn={text}: the recipe raises "RuntimeError: left_pad_sequence collator '
+            'is only for inference."',
+            f"use collate_fn={PADDED_COLLATE}",
+            Fix((f"collate_fn={PADDED_COLLATE}",), "pad each batch to its longest sample"),
+        )
+    elif "default_collate" in text:
+        batch = native.get("batch_size", 1)
+        ragged = (
+            f"; and even called without them, default_collate stacks torchtune's unpadded "
+            f"token lists as they are, so with batch_size={batch} the first batch of samples "
+            'of different lengths fails with "RuntimeError: each element in list of batch '
+            'should be of equal size"'
+            if isinstance(batch, int) and batch > 1
+            else ""
+        )
+        yield _error(
+            "torchtune-collate",
+            ("collate_fn", "batch_size"),
+            f"collate_fn={text}: the recipe calls it as partial(collate_fn, padding_idx=..., "
+            'ignore_idx=...), and the first batch fails with "TypeError: default_collate() '
+            f"got an unexpected keyword argument 'padding_idx'\"{ragged}",
+            f"use torchtune's collate_fn={PADDED_COLLATE} (pads each batch to its longest "
+            "sample), or dataset.packed=true",
+            Fix((f"collate_fn={PADDED_COLLATE}",), "pad each batch to its longest sample"),
+            Fix(("~collate_fn",), f"the recipe's default, {PADDED_COLLATE}"),
+        )
+
+
+def max_seq_len_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """tokenizer.max_seq_len against the model's max_seq_len (TransformerDecoder.forward,
+    torchtune/modules/transformer.py _validate_inputs); packing needs a max_seq_len
+    (torchtune/datasets/_sft.py and siblings)."""
+    limit = native.get("tokenizer.max_seq_len")
+    if is_packed(native) and limit is None:
+        yield _error(
+            "torchtune-packed-max-seq-len",
+            ("dataset.packed", "tokenizer.max_seq_len"),
+            "dataset.packed=true with tokenizer.max_seq_len unset: the dataset builder raises "
+            '"ValueError: PackedDataset requires a max_seq_len to be set on the tokenizer."',
+            "set tokenizer.max_seq_len (the pack length), or dataset.packed=false",
+            *(
+                (Fix((f"tokenizer.max_seq_len={run.model.block_size}",), "packs of the context"),)
+                if run is not None and run.model.block_size <= 8192
+                else (Fix(("tokenizer.max_seq_len=4096",), "packs of 4096 tokens"),)
+            ),
+            Fix(("dataset.packed=false",), "no packing"),
+        )
+    if run is None or not isinstance(limit, int):
+        return
+    block = run.model.block_size
+    if limit > block:
+        model = native.get("model._component_")
+        yield _error(
+            "torchtune-max-seq-len",
+            ("tokenizer.max_seq_len", "model._component_"),
+            f"tokenizer.max_seq_len={limit} is above the max_seq_len={block} that {model} "
+            f"builds: the tokenizer keeps samples up to {limit} tokens, and the first batch "
+            f'longer than {block} fails in TransformerDecoder.forward with "ValueError: '
+            f'seq_len ({limit}) of input tensor should be smaller than max_seq_len ({block})"',
+            f"set tokenizer.max_seq_len<={block}",
+            Fix((f"tokenizer.max_seq_len={block}",), f"cut samples to the model's {block}"),
+        )
+
+
+def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """lora_attn_modules in torchtune's names (LORA_ATTN_MODULES: q_proj, k_proj, v_proj,
+    output_proj). The builders test ``"q_proj" in lora_modules`` and so on, so another name is
+    silently ignored; an empty list raises "Must pass one or more of ..."; apply_lora_to_output
+    on a tied output raises in the llama3.2 builders."""
+    model = native.get("model")
+    if not isinstance(model, dict) or "lora_attn_modules" not in model:
+        return
+    modules = model.get("lora_attn_modules")
+    if not isinstance(modules, list):
+        return
+    known = list(LORA_ATTN)
+    unknown = [m for m in modules if m not in LORA_ATTN]
+    valid = [m for m in modules if m in LORA_ATTN]
+    others = bool(model.get("apply_lora_to_mlp") or model.get("apply_lora_to_output"))
+    renamed = {"o_proj": "output_proj", "out_proj": "output_proj", "q": "q_proj", "k": "k_proj"}
+    fixed = [renamed.get(m) or next(iter(difflib.get_close_matches(m, known, 1)), None) for m in modules]
+    suggestion = list(dict.fromkeys(m for m in fixed if m))
+    fixes = (Fix((f"model.lora_attn_modules=[{','.join(suggestion)}]",), "torchtune's names"),)
+    if not modules:
+        yield _error(
+            "torchtune-lora-modules",
+            ("model.lora_attn_modules",),
+            "model.lora_attn_modules is empty: the builder raises \"ValueError: Must pass one "
+            f"or more of {known} as lora_modules\"",
+            "list at least one of q_proj, k_proj, v_proj, output_proj",
+            Fix(("model.lora_attn_modules=[q_proj,v_proj]",), "LoRA on q and v"),
+        )
+    elif unknown and not valid and not others:
+        yield _error(
+            "torchtune-lora-modules",
+            ("model.lora_attn_modules",),
+            f"model.lora_attn_modules={modules}: torchtune names the attention projections "
+            f"{', '.join(known)}, and its builders ignore any other name, so no layer gets an "
+            "adapter, nothing trains, and the first backward fails with \"RuntimeError: "
+            'element 0 of tensors does not require grad and does not have a grad_fn"',
+            f"use torchtune's names: {', '.join(suggestion or ['q_proj', 'v_proj'])}",
+            *fixes,
+        )
+    elif unknown:
+        yield Finding(
+            "torchtune-lora-modules",
+            "warning",
+            ("model.lora_attn_modules",),
+            f"model.lora_attn_modules lists {', '.join(unknown)}, which torchtune does not "
+            f"name ({', '.join(known)}): its builders silently skip them, so those projections "
+            f"get no adapter and only {', '.join(valid) or 'the MLP/output'} train",
+            f"use torchtune's names: {', '.join(suggestion)}",
+            fixes=fixes,
+        )
+    tied = run is not None and run.model.tie_embeddings
+    if model.get("apply_lora_to_output") and tied and "llama3_2" in str(model.get("_component_")):
+        yield _error(
+            "torchtune-lora-output-tied",
+            ("model.apply_lora_to_output",),
+            f"apply_lora_to_output=true on {model.get('_component_')}, whose output is tied "
+            'to the embedding: the builder raises "ValueError: apply_lora_to_output is '
+            "currently not supporting in llama3.2 1b and 3b,as the projection layer weights "
+            'are tied to the embeddings"',
+            "set model.apply_lora_to_output=false",
+            Fix(("model.apply_lora_to_output=false",), "no LoRA on the tied output"),
+        )
+
+
+def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """dtype fp16 and activation offloading without checkpointing (the recipes' __init__),
+    and a single-device recipe launched with torchrun (torchtune/_cli/run.py)."""
+    recipe = _recipe(native)
+    if native.get("dtype") == "fp16":
+        yield _error(
+            "torchtune-fp16",
+            ("dtype",),
+            'dtype=fp16: the recipe raises "ValueError: fp16 precision is not supported in '
+            'this recipe. Please use fp32 or bf16."',
+            "set dtype=bf16 (or fp32)",
+            Fix(("dtype=bf16",), "bf16 weights"),
+        )
+    if native.get("enable_activation_offloading") and not native.get(
+        "enable_activation_checkpointing"
+    ):
+        yield _error(
+            "torchtune-offloading",
+            ("enable_activation_offloading", "enable_activation_checkpointing"),
+            'enable_activation_offloading without activation checkpointing: the recipe raises '
+            '"RuntimeError: enable_activation_offloading should only be True when '
+            'enable_activation_checkpointing is True"',
+            "set enable_activation_checkpointing=true",
+            Fix(("enable_activation_checkpointing=true",), "checkpoint and offload"),
+            Fix(("enable_activation_offloading=false",), "no offloading"),
+        )
+    launch = tt.launch(native)
+    if launch.nproc_per_node * launch.nnodes > 1 and not tt.supports_distributed(recipe):
+        yield _error(
+            "torchtune-recipe-not-distributed",
+            (),
+            f"--nproc_per_node {launch.nproc_per_node} with recipe {recipe}: tune run stops "
+            f'with "Recipe {recipe} does not support distributed training.Please run without '
+            'torchrun commands." (torchtune/_cli/run.py)',
+            f"run {recipe.replace('single_device', 'distributed')} for several GPUs, or one "
+            "process",
+        )
+
+
+RULES: tuple[NativeRule, ...] = (
+    component_rules,
+    missing_key_rules,
+    collate_rules,
+    max_seq_len_rules,
+    lora_module_rules,
+    recipe_rules,
+)
