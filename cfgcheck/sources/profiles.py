@@ -215,3 +215,21 @@ TORCHTUNE = Profile(
         ),
     ),
 )
+
+# tokenizer.max_seq_len: null (every published torchtune config) cuts nothing: a batch is as
+# long as its longest sample (padded_collate_sft), so the estimate at the model's whole context
+# is a bound the data may never reach, not a certain out-of-memory.
+TORCHTUNE_UNCUT = Profile(
+    "torchtune",
+    (
+        *TORCHTUNE.adjustments,
+        Adjustment(
+            "gpu-memory",
+            "warning",
+            "tokenizer.max_seq_len is unset, so torchtune cuts no sample and the estimate "
+            "assumes batches as long as the model's context; the real peak follows the longest "
+            "batch of your data (`cfgcheck data`, --scan-data), or set tokenizer.max_seq_len",
+            "error",
+        ),
+    ),
+)

@@ -22,7 +22,7 @@ from cfgcheck.sources import torchtune_data as tt
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
-from cfgcheck.sources.profiles import TORCHTUNE, Profile
+from cfgcheck.sources.profiles import TORCHTUNE, TORCHTUNE_UNCUT, Profile
 from cfgcheck.sources.reader import walk_keys
 
 RECIPE = "recipes/lora_finetune_single_device.py"
@@ -264,7 +264,8 @@ def to_native(path: str, value: str) -> str | None:
 
 
 def profile(native: NativeConfig) -> Profile:
-    return TORCHTUNE
+    uncut = not native.is_set("tokenizer.max_seq_len") and not is_packed(native)
+    return TORCHTUNE_UNCUT if uncut else TORCHTUNE
 
 
 def _format() -> Format:
