@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import subprocess
 from dataclasses import dataclass, field
@@ -105,13 +106,9 @@ def parse_module(name: str, text: str, is_package: bool) -> Module:
                 continue
             if isinstance(node.value, ast.Name | ast.Call | ast.Attribute):
                 mod.aliases[target.id] = node.value
-            try:
+            with contextlib.suppress(ValueError, SyntaxError, TypeError):
                 mod.constants[target.id] = ast.literal_eval(node.value)
-            except (ValueError, SyntaxError, TypeError):
-                pass
-        elif isinstance(node, ast.ImportFrom) and node.module is not None or (
-            isinstance(node, ast.ImportFrom) and node.level
-        ):
+        elif isinstance(node, ast.ImportFrom) and (node.module is not None or node.level):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
@@ -178,11 +175,7 @@ def signature(node: ast.FunctionDef | ast.ClassDef, mod: Module) -> dict[str, An
     func: ast.FunctionDef | None
     if isinstance(node, ast.ClassDef):
         func = next(
-            (
-                n
-                for n in node.body
-                if isinstance(n, ast.FunctionDef) and n.name == "__init__"
-            ),
+            (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"),
             None,
         )
         if func is None:
@@ -348,7 +341,7 @@ def components(index: Index) -> dict[str, Any]:
             continue  # configs name public paths (torchtune.datasets.alpaca_dataset)
         names = set(mod.defs) | set(mod.imports) | set(mod.aliases)
         for name in sorted(names):
-            if name.startswith("_") or name[0].isupper() and name.isupper():
+            if name.startswith("_") or name.isupper():
                 continue
             found = index.lookup(mod, name)
             if found is None:

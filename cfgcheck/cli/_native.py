@@ -1,5 +1,6 @@
 """``--from FORMAT FILE``: the commands that validate a config read a native framework file
-(LitGPT, Axolotl, TRL) instead of composing ``conf/`` (see :mod:`cfgcheck.sources`)."""
+(LitGPT, Axolotl, TRL, torchtune) instead of composing ``conf/`` (see :mod:`cfgcheck.sources`).
+``--from torchtune FILE [RECIPE]`` also takes the recipe ``tune run`` would run."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
         metavar="NAME|GIB",
         help="with --from: the GPU the run is meant for (H100, A100-80GB, or GiB per GPU)",
     )
+    parser.add_argument(
+        "--nproc-per-node",
+        dest="nproc_per_node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --from torchtune: the processes `tune run --nproc_per_node N` starts "
+        "(default: the file's `tune run` comment, else 1)",
+    )
 
 
 def native_result(args: argparse.Namespace) -> CheckResult:
@@ -38,8 +48,23 @@ def native_result(args: argparse.Namespace) -> CheckResult:
             f"--from {args.source} needs the config FILE: cfgcheck {args.command} --from "
             f"{args.source} FILE [KEY=VALUE ...]"
         )
+    launch = launch_args(args)
     file, *overrides = args.overrides
-    return check_native(file, args.source, overrides, gpu=args.gpu)
+    return check_native(file, args.source, overrides, gpu=args.gpu, launch=launch)
+
+
+def launch_args(args: argparse.Namespace) -> dict[str, object]:
+    """``--from torchtune FILE [RECIPE]``: the recipe ``tune run`` would run (a second
+    argument without ``=``), and ``--nproc-per-node``."""
+    launch: dict[str, object] = {}
+    if getattr(args, "nproc_per_node", None) is not None:
+        launch["nproc_per_node"] = args.nproc_per_node
+    if args.source == "torchtune" and len(args.overrides) > 1:
+        second = args.overrides[1]
+        if "=" not in second and not second.startswith("~"):
+            launch["recipe"] = second
+            del args.overrides[1]
+    return launch
 
 
 def run_native_hook(args: argparse.Namespace) -> int:
@@ -54,7 +79,8 @@ def run_native_hook(args: argparse.Namespace) -> int:
     code = EXIT_OK
     for file in args.files:
         try:
-            result = check_native(file, args.source, gpu=getattr(args, "gpu", None))
+            launch = {"nproc_per_node": args.nproc_per_node} if args.nproc_per_node else None
+            result = check_native(file, args.source, gpu=getattr(args, "gpu", None), launch=launch)
         except ConfigLoadError as e:
             print(f"{file}: cannot check: {e}")
             code = EXIT_LOAD

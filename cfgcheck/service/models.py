@@ -37,12 +37,14 @@ class ComposeRequest(BaseModel):
 
 
 class NativeRequest(BaseModel):
-    """Validate a native framework config (the text of a LitGPT, Axolotl or TRL YAML file),
-    as ``cfgcheck check --from FORMAT FILE OVERRIDE...`` does."""
+    """Validate a native framework config (the text of a LitGPT, Axolotl, TRL or torchtune
+    YAML file), as ``cfgcheck check --from FORMAT FILE OVERRIDE...`` does."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    format: Literal["litgpt", "axolotl", "trl"] = Field(description="The file's framework.")
+    format: Literal["litgpt", "axolotl", "trl", "torchtune"] = Field(
+        description="The file's framework."
+    )
     config: str = Field(
         max_length=MAX_NATIVE_CHARS,
         description="The config file's text (YAML or JSON), e.g. an Axolotl examples/*.yml.",
@@ -60,6 +62,16 @@ class NativeRequest(BaseModel):
     )
     gpu: str | None = Field(
         None, max_length=40, description="The GPU the run is meant for (H100, or GiB)."
+    )
+    recipe: str | None = Field(
+        None,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_/]*$",
+        description="torchtune: the recipe `tune run` runs (default: the file's `tune run` "
+        "comment), e.g. 'lora_finetune_single_device'.",
+    )
+    nproc_per_node: int | None = Field(
+        None, ge=1, le=1024, description="torchtune: `tune run --nproc_per_node N`."
     )
 
 

@@ -1,5 +1,6 @@
 """``{"format": ..., "config": ...}`` requests: a native framework config (LitGPT, Axolotl,
-TRL) checked as ``cfgcheck check --from FORMAT FILE`` checks it (:mod:`cfgcheck.sources`).
+TRL, torchtune) checked as ``cfgcheck check --from FORMAT FILE`` checks it
+(:mod:`cfgcheck.sources`).
 
 The text is read by the sources layer's bounded reader; the run config it maps to is confined
 like any submitted config (paths inside the allowed roots) before anything reads a file.
@@ -33,7 +34,12 @@ def check_native_request(payload: dict[str, Any], roots: Sequence[Path]) -> Chec
         raise RequestError(422, "invalid native request: " + "; ".join(parts)) from e
     try:
         doc = parse_document(request.config, request.filename)
-        loaded = load_document(doc, request.format, request.overrides, request.gpu)
+        launch = {
+            k: v
+            for k, v in (("recipe", request.recipe), ("nproc_per_node", request.nproc_per_node))
+            if v is not None
+        }
+        loaded = load_document(doc, request.format, request.overrides, request.gpu, launch)
     except ConfigLoadError as e:
         raise RequestError(422, str(e)) from e
     refused = refused_paths(loaded.config, roots)

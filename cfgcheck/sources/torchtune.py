@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cfgcheck.errors import ConfigLoadError
-from cfgcheck.findings import Location
+from cfgcheck.schema.run import SECTIONS
 from cfgcheck.sources import torchtune_data as tt
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
@@ -229,9 +229,8 @@ def build(b: Builder) -> None:
     # torchtune's own keys under model. / tokenizer. (model.lora_rank, tokenizer.max_seq_len)
     # share their first part with cfgcheck's sections: locate them too.
     for key, location in n.where.items():
-        if key.split(".")[0] in ("model", "tokenizer", "data", "trainer"):
-            if key not in b.smap.entries:
-                b.smap.set(key, location, covering=False)
+        if key.split(".")[0] in SECTIONS and key not in b.smap.entries:
+            b.smap.set(key, location, covering=False)
 
 
 _TO_NATIVE = {

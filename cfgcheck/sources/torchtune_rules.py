@@ -98,7 +98,7 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
                     "torchtune-unexpected-argument",
                     (f"{key}.{arg}",),
                     f"{key}.{arg}: {path} does not take {arg}, and config.instantiate passes "
-                    f"every key of {key} to it: \"TypeError: {shown} got an unexpected keyword "
+                    f'every key of {key} to it: "TypeError: {shown} got an unexpected keyword '
                     f"argument '{arg}'\" before training starts (torchtune/config/"
                     "_instantiate.py)",
                     f"did you mean {close[0]}?" if close else f"remove {key}.{arg}",
@@ -110,15 +110,17 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
             yield _error(
                 "torchtune-missing-argument",
                 (f"{key}._component_",),
-                f"{key}: {path} needs {', '.join(missing)}: \"TypeError: {shown} missing "
+                f'{key}: {path} needs {", ".join(missing)}: "TypeError: {shown} missing '
                 f"{len(missing)} required positional argument{'s' if len(missing) > 1 else ''}: "
-                f"{' and '.join(repr(m) for m in missing)}\"",
+                f'{" and ".join(repr(m) for m in missing)}"',
                 f"set {', '.join(f'{key}.{m}' for m in missing)}",
             )
 
 
 def _yaml(value: Any) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
 
 
 def missing_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
@@ -250,15 +252,17 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
     valid = [m for m in modules if m in LORA_ATTN]
     others = bool(model.get("apply_lora_to_mlp") or model.get("apply_lora_to_output"))
     renamed = {"o_proj": "output_proj", "out_proj": "output_proj", "q": "q_proj", "k": "k_proj"}
-    fixed = [renamed.get(m) or next(iter(difflib.get_close_matches(m, known, 1)), None) for m in modules]
+    fixed = [
+        renamed.get(m) or next(iter(difflib.get_close_matches(m, known, 1)), None) for m in modules
+    ]
     suggestion = list(dict.fromkeys(m for m in fixed if m))
     fixes = (Fix((f"model.lora_attn_modules=[{','.join(suggestion)}]",), "torchtune's names"),)
     if not modules:
         yield _error(
             "torchtune-lora-modules",
             ("model.lora_attn_modules",),
-            "model.lora_attn_modules is empty: the builder raises \"ValueError: Must pass one "
-            f"or more of {known} as lora_modules\"",
+            'model.lora_attn_modules is empty: the builder raises "ValueError: Must pass one '
+            f'or more of {known} as lora_modules"',
             "list at least one of q_proj, k_proj, v_proj, output_proj",
             Fix(("model.lora_attn_modules=[q_proj,v_proj]",), "LoRA on q and v"),
         )
@@ -268,7 +272,7 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
             ("model.lora_attn_modules",),
             f"model.lora_attn_modules={modules}: torchtune names the attention projections "
             f"{', '.join(known)}, and its builders ignore any other name, so no layer gets an "
-            "adapter, nothing trains, and the first backward fails with \"RuntimeError: "
+            'adapter, nothing trains, and the first backward fails with "RuntimeError: '
             'element 0 of tensors does not require grad and does not have a grad_fn"',
             f"use torchtune's names: {', '.join(suggestion or ['q_proj', 'v_proj'])}",
             *fixes,
@@ -317,7 +321,7 @@ def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
         yield _error(
             "torchtune-offloading",
             ("enable_activation_offloading", "enable_activation_checkpointing"),
-            'enable_activation_offloading without activation checkpointing: the recipe raises '
+            "enable_activation_offloading without activation checkpointing: the recipe raises "
             '"RuntimeError: enable_activation_offloading should only be True when '
             'enable_activation_checkpointing is True"',
             "set enable_activation_checkpointing=true",
