@@ -21,6 +21,11 @@ from cfgcheck.service.models import NativeRequest
 from cfgcheck.service.paths import refused_paths
 
 
+# Formats whose config text may hold ${key} references: every published torchtune recipe
+# config interpolates ${output_dir}; the adapter resolves only plain references, bounded.
+INTERPOLATING_FORMATS = frozenset({"torchtune"})
+
+
 def check_native_request(payload: dict[str, Any], roots: Sequence[Path]) -> CheckResult:
     from cfgcheck.sources import check_loaded, load_document, parse_document
 

@@ -70,7 +70,7 @@ class Runner:
         stage = _Stages(deadline)
         payload = parse_body(body, kind, self.limits)
         stage.check("parsing")
-        check_tree(payload, self.settings.max_depth, self.settings.max_nodes)
+        check_tree(_screened(payload), self.settings.max_depth, self.settings.max_nodes)
         if not isinstance(payload, dict):
             raise RequestError(
                 422,
@@ -187,3 +187,14 @@ def _one_line_errors(error: ValidationError) -> str:
         loc = ".".join(str(p) for p in err["loc"]) or "<body>"
         parts.append(f"{loc}: {err['msg']}")
     return "invalid compose request: " + "; ".join(parts)
+
+
+def _screened(payload: Any) -> Any:
+    """What the ``${`` screen reads: a native config in a format whose adapter resolves its
+    own interpolations (torchtune: plain ``${key}`` references only, bounded and screened
+    linearly by cfgcheck.sources.torchtune_data.interpolate) is checked without its text."""
+    from cfgcheck.service.native import INTERPOLATING_FORMATS
+
+    if isinstance(payload, dict) and payload.get(NATIVE_KEY) in INTERPOLATING_FORMATS:
+        return {k: v for k, v in payload.items() if k != "config"}
+    return payload

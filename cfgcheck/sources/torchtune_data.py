@@ -209,8 +209,12 @@ def launch(native: NativeConfig) -> Launch:
 
 # --- ${...} interpolation ---------------------------------------------------------------------
 
-_INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
+_INTERPOLATION = re.compile(r"\$\{([^{}$\\]*)\}")
+_PLAIN_REF = re.compile(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*")
 MAX_RESOLVED_CHARS = 100_000
+# OmegaConf's grammar parser costs about 20 us a character: only this much interpolating text
+# reaches it, each ${...} a plain key reference (screened by _screen, linear).
+MAX_INTERPOLATING_CHARS = 50_000
 
 
 def interpolate(native: NativeConfig) -> None:
@@ -218,9 +222,10 @@ def interpolate(native: NativeConfig) -> None:
     (torchtune/config/_parse.py ``OmegaConf.load``), bounded: a value may not grow past
     ``MAX_RESOLVED_CHARS``, a cycle or a missing key is one line (exit 2). Resolver calls
     (``${oc.env:HOME}``) are never evaluated: they stay as written."""
-    texts = {k: v for k, v in walk_keys(native.data) if isinstance(v, str) and "${" in v}
+    texts = {k: v for k, v in _strings(native.data) if "${" in v}
     if not texts:
         return
+    _screen(native, texts)
     sizes: dict[str, int] = {}
 
     def size(key: str, seen: tuple[str, ...]) -> int:
@@ -235,8 +240,14 @@ def interpolate(native: NativeConfig) -> None:
             return 16  # a plain value
         total = len(value)
         for ref in _INTERPOLATION.findall(value):
-            if ":" in ref or ref.startswith("."):
+            if ":" in ref:
                 continue
+            if isinstance(native.get(ref), dict | list):
+                # a copy of a whole section per reference can grow without bound
+                raise ConfigLoadError(
+                    f"{_at(native, key)}{key}: ${{{ref}}} names a section; only values are "
+                    "interpolated"
+                )
             total += size(ref, (*seen, key))
             if total > MAX_RESOLVED_CHARS:
                 raise ConfigLoadError(
@@ -255,9 +266,13 @@ def interpolate(native: NativeConfig) -> None:
     try:
         resolved = OmegaConf.to_container(OmegaConf.create(escaped), resolve=True)
     except InterpolationKeyError as e:
-        key = str(getattr(e, "full_key", "") or "")
         missing = re.search(r"key '([^']*)'", str(e))
         name = missing.group(1) if missing else "?"
+        # the key whose own text names it (OmegaConf reports the first key that led there)
+        key = next(
+            (k for k, v in texts.items() if "${" + name + "}" in v),
+            str(getattr(e, "full_key", "") or ""),
+        )
         raise ConfigLoadError(
             f"{_at(native, key)}{key}: ${{{name}}} names a key the config does not have "
             f"(OmegaConf raises \"InterpolationKeyError: Interpolation key '{name}' not found\" "
@@ -268,6 +283,43 @@ def interpolate(native: NativeConfig) -> None:
         raise ConfigLoadError(f"{native.file}: cannot resolve an interpolation: {text}") from e
     if isinstance(resolved, dict):
         native.data = {str(k): v for k, v in resolved.items()}
+
+
+def _strings(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Every (dotted key, string) of nested mappings and lists (list items as key.0)."""
+    if isinstance(value, dict):
+        return [
+            pair
+            for k, v in value.items()
+            for pair in _strings(v, f"{prefix}.{k}" if prefix else str(k))
+        ]
+    if isinstance(value, list):
+        return [pair for i, v in enumerate(value) for pair in _strings(v, f"{prefix}.{i}")]
+    return [(prefix, value)] if isinstance(value, str) else []
+
+
+def _screen(native: NativeConfig, texts: dict[str, str]) -> None:
+    """Only plain ``${a.b}`` references (and resolver calls, kept as text) reach OmegaConf: a
+    nested or escaped interpolation, or too much interpolating text, is one line."""
+    total = 0
+    for key, value in texts.items():
+        total += len(value)
+        if total > MAX_INTERPOLATING_CHARS:
+            raise ConfigLoadError(
+                f"{_at(native, key)}more than {MAX_INTERPOLATING_CHARS:,} characters of "
+                "values with ${...} interpolations"
+            )
+        rest = _INTERPOLATION.sub("", value)
+        refs = _INTERPOLATION.findall(value)
+        if (
+            "${" in rest
+            or "\\$" in value
+            or any(":" not in r and not _PLAIN_REF.fullmatch(r) for r in refs)
+        ):
+            raise ConfigLoadError(
+                f"{_at(native, key)}{key}: {value[:80]!r}: only plain ${{key.path}} "
+                "interpolations are resolved (no nested, escaped or relative ones)"
+            )
 
 
 def _escape_resolvers(value: Any) -> Any:
