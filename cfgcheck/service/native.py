@@ -20,7 +20,6 @@ from cfgcheck.service.errors import RequestError
 from cfgcheck.service.models import NativeRequest
 from cfgcheck.service.paths import refused_paths
 
-
 # Formats whose config text may hold ${key} references: every published torchtune recipe
 # config interpolates ${output_dir}; the adapter resolves only plain references, bounded.
 INTERPOLATING_FORMATS = frozenset({"torchtune"})

@@ -17,7 +17,6 @@ from typing import Any
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Location
 from cfgcheck.sources.base import NativeConfig
-from cfgcheck.sources.reader import walk_keys
 
 # torchtune family -> the Hugging Face model_type whose module layout cfgcheck uses for it.
 # torchtune builds q/k/v/output and gate/up/down as separate linears in every family
