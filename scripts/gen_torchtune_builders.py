@@ -203,6 +203,7 @@ def signature(node: ast.FunctionDef | ast.ClassDef, mod: Module) -> dict[str, An
         "kind": "class" if isinstance(node, ast.ClassDef) else "function",
         "params": [x.arg for x in positional + a.kwonlyargs],
         "required": required,
+        "kwonly": [x.arg for x in a.kwonlyargs],
         "defaults": defaults,
         "var_kwargs": a.kwarg is not None,
         "var_args": a.vararg is not None,

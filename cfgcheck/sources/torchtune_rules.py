@@ -106,15 +106,27 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
                 )
         passed = PASSED.get(section, ())
         missing = [r for r in sig.get("required", []) if r not in given and r not in passed]
+        kwonly = set(sig.get("kwonly", []))
+        # Python names the positional ones first (ceval.c missing_arguments)
+        positional = [m for m in missing if m not in kwonly]
+        group, kind = (positional, "positional") if positional else (missing, "keyword-only")
         if missing:
             yield _error(
                 "torchtune-missing-argument",
                 (f"{key}._component_",),
                 f'{key}: {path} needs {", ".join(missing)}: "TypeError: {shown} missing '
-                f"{len(missing)} required positional argument{'s' if len(missing) > 1 else ''}: "
-                f'{" and ".join(repr(m) for m in missing)}"',
+                f"{len(group)} required {kind} argument{'s' if len(group) > 1 else ''}: "
+                f'{_names(group)}"',
                 f"set {', '.join(f'{key}.{m}' for m in missing)}",
             )
+
+
+def _names(names: list[str]) -> str:
+    """Python's list of missing arguments: 'a', 'a' and 'b', 'a', 'b', and 'c'."""
+    quoted = [repr(n) for n in names]
+    if len(quoted) <= 2:
+        return " and ".join(quoted)
+    return ", ".join(quoted[:-1]) + ", and " + quoted[-1]
 
 
 def _yaml(value: Any) -> str:
