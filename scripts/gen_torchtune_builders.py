@@ -427,6 +427,8 @@ def recipes(src: Source, index: Index) -> dict[str, Any]:
         text = src.read(path)
         tree = ast.parse(text)
         read, strict = _cfg_keys(tree, "cfg")
+        local = parse_module(module_of(path), text, False).constants
+        names = {**constants, **{k: v for k, v in local.items() if isinstance(v, str)}}
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Call)
@@ -435,9 +437,9 @@ def recipes(src: Source, index: Index) -> dict[str, Any]:
                 and ast.unparse(node.func.value) == "cfg"
                 and node.args
                 and isinstance(node.args[0], ast.Name)
-                and node.args[0].id in constants
+                and node.args[0].id in names
             ):
-                read.add(constants[node.args[0].id])
+                read.add(names[node.args[0].id])
         if "CheckpointClient(cfg)" in text:
             read |= client_read
         if not read:
