@@ -43,8 +43,7 @@ COMPONENT_PACKAGES = (
     "torchtune/models/",
     "torchtune/datasets/",
     "torchtune/data/",
-    "torchtune/modules/loss/",
-    "torchtune/modules/peft/",
+    "torchtune/modules/",
     "torchtune/training/",
     "torchtune/rlhf/",
     "torchtune/dev/",
@@ -277,38 +276,59 @@ def evaluate(
     return {"component": f"{mod.name}.{name}", "args": env}
 
 
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in values.items()
+        if isinstance(v, int | float | bool | str | type(None)) and v != UNRESOLVED
+    }
+
+
 def builders(index: Index) -> dict[str, Any]:
+    """Model builders -> their decoder shape (``shape`` None: not a text decoder, such as the
+    vision and mixture-of-experts builders); public component builders (``llama2``, named
+    with every shape argument in the config) -> their defaults."""
     out: dict[str, Any] = {}
     for mod_name, mod in sorted(index.modules.items()):
-        if not mod_name.startswith("torchtune.models.") or not mod_name.endswith(
-            "._model_builders"
-        ):
+        if not mod_name.startswith("torchtune.models."):
             continue
         family = mod_name.split(".")[2]
         package = f"torchtune.models.{family}"
+        if mod_name.endswith("._component_builders"):
+            exported = index.modules.get(package)
+            for name, node in mod.defs.items():
+                if name.startswith("_") or not isinstance(node, ast.FunctionDef):
+                    continue
+                sig = signature(node, mod)
+                if sig is None or not {"num_layers", "embed_dim"} <= set(sig["params"]):
+                    continue
+                public = exported is not None and name in exported.imports
+                out[f"{package if public else mod_name}.{name}"] = {
+                    "family": family,
+                    "component": f"{mod_name}.{name}",
+                    "component_builder": True,
+                    "lora": "lora_attn_modules" in sig["params"],
+                    "shape": _plain(sig["defaults"]),
+                    "signature": sig,
+                }
+            continue
+        if not mod_name.endswith("._model_builders"):
+            continue
         for name in [*mod.defs, *mod.aliases]:
             if name.startswith("_") or "tokenizer" in name or "transform" in name:
                 continue
             node = mod.defs.get(name)
             if node is not None and not isinstance(node, ast.FunctionDef):
                 continue
-            result = evaluate(index, mod, name, {})
-            if result is None:
-                continue
-            args = {
-                k: v
-                for k, v in result["args"].items()
-                if isinstance(v, int | float | bool | str | type(None))
-                and not (isinstance(v, str) and v == UNRESOLVED)
-            }
-            if "num_layers" not in args or "embed_dim" not in args:
-                continue  # not a decoder (vision encoders, classifiers' heads, ...)
             own = _own_signature(index, mod, name)
+            result = evaluate(index, mod, name, {})
+            args = _plain(result["args"]) if result is not None else {}
+            decoder = "num_layers" in args and "embed_dim" in args
             out[f"{package}.{name}"] = {
                 "family": family,
-                "component": result["component"],
+                "component": result["component"] if result is not None else None,
                 "lora": "lora_attn_modules" in (own or {}).get("params", []),
-                "shape": args,
+                "shape": args if decoder else None,
                 "signature": own,
             }
     return out
@@ -346,15 +366,18 @@ def components(index: Index) -> dict[str, Any]:
                 continue
             found = index.lookup(mod, name)
             if found is None:
+                # imported from outside torchtune (torchao's quantizers): it exists, its
+                # signature is not torchtune's to check
+                if name in mod.imports and not mod.imports[name].startswith("torchtune."):
+                    out[f"{mod_name}.{name}"] = {"kind": "external", "from": mod.imports[name]}
                 continue
             target_mod, target = found
             node = target_mod.defs.get(target)
             sig = _own_signature(index, target_mod, target) if node is None else None
             if node is not None:
                 sig = signature(node, target_mod)
-            if sig is None:
-                continue
-            out[f"{mod_name}.{name}"] = sig
+            # a class without its own __init__, an alias of an expression: exists, unchecked
+            out[f"{mod_name}.{name}"] = sig if sig is not None else {"kind": "opaque"}
     return out
 
 

@@ -216,20 +216,41 @@ TORCHTUNE = Profile(
     ),
 )
 
-# tokenizer.max_seq_len: null (every published torchtune config) cuts nothing: a batch is as
-# long as its longest sample (padded_collate_sft), so the estimate at the model's whole context
-# is a bound the data may never reach, not a certain out-of-memory.
-TORCHTUNE_UNCUT = Profile(
-    "torchtune",
-    (
-        *TORCHTUNE.adjustments,
-        Adjustment(
-            "gpu-memory",
-            "warning",
-            "tokenizer.max_seq_len is unset, so torchtune cuts no sample and the estimate "
-            "assumes batches as long as the model's context; the real peak follows the longest "
-            "batch of your data (`cfgcheck data`, --scan-data), or set tokenizer.max_seq_len",
-            "error",
-        ),
-    ),
+# What a torchtune recipe config leaves open about the memory a run needs, each making the
+# full-context single-process estimate a bound rather than a certainty (first match wins):
+# - a recipe that does not train (generate, eleuther_eval, quantize: it reads no optimizer);
+# - a recipe that trains by another method than supervised fine-tuning (DPO, PPO, GRPO,
+#   knowledge distillation), whose extra models and batches the estimate does not count;
+# - a distributed recipe whose process count neither the file's `tune run` comment nor the
+#   command gives (torchrun's --nproc_per_node decides the shard size);
+# - tokenizer.max_seq_len: null (every published torchtune config): no sample is cut, a batch
+#   is as long as its longest sample (padded_collate_sft), so the estimate at the model's
+#   whole context is a bound the data may never reach.
+TORCHTUNE_NOT_TRAINING = Adjustment(
+    "gpu-memory",
+    None,
+    "the recipe does not train (it reads no optimizer): the training estimate does not apply",
+)
+TORCHTUNE_NOT_SFT = Adjustment(
+    "gpu-memory",
+    "warning",
+    "the estimate models supervised fine-tuning; this recipe also holds what its method "
+    "needs (DPO's chosen and rejected batches and reference outputs, PPO's policy, value and "
+    "reward models, distillation's teacher), which it does not count",
+    "error",
+)
+TORCHTUNE_WORLD_UNKNOWN = Adjustment(
+    "gpu-memory",
+    "warning",
+    "a distributed recipe with no process count in the file: the estimate assumes one "
+    "process; pass --nproc-per-node N as `tune run --nproc_per_node N` would",
+    "error",
+)
+TORCHTUNE_UNCUT = Adjustment(
+    "gpu-memory",
+    "warning",
+    "tokenizer.max_seq_len is unset, so torchtune cuts no sample and the estimate assumes "
+    "batches as long as the model's context; the real peak follows the longest batch of your "
+    "data (`cfgcheck data`, --scan-data), or set tokenizer.max_seq_len",
+    "error",
 )

@@ -22,7 +22,15 @@ from cfgcheck.sources import torchtune_data as tt
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
-from cfgcheck.sources.profiles import TORCHTUNE, TORCHTUNE_UNCUT, Profile
+from cfgcheck.sources.profiles import (
+    TORCHTUNE,
+    TORCHTUNE_NOT_SFT,
+    TORCHTUNE_NOT_TRAINING,
+    TORCHTUNE_UNCUT,
+    TORCHTUNE_WORLD_UNKNOWN,
+    Adjustment,
+    Profile,
+)
 from cfgcheck.sources.reader import walk_keys
 
 RECIPE = "recipes/lora_finetune_single_device.py"
@@ -61,24 +69,37 @@ def check_components(native: NativeConfig) -> None:
             component_name(native, key.rpartition(".")[0])
 
 
+# The section that names the trained model: ``model``; the PPO recipe's ``policy_model``.
+MODEL_KEYS = ("model", "policy_model")
+
+
+def model_key(native: NativeConfig) -> str:
+    for key in MODEL_KEYS:
+        if isinstance(native.get(key), dict):
+            return key
+    raise ConfigLoadError(
+        f"{native.file}: the torchtune config has no model section: set model._component_ to "
+        "a builder such as torchtune.models.llama3_2.lora_llama3_2_1b"
+    )
+
+
 def _model(b: Builder) -> dict[str, Any]:
     """The model section from the builder's shape (or checkpoint_dir's config.json); returns
     the builder entry's signature defaults (LoRA rank, alpha, ... of that builder)."""
     n = b.native
-    if not isinstance(n.get("model"), dict):
-        raise ConfigLoadError(
-            f"{n.file}: the torchtune config has no model section: set model._component_ to "
-            "a builder such as torchtune.models.llama3_2.lora_llama3_2_1b"
-        )
-    path = component_name(n, "model")
+    mk = model_key(n)
+    path = component_name(n, mk)
     if path is None:
-        raise ConfigLoadError(f"{n.loc('model') or n.file}: model has no _component_ (a builder)")
-    kwargs = {k: v for k, v in n.get("model").items() if k != "_component_"}
+        raise ConfigLoadError(f"{n.loc(mk) or n.file}: {mk} has no _component_ (a builder)")
+    kwargs = {k: v for k, v in n.get(mk).items() if k != "_component_"}
     entry = tt.builder(path)
-    b.model_key = "model._component_"
-    if entry is not None:
-        where = n.loc("model._component_")
-        for key, value in tt.model_shape(path, entry, kwargs).items():
+    b.model_key = f"{mk}._component_"
+    where = n.loc(b.model_key)
+    if entry is not None and tt.decoder(entry):
+        shape = tt.model_shape(path, entry, kwargs)
+        if isinstance(shape, str):  # a component builder without every shape argument
+            raise ConfigLoadError(f"{where or n.file}: {mk}._component_={path}: {shape}")
+        for key, value in shape.items():
             if value is not None:
                 b.set(f"model.{key}", value, where)
         sig = entry.get("signature") or {}
@@ -87,45 +108,52 @@ def _model(b: Builder) -> dict[str, Any]:
     if isinstance(folder, str) and (Path(folder).expanduser() / "config.json").is_file():
         set_model(b, "checkpointer.checkpoint_dir", folder)
         return {"lora": "lora_attn_modules" in kwargs}
+    if entry is not None:
+        raise ConfigLoadError(
+            f"{where or n.file}: {mk}._component_={path} builds no text decoder cfgcheck "
+            f"models (family {entry['family']}: vision, mixture-of-experts or encoder), and "
+            "checkpointer.checkpoint_dir has no config.json to read a shape from"
+        )
     known = [k for k in tt.data()["builders"] if k.startswith(path.rpartition(".")[0] + ".")]
     close = difflib.get_close_matches(path, known or list(tt.data()["builders"]), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     raise ConfigLoadError(
-        f"{n.loc('model._component_') or n.file}: model._component_={path} is not a model "
-        f"builder torchtune ships ({tt.source()}){hint}, and checkpointer.checkpoint_dir has "
-        "no config.json to read the shape from"
+        f"{where or n.file}: {mk}._component_={path} is not a model builder torchtune ships "
+        f"({tt.source()}){hint}, and checkpointer.checkpoint_dir has no config.json to read "
+        "the shape from"
     )
 
 
 def _lora(b: Builder, defaults: dict[str, Any]) -> None:
     n = b.native
-    model = n.get("model")
+    mk = model_key(n)
+    model = n.get(mk)
     quantized = bool(model.get("quantize_base", defaults.get("quantize_base", False)))
     if not defaults.get("lora"):
         b.default("trainer.finetuning", "full", f"{model.get('_component_')} has no LoRA")
         b.default("trainer.quantization", "none", "a full builder is not quantized")
         return
-    b.from_key("trainer.finetuning", "model._component_", "qlora" if quantized else "lora")
+    b.from_key("trainer.finetuning", f"{mk}._component_", "qlora" if quantized else "lora")
     # QLoRA: torchao's NF4Tensor (to_nf4, block 64, its scalers quantized again in blocks of
     # 256: double quantization), torchtune/modules/low_precision/nf4_linear.py
     if quantized:
         b.set(
             "trainer.quantization",
             "nf4-dq",
-            n.loc("model.quantize_base") or n.loc("model._component_"),
+            n.loc(f"{mk}.quantize_base") or n.loc(f"{mk}._component_"),
         )
     else:
         b.default("trainer.quantization", "none", "quantize_base=False")
     builder = str(model.get("_component_"))
     for path, key in (("rank", "lora_rank"), ("alpha", "lora_alpha"), ("dropout", "lora_dropout")):
-        b.take(f"trainer.lora.{path}", f"model.{key}", defaults.get(key), f"{builder} {key}")
+        b.take(f"trainer.lora.{path}", f"{mk}.{key}", defaults.get(key), f"{builder} {key}")
     modules = model.get("lora_attn_modules")
     targets = [LORA_ATTN[m] for m in modules or [] if isinstance(m, str) and m in LORA_ATTN]
     if model.get("apply_lora_to_mlp", defaults.get("apply_lora_to_mlp", False)):
         targets += MLP
     if model.get("apply_lora_to_output", defaults.get("apply_lora_to_output", False)):
         targets.append("lm_head")
-    where = n.loc("model.lora_attn_modules") or n.loc("model._component_")
+    where = n.loc(f"{mk}.lora_attn_modules") or n.loc(f"{mk}._component_")
     b.set("trainer.lora.targets", targets or ["q_proj"], where)
 
 
@@ -172,7 +200,7 @@ def build(b: Builder) -> None:
     check_components(n)
     tt.interpolate(n)
     launch = tt.launch(n)
-    recipe = launch.recipe or "lora_finetune_single_device"
+    recipe = recipe_of(n)
     b.default("trainer.framework", "torchtune", "(format of the file)")
     defaults = _model(b)
     _lora(b, defaults)
@@ -221,7 +249,12 @@ def build(b: Builder) -> None:
     # torchtune/modules/attention_utils.py sdpa_or_flex_attention: no mask for padded
     # batches (is_causal=True), so SDPA runs its flash kernel; packed batches use flex
     # attention's block mask (no dense mask either)
-    b.default("trainer.attention", "flash", "torchtune/modules/attention_utils.py (no mask)")
+    # (SDPA's flash kernel takes 16-bit inputs only; fp32 runs its memory-efficient kernel)
+    b.default(
+        "trainer.attention",
+        "flash" if dtype == "bf16" else "sdpa",
+        "torchtune/modules/attention_utils.py (no mask)",
+    )
     _data(b, is_packed(n))
     if n.is_set("seed"):
         b.take("seed", "seed", None, "")
@@ -262,9 +295,33 @@ def to_native(path: str, value: str) -> str | None:
     return f"{key}={value}" if key else None
 
 
+def recipe_of(native: NativeConfig) -> str:
+    """The recipe (see :func:`torchtune_data.launch`), else the single-device fine-tuning
+    recipe of the builder's kind (LoRA or full)."""
+    recipe = tt.launch(native).recipe
+    if recipe:
+        return recipe
+    model: dict[str, Any] = next(
+        (native.get(k) for k in MODEL_KEYS if isinstance(native.get(k), dict)), {}
+    )
+    entry = tt.builder(str(model.get("_component_")))
+    lora = entry["lora"] if entry is not None else "lora_attn_modules" in model
+    return "lora_finetune_single_device" if lora else "full_finetune_single_device"
+
+
 def profile(native: NativeConfig) -> Profile:
-    uncut = not native.is_set("tokenizer.max_seq_len") and not is_packed(native)
-    return TORCHTUNE_UNCUT if uncut else TORCHTUNE
+    recipe = recipe_of(native)
+    keys = tt.recipe_keys(recipe)
+    extra: list[Adjustment] = []
+    if keys is not None and "optimizer" not in keys["keys"]:
+        extra.append(TORCHTUNE_NOT_TRAINING)
+    if any(method in recipe for method in ("dpo", "ppo", "grpo", "distillation")):
+        extra.append(TORCHTUNE_NOT_SFT)
+    if "distributed" in recipe and not tt.launch(native).nproc_known:
+        extra.append(TORCHTUNE_WORLD_UNKNOWN)
+    if not native.is_set("tokenizer.max_seq_len") and not is_packed(native):
+        extra.append(TORCHTUNE_UNCUT)
+    return Profile(TORCHTUNE.name, (*TORCHTUNE.adjustments, *extra))
 
 
 def _format() -> Format:

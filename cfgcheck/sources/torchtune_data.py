@@ -100,10 +100,25 @@ def scale_hidden_dim_for_mlp(dim: int, multiple_of: int = 256) -> int:
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
-def model_shape(path: str, entry: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """cfgcheck's ``model`` section for builder ``path`` (its shape, with the builder kwargs of
-    the config that change it: ``tie_word_embeddings``)."""
-    shape = {**entry["shape"], **{k: v for k, v in kwargs.items() if k in entry["shape"]}}
+SHAPE_ARGS = ("vocab_size", "num_layers", "num_heads", "embed_dim", "max_seq_len")
+
+
+def decoder(entry: dict[str, Any]) -> bool:
+    """A text decoder cfgcheck models: a family it knows, with a shape."""
+    return entry.get("shape") is not None and entry.get("family") in ARCHITECTURE
+
+
+def model_shape(
+    path: str, entry: dict[str, Any], kwargs: dict[str, Any]
+) -> dict[str, Any] | str:
+    """cfgcheck's ``model`` section for builder ``path``: its shape, with the config's
+    arguments that change it (``tie_word_embeddings``; every shape argument of a component
+    builder such as ``torchtune.models.llama2.llama2``). A string: what is missing."""
+    params = set((entry.get("signature") or {}).get("params", []))
+    shape = {**entry["shape"], **{k: v for k, v in kwargs.items() if k in params}}
+    missing = [k for k in SHAPE_ARGS if not isinstance(shape.get(k), int)]
+    if missing:
+        return f"the config does not give it {', '.join(missing)} as whole numbers"
     family = str(entry["family"])
     embed, heads = int(shape["embed_dim"]), int(shape["num_heads"])
     head_dim = shape.get("head_dim") or embed // heads
@@ -151,6 +166,7 @@ class Launch:
     nproc_per_node: int
     nnodes: int
     where: Location | None  # what said so: the `tune run` comment line, the argument, None
+    nproc_known: bool = False  # the file or the command gives --nproc_per_node
 
 
 def _int(value: Any, what: str) -> int:
@@ -197,19 +213,34 @@ def launch(native: NativeConfig) -> Launch:
             nnodes = options["nnodes"]
         break
     if recipe is None:
-        recipe = recipe_of_config(native.file)
+        recipe = recipe_of_config(native.file) or _config_for(native.text)
     return Launch(
         str(recipe).removesuffix(".py") if recipe else None,
         _int(nproc, "--nproc-per-node") if nproc is not None else 1,
         _int(nnodes, "--nnodes") if nnodes is not None else 1,
         where,
+        nproc is not None,
     )
+
+
+_CONFIG_FOR = re.compile(r"^#\s*Config for .*? in (?:recipes/)?(?P<recipe>[\w/]+)\.py")
+
+
+def _config_for(text: str) -> str | None:
+    """torchtune's configs open with "# Config for ... in full_finetune_distributed.py"."""
+    for line in text.splitlines()[:3]:
+        match = _CONFIG_FOR.match(line.strip())
+        if match:
+            return match.group("recipe")
+    return None
 
 
 # --- ${...} interpolation ---------------------------------------------------------------------
 
 _INTERPOLATION = re.compile(r"\$\{([^{}$\\]*)\}")
 _PLAIN_REF = re.compile(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*")
+# A resolver call (${oc.env:HOME}, ${eval:'...'}): the whole value is kept as written.
+_RESOLVER = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
 MAX_RESOLVED_CHARS = 100_000
 # OmegaConf's grammar parser costs about 20 us a character: only this much interpolating text
 # reaches it, each ${...} a plain key reference (screened by _screen, linear).
@@ -235,8 +266,8 @@ def interpolate(native: NativeConfig) -> None:
                 f"{_at(native, key)}{key}: the interpolation cycles ({' -> '.join((*seen, key))})"
             )
         value = texts.get(key)
-        if value is None:
-            return 16  # a plain value
+        if value is None or _RESOLVER.search(value):
+            return 16 if value is None else len(value)  # a plain value, or kept as written
         total = len(value)
         for ref in _INTERPOLATION.findall(value):
             if ":" in ref:
@@ -310,11 +341,8 @@ def _screen(native: NativeConfig, texts: dict[str, str]) -> None:
             )
         rest = _INTERPOLATION.sub("", value)
         refs = _INTERPOLATION.findall(value)
-        if (
-            "${" in rest
-            or "\\$" in value
-            or any(":" not in r and not _PLAIN_REF.fullmatch(r) for r in refs)
-        ):
+        plain = "${" not in rest and all(_PLAIN_REF.fullmatch(r) for r in refs)
+        if "\\$" in value or not (plain or _RESOLVER.search(value)):
             raise ConfigLoadError(
                 f"{_at(native, key)}{key}: {value[:80]!r}: only plain ${{key.path}} "
                 "interpolations are resolved (no nested, escaped or relative ones)"
@@ -326,10 +354,8 @@ def _escape_resolvers(value: Any) -> Any:
         return {k: _escape_resolvers(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_escape_resolvers(v) for v in value]
-    if isinstance(value, str) and "${" in value:
-        return _INTERPOLATION.sub(
-            lambda m: "\\" + m.group(0) if ":" in m.group(1) else m.group(0), value
-        )
+    if isinstance(value, str) and _RESOLVER.search(value):
+        return value.replace("${", "\\${")  # never evaluated: the value stays as written
     return value
 
 

@@ -13,7 +13,7 @@ from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources import torchtune_data as tt
 from cfgcheck.sources.base import NativeConfig, NativeRule
 from cfgcheck.sources.reader import walk_keys
-from cfgcheck.sources.torchtune import LORA_ATTN, PADDED_COLLATE, is_packed
+from cfgcheck.sources.torchtune import LORA_ATTN, PADDED_COLLATE, is_packed, recipe_of
 
 if TYPE_CHECKING:
     from cfgcheck.schema.run import RunConfig
@@ -34,10 +34,6 @@ PASSED = {
 
 def _error(rule: str, paths: tuple[str, ...], message: str, hint: str, *fixes: Fix) -> Finding:
     return Finding(rule, "error", paths, message, hint, fixes=fixes)
-
-
-def _recipe(native: NativeConfig) -> str:
-    return tt.launch(native).recipe or "lora_finetune_single_device"
 
 
 def _components(native: NativeConfig) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -81,7 +77,9 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
                 *((Fix((f"{key}._component_={close[0]}",), f"use {close[0]}"),) if close else ()),
             )
             continue
-        params = list(sig.get("params", []))
+        if "params" not in sig:
+            continue  # torchao's quantizers, classes without their own __init__: unchecked
+        params = list(sig["params"])
         given = [k for k in node if k != "_component_"]
         if not sig.get("var_kwargs"):
             for arg in given:
@@ -138,7 +136,7 @@ def _yaml(value: Any) -> str:
 def missing_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
     """Keys the recipe reads as ``cfg.key`` (no default): OmegaConf raises
     "ConfigAttributeError: Missing key <key>" when the config lacks them."""
-    recipe = _recipe(native)
+    recipe = recipe_of(native)
     keys = tt.recipe_keys(recipe)
     if keys is None:
         return
@@ -317,7 +315,7 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
 def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
     """dtype fp16 and activation offloading without checkpointing (the recipes' __init__),
     and a single-device recipe launched with torchrun (torchtune/_cli/run.py)."""
-    recipe = _recipe(native)
+    recipe = recipe_of(native)
     if native.get("dtype") == "fp16":
         yield _error(
             "torchtune-fp16",

@@ -206,6 +206,8 @@ def test_interpolations_resolve_like_omegaconf() -> None:
     assert loaded.native.get("metric_logger.log_dir") == "/data/run/logs"
     env = load_native(LORA_1B, "torchtune", ["output_dir=${oc.env:HOME}"])
     assert env.native.get("output_dir") == "${oc.env:HOME}"  # resolvers are never evaluated
+    nested = load_native(LORA_1B, "torchtune", ["output_dir=${oc.env:${seed}}"])
+    assert nested.native.get("checkpointer.output_dir") == "${oc.env:${seed}}"
 
 
 @pytest.mark.parametrize(
@@ -219,7 +221,7 @@ def test_interpolations_resolve_like_omegaconf() -> None:
         ),
         (["output_dir=${nope}"], "Interpolation key 'nope' not found"),
         (["output_dir=${a}", "a=${output_dir}"], "the interpolation cycles"),
-        (["output_dir=${oc.env:${x}}"], "only plain"),
+        (["output_dir=${out${x}}"], "only plain"),
         (["output_dir=${model}"], "names a section"),
         (["~model"], "has no model section"),
     ],
