@@ -7,6 +7,7 @@ torchtune's and torch's own code in test_torchtune_ground_truth.py."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,8 @@ from cfgcheck.sources import torchtune_data as tt
 from tests.conftest import REPO, run_cfgcheck
 from tests.sources.support import NATIVE, applying_fixes_clears, line_of, located_at, one, write
 
-CONFIGS = sorted((NATIVE / "torchtune").glob("*.yaml"))
+CONFIGS = sorted(p for p in (NATIVE / "torchtune").glob("*.yaml") if "broken" not in p.name)
+BROKEN = sorted((NATIVE / "torchtune").glob("broken_*.yaml"))
 LORA_1B = NATIVE / "torchtune" / "llama3_2_1B_lora_single_device.yaml"
 PHI3 = NATIVE / "torchtune" / "phi3_mini_lora_single_device.yaml"
 FULL_70B = NATIVE / "torchtune" / "llama3_70B_full.yaml"
@@ -39,6 +41,39 @@ def test_published_configs_get_a_verdict_without_errors(config: Path) -> None:
         result = check_native(config, "torchtune", gpu=gpu)
         assert result.ok, [(f.rule, f.message) for f in result.errors]
         assert result.config is not None and result.config.trainer.framework == "torchtune"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        # its tokenizer.path is ${model_dir}/tokenizer.model, and no key model_dir exists
+        ("broken_llama4_maverick_17B_128E_full.yaml", "Interpolation key 'model_dir' not found"),
+        # torchtune renamed the builder lora_qwen2_5_7b_instruct / _base
+        (
+            "broken_qwen2_5_14B_to_7B_KD_lora_single_device.yaml",
+            "lora_qwen2_5_7b is not a model builder torchtune ships",
+        ),
+    ],
+)
+def test_published_configs_torchtune_cannot_run_stop_with_one_line(
+    config: str, message: str
+) -> None:
+    file = NATIVE / "torchtune" / config
+    assert file in BROKEN
+    with pytest.raises(ConfigLoadError, match=re.escape(message)):
+        load_native(file, "torchtune")
+
+
+def test_other_recipes_memory_is_not_a_training_verdict() -> None:
+    generation = check_native(
+        NATIVE / "torchtune" / "llama3_1_70B_generation_distributed.yaml", "torchtune", gpu="H100"
+    )
+    assert not generation.by_rule("gpu-memory")  # the generate recipe does not train
+    dpo = check_native(NATIVE / "torchtune" / "llama3_1_8B_full_dpo.yaml", "torchtune", gpu="A10G")
+    (memory,) = dpo.by_rule("gpu-memory")
+    assert memory.severity == "warning" and "supervised fine-tuning" in memory.message
+    ppo = load_native(NATIVE / "torchtune" / "mistral_7B_full_ppo_low_memory.yaml", "torchtune")
+    assert ppo.model_key == "policy_model._component_"
 
 
 def test_builder_shapes_come_from_torchtune_builders() -> None:
