@@ -17,8 +17,11 @@ import pytest
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources import check_native, load_native
 from cfgcheck.sources import torchtune_data as tt
+from cfgcheck.sources.native import get_format
+from cfgcheck.sources.reader import get_dotted
 from tests.conftest import REPO, run_cfgcheck
 from tests.sources.support import NATIVE, applying_fixes_clears, line_of, located_at, one, write
+from tests.sources.test_native_fixes import CHANGES
 
 CONFIGS = sorted(p for p in (NATIVE / "torchtune").glob("*.yaml") if "broken" not in p.name)
 BROKEN = sorted((NATIVE / "torchtune").glob("broken_*.yaml"))
@@ -361,3 +364,15 @@ def test_check_from_torchtune_imports_neither_torch_nor_transformers() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), CHANGES)
+def test_every_translated_change_sets_its_value(path: str, value: str, expected: object) -> None:
+    """cfgcheck's fixes in torchtune's keys really set the value they stand for."""
+    native = get_format("torchtune").to_native(path, value)
+    if native is None:
+        pytest.skip(f"torchtune has no key for {path}")
+    if native == "":
+        pytest.skip(f"torchtune derives {path} itself")
+    loaded = load_native(LORA_1B, "torchtune", [native])
+    assert get_dotted(loaded.config, path) == expected, native

@@ -149,6 +149,8 @@ def test_the_committed_data_serves_the_published_configs() -> None:
 
     assert tt.source().startswith("pytorch/torchtune at ")
     for config in sorted((NATIVE / "torchtune").glob("*.yaml")):
-        builder = yaml.safe_load(config.read_text())["model"]["_component_"]
-        assert tt.builder(builder) is not None, (config.name, builder)
+        data = yaml.safe_load(config.read_text())
+        builder = (data.get("model") or data["policy_model"])["_component_"]
+        stale = config.name == "broken_qwen2_5_14B_to_7B_KD_lora_single_device.yaml"
+        assert (tt.builder(builder) is None) == stale, config.name
     assert Path(SCRIPT).is_file()
