@@ -27,6 +27,7 @@ from cfgcheck.sources.profiles import (
     TORCHTUNE_NOT_SFT,
     TORCHTUNE_NOT_TRAINING,
     TORCHTUNE_UNCUT,
+    TORCHTUNE_UNMODELLED_SAVINGS,
     TORCHTUNE_WORLD_UNKNOWN,
     Adjustment,
     Profile,
@@ -34,6 +35,8 @@ from cfgcheck.sources.profiles import (
 from cfgcheck.sources.reader import walk_keys
 
 RECIPE = "recipes/lora_finetune_single_device.py"
+# The launch command's process count, located at the `tune run` comment or the argument.
+LAUNCH_PATH = "tune run --nproc_per_node"
 PADDED_COLLATE = "torchtune.data.padded_collate_sft"
 # torchtune's LoRA names of the attention projections (torchtune/modules/peft/lora.py
 # LORA_ATTN_MODULES) -> the llama names cfgcheck's memory model reads them by.
@@ -225,6 +228,7 @@ def build(b: Builder) -> None:
     world = launch.nproc_per_node * launch.nnodes
     # the distributed recipes shard with FSDP2 (training.shard_model, fully_shard)
     b.set("trainer.strategy", "fsdp" if distributed and world > 1 else "single", where)
+    b.smap.set(LAUNCH_PATH, where, covering=False)
 
     opt = n.get("optimizer._component_", "torch.optim.AdamW")
     b.set(
@@ -317,6 +321,9 @@ def profile(native: NativeConfig) -> Profile:
         extra.append(TORCHTUNE_NOT_TRAINING)
     if any(method in recipe for method in ("dpo", "ppo", "grpo", "distillation")):
         extra.append(TORCHTUNE_NOT_SFT)
+    savings = ("fsdp_cpu_offload", "enable_activation_offloading", "optimizer_in_bwd")
+    if any(native.get(key) is True for key in savings):
+        extra.append(TORCHTUNE_UNMODELLED_SAVINGS)
     if "distributed" in recipe and not tt.launch(native).nproc_known:
         extra.append(TORCHTUNE_WORLD_UNKNOWN)
     if not native.is_set("tokenizer.max_seq_len") and not is_packed(native):

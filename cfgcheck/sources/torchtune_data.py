@@ -108,9 +108,7 @@ def decoder(entry: dict[str, Any]) -> bool:
     return entry.get("shape") is not None and entry.get("family") in ARCHITECTURE
 
 
-def model_shape(
-    path: str, entry: dict[str, Any], kwargs: dict[str, Any]
-) -> dict[str, Any] | str:
+def model_shape(path: str, entry: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any] | str:
     """cfgcheck's ``model`` section for builder ``path``: its shape, with the config's
     arguments that change it (``tie_word_embeddings``; every shape argument of a component
     builder such as ``torchtune.models.llama2.llama2``). A string: what is missing."""

@@ -13,7 +13,13 @@ from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources import torchtune_data as tt
 from cfgcheck.sources.base import NativeConfig, NativeRule
 from cfgcheck.sources.reader import walk_keys
-from cfgcheck.sources.torchtune import LORA_ATTN, PADDED_COLLATE, is_packed, recipe_of
+from cfgcheck.sources.torchtune import (
+    LAUNCH_PATH,
+    LORA_ATTN,
+    PADDED_COLLATE,
+    is_packed,
+    recipe_of,
+)
 
 if TYPE_CHECKING:
     from cfgcheck.schema.run import RunConfig
@@ -125,6 +131,10 @@ def _names(names: list[str]) -> str:
     if len(quoted) <= 2:
         return " and ".join(quoted)
     return ", ".join(quoted[:-1]) + ", and " + quoted[-1]
+
+
+def _and(items: list[str]) -> str:
+    return " and ".join(items) if len(items) < 3 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _yaml(value: Any) -> str:
@@ -260,7 +270,12 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
     known = list(LORA_ATTN)
     unknown = [m for m in modules if m not in LORA_ATTN]
     valid = [m for m in modules if m in LORA_ATTN]
-    others = bool(model.get("apply_lora_to_mlp") or model.get("apply_lora_to_output"))
+    extra = [
+        what
+        for key, what in (("apply_lora_to_mlp", "the MLP"), ("apply_lora_to_output", "the output"))
+        if model.get(key)
+    ]
+    others = bool(extra)
     renamed = {"o_proj": "output_proj", "out_proj": "output_proj", "q": "q_proj", "k": "k_proj"}
     fixed = [
         renamed.get(m) or next(iter(difflib.get_close_matches(m, known, 1)), None) for m in modules
@@ -294,7 +309,7 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
             ("model.lora_attn_modules",),
             f"model.lora_attn_modules lists {', '.join(unknown)}, which torchtune does not "
             f"name ({', '.join(known)}): its builders silently skip them, so those projections "
-            f"get no adapter and only {', '.join(valid) or 'the MLP/output'} train",
+            f"get no adapter; only {_and(valid + extra)} get adapters",
             f"use torchtune's names: {', '.join(suggestion)}",
             fixes=fixes,
         )
@@ -342,7 +357,7 @@ def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
     if launch.nproc_per_node * launch.nnodes > 1 and not tt.supports_distributed(recipe):
         yield _error(
             "torchtune-recipe-not-distributed",
-            (),
+            (LAUNCH_PATH,),
             f"--nproc_per_node {launch.nproc_per_node} with recipe {recipe}: tune run stops "
             f'with "Recipe {recipe} does not support distributed training.Please run without '
             'torchrun commands." (torchtune/_cli/run.py)',

@@ -135,6 +135,17 @@ def test_a_single_device_recipe_under_torchrun_is_refused() -> None:
     result = check_native(LORA_1B, "torchtune", launch={"nproc_per_node": 2})
     finding = one(result, "torchtune-recipe-not-distributed")
     assert "does not support distributed training" in finding.message
+    assert str(finding.locations["tune run --nproc_per_node"]) == "<argument nproc_per_node=2>"
+
+
+def test_memory_savings_the_estimate_does_not_model_make_it_a_bound() -> None:
+    # llama3/70B_full.yaml runs with fsdp_cpu_offload: True on 8 GPUs
+    cut = ["tokenizer.max_seq_len=4096"]
+    bound = check_native(FULL_70B, "torchtune", cut, gpu="H100")
+    (memory,) = bound.by_rule("gpu-memory")
+    assert memory.severity == "warning" and "fsdp_cpu_offload" in memory.message
+    certain = check_native(FULL_70B, "torchtune", [*cut, "fsdp_cpu_offload=false"], gpu="H100")
+    assert one(certain, "gpu-memory").severity == "error"
 
 
 def test_seed_ragged_default_collate() -> None:
