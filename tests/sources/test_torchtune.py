@@ -387,3 +387,24 @@ def test_every_translated_change_sets_its_value(path: str, value: str, expected:
         pytest.skip(f"torchtune derives {path} itself")
     loaded = load_native(LORA_1B, "torchtune", [native])
     assert get_dotted(loaded.config, path) == expected, native
+
+
+def test_a_builder_torchtune_does_not_ship_reads_checkpoint_dir_config_json(
+    tmp_path: Path,
+) -> None:
+    from tests.model_folders import QWEN25_05B, write_config
+
+    folder = tmp_path / "Qwen2.5-0.5B"
+    write_config(folder, QWEN25_05B)
+    overrides = [
+        "model._component_=my_models.qwen_with_tweaks",
+        f"checkpointer.checkpoint_dir={folder}",
+    ]
+    result = check_native(
+        NATIVE / "torchtune" / "qwen2_0.5B_lora_single_device.yaml", "torchtune", overrides
+    )
+    assert result.config is not None and result.config.model.n_layer == 24
+    assert result.config.model.block_size == 32768
+    assert not result.by_rule("torchtune-component-unknown")  # not a torchtune.* path
+    with pytest.raises(ConfigLoadError, match=r"no config\.json"):
+        load_native(LORA_1B, "torchtune", ["model._component_=my_models.qwen_with_tweaks"])
