@@ -44,7 +44,13 @@ LORA_ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output
 MLP = ("gate_proj", "up_proj", "down_proj")
 # dtype -> precision: training.get_dtype (torchtune/training/precision.py) loads the weights
 # in that dtype (no autocast); None is torch.float32.
-DTYPE = {"bf16": "bf16-true", "fp32": "32-true", "fp16": "16-mixed", None: "32-true"}
+DTYPE = {
+    "bf16": "bf16-true",
+    "fp32": "32-true",
+    "fp64": "32-true",
+    "fp16": "16-mixed",
+    None: "32-true",
+}
 # Losses that never hold the full fp32 logits: CEWithChunkedOutputLoss upcasts one chunk of
 # the chunked output at a time; LinearCrossEntropyLoss runs the output projection and the loss
 # in chunks (torchtune/modules/loss/).

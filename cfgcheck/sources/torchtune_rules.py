@@ -38,6 +38,10 @@ PASSED = {
 }
 
 
+# torchtune/training/precision.py PRECISION_STR_TO_DTYPE
+DTYPES = ("fp16", "bf16", "fp32", "fp64")
+
+
 def _error(rule: str, paths: tuple[str, ...], message: str, hint: str, *fixes: Fix) -> Finding:
     return Finding(rule, "error", paths, message, hint, fixes=fixes)
 
@@ -331,7 +335,17 @@ def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
     """dtype fp16 and activation offloading without checkpointing (the recipes' __init__),
     and a single-device recipe launched with torchrun (torchtune/_cli/run.py)."""
     recipe = recipe_of(native)
-    if native.get("dtype") == "fp16":
+    dtype = native.get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        yield _error(
+            "torchtune-dtype",
+            ("dtype",),
+            f'dtype={dtype}: training.get_dtype raises "ValueError: Dtype {dtype} must be '
+            f'one of {", ".join(DTYPES)} for finetuning." (torchtune/training/precision.py)',
+            "set dtype=bf16 (or fp32)",
+            Fix(("dtype=bf16",), "bf16 weights"),
+        )
+    if dtype == "fp16":
         yield _error(
             "torchtune-fp16",
             ("dtype",),

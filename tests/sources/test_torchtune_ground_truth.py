@@ -231,3 +231,42 @@ def test_packing_without_max_seq_len_is_refused_by_the_dataset_builder(tmp_path:
     with pytest.raises(ValueError) as e:
         alpaca_dataset(tokenizer, source="json", data_files=str(data), split="train", packed=True)
     assert quoted(finding.message) == [f"ValueError: {e.value}"]
+
+
+def test_an_unknown_dtype_is_get_dtypes_value_error() -> None:
+    from torchtune.training import get_dtype
+
+    finding = one(check_native(LORA_1B, "torchtune", ["dtype=bfloat16"]), "torchtune-dtype")
+    with pytest.raises(ValueError) as e:
+        get_dtype("bfloat16", torch.device("cpu"))
+    assert quoted(finding.message) == [f"ValueError: {e.value}"]
+
+
+def test_offloading_without_checkpointing_is_refused_by_the_recipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    finding = one(
+        check_native(LORA_1B, "torchtune", ["enable_activation_offloading=true"]),
+        "torchtune-offloading",
+    )
+    recipe = _recipe_module("lora_finetune_single_device")
+    # the recipe checks the device first (CUDA or XPU): stand a CUDA device object in for it
+    monkeypatch.setattr(recipe.utils, "get_device", lambda device: torch.device("cuda"))
+    cfg = OmegaConf.create(
+        {
+            "device": "cuda",
+            "dtype": "fp32",
+            "output_dir": "/nonexistent",
+            "log_level": "INFO",
+            "seed": 0,
+            "epochs": 1,
+            "max_steps_per_epoch": None,
+            "resume_from_checkpoint": False,
+            "gradient_accumulation_steps": 1,
+            "checkpointer": {},
+            "enable_activation_offloading": True,
+        }
+    )
+    with pytest.raises(RuntimeError) as e:
+        recipe.LoRAFinetuneRecipeSingleDevice(cfg)
+    assert quoted(finding.message) == [f"RuntimeError: {e.value}"]
