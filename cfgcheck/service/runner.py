@@ -195,6 +195,7 @@ def _screened(payload: Any) -> Any:
     linearly by cfgcheck.sources.torchtune_data.interpolate) is checked without its text."""
     from cfgcheck.service.native import INTERPOLATING_FORMATS
 
-    if isinstance(payload, dict) and payload.get(NATIVE_KEY) in INTERPOLATING_FORMATS:
+    fmt = payload.get(NATIVE_KEY) if isinstance(payload, dict) else None
+    if isinstance(fmt, str) and fmt in INTERPOLATING_FORMATS:
         return {k: v for k, v in payload.items() if k != "config"}
     return payload

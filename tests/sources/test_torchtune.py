@@ -13,9 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cfgcheck.errors import ConfigLoadError
-from cfgcheck.sources import check_native, load_native
+from cfgcheck.sources import Document, check_native, load_document, load_native, parse_document
 from cfgcheck.sources import torchtune_data as tt
 from cfgcheck.sources.native import get_format
 from cfgcheck.sources.reader import get_dotted
@@ -356,6 +359,12 @@ def test_service_torchtune_requests(monkeypatch: pytest.MonkeyPatch) -> None:
         launched = {**body, "recipe": "lora_finetune_single_device", "nproc_per_node": 2}
         refused = client.post("/v1/validate", json=launched).json()
         assert "torchtune-recipe-not-distributed" in [f["rule"] for f in refused["findings"]]
+        for odd in ([1], {"a": 1}, None):
+            answer = client.post("/v1/validate", json={**body, "format": odd})
+            assert answer.status_code == 422, answer.text
+        interpolating = {"format": "litgpt", "config": text, "filename": "lora.yaml"}
+        answer = client.post("/v1/validate", json=interpolating)
+        assert answer.status_code == 422 and "${" in answer.json()["detail"]
         broken = {
             **body,
             "config": text.replace("_component_: torch.optim.AdamW", "_component_: [1]"),
@@ -408,3 +417,52 @@ def test_a_builder_torchtune_does_not_ship_reads_checkpoint_dir_config_json(
     assert not result.by_rule("torchtune-component-unknown")  # not a torchtune.* path
     with pytest.raises(ConfigLoadError, match=r"no config\.json"):
         load_native(LORA_1B, "torchtune", ["model._component_=my_models.qwen_with_tweaks"])
+
+
+_TOKENS = [
+    "${",
+    "}",
+    "${a}",
+    "${b.c}",
+    "${oc.env:HOME}",
+    "$",
+    "\\",
+    ":",
+    ".",
+    "'",
+    "a",
+    "b",
+    "{",
+    "${.a}",
+    "${..b}",
+    "${a[0]}",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "output_dir", "x.y", "${a}", "c"]),
+        st.one_of(
+            st.lists(st.sampled_from(_TOKENS), max_size=6).map("".join),
+            st.dictionaries(
+                st.sampled_from(["c", "d"]),
+                st.lists(st.sampled_from(_TOKENS), max_size=4).map("".join),
+                max_size=2,
+            ),
+            st.integers(),
+        ),
+        max_size=5,
+    )
+)
+def test_any_interpolation_is_resolved_or_one_line(extra: dict[str, object]) -> None:
+    """Whatever ${...} a config holds, loading it resolves or raises ConfigLoadError."""
+    doc = parse_document(yaml.safe_dump(extra), "fuzz.yaml")
+    base = yaml.safe_load(LORA_1B.read_text())
+    merged = Document("fuzz.yaml", {**base, **doc.data}, doc.lines, "")
+    try:
+        loaded = load_document(merged, "torchtune")
+    except ConfigLoadError as e:
+        assert "\n" not in str(e) and str(e)  # one line
+    else:
+        assert loaded.config["trainer"]["framework"] == "torchtune"
