@@ -20,7 +20,8 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="{" + ",".join(FORMATS) + "}",
         help="read a native framework config: the first OVERRIDE is the FILE, the rest are "
-        "KEY=VALUE in that format's keys (sequence_len=4096, train.max_seq_length=3063)",
+        "KEY=VALUE in that format's keys (sequence_len=4096, train.max_seq_length=3063); "
+        "torchtune: FILE [RECIPE] KEY=VALUE ...",
     )
     parser.add_argument(
         "--gpu",
