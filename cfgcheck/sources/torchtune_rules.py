@@ -16,6 +16,7 @@ from cfgcheck.sources.reader import walk_keys
 from cfgcheck.sources.torchtune import (
     LAUNCH_PATH,
     LORA_ATTN,
+    MODEL_KEYS,
     PADDED_COLLATE,
     is_packed,
     recipe_of,
@@ -73,7 +74,7 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
         name = path.rsplit(".", 1)[-1]
         shown = f"{name}.__init__()" if sig and sig.get("kind") == "class" else f"{name}()"
         if sig is None:
-            if key == "model":
+            if key in MODEL_KEYS:
                 continue  # a builder torchtune does not ship, read from config.json
             module = path.rpartition(".")[0]
             known = [k for k in tt.data()["components"] if k.startswith(module + ".")]
@@ -167,8 +168,10 @@ def missing_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
     model = native.get("model")
     if not isinstance(model, dict):
         return
+    # a required builder argument is config.instantiate's TypeError first (component_rules)
+    builder_sig = tt.component(str(model.get("_component_"))) or {}
     for key in keys.get("model_required", []):
-        if key not in model:
+        if key not in model and key not in builder_sig.get("required", []):
             yield _error(
                 "torchtune-missing-key",
                 ("model._component_",),

@@ -160,6 +160,15 @@ def test_unexpected_and_missing_arguments_are_config_instantiates_type_errors() 
         )
     assert quoted(missing.message) == [f"TypeError: {m.value}"]
 
+    no_modules = one(
+        check_native(LORA_1B, "torchtune", ["~model.lora_attn_modules"]),
+        "torchtune-missing-argument",
+    )
+    node = OmegaConf.create({"_component_": "torchtune.models.llama3_2.lora_llama3_2_1b"})
+    with pytest.raises(TypeError) as b:
+        config.instantiate(node)
+    assert quoted(no_modules.message) == [f"TypeError: {b.value}"]
+
 
 def test_missing_key_and_interpolation_errors_are_omegaconfs() -> None:
     finding = one(check_native(LORA_1B, "torchtune", ["~batch_size"]), "torchtune-missing-key")
