@@ -177,10 +177,54 @@ def _int(value: Any, what: str) -> int:
     return number
 
 
+@dataclass(frozen=True)
+class _RunLine:
+    line: int
+    recipe: str | None
+    config: str | None
+    options: dict[str, str]
+
+
+def _run_lines(text: str) -> list[_RunLine]:
+    """The ``tune run ...`` commands of the file's comments."""
+    found = []
+    for number, line in enumerate(text.splitlines()[:200], 1):
+        match = _TUNE_RUN.search(line) if line.lstrip().startswith("#") else None
+        if match is None:
+            continue
+        args = match.group("args")
+        options = {
+            m.group("name").replace("-", "_"): m.group("value") for m in _OPTION.finditer(args)
+        }
+        words = _OPTION.sub(" ", args).split()
+        config = words[words.index("--config") + 1] if "--config" in words[:-1] else None
+        names = [
+            w
+            for i, w in enumerate(words)
+            if not w.startswith("-")
+            and re.fullmatch(r"[\w/.]+", w)
+            and (i == 0 or words[i - 1] != "--config")
+        ]
+        found.append(_RunLine(number, names[0] if names else None, config, options))
+    return found
+
+
+def _this_file(run: _RunLine, file: str) -> bool:
+    """The command's ``--config`` names this file (``llama3_2/1B_lora`` for
+    ``.../1B_lora.yaml``, or a copy flattened to ``llama3_2_1B_lora.yaml``)."""
+    if not run.config:
+        return False
+    stem = re.sub(r"\.ya?ml$", "", file.replace("\\", "/").rsplit("/", 1)[-1])
+    config = re.sub(r"\.ya?ml$", "", run.config)
+    base = config.rsplit("/", 1)[-1]
+    return stem in (base, config.replace("/", "_")) or stem.endswith("_" + base)
+
+
 def launch(native: NativeConfig) -> Launch:
-    """The recipe and process counts: the launch argument, else the first ``tune run ...``
-    line of the file's comments (torchtune's configs document their command there), else the
-    recipe torchtune's registry ships the file with."""
+    """The recipe and process counts: the launch argument, else the file's ``tune run ...``
+    comment (torchtune's configs document their command there; with several, the one whose
+    ``--config`` is this file, else the one running the recipe of the opening "Config for ...
+    in X.py" line, else the first), else the recipe torchtune's registry ships the file with."""
     given = native.launch
     recipe = given.get("recipe")
     nproc, nnodes = given.get("nproc_per_node"), given.get("nnodes")
@@ -189,29 +233,20 @@ def launch(native: NativeConfig) -> Launch:
         if given
         else None
     )
-    for number, line in enumerate(native.text.splitlines()[:200], 1):
-        if not line.lstrip().startswith("#"):
-            continue
-        match = _TUNE_RUN.search(line)
-        if match is None:
-            continue
-        args = match.group("args")
-        options = {
-            m.group("name").replace("-", "_"): m.group("value") for m in _OPTION.finditer(args)
-        }
-        rest = _OPTION.sub(" ", args).split()
-        names = [w for w in rest if not w.startswith("-") and re.fullmatch(r"[\w/.]+", w)]
-        if recipe is None and names:
-            recipe = names[0]
-        if names or options:
-            where = where or Location(native.file, number)
-        if nproc is None and "nproc_per_node" in options:
-            nproc = options["nproc_per_node"]
-        if nnodes is None and "nnodes" in options:
-            nnodes = options["nnodes"]
-        break
+    runs = _run_lines(native.text)
+    declared = _config_for(native.text)
+    run = (
+        next((r for r in runs if _this_file(r, native.file)), None)
+        or next((r for r in runs if declared and r.recipe == declared), None)
+        or (runs[0] if runs else None)
+    )
+    if run is not None:
+        recipe = recipe or run.recipe
+        where = where or Location(native.file, run.line)
+        nproc = nproc if nproc is not None else run.options.get("nproc_per_node")
+        nnodes = nnodes if nnodes is not None else run.options.get("nnodes")
     if recipe is None:
-        recipe = recipe_of_config(native.file) or _config_for(native.text)
+        recipe = recipe_of_config(native.file) or declared
     return Launch(
         str(recipe).removesuffix(".py") if recipe else None,
         _int(nproc, "--nproc-per-node") if nproc is not None else 1,

@@ -134,6 +134,18 @@ def test_the_recipe_and_process_count_come_from_the_tune_run_comment() -> None:
     assert (launched["devices"], launched["strategy"]) == (2, "fsdp")
 
 
+def test_the_tune_run_line_of_this_config_wins_over_others() -> None:
+    # the distillation config first shows the teacher's fine-tuning command
+    kd = NATIVE / "torchtune" / "qwen2_1.5_to_0.5B_KD_lora_distributed.yaml"
+    text = kd.read_text()
+    assert text.index("lora_finetune_distributed --config") < text.index(
+        "knowledge_distillation_distributed --config"
+    )
+    loaded = load_native(kd, "torchtune")
+    assert tt.launch(loaded.native).recipe == "knowledge_distillation_distributed"
+    assert loaded.config["trainer"]["devices"] == 2
+
+
 def test_a_single_device_recipe_under_torchrun_is_refused() -> None:
     result = check_native(LORA_1B, "torchtune", launch={"nproc_per_node": 2})
     finding = one(result, "torchtune-recipe-not-distributed")
