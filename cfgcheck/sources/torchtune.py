@@ -57,6 +57,15 @@ DTYPE = {
 CHUNKED_LOSSES = ("CEWithChunkedOutputLoss", "LinearCrossEntropyLoss")
 
 
+def _number(value: Any) -> Any:
+    """YAML reads ``3e-4`` as text: a number where it is one, else as written (the schema
+    reports it)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
 def component_name(native: NativeConfig, section: str) -> str | None:
     """``section._component_`` as a dotted path; a value that is not one is one line, exit 2
     (torchtune's ``_get_component_from_path`` takes a string)."""
@@ -217,7 +226,7 @@ def build(b: Builder) -> None:
     dtype = n.get("dtype")
     b.set(
         "trainer.precision",
-        DTYPE.get(dtype, "bf16-true"),
+        DTYPE.get(dtype if isinstance(dtype, str) else None, "32-true"),
         n.loc("dtype") or b.default_location("training.get_dtype(None) = torch.float32"),
     )
     b.take("trainer.micro_batch_size", "batch_size", 1, f"{RECIPE}: cfg.batch_size")
@@ -242,7 +251,7 @@ def build(b: Builder) -> None:
         schema_optimizer(str(opt).rsplit(".", 1)[-1]),
         n.loc("optimizer._component_") or b.default_location("optimizer"),
     )
-    b.take("trainer.learning_rate", "optimizer.lr", 1e-3, "torch.optim.AdamW lr=0.001", float)
+    b.take("trainer.learning_rate", "optimizer.lr", 1e-3, "torch.optim.AdamW lr=0.001", _number)
     loss = str(n.get("loss._component_", ""))
     chunked = any(name in loss for name in CHUNKED_LOSSES)
     if n.is_set("loss._component_"):

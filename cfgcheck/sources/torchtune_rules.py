@@ -275,8 +275,8 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
     if not isinstance(modules, list):
         return
     known = list(LORA_ATTN)
-    unknown = [m for m in modules if m not in LORA_ATTN]
-    valid = [m for m in modules if m in LORA_ATTN]
+    unknown = [str(m) for m in modules if not isinstance(m, str) or m not in LORA_ATTN]
+    valid = [m for m in modules if isinstance(m, str) and m in LORA_ATTN]
     extra = [
         what
         for key, what in (("apply_lora_to_mlp", "the MLP"), ("apply_lora_to_output", "the output"))
@@ -285,7 +285,9 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
     others = bool(extra)
     renamed = {"o_proj": "output_proj", "out_proj": "output_proj", "q": "q_proj", "k": "k_proj"}
     fixed = [
-        renamed.get(m) or next(iter(difflib.get_close_matches(m, known, 1)), None) for m in modules
+        renamed.get(m) or next(iter(difflib.get_close_matches(m, known, 1)), None)
+        for m in modules
+        if isinstance(m, str)
     ]
     suggestion = list(dict.fromkeys(m for m in fixed if m))
     fixes = (Fix((f"model.lora_attn_modules=[{','.join(suggestion)}]",), "torchtune's names"),)

@@ -478,3 +478,32 @@ def test_any_interpolation_is_resolved_or_one_line(extra: dict[str, object]) -> 
         assert "\n" not in str(e) and str(e)  # one line
     else:
         assert loaded.config["trainer"]["framework"] == "torchtune"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "optimizer.lr=abc",
+        "dtype=[1]",
+        "dtype={a: 1}",
+        "batch_size=[1]",
+        "tokenizer.max_seq_len=[2]",
+        "dataset.packed=[1]",
+        "dataset=[1,2]",
+        "model.lora_rank={a: 1}",
+        "model.lora_attn_modules=[[1],q_proj]",
+        "model.lora_attn_modules=q_proj",
+        "collate_fn=[1]",
+        "loss=3",
+        "checkpointer=1",
+        "tokenizer=x",
+        "model.apply_lora_to_mlp=[1]",
+    ],
+)
+def test_odd_values_are_findings_or_one_line(override: str) -> None:
+    try:
+        result = check_native(LORA_1B, "torchtune", [override])
+    except ConfigLoadError as e:
+        assert "\n" not in str(e)
+    else:
+        assert result.config is None or result.config.trainer.framework == "torchtune"
