@@ -182,12 +182,15 @@ def _data(b: Builder, packed: bool) -> None:
         b.take("data.max_seq_length", "tokenizer.max_seq_len", None, "")
         b.from_key("data.truncation", "tokenizer.max_seq_len", True)
     else:
-        b.defer(
-            "data.max_seq_length",
-            "model.block_size",
+        why = (
             "tokenizer max_seq_len=None (samples are not cut; the model's max_seq_len is the "
-            "limit)",
+            "limit)"
         )
+        block = b.config["model"].get("block_size")
+        if isinstance(block, int):  # the builder's max_seq_len, known already
+            b.default("data.max_seq_length", block, why)
+        else:  # a model folder's: known once the folder is read
+            b.defer("data.max_seq_length", "model.block_size", why)
         b.default("data.truncation", False, "tokenizer max_seq_len=None")
     collate = n.get("collate_fn", PADDED_COLLATE)
     if packed:
