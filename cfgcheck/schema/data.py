@@ -7,23 +7,24 @@ from typing import Literal
 from pydantic import Field
 
 from cfgcheck.schema._base import Section
+from cfgcheck.schema.bounds import Tokens
 
 Padding = Literal["max_length", "longest", "do_not_pad"]
 Collator = Literal["default", "padded", "packed"]
 
 
 class DataConfig(Section):
-    max_seq_length: int = Field(gt=0, description="Longest sequence fed to the model.")
+    max_seq_length: Tokens = Field(description="Longest sequence fed to the model.")
     padding: Padding = Field(
         "longest",
         description="Tokenizer padding: 'max_length' pads every sample to max_length; "
         "'longest' (padding=True) pads to the longest sample of a tokenizer call only.",
     )
     truncation: bool = True
-    max_length: int | None = Field(
-        None, gt=0, description="Tokenizer max_length. Defaults to max_seq_length."
+    max_length: Tokens | None = Field(
+        None, description="Tokenizer max_length. Defaults to max_seq_length."
     )
-    pad_to_multiple_of: int | None = Field(None, gt=0)
+    pad_to_multiple_of: Tokens | None = None
     collator: Collator = Field(
         "padded",
         description="'default' is torch's default_collate (needs equal lengths); 'padded' "

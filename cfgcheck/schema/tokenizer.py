@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from cfgcheck.schema._base import Section
+from cfgcheck.schema.bounds import TokenId, Vocab
 
 
 class TokenizerConfig(Section):
@@ -15,15 +16,15 @@ class TokenizerConfig(Section):
         description="Local tokenizer: a tokenizer.json, a folder holding one, or a "
         "SentencePiece tokenizer.model. Relative paths resolve against the working directory.",
     )
-    vocab_size: int | None = Field(
-        None, gt=0, description="Declared len(tokenizer): base vocabulary plus added tokens."
+    vocab_size: Vocab | None = Field(
+        None, description="Declared len(tokenizer): base vocabulary plus added tokens."
     )
     pad_token: str | None = None
-    pad_token_id: int | None = Field(None, ge=0)
+    pad_token_id: TokenId | None = None
     eos_token: str | None = None
-    eos_token_id: int | None = Field(None, ge=0)
+    eos_token_id: TokenId | None = None
     bos_token: str | None = None
-    bos_token_id: int | None = Field(None, ge=0)
+    bos_token_id: TokenId | None = None
     unk_token: str | None = None
-    unk_token_id: int | None = Field(None, ge=0)
+    unk_token_id: TokenId | None = None
     padding_side: Literal["right", "left"] = "right"

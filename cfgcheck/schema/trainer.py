@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from cfgcheck.schema._base import Section
+from cfgcheck.schema.bounds import Batch, Devices, Steps, Width
 from cfgcheck.schema.gpu import GpuConfig
 
 Strategy = Literal["single", "ddp", "fsdp", "zero1", "zero2", "zero3"]
@@ -20,7 +21,7 @@ Framework = Literal["hf", "litgpt", "torchtune"]
 
 
 class LoraConfig(Section):
-    rank: int | None = Field(None, gt=0, description="LoRA rank r.")
+    rank: Width | None = Field(None, description="LoRA rank r.")
     alpha: float = Field(16.0, gt=0)
     dropout: float = Field(0.05, ge=0, lt=1)
     targets: list[str] = Field(
@@ -35,13 +36,13 @@ class LoraConfig(Section):
 
 
 class TrainerConfig(Section):
-    micro_batch_size: int = Field(gt=0, description="Samples per device per forward pass.")
-    gradient_accumulation_steps: int = Field(1, gt=0)
+    micro_batch_size: Batch = Field(description="Samples per device per forward pass.")
+    gradient_accumulation_steps: Steps = 1
     global_batch_size: int | None = Field(
         None, gt=0, description="micro_batch_size * accumulation * devices * num_nodes."
     )
-    devices: int = Field(1, gt=0, description="GPUs per node.")
-    num_nodes: int = Field(1, gt=0)
+    devices: Devices = Field(1, description="GPUs per node.")
+    num_nodes: Devices = 1
     strategy: Strategy = "single"
     precision: Precision = "bf16-mixed"
     optimizer: Optimizer = "adamw"
