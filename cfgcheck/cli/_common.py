@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 
 from cfgcheck.compose import DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME
@@ -59,3 +60,13 @@ def add_config_args(parser: argparse.ArgumentParser, formats: list[str]) -> None
         metavar="OVERRIDE",
         help="overrides: key=value for any schema key, group=option (see below)",
     )
+
+
+def say(message: str) -> None:
+    """``cfgcheck: <message>`` as one line on stderr: white space folded (a library's
+    multi-line message, a newline in a file name), other control characters shown as escapes
+    (:func:`cfgcheck.report.escape.printable`), so no line of it is written by the input."""
+    from cfgcheck.report.escape import printable
+
+    line = printable(" ".join(message.split()))
+    print(f"cfgcheck: {line or 'unknown error'}", file=sys.stderr)
