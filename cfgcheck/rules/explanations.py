@@ -33,7 +33,7 @@ _GROUP_INTRO = {
     RULES: "Registered rules (`cfgcheck/rules/`), run on every config whose sections they read "
     "passed the schema.",
     MODEL_FOLDER: "Emitted when `model.pretrained` fills the model section from a model folder "
-    "([model folders](model-folders.md)).",
+    "([model folders](models.md#model-folders)).",
     SCAN: "Emitted by the dataset scan (`cfgcheck data`, `cfgcheck check --scan-data`), which "
     "tokenizes `data.paths` with the real tokenizer.",
     NATIVE: "Emitted only for `--from litgpt | axolotl | trl FILE`: the framework's own refusals "
