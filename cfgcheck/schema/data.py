@@ -20,11 +20,13 @@ class DataConfig(Section):
         description="Tokenizer padding: 'max_length' pads every sample to max_length; "
         "'longest' (padding=True) pads to the longest sample of a tokenizer call only.",
     )
-    truncation: bool = True
+    truncation: bool = Field(True, description="Tokenizer truncation to max_length.")
     max_length: Tokens | None = Field(
         None, description="Tokenizer max_length. Defaults to max_seq_length."
     )
-    pad_to_multiple_of: Tokens | None = None
+    pad_to_multiple_of: Tokens | None = Field(
+        None, description="Round padded lengths up to a multiple of this."
+    )
     collator: Collator = Field(
         "padded",
         description="'default' is torch's default_collate (needs equal lengths); 'padded' "
@@ -32,7 +34,9 @@ class DataConfig(Section):
     )
     ignore_index: int = Field(-100, description="Label value the loss ignores.")
     paths: list[str] = Field(default_factory=list, description="Training data files.")
-    format: Literal["auto", "jsonl", "text", "parquet"] = "auto"
+    format: Literal["auto", "jsonl", "text", "parquet"] = Field(
+        "auto", description="Dataset file format; 'auto' picks it by file extension."
+    )
     text_field: str = Field("text", description="JSONL/Parquet field holding the text.")
     template: str | None = Field(
         None,

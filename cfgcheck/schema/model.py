@@ -57,7 +57,7 @@ class ModelConfig(Section):
     padded_vocab_size: Vocab | None = Field(
         None, description="Embedding rows. Derived from vocab_size when not given."
     )
-    n_layer: Layers
+    n_layer: Layers = Field(description="Transformer blocks.")
     n_embd: Width = Field(description="Hidden size.")
     n_head: Heads = Field(description="Attention (query) heads.")
     n_query_groups: Heads | None = Field(
@@ -65,13 +65,19 @@ class ModelConfig(Section):
     )
     head_size: HeadSize | None = Field(None, description="Defaults to n_embd // n_head.")
     intermediate_size: MlpWidth | None = Field(None, description="MLP width; default 4*n_embd.")
-    mlp: MlpKind = "swiglu"
-    norm: NormKind = "rmsnorm"
+    mlp: MlpKind = Field(
+        "swiglu", description="MLP kind: swiglu (Llama), geglu (Gemma), gelu (GPT-2, Phi)."
+    )
+    norm: NormKind = Field("rmsnorm", description="Normalization layer kind.")
     bias: bool = Field(False, description="Bias on every linear layer.")
     attn_bias: bool = Field(False, description="Bias on the q/k/v projections only.")
-    lm_head_bias: bool = False
+    lm_head_bias: bool = Field(False, description="Bias on the output layer (lm_head).")
     tie_embeddings: bool = Field(False, description="lm_head shares the embedding matrix.")
-    parallel_residual: bool = False
+    parallel_residual: bool = Field(
+        False,
+        description="Attention and MLP read the same input and are added to the residual "
+        "together (GPT-NeoX, Phi).",
+    )
     shared_attention_norm: bool = Field(
         False, description="One norm feeds both attention and MLP (parallel residual)."
     )

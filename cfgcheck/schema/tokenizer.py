@@ -19,12 +19,30 @@ class TokenizerConfig(Section):
     vocab_size: Vocab | None = Field(
         None, description="Declared len(tokenizer): base vocabulary plus added tokens."
     )
-    pad_token: str | None = None
-    pad_token_id: TokenId | None = None
-    eos_token: str | None = None
-    eos_token_id: TokenId | None = None
-    bos_token: str | None = None
-    bos_token_id: TokenId | None = None
-    unk_token: str | None = None
-    unk_token_id: TokenId | None = None
-    padding_side: Literal["right", "left"] = "right"
+    pad_token: str | None = Field(
+        None, description="The pad token string, set on the tokenizer as a training script does."
+    )
+    pad_token_id: TokenId | None = Field(
+        None, description="Declared id of the pad token (checked against the files)."
+    )
+    eos_token: str | None = Field(
+        None, description="The eos token string, set on the tokenizer as a training script does."
+    )
+    eos_token_id: TokenId | None = Field(
+        None, description="Declared id of the eos token (checked against the files)."
+    )
+    bos_token: str | None = Field(
+        None, description="The bos token string, set on the tokenizer as a training script does."
+    )
+    bos_token_id: TokenId | None = Field(
+        None, description="Declared id of the bos token (checked against the files)."
+    )
+    unk_token: str | None = Field(
+        None, description="The unk token string, set on the tokenizer as a training script does."
+    )
+    unk_token_id: TokenId | None = Field(
+        None, description="Declared id of the unk token (checked against the files)."
+    )
+    padding_side: Literal["right", "left"] = Field(
+        "right", description="Side the tokenizer and the padded collator pad on."
+    )
