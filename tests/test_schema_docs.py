@@ -40,6 +40,6 @@ def test_every_key_is_listed_with_a_description() -> None:
             continue  # a section: its keys have a table of their own
         assert path in rows, path
         assert field.description, f"{path} has no description in cfgcheck/schema/"
-    assert "| `data.max_seq_length` | int (> 0) | *required* |" in text
+    assert "| `data.max_seq_length` | int (> 0, <= 134217728) | *required* |" in text
     assert '| `trainer.lora.targets` | list of str | `["q_proj", "v_proj"]` |' in text
     assert "| `trainer.gpu.name` | str or null | `null` |" in text
