@@ -8,13 +8,17 @@ FinetuningArguments, GeneratingArguments) and ``parse_dict(args, allow_extra_key
 is refused. The dataclasses are read here with :mod:`ast` from ``src/llamafactory/hparams/*.py``
 (their base classes followed through the module, enum defaults resolved from
 ``src/llamafactory/extras/constants.py``); LLaMA-Factory's TrainingArguments derives from
-transformers' ``Seq2SeqTrainingArguments``, read with ast from the transformers wheel that
-LLaMA-Factory's ``pyproject.toml`` allows at most (its key set changes between releases:
-5.x removed ``warmup_ratio``, which LLaMA-Factory's examples use).
+transformers' ``Seq2SeqTrainingArguments``, read with ast from transformers wheels in the
+range LLaMA-Factory's ``pyproject.toml`` allows (the key set changes between releases: the
+installed 5.24 has no ``warmup_ratio``, which LLaMA-Factory's examples use; 5.x has no
+``fsdp_transformer_layer_cls_to_wrap``, which one of them uses with 4.x).
 
 Usage (a git dir, e.g. from ``git clone --bare``, and the commit to read)::
 
-    python scripts/gen_llamafactory_keys.py --git-dir /path/LLaMA-Factory.git --commit <sha>
+    pip download transformers==4.57.6 transformers==5.8.0 --no-deps -d wheels/
+    python scripts/gen_llamafactory_keys.py --git-dir /path/LLaMA-Factory.git --commit <sha> \\
+        --transformers-wheel wheels/transformers-4.57.6-py3-none-any.whl \\
+        --transformers-wheel wheels/transformers-5.8.0-py3-none-any.whl
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class Field:
     choices: list[Any] | None
     init: bool
     owner: str
+    only: list[str] | None = None  # the transformers versions that have it, when not all
 
 
 def show(git_dir: str, commit: str, path: str) -> str:
@@ -147,9 +152,7 @@ def class_fields(
                     init = bool(ast.literal_eval(kw.value))
         elif value is not None:
             default = literal(value, known)
-        out.append(
-            Field(item.target.id, default, choices(item.annotation, known), init, node.name)
-        )
+        out.append(Field(item.target.id, default, choices(item.annotation, known), init, node.name))
     return bases, out
 
 
@@ -173,7 +176,27 @@ def wheel_classes(wheel: Path, known: dict[str, dict[str, Any]]) -> dict[str, An
     return classes
 
 
-def collect(git_dir: str, commit: str, wheel: Path) -> dict[str, Field]:
+def collect(git_dir: str, commit: str, wheels: list[Path]) -> dict[str, Field]:
+    """The keys under each transformers wheel, merged (newest first); a key that only some
+    of the wheels have is marked with their versions."""
+    ordered = sorted(wheels, key=lambda w: _version_key(wheel_version(w)), reverse=True)
+    per_wheel = {wheel_version(w): _collect(git_dir, commit, w) for w in ordered}
+    keys: dict[str, Field] = {}
+    for version_keys in per_wheel.values():
+        for name, f in version_keys.items():
+            keys.setdefault(name, f)
+    for name, f in keys.items():
+        having = [v for v, version_keys in per_wheel.items() if name in version_keys]
+        if len(having) < len(per_wheel):
+            f.only = sorted(having, key=_version_key)
+    return keys
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def _collect(git_dir: str, commit: str, wheel: Path) -> dict[str, Field]:
     known = enums(ast.parse(show(git_dir, commit, CONSTANTS)))
     classes: dict[str, tuple[list[str], list[Field]]] = dict(wheel_classes(wheel, known))
     for module in MODULES:
@@ -181,6 +204,7 @@ def collect(git_dir: str, commit: str, wheel: Path) -> dict[str, Field]:
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 classes[node.name] = class_fields(node, known)
+
     def mro_fields(name: str) -> list[Field]:
         """Fields in dataclass order: bases right to left, then the class's own."""
         if name in EXTERNAL:
@@ -207,14 +231,15 @@ def wheel_version(wheel: Path) -> str:
     return wheel.name.split("-")[1]
 
 
-def render(keys: dict[str, Field], commit: str, wheel: Path) -> tuple[str, str]:
+def render(keys: dict[str, Field], commit: str, wheels: list[Path]) -> tuple[str, str]:
+    versions = sorted((wheel_version(w) for w in wheels), key=_version_key)
     head = (
         "# Keys `llamafactory-cli train FILE` accepts: the init fields of the dataclasses its\n"
         "# HfArgumentParser parses (src/llamafactory/hparams/parser.py _TRAIN_ARGS:\n"
         "# ModelArguments, DataArguments, TrainingArguments, FinetuningArguments,\n"
         "# GeneratingArguments, with their bases in hparams/*.py), TrainingArguments deriving\n"
-        "# from transformers' Seq2SeqTrainingArguments (read from the transformers\n"
-        f"# {wheel_version(wheel)} wheel, the newest LLaMA-Factory's pyproject.toml allows).\n"
+        "# from transformers' Seq2SeqTrainingArguments (read from the transformers wheels\n"
+        f"# {', '.join(versions)}: the newest 4.x and 5.x LLaMA-Factory's pyproject.toml allows).\n"
         f"# hiyouga/LLaMA-Factory at {commit} (extracted with ast by\n"
         "# scripts/gen_llamafactory_keys.py; do not edit by hand).\n"
     )
@@ -227,10 +252,12 @@ def render(keys: dict[str, Field], commit: str, wheel: Path) -> tuple[str, str]:
         line = f"{k} = {json.dumps(f.default)}"
         if f.choices:
             line += f"  choices {json.dumps(f.choices)}"
+        if f.only:
+            line += f"  only {json.dumps(f.only)}"
         lines.append(line + f"  # {f.owner}\n")
-    defaults_head = head.replace(
-        "# Keys `llamafactory-cli train FILE` accepts",
-        "# Defaults (`key = JSON`, with `choices [...]` for Literal and enum fields) of the keys",
+    defaults_head = (
+        "# Defaults of the keys below (`key = JSON`; `choices [...]` for Literal and enum\n"
+        "# fields; `only [...]` for a field only some transformers releases have).\n" + head
     )
     return head + names, defaults_head + "".join(lines)
 
@@ -260,9 +287,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--transformers-wheel",
         type=Path,
+        action="append",
         required=True,
-        help="the transformers wheel LLaMA-Factory pins (pip download transformers==5.8.0 "
-        "--no-deps)",
+        help="a transformers wheel in the range LLaMA-Factory pins (pip download "
+        "transformers==5.8.0 --no-deps); give the newest 4.x and 5.x",
     )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)

@@ -29,9 +29,9 @@ from cfgcheck.sources.unknown import unknown_keys
 
 def formats() -> dict[str, Format]:
     """``--from`` name -> format (imported on first use)."""
-    from cfgcheck.sources import axolotl, litgpt, trl
+    from cfgcheck.sources import axolotl, litgpt, llamafactory, trl
 
-    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT)}
+    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT, llamafactory.FORMAT)}
 
 
 def get_format(name: str) -> Format:

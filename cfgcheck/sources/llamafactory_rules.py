@@ -1,0 +1,361 @@
+"""LLaMA-Factory's own refusals and traps, and its rule profile.
+
+Each refusal is a check ``llamafactory-cli train`` runs before training starts, quoted from
+hiyouga/LLaMA-Factory at ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30:
+``src/llamafactory/hparams/parser.py`` (``get_train_args``, ``_verify_model_args``),
+``hparams/finetuning_args.py`` and ``hparams/data_args.py`` (``__post_init__``),
+``model/model_utils/quantization.py``, ``data/parser.py`` (``get_dataset_list``) and
+``data/template.py`` (``get_template_and_fix_tokenizer``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources import llamafactory_files as files
+from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.profiles import Adjustment, Profile
+
+if TYPE_CHECKING:
+    from cfgcheck.schema.run import RunConfig
+
+PARSER = "hparams/parser.py get_train_args"
+VERIFY = "hparams/parser.py _verify_model_args"
+FT_POST = "hparams/finetuning_args.py FinetuningArguments.__post_init__"
+
+
+def _f(
+    rule: str, paths: tuple[str, ...], message: str, hint: str, fixes: tuple[Fix, ...] = ()
+) -> Finding:
+    return Finding(f"llamafactory-{rule}", "error", paths, message, hint, fixes=fixes)
+
+
+def _refuses(text: str, where: str) -> str:
+    return f'LLaMA-Factory refuses to start: "{text}" ({where})'
+
+
+@cache
+def templates() -> frozenset[str]:
+    """The chat template names LLaMA-Factory registers (keys/llamafactory.templates.txt)."""
+    text = (
+        resources.files("cfgcheck.sources")
+        .joinpath("keys", "llamafactory.templates.txt")
+        .read_text("utf-8")
+    )
+    return frozenset(x.strip() for x in text.splitlines() if x.strip() and x[0] != "#")
+
+
+def choice_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """Values outside a Literal / enum field, and an unregistered template."""
+    from cfgcheck.sources.llamafactory import choices
+
+    for key, allowed in choices().items():
+        if key not in ("stage", "finetuning_type", "quantization_method", "flash_attn"):
+            continue
+        got = native.get(key)
+        if got is None or got in allowed:
+            continue
+        close = difflib.get_close_matches(str(got), [str(a) for a in allowed], n=1, cutoff=0.5)
+        yield _f(
+            "invalid-choice",
+            (key,),
+            f"{key}={got!r} is not one of {', '.join(map(str, allowed))}: LLaMA-Factory "
+            f"fails at start (its arguments dataclass allows only these, hparams/*_args.py)",
+            f"set {key} to one of {', '.join(map(str, allowed))}",
+            (Fix((f"{key}={close[0]}",), f"{key} {close[0]}"),) if close else (),
+        )
+    template = native.get("template")
+    if isinstance(template, str) and template not in templates():
+        close = difflib.get_close_matches(template, sorted(templates()), n=1, cutoff=0.6)
+        yield _f(
+            "unknown-template",
+            ("template",),
+            _refuses(f"Template {template} does not exist.", "data/template.py"),
+            f"use a registered template{f', e.g. {close[0]}' if close else ''} (LLaMA-Factory's "
+            "README lists the template of each model)",
+            (Fix((f"template={close[0]}",), f"template {close[0]}"),) if close else (),
+        )
+
+
+def quantization_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """_verify_model_args and model_utils/quantization.py configure_quantization."""
+    bits = native.get("quantization_bit")
+    if bits is None:
+        return
+    kind = native.get("finetuning_type", "lora")
+    if kind not in ("lora", "oft"):
+        yield _f(
+            "quantization-needs-adapters",
+            ("quantization_bit", "finetuning_type"),
+            f"quantization_bit={bits} with finetuning_type={kind}: "
+            + _refuses("Quantization is only compatible with the LoRA or OFT method.", VERIFY),
+            "train LoRA adapters on the quantized model (finetuning_type=lora), or drop "
+            "quantization_bit to train every weight",
+            (
+                Fix(("finetuning_type=lora",), "QLoRA: adapters on the quantized model"),
+                Fix(("~quantization_bit",), f"{kind} fine-tuning of the unquantized model"),
+            ),
+        )
+    method = native.get("quantization_method", "bnb")
+    if method == "bnb" and bits not in (4, 8):
+        yield _f(
+            "quantization-bits",
+            ("quantization_bit", "quantization_method"),
+            f"quantization_bit={bits} with bitsandbytes: "
+            + _refuses(
+                "Bitsandbytes only accepts 4-bit or 8-bit quantization.",
+                "model_utils/quantization.py",
+            ),
+            "use quantization_bit=4 or 8 (or quantization_method=hqq for 2/3 bits)",
+            (Fix(("quantization_bit=4",), "4-bit QLoRA"),),
+        )
+    if native.get("pissa_init"):
+        yield _f(
+            "quantization-pissa",
+            ("quantization_bit", "pissa_init"),
+            _refuses(
+                "Please use scripts/pissa_init.py to initialize PiSSA for a quantized model.",
+                VERIFY,
+            ),
+            "initialize PiSSA offline with scripts/pissa_init.py, then train without pissa_init",
+            (Fix(("pissa_init=false",), "no PiSSA initialisation at start"),),
+        )
+
+
+def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """FinetuningArguments.__post_init__ and get_train_args: options of one method or stage."""
+    from cfgcheck.sources.llamafactory import stage, value, zero_stage
+
+    kind = value(native, "finetuning_type")
+    if kind != "lora":
+        for key, label in (
+            ("loraplus_lr_ratio", "`loraplus_lr_ratio`"),
+            ("use_rslora", "`use_rslora`"),
+            ("use_dora", "`use_dora`"),
+            ("pissa_init", "`pissa_init`"),
+        ):
+            if native.get(key):
+                yield _f(
+                    "lora-only-option",
+                    (key, "finetuning_type"),
+                    f"{key} with finetuning_type={kind}: "
+                    + _refuses(f"{label} is only valid for LoRA training.", FT_POST),
+                    f"remove {key}, or set finetuning_type=lora",
+                    (Fix((f"~{key}",), f"no {key}"), Fix(("finetuning_type=lora",), "LoRA")),
+                )
+    optimizers = [k for k in ("use_galore", "use_apollo", "use_badam") if native.get(k)]
+    if kind == "lora" and optimizers:
+        yield _f(
+            "lora-with-optimizer",
+            (optimizers[0], "finetuning_type"),
+            _refuses("Cannot use LoRA with GaLore, APOLLO or BAdam together.", FT_POST),
+            f"use {optimizers[0]} with finetuning_type=full, or remove it",
+            (Fix((f"~{optimizers[0]}",), "LoRA alone"),),
+        )
+    current = stage(native)
+    if current != "sft":
+        for key in ("neat_packing", "train_on_prompt", "mask_history", "predict_with_generate"):
+            if native.get(key):
+                yield _f(
+                    "sft-only-option",
+                    (key, "stage"),
+                    f"{key} with stage={current}: "
+                    + _refuses(f"`{key}` cannot be set as True except SFT.", PARSER),
+                    f"remove {key} (it applies to stage=sft only)",
+                    (Fix((f"~{key}",), f"no {key}"),),
+                )
+    if current == "ppo" and not native.get("reward_model"):
+        yield _f(
+            "ppo-reward-model",
+            ("stage", "reward_model"),
+            _refuses("`reward_model` is necessary for PPO training.", FT_POST),
+            "set reward_model to the reward model (or adapter) trained with stage=rm",
+        )
+    if zero_stage(native) == 3:
+        for key, text in (
+            ("pure_bf16", "`pure_bf16` is incompatible with DeepSpeed ZeRO-3."),
+            ("use_unsloth", "Unsloth is incompatible with DeepSpeed ZeRO-3."),
+        ):
+            if native.get(key):
+                yield _f(
+                    "zero3-conflict",
+                    (key, "deepspeed"),
+                    f"{key} with ZeRO-3: " + _refuses(text, PARSER),
+                    f"remove {key}, or use a ZeRO-2 DeepSpeed config",
+                    (Fix((f"~{key}",), f"ZeRO-3 without {key}"),),
+                )
+    if native.get("streaming") and value(native, "max_steps") in (None, -1):
+        yield _f(
+            "streaming-max-steps",
+            ("streaming", "max_steps"),
+            _refuses("Please specify `max_steps` in streaming mode.", PARSER),
+            "set max_steps (a streamed dataset has no length to count epochs by)",
+        )
+
+
+def data_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """The datasets LLaMA-Factory would look up, do_train, and packing without isolation."""
+    from cfgcheck.sources.llamafactory import stage
+
+    trains = bool(native.get("do_train"))
+    if not any(native.get(k) for k in ("do_train", "do_eval", "do_predict")):
+        yield Finding(
+            "llamafactory-no-do-train",
+            "warning",
+            ("do_train",),
+            "do_train is not set (TrainingArguments defaults it to False): LLaMA-Factory loads "
+            "the model and data, trains nothing and saves nothing (train/sft/workflow.py "
+            "runs trainer.train() only `if training_args.do_train`)",
+            "set do_train=true",
+            fixes=(Fix(("do_train=true",), "train"),),
+        )
+    if trains and not native.get("dataset"):
+        yield _f(
+            "no-dataset",
+            ("dataset", "do_train"),
+            _refuses("Please specify dataset for training.", PARSER),
+            "set dataset to names registered in dataset_dir/dataset_info.json",
+        )
+    yield from _registry(native)
+    if stage(native) == "sft" and native.get("packing") and not native.get("neat_packing"):
+        yield Finding(
+            "llamafactory-packing-contamination",
+            "warning",
+            ("packing", "neat_packing"),
+            "packing=true without neat_packing: LLaMA-Factory concatenates samples into "
+            "cutoff_len rows with an all-ones attention mask (data/processor/supervised.py "
+            "PackedSupervisedDatasetProcessor), so each sample attends to the samples packed "
+            "before it; neat_packing builds the block-diagonal mask (data/collator.py)",
+            "set neat_packing=true (packing without cross-attention)",
+            fixes=(Fix(("neat_packing=true",), "packed samples isolated"),),
+        )
+
+
+def _registry(native: NativeConfig) -> Iterator[Finding]:
+    registry = files.datasets(native)
+    if registry is None or registry.online:
+        return
+    names = [("dataset", n) for n in files.split_names(native.get("dataset"))]
+    names += [("eval_dataset", n) for n in files.split_names(native.get("eval_dataset"))]
+    if registry.info_missing:
+        yield _f(
+            "dataset-info-missing",
+            ("dataset_dir", "dataset"),
+            f"{files.DATA_CONFIG} is not in dataset_dir ({registry.info_path}): "
+            + _refuses(f"Cannot open {registry.info_path} ...", "data/parser.py get_dataset_list"),
+            "point dataset_dir at the folder holding dataset_info.json (relative to the folder "
+            "llamafactory-cli runs in), or dataset_dir=ONLINE for Hub datasets",
+        )
+        return
+    known = sorted(registry.entries)
+    for key, name in names:
+        if name in registry.entries:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        given = files.split_names(native.get(key))
+        fixed = ",".join(close[0] if n == name else n for n in given) if close else ""
+        yield _f(
+            "dataset-undefined",
+            (key, "dataset_dir"),
+            f"{key} names {name!r}, which {registry.info_path} does not define: "
+            + _refuses(
+                f"Undefined dataset {name} in dataset_info.json.", "data/parser.py get_dataset_list"
+            ),
+            f"register {name} in dataset_info.json"
+            + (f", or did you mean {close[0]}?" if close else ""),
+            (Fix((f"{key}={fixed}",), f"use {close[0]}"),) if close else (),
+        )
+
+
+def deepspeed_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """transformers reads the DeepSpeed JSON at start (HfTrainerDeepSpeedConfig)."""
+    if not isinstance(native.get("deepspeed"), str):
+        return
+    _, why = files.deepspeed_stage(native)
+    if why == "missing":
+        yield _f(
+            "deepspeed-missing",
+            ("deepspeed",),
+            f"deepspeed={native.get('deepspeed')} does not exist relative to the working "
+            "directory, where llamafactory-cli opens it: transformers refuses to start "
+            '("Expected a string path to an existing deepspeed config, or a dictionary, or a '
+            'base64 encoded string", integrations/deepspeed.py HfDeepSpeedConfig)',
+            "fix the path (LLaMA-Factory's configs are in examples/deepspeed/), or run "
+            "cfgcheck from the folder you launch llamafactory-cli in",
+        )
+
+
+def version_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """A TrainingArguments key that only some transformers releases in LLaMA-Factory's range
+    (pyproject.toml: transformers>=4.55.0,<=5.8.0) define."""
+    from cfgcheck.sources.llamafactory import version_bound
+
+    for key, versions in version_bound().items():
+        if key in native.data:
+            yield Finding(
+                "llamafactory-transformers-key",
+                "warning",
+                (key,),
+                f"{key} is a TrainingArguments field of transformers {', '.join(versions)} "
+                "only (of the 4.57.6 and 5.8.0 releases LLaMA-Factory allows): with the "
+                'other, HfArgumentParser refuses the file ("Some keys are not used by the '
+                'HfArgumentParser", hparams/parser.py _parse_args)',
+                f"keep the transformers release that has {key} installed, or move the setting "
+                "to its current key (transformers' TrainingArguments docs)",
+            )
+
+
+RULES = (version_rules, choice_rules, quantization_rules, method_rules, data_rules, deepspeed_rules)
+
+_COMMON = (
+    Adjustment(
+        "pad-token-missing",
+        None,
+        "LLaMA-Factory sets the pad token to eos when the tokenizer has none "
+        "(data/template.py fix_special_tokens: 'Add pad token')",
+    ),
+    Adjustment(
+        "pad-is-eos",
+        None,
+        "LLaMA-Factory pads labels with IGNORE_INDEX by position (DataCollatorForSeq2Seq "
+        "label_pad_token_id, train/sft/workflow.py), so a real eos keeps its label",
+    ),
+    Adjustment(
+        "strategy-device-count",
+        None,
+        "llamafactory-cli takes the device count from the launcher (launcher.py: torchrun "
+        "over every visible GPU, NPROC_PER_NODE)",
+    ),
+    Adjustment(
+        "quantized-full-finetuning",
+        None,
+        "reported as llamafactory-quantization-needs-adapters with LLaMA-Factory's message",
+    ),
+)
+_LONG_CONTEXT = Adjustment(
+    "seq-len-over-block-size",
+    "warning",
+    "LLaMA-Factory sets model_max_length = cutoff_len and leaves max_position_embeddings as "
+    "it is unless rope_scaling is set (model_utils/rope.py configure_rope): a RoPE model "
+    "trains on positions past its pretrained context without an error; only samples that "
+    "long are affected (--scan-data counts them). Set rope_scaling (linear, dynamic, yarn, "
+    "llama3) or lower cutoff_len",
+    "error",
+)
+_SCALED_CONTEXT = Adjustment(
+    "seq-len-over-block-size",
+    None,
+    "rope_scaling is set: LLaMA-Factory enlarges max_position_embeddings by "
+    "ceil(cutoff_len / max_position_embeddings) (model_utils/rope.py configure_rope)",
+)
+LLAMAFACTORY = Profile("LLaMA-Factory", (*_COMMON, _LONG_CONTEXT))
+LLAMAFACTORY_ROPE_SCALED = Profile("LLaMA-Factory", (*_COMMON, _SCALED_CONTEXT))
+
+
+def profile(native: NativeConfig) -> Profile:
+    return LLAMAFACTORY_ROPE_SCALED if native.get("rope_scaling") else LLAMAFACTORY
