@@ -17,6 +17,7 @@ import pytest
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources import check_native, load_native
 from cfgcheck.sources.unknown import key_list
+from tests.conftest import requires
 from tests.sources.support import (
     NATIVE,
     applying_fixes_clears,
@@ -216,7 +217,9 @@ def test_a_wrong_lora_target_is_an_error_with_the_architectures_names() -> None:
     result = check(SFT, "lora_target=query_key_value")
     finding = one(result, "lora-target-unknown")
     assert finding.severity == "error" and "not found in the base model" in finding.message
-    assert str(finding.locations["trainer.lora.targets"]) == "<override lora_target=query_key_value>"
+    assert (
+        str(finding.locations["trainer.lora.targets"]) == "<override lora_target=query_key_value>"
+    )
     assert finding.fixes[0].overrides[0].startswith("lora_target=")
     applying_fixes_clears(ROOT / SFT, "llamafactory", ["lora_target=query_key_value"], finding)
     partial = one(check(SFT, "lora_target=q_proj,qkv"), "lora-target-unknown")
@@ -335,3 +338,104 @@ def test_a_service_request_reads_no_file() -> None:
     loaded = load_document(doc, "llamafactory")
     assert loaded.config["trainer"]["strategy"] == "zero3"  # from the file name
     assert "paths" not in loaded.config["data"]
+
+
+# --- entry points ------------------------------------------------------------------------------
+
+
+def test_cli_check_memory_and_hook() -> None:
+    from tests.conftest import run_cfgcheck
+
+    ok = run_cfgcheck("check", "--from", "llamafactory", str(SFT), "--gpu", "H100", cwd=ROOT)
+    assert ok.returncode == 0 and "config OK" in ok.stdout, ok.stdout + ok.stderr
+    bad = run_cfgcheck("check", "--from", "llamafactory", str(FULL), "quantization_bit=4", cwd=ROOT)
+    assert bad.returncode == 1 and "Quantization is only compatible" in bad.stdout, bad.stdout
+    memory = run_cfgcheck("memory", "--from", "llamafactory", str(SFT), "--gpu", "H100", cwd=ROOT)
+    assert memory.returncode == 0 and "GiB" in memory.stdout, memory.stdout + memory.stderr
+    outside = run_cfgcheck(
+        "check", "--from", "llamafactory", str(SFT), "dataset_dir=/etc", cwd=ROOT
+    )
+    assert outside.returncode == 2 and len(outside.stderr.strip().splitlines()) == 1
+    assert "outside the project" in outside.stderr
+    hook = run_cfgcheck("hook", "--from", "llamafactory", str(SFT), str(FULL), cwd=ROOT)
+    assert hook.returncode == 0, hook.stdout
+    assert "2 llamafactory config(s) checked: OK" in hook.stdout
+
+
+def test_check_from_llamafactory_imports_neither_torch_nor_transformers() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom cfgcheck.cli import main\n"
+        f"main(['check', '--from', 'llamafactory', {str(SFT)!r}])\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'hydra') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+@requires("fastapi", "httpx")
+def test_service_accepts_the_format() -> None:
+    from fastapi.testclient import TestClient
+
+    from cfgcheck.service import ServiceSettings, create_app
+    from tests.conftest import REPO
+
+    settings = ServiceSettings(config_dir=REPO / "conf", allowed_roots=(ROOT,))
+    text = (ROOT / SFT).read_text()
+    with TestClient(create_app(settings)) as client:
+        answer = client.post(
+            "/v1/validate",
+            json={
+                "format": "llamafactory",
+                "config": text,
+                "filename": "sft.yaml",
+                "overrides": ["quantization_bit=4", "finetuning_type=full"],
+            },
+        )
+        assert answer.status_code == 200, answer.text
+        finding = next(
+            f
+            for f in answer.json()["findings"]
+            if f["rule"] == "llamafactory-quantization-needs-adapters"
+        )
+        assert finding["locations"][0] == {"file": "<override quantization_bit=4>", "line": None}
+        typo = client.post(
+            "/v1/validate",
+            json={"format": "llamafactory", "config": text.replace("cutoff_len:", "cutof_len:")},
+        ).json()
+        unknown = next(f for f in typo["findings"] if f["rule"] == "unknown-native-key")
+        assert unknown["severity"] == "error"
+
+
+@requires("tokenizers")
+def test_scan_data_reads_the_registered_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from cfgcheck.data.check import with_scan_findings
+    from tests.model_folders import LLAMA32_1B, tokenizer_files, write_config
+
+    model = tmp_path / "model"
+    write_config(model, LLAMA32_1B)
+    tokenizer_files(model, 1000)
+    (tmp_path / "data").mkdir()
+    records = [{"instruction": "say", "input": "", "output": "word " * n} for n in (3, 30, 300)]
+    (tmp_path / "data" / "mine.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    (tmp_path / "data" / "dataset_info.json").write_text('{"mine": {"file_name": "mine.jsonl"}}')
+    config = write(
+        tmp_path,
+        "sft.yaml",
+        f"model_name_or_path: {model}\nstage: sft\ndo_train: true\ndataset: mine\n"
+        "cutoff_len: 64\nlora_target: all\n",
+    )
+    monkeypatch.chdir(tmp_path)
+    loaded = load_native(config, "llamafactory")
+    assert loaded.config["data"]["paths"] == ["data/mine.jsonl"]
+    result = with_scan_findings(check(config))
+    truncated = one(result, "data-truncated")  # the 300-word sample is over cutoff_len=64
+    assert "1 " in truncated.message or "1/" in truncated.message, truncated.message
