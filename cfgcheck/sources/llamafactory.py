@@ -338,12 +338,9 @@ _TO_NATIVE = {
     "seed": "seed",
 }
 _OPTIM = {"adamw": "adamw_torch_fused", "adamw_8bit": "adamw_bnb_8bit"}
-_PRECISION = {
-    "bf16-true": "pure_bf16=true",
-    "bf16-mixed": "bf16=true",
-    "16-mixed": "fp16=true",
-    "32-true": "bf16=false",
-}
+# 32-true has no key: without bf16/fp16 the model still loads in bf16 where the GPU has it
+# (model/patcher.py infer_optim_dtype); only full fine-tuning then trains in fp32.
+_PRECISION = {"bf16-true": "pure_bf16=true", "bf16-mixed": "bf16=true", "16-mixed": "fp16=true"}
 
 
 def to_native(path: str, value: str) -> str | None:

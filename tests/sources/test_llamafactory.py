@@ -412,9 +412,12 @@ def test_service_accepts_the_format() -> None:
 
 
 @requires("tokenizers")
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
 def test_scan_data_reads_the_registered_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # LLaMA-Factory's data files are JSON arrays (data/identity.json) or JSON lines; its
+    # loader (datasets' json builder) reads both
     import json
 
     from cfgcheck.data.check import with_scan_findings
@@ -425,8 +428,15 @@ def test_scan_data_reads_the_registered_file(
     tokenizer_files(model, 1000)
     (tmp_path / "data").mkdir()
     records = [{"instruction": "say", "input": "", "output": "word " * n} for n in (3, 30, 300)]
-    (tmp_path / "data" / "mine.jsonl").write_text("\n".join(json.dumps(r) for r in records))
-    (tmp_path / "data" / "dataset_info.json").write_text('{"mine": {"file_name": "mine.jsonl"}}')
+    text = (
+        json.dumps(records, indent=2)
+        if suffix == ".json"
+        else "\n".join(json.dumps(r) for r in records)
+    )
+    (tmp_path / "data" / f"mine{suffix}").write_text(text)
+    (tmp_path / "data" / "dataset_info.json").write_text(
+        json.dumps({"mine": {"file_name": f"mine{suffix}"}})
+    )
     config = write(
         tmp_path,
         "sft.yaml",
@@ -435,7 +445,7 @@ def test_scan_data_reads_the_registered_file(
     )
     monkeypatch.chdir(tmp_path)
     loaded = load_native(config, "llamafactory")
-    assert loaded.config["data"]["paths"] == ["data/mine.jsonl"]
+    assert loaded.config["data"]["paths"] == [f"data/mine{suffix}"]
     result = with_scan_findings(check(config))
-    truncated = one(result, "data-truncated")  # the 300-word sample is over cutoff_len=64
-    assert "1 " in truncated.message or "1/" in truncated.message, truncated.message
+    assert not result.by_rule("data-unreadable"), rules(result)
+    one(result, "data-truncated")  # the 300-word sample is over cutoff_len=64
