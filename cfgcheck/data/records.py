@@ -2,9 +2,9 @@
 
 Formats: JSONL (one object per line; a ``.json`` file holding one JSON array of objects is
 read as its records, as the ``json`` loader of Hugging Face ``datasets`` reads it), plain text
-(one sample per non-empty line) and Parquet (needs pyarrow). A record becomes text through ``data.template`` (``str.format`` over the
-record's fields) or else its ``data.text_field``. Texts come in chunks, so the tokenizer can
-encode a whole chunk in one multi-threaded call.
+(one sample per non-empty line) and Parquet (needs pyarrow). A record becomes text through
+``data.template`` (``str.format`` over the record's fields) or else its ``data.text_field``.
+Texts come in chunks, so the tokenizer can encode a whole chunk in one multi-threaded call.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.locations import display_path
 from cfgcheck.sources import llamafactory_files as files
 from cfgcheck.sources.base import NativeConfig
 from cfgcheck.sources.profiles import Adjustment, Profile
@@ -242,6 +243,7 @@ def _registry(native: NativeConfig) -> Iterator[Finding]:
         return
     names = [("dataset", n) for n in files.split_names(native.get("dataset"))]
     names += [("eval_dataset", n) for n in files.split_names(native.get("eval_dataset"))]
+    shown = display_path(registry.info_path) if registry.info_path else files.DATA_CONFIG
     if registry.info_missing:
         yield _f(
             "dataset-info-missing",
@@ -262,7 +264,7 @@ def _registry(native: NativeConfig) -> Iterator[Finding]:
         yield _f(
             "dataset-undefined",
             (key, "dataset_dir"),
-            f"{key} names {name!r}, which {registry.info_path} does not define: "
+            f"{key} names {name!r}, which {shown} does not define: "
             + _refuses(
                 f"Undefined dataset {name} in dataset_info.json.", "data/parser.py get_dataset_list"
             ),
