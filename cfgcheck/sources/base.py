@@ -160,3 +160,6 @@ class Format:
     unknown_behaviour: str = ""
     # Dotted prefixes whose sub-keys are free-form (optimizer init_args, deepspeed dicts...).
     open_prefixes: tuple[str, ...] = ()
+    # A fix's cfgcheck value as the native config counts it, before to_native (LLaMA-Factory's
+    # DPO batch holds each pair's chosen and rejected sequences: 2 per sample).
+    fix_value: Callable[[NativeConfig, str, str], str] | None = None

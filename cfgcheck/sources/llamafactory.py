@@ -105,6 +105,18 @@ def packing(n: NativeConfig) -> bool:
     return stage(n) == "pt"
 
 
+def pair_factor(n: NativeConfig) -> int:
+    """Sequences a batch holds per sample: 2 for pairwise stages (chosen and rejected)."""
+    return 2 if stage(n) in ("dpo", "rm") else 1
+
+
+def fix_value(n: NativeConfig, path: str, given: str) -> str:
+    """A fix's micro batch counts sequences; per_device_train_batch_size counts pairs."""
+    if path == "trainer.micro_batch_size" and pair_factor(n) > 1 and given.isdigit():
+        return str(max(1, int(given) // pair_factor(n)))
+    return given
+
+
 def zero_stage(n: NativeConfig) -> int | None:
     """The DeepSpeed ZeRO stage (the JSON the config names, or a dict); by the file name when
     the file cannot be read here (a service request)."""
@@ -236,11 +248,16 @@ def build(b: Builder) -> None:
     if stage(n) == "sft" and not pack and n.get("do_train"):
         b.default("data.pad_to_multiple_of", 8, "train/sft/workflow.py pad_to_multiple_of=8")
 
+    # dpo and rm: PairwiseDataCollatorWithPadding (data/collator.py) makes 2 * n sequences
+    # of n pairs, one forward over all (train/dpo/trainer.py concatenated_forward)
+    per_pair = pair_factor(n)
     b.take(
         "trainer.micro_batch_size",
         "per_device_train_batch_size",
         value(n, "per_device_train_batch_size"),
-        f"{ARGS} per_device_train_batch_size=8",
+        f"{ARGS} per_device_train_batch_size=8"
+        + (f" ({per_pair} sequences a pair)" if per_pair > 1 else ""),
+        lambda v: v * per_pair if isinstance(v, int) else v,
     )
     b.take(
         "trainer.gradient_accumulation_steps",
@@ -381,6 +398,7 @@ FORMAT = Format(
     to_native=to_native,
     profile=profile,
     rules=RULES,
+    fix_value=fix_value,
     unknown_severity="error",
     unknown_behaviour="llamafactory-cli train refuses the file: HfArgumentParser.parse_dict("
     'args, allow_extra_keys=False) raises "ValueError: Some keys are not used by the '

@@ -252,6 +252,17 @@ def test_a_batch_that_does_not_fit_gets_a_fix_in_llamafactory_keys() -> None:
     applying_fixes_clears(ROOT / SFT, "llamafactory", planted, finding)
 
 
+def test_a_pairwise_batch_counts_chosen_and_rejected() -> None:
+    # PairwiseDataCollatorWithPadding: n pairs are 2n sequences in one forward
+    dpo = Path("examples/train_lora/llama3_lora_dpo.yaml")
+    assert load_native(dpo, "llamafactory").config["trainer"]["micro_batch_size"] == 2
+    planted = ["per_device_train_batch_size=8", "cutoff_len=4096"]
+    finding = one(check(dpo, *planted, gpu="H100"), "gpu-memory")
+    micro = next(o for o in finding.fixes[0].overrides if o.startswith("per_device"))
+    assert "micro_batch_size=16" in finding.message and micro == "per_device_train_batch_size=2"
+    applying_fixes_clears(ROOT / dpo, "llamafactory", planted, finding)
+
+
 def test_packing_without_neat_packing_warns_of_cross_attention() -> None:
     finding = one(check(SFT, "packing=true"), "llamafactory-packing-contamination")
     assert finding.fixes[0].overrides == ("neat_packing=true",)
