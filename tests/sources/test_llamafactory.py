@@ -335,6 +335,30 @@ def test_a_path_outside_the_project_is_one_line(tmp_path: Path) -> None:
         assert f"<override {override}>: {key}=" in text and "\n" not in text, text
 
 
+def test_malformed_files_it_names_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dataset_info.json").write_text('{"mine": {"file_name": ')
+    (tmp_path / "ds.json").write_text("[" * 100)
+    config = write(
+        tmp_path, "c.yaml", "model_name_or_path: meta-llama/Meta-Llama-3-8B\ndataset: mine\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    for overrides, needle in [
+        ([], "malformed JSON"),
+        (["dataset_dir=ONLINE", "deepspeed=ds.json"], "nesting deeper"),
+        (["dataset_dir=c.yaml"], "dataset_info.json"),
+    ]:
+        try:
+            result = check(config, *overrides)
+        except ConfigLoadError as e:
+            assert needle in str(e) and "\n" not in str(e), str(e)
+            continue
+        assert needle == "dataset_info.json", rules(result)
+        one(result, "llamafactory-dataset-info-missing")
+
+
 def test_scan_data_files_come_from_dataset_info() -> None:
     cfg = load_native(SFT, "llamafactory").config["data"]
     # data/dataset_info.json: identity -> identity.json, alpaca_en_demo -> alpaca_en_demo.json
