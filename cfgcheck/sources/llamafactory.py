@@ -218,7 +218,9 @@ def _finetuning(b: Builder) -> str:
         # rank ~ (b-1)/4 on a square one: counted so for the memory estimate.
         block = value(n, "oft_block_size")
         rank = max(1, (int(block) - 1) // 4) if isinstance(block, int) else 8
-        b.from_key("trainer.lora.rank", "oft_block_size", rank)
+        b.take(
+            "trainer.lora.rank", "oft_block_size", block, f"{FT} oft_block_size=32", lambda _: rank
+        )
         b.take("trainer.lora.targets", "oft_target", ALL, f"{FT} oft_target='all'", _targets)
     return kind
 
@@ -228,10 +230,7 @@ def build(b: Builder) -> None:
     b.default("trainer.framework", "hf", "(LLaMA-Factory trains with transformers' Trainer)")
     set_model(b, "model_name_or_path", n.get("model_name_or_path"))
 
-    cutoff = b.take(
-        "data.max_seq_length", "cutoff_len", value(n, "cutoff_len"), f"{DATA} cutoff_len=2048"
-    )
-    del cutoff
+    b.take("data.max_seq_length", "cutoff_len", value(n, "cutoff_len"), f"{DATA} cutoff_len=2048")
     # data/processor/*.py: every sample is cut to cutoff_len (infer_seqlen)
     b.default("data.truncation", True, "data/processor/supervised.py infer_seqlen(cutoff_len)")
     pack = packing(n)
