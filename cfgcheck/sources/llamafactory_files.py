@@ -13,6 +13,7 @@ a config that came over the network (no file on disk).
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from cfgcheck.sources.base import NativeConfig
 
 DATA_CONFIG = "dataset_info.json"  # extras/constants.py DATA_CONFIG
 MAX_JSON_BYTES = 2_000_000
+MAX_FOLDER_FILES = 10_000
 # data/parser.py get_dataset_list: these keys make a dataset remote (nothing local to read)
 REMOTE_KEYS = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
 
@@ -42,6 +44,8 @@ def project_path(native: NativeConfig, key: str, value: str) -> Path:
     where = native.loc(key)
     prefix = f"{where}: " if where else ""
     allowed = roots(native)
+    if "\x00" in value or len(value) > 4096 or not value.strip():
+        raise ConfigLoadError(f"{prefix}{key}={value[:80]!r} is not a usable path")
     try:
         resolved = Path(os.path.realpath(Path.cwd() / value))
     except (OSError, ValueError) as e:
@@ -52,8 +56,8 @@ def project_path(native: NativeConfig, key: str, value: str) -> Path:
             f"{prefix}{key}={value!r} is outside the project ({shown}); cfgcheck reads only "
             f"files inside it: run cfgcheck from the folder you run llamafactory-cli in"
         )
-    reason = safeio.confinement_problem(value, allowed, Path.cwd(), folder_entries=False)
-    if reason and "outside" not in reason:
+    reason = safeio.path_problem(resolved, allow_dir=True)  # a FIFO, a device: never opened
+    if reason and reason != "does not exist":
         raise ConfigLoadError(f"{prefix}{key}={value!r} {reason}")
     return resolved
 
@@ -144,8 +148,14 @@ def local_files(native: NativeConfig, registry: Datasets, names: list[str]) -> l
             continue
         relative = os.path.join(base, file_name)
         path = project_path(native, "dataset", relative)
-        if path.is_dir():
-            out += sorted(os.path.join(relative, p.name) for p in path.iterdir() if p.is_file())
+        if path.is_dir():  # _load_single_dataset reads every file of the folder
+            entries = list(itertools.islice(os.scandir(path), MAX_FOLDER_FILES + 1))
+            if len(entries) > MAX_FOLDER_FILES:
+                raise ConfigLoadError(
+                    f"{safeio.shown(path)} (dataset {name}) holds more than {MAX_FOLDER_FILES} "
+                    "entries; cfgcheck does not list it"
+                )
+            out += sorted(os.path.join(relative, e.name) for e in entries if e.is_file())
         else:
             out.append(relative)
     return out
