@@ -149,7 +149,8 @@ def local_files(native: NativeConfig, registry: Datasets, names: list[str]) -> l
         relative = os.path.join(base, file_name)
         path = project_path(native, "dataset", relative)
         if path.is_dir():  # _load_single_dataset reads every file of the folder
-            entries = list(itertools.islice(os.scandir(path), MAX_FOLDER_FILES + 1))
+            with os.scandir(path) as listing:
+                entries = list(itertools.islice(listing, MAX_FOLDER_FILES + 1))
             if len(entries) > MAX_FOLDER_FILES:
                 raise ConfigLoadError(
                     f"{safeio.shown(path)} (dataset {name}) holds more than {MAX_FOLDER_FILES} "
