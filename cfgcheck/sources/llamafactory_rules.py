@@ -197,6 +197,91 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
             _refuses("Please specify `max_steps` in streaming mode.", PARSER),
             "set max_steps (a streamed dataset has no length to count epochs by)",
         )
+    yield from _argument_conflicts(native)
+
+
+def _conflicts(n: NativeConfig) -> list[tuple[bool, tuple[str, ...], str, str, str]]:
+    """(refused, keys, LLaMA-Factory's message, where, the change that avoids it)."""
+    from cfgcheck.sources.llamafactory import stage, zero_stage
+
+    evaluates = any(n.get(k) for k in ("do_eval", "do_predict", "predict_with_generate"))
+    no_eval_data = n.get("eval_dataset") is None and float(n.get("val_size") or 0) < 1e-6
+    data_post = "hparams/data_args.py DataArguments.__post_init__"
+    return [
+        (
+            evaluates and no_eval_data,
+            ("do_eval", "eval_dataset", "val_size"),
+            "Please make sure eval_dataset be provided or val_size >1e-6",
+            PARSER,
+            "set eval_dataset, or val_size (e.g. 0.1) to hold out part of dataset",
+        ),
+        (
+            stage(n) == "sft" and bool(n.get("do_predict")) and not n.get("predict_with_generate"),
+            ("do_predict", "predict_with_generate"),
+            "Please enable `predict_with_generate` to save model predictions.",
+            PARSER,
+            "set predict_with_generate=true",
+        ),
+        (
+            stage(n) in ("rm", "ppo") and bool(n.get("load_best_model_at_end")),
+            ("load_best_model_at_end", "stage"),
+            "RM and PPO stages do not support `load_best_model_at_end`.",
+            PARSER,
+            "remove load_best_model_at_end",
+        ),
+        (
+            bool(n.get("predict_with_generate")) and zero_stage(n) == 3,
+            ("predict_with_generate", "deepspeed"),
+            "`predict_with_generate` is incompatible with DeepSpeed ZeRO-3.",
+            PARSER,
+            "predict without ZeRO-3 (a ZeRO-2 config), or drop predict_with_generate",
+        ),
+        (
+            bool(n.get("deepspeed")) and bool(n.get("use_galore") or n.get("use_apollo")),
+            ("use_galore" if n.get("use_galore") else "use_apollo", "deepspeed"),
+            "GaLore and APOLLO are incompatible with DeepSpeed yet.",
+            PARSER,
+            "remove deepspeed (or the GaLore/APOLLO optimizer)",
+        ),
+        (
+            bool(n.get("fp8")) and n.get("quantization_bit") is not None,
+            ("fp8", "quantization_bit"),
+            "FP8 training is not compatible with quantization. Please disable one of them.",
+            PARSER,
+            "remove fp8 or quantization_bit",
+        ),
+        (
+            bool(n.get("do_train")) and n.get("quantization_device_map") == "auto",
+            ("quantization_device_map", "do_train"),
+            "Cannot use device map for quantized models in training.",
+            PARSER,
+            "remove quantization_device_map (it is for inference)",
+        ),
+        (
+            n.get("eval_dataset") is not None and float(n.get("val_size") or 0) > 1e-6,
+            ("val_size", "eval_dataset"),
+            "Cannot specify `val_size` if `eval_dataset` is not None.",
+            data_post,
+            "keep eval_dataset or val_size, not both",
+        ),
+        (
+            bool(n.get("mask_history")) and bool(n.get("train_on_prompt")),
+            ("mask_history", "train_on_prompt"),
+            "`mask_history` is incompatible with `train_on_prompt`.",
+            data_post,
+            "keep one of mask_history and train_on_prompt",
+        ),
+    ]
+
+
+def _argument_conflicts(native: NativeConfig) -> Iterator[Finding]:
+    try:
+        table = _conflicts(native)
+    except (TypeError, ValueError):  # a val_size that is no number: the schema says so
+        return
+    for refused, keys, text, where, hint in table:
+        if refused:
+            yield _f("argument-conflict", keys, _refuses(text, where), hint)
 
 
 def data_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
@@ -355,9 +440,15 @@ _SCALED_CONTEXT = Adjustment(
     "rope_scaling is set: LLaMA-Factory enlarges max_position_embeddings by "
     "ceil(cutoff_len / max_position_embeddings) (model_utils/rope.py configure_rope)",
 )
-LLAMAFACTORY = Profile("LLaMA-Factory", (*_COMMON, _LONG_CONTEXT))
-LLAMAFACTORY_ROPE_SCALED = Profile("LLaMA-Factory", (*_COMMON, _SCALED_CONTEXT))
+_NO_TRAINING = Adjustment(
+    "gpu-memory",
+    None,
+    "do_train is not set: nothing trains (do_eval / do_predict run the model without "
+    "gradients or optimizer states), so the training estimate does not apply",
+)
 
 
 def profile(native: NativeConfig) -> Profile:
-    return LLAMAFACTORY_ROPE_SCALED if native.get("rope_scaling") else LLAMAFACTORY
+    context = _SCALED_CONTEXT if native.get("rope_scaling") else _LONG_CONTEXT
+    extra = () if native.get("do_train") else (_NO_TRAINING,)
+    return Profile("LLaMA-Factory", (*_COMMON, context, *extra))

@@ -252,6 +252,16 @@ def test_a_batch_that_does_not_fit_gets_a_fix_in_llamafactory_keys() -> None:
     applying_fixes_clears(ROOT / SFT, "llamafactory", planted, finding)
 
 
+def test_no_training_no_training_estimate() -> None:
+    # extras/nlg_eval/llama3_lora_predict.yaml: do_predict only
+    predict = check("examples/extras/nlg_eval/llama3_lora_predict.yaml", gpu="H100")
+    assert not predict.by_rule("gpu-memory") and predict.ok, rules(predict)
+    assert check(SFT, "per_device_train_batch_size=64", gpu="H100").by_rule("gpu-memory")
+    assert not check(
+        SFT, "per_device_train_batch_size=64", "~do_train", "do_eval=true", gpu="H100"
+    ).by_rule("gpu-memory")
+
+
 def test_a_pairwise_batch_counts_chosen_and_rejected() -> None:
     # PairwiseDataCollatorWithPadding: n pairs are 2n sequences in one forward
     dpo = Path("examples/train_lora/llama3_lora_dpo.yaml")
@@ -292,6 +302,11 @@ def test_packing_without_neat_packing_warns_of_cross_attention() -> None:
         (["dataset_dir=examples"], "llamafactory-dataset-info-missing", "dataset_info.json"),
         (["deepspeed=examples/deepspeed/nope.json"], "llamafactory-deepspeed-missing", "exist"),
         (["~do_train"], "llamafactory-no-do-train", "trains nothing"),
+        (["do_eval=true"], "llamafactory-argument-conflict", "eval_dataset be provided"),
+        (["do_predict=true", "val_size=0.1"], "llamafactory-argument-conflict", "predict_with"),
+        (["stage=rm", "load_best_model_at_end=true"], "llamafactory-argument-conflict", "RM"),
+        (["fp8=true", "quantization_bit=4"], "llamafactory-argument-conflict", "FP8"),
+        (["eval_dataset=identity", "val_size=0.1"], "llamafactory-argument-conflict", "val_size"),
     ],
 )
 def test_start_up_refusals(overrides: list[str], rule: str, quote: str) -> None:

@@ -96,6 +96,16 @@ REFUSALS: list[tuple[list[str], str, Callable[[], Any]]] = [
         "llamafactory-ppo-reward-model",
         lambda: FT.FinetuningArguments(stage="ppo"),
     ),
+    (
+        ["eval_dataset=identity", "val_size=0.1"],
+        "llamafactory-argument-conflict",
+        lambda: DATA.DataArguments(dataset="identity", eval_dataset="identity", val_size=0.1),
+    ),
+    (
+        ["mask_history=true", "train_on_prompt=true"],
+        "llamafactory-argument-conflict",
+        lambda: DATA.DataArguments(mask_history=True, train_on_prompt=True),
+    ),
 ]
 
 
