@@ -12,16 +12,26 @@ use below.
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from cfgcheck.sources import llamafactory_files as files
 from cfgcheck.sources.base import Builder, Format, NativeConfig
-from cfgcheck.sources.llamafactory_rules import RULES, profile
+from cfgcheck.sources.llamafactory_args import packing, pair_factor, stage, value, zero_stage
+from cfgcheck.sources.llamafactory_data import data_rules, deepspeed_rules
+from cfgcheck.sources.llamafactory_rules import (
+    choice_rules,
+    method_rules,
+    quantization_rules,
+    version_rules,
+)
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
+from cfgcheck.sources.profiles import (
+    LLAMAFACTORY,
+    LLAMAFACTORY_NO_TRAINING,
+    LLAMAFACTORY_ROPE_SCALED,
+    Profile,
+)
 from cfgcheck.sources.unknown import key_list
 
 PARSER = "src/llamafactory/hparams/parser.py get_train_args"
@@ -38,98 +48,11 @@ ALL = "all"
 ON_THE_FLY = ("bnb", "hqq", "eetq")
 
 
-@cache
-def defaults() -> dict[str, Any]:
-    """key -> LLaMA-Factory's default (``keys/llamafactory.defaults.txt``)."""
-    text = (
-        resources.files("cfgcheck.sources")
-        .joinpath("keys", "llamafactory.defaults.txt")
-        .read_text("utf-8")
-    )
-    out: dict[str, Any] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        key, _, rest = line.partition(" = ")
-        out[key], _ = json.JSONDecoder().raw_decode(rest)
-    return out
-
-
-@cache
-def choices() -> dict[str, list[Any]]:
-    """key -> the values its Literal or enum type allows."""
-    text = (
-        resources.files("cfgcheck.sources")
-        .joinpath("keys", "llamafactory.defaults.txt")
-        .read_text("utf-8")
-    )
-    out: dict[str, list[Any]] = {}
-    for line in text.splitlines():
-        key, sep, rest = line.partition(" = ")
-        if sep and "  choices " in rest:
-            out[key] = json.loads(rest.split("  choices ", 1)[1].split("  # ", 1)[0])
-    return out
-
-
-@cache
-def version_bound() -> dict[str, list[str]]:
-    """key -> the transformers releases that have it, for a key only some of them have."""
-    text = (
-        resources.files("cfgcheck.sources")
-        .joinpath("keys", "llamafactory.defaults.txt")
-        .read_text("utf-8")
-    )
-    out: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        key, sep, rest = line.partition(" = ")
-        if sep and "  only " in rest:
-            out[key] = json.loads(rest.split("  only ", 1)[1].split("  # ", 1)[0])
-    return out
-
-
-def value(n: NativeConfig, key: str) -> Any:
-    """The key's value, or LLaMA-Factory's default."""
-    return n.get(key) if n.is_set(key) else defaults().get(key)
-
-
-def stage(n: NativeConfig) -> str:
-    return str(value(n, "stage"))
-
-
-def packing(n: NativeConfig) -> bool:
-    """DataArguments: neat_packing sets packing; get_train_args: packing None -> stage pt."""
-    if n.get("neat_packing"):
-        return True
-    if n.is_set("packing"):
-        return bool(n.get("packing"))
-    return stage(n) == "pt"
-
-
-def pair_factor(n: NativeConfig) -> int:
-    """Sequences a batch holds per sample: 2 for pairwise stages (chosen and rejected)."""
-    return 2 if stage(n) in ("dpo", "rm") else 1
-
-
 def fix_value(n: NativeConfig, path: str, given: str) -> str:
     """A fix's micro batch counts sequences; per_device_train_batch_size counts pairs."""
     if path == "trainer.micro_batch_size" and pair_factor(n) > 1 and given.isdigit():
         return str(max(1, int(given) // pair_factor(n)))
     return given
-
-
-def zero_stage(n: NativeConfig) -> int | None:
-    """The DeepSpeed ZeRO stage (the JSON the config names, or a dict); by the file name when
-    the file cannot be read here (a service request)."""
-    if not n.get("deepspeed"):
-        return None
-    found, _ = files.deepspeed_stage(n)
-    if found is not None:
-        return found
-    text = str(n.get("deepspeed")).lower()
-    for level in (3, 2, 1, 0):
-        if f"z{level}" in text or f"zero{level}" in text or f"zero_{level}" in text:
-            return level
-    return None
 
 
 def _targets(spec: Any) -> list[str]:
@@ -388,6 +311,13 @@ def to_native(path: str, value: str) -> str | None:
     return f"{key}={value}" if key else None
 
 
+def profile(native: NativeConfig) -> Profile:
+    """rope_scaling scales the context to cutoff_len; without do_train nothing trains."""
+    if not native.get("do_train"):
+        return LLAMAFACTORY_NO_TRAINING
+    return LLAMAFACTORY_ROPE_SCALED if native.get("rope_scaling") else LLAMAFACTORY
+
+
 FORMAT = Format(
     name="llamafactory",
     label="LLaMA-Factory",
@@ -396,7 +326,14 @@ FORMAT = Format(
     build=build,
     to_native=to_native,
     profile=profile,
-    rules=RULES,
+    rules=(
+        version_rules,
+        choice_rules,
+        quantization_rules,
+        method_rules,
+        data_rules,
+        deepspeed_rules,
+    ),
     fix_value=fix_value,
     unknown_severity="error",
     unknown_behaviour="llamafactory-cli train refuses the file: HfArgumentParser.parse_dict("

@@ -1,4 +1,5 @@
-"""LLaMA-Factory's own refusals and traps, and its rule profile.
+"""LLaMA-Factory's own refusals of its arguments (the file checks are in
+:mod:`cfgcheck.sources.llamafactory_data`, its rule profile in :mod:`cfgcheck.sources.profiles`).
 
 Each refusal is a check ``llamafactory-cli train`` runs before training starts, quoted from
 hiyouga/LLaMA-Factory at ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30:
@@ -12,15 +13,18 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator
-from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
-from cfgcheck.locations import display_path
-from cfgcheck.sources import llamafactory_files as files
 from cfgcheck.sources.base import NativeConfig
-from cfgcheck.sources.profiles import Adjustment, Profile
+from cfgcheck.sources.llamafactory_args import (
+    choices,
+    stage,
+    templates,
+    value,
+    version_bound,
+    zero_stage,
+)
 
 if TYPE_CHECKING:
     from cfgcheck.schema.run import RunConfig
@@ -30,30 +34,18 @@ VERIFY = "hparams/parser.py _verify_model_args"
 FT_POST = "hparams/finetuning_args.py FinetuningArguments.__post_init__"
 
 
-def _f(
+def refusal(
     rule: str, paths: tuple[str, ...], message: str, hint: str, fixes: tuple[Fix, ...] = ()
 ) -> Finding:
     return Finding(f"llamafactory-{rule}", "error", paths, message, hint, fixes=fixes)
 
 
-def _refuses(text: str, where: str) -> str:
+def quote(text: str, where: str) -> str:
     return f'LLaMA-Factory refuses to start: "{text}" ({where})'
-
-
-@cache
-def templates() -> frozenset[str]:
-    """The chat template names LLaMA-Factory registers (keys/llamafactory.templates.txt)."""
-    text = (
-        resources.files("cfgcheck.sources")
-        .joinpath("keys", "llamafactory.templates.txt")
-        .read_text("utf-8")
-    )
-    return frozenset(x.strip() for x in text.splitlines() if x.strip() and x[0] != "#")
 
 
 def choice_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
     """Values outside a Literal / enum field, and an unregistered template."""
-    from cfgcheck.sources.llamafactory import choices
 
     for key, allowed in choices().items():
         if key not in ("stage", "finetuning_type", "quantization_method", "flash_attn"):
@@ -62,7 +54,7 @@ def choice_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
         if got is None or got in allowed:
             continue
         close = difflib.get_close_matches(str(got), [str(a) for a in allowed], n=1, cutoff=0.5)
-        yield _f(
+        yield refusal(
             "invalid-choice",
             (key,),
             f"{key}={got!r} is not one of {', '.join(map(str, allowed))}: LLaMA-Factory "
@@ -73,10 +65,10 @@ def choice_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
     template = native.get("template")
     if isinstance(template, str) and template not in templates():
         close = difflib.get_close_matches(template, sorted(templates()), n=1, cutoff=0.6)
-        yield _f(
+        yield refusal(
             "unknown-template",
             ("template",),
-            _refuses(f"Template {template} does not exist.", "data/template.py"),
+            quote(f"Template {template} does not exist.", "data/template.py"),
             f"use a registered template{f', e.g. {close[0]}' if close else ''} (LLaMA-Factory's "
             "README lists the template of each model)",
             (Fix((f"template={close[0]}",), f"template {close[0]}"),) if close else (),
@@ -90,11 +82,11 @@ def quantization_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[
         return
     kind = native.get("finetuning_type", "lora")
     if kind not in ("lora", "oft"):
-        yield _f(
+        yield refusal(
             "quantization-needs-adapters",
             ("quantization_bit", "finetuning_type"),
             f"quantization_bit={bits} with finetuning_type={kind}: "
-            + _refuses("Quantization is only compatible with the LoRA or OFT method.", VERIFY),
+            + quote("Quantization is only compatible with the LoRA or OFT method.", VERIFY),
             "train LoRA adapters on the quantized model (finetuning_type=lora), or drop "
             "quantization_bit to train every weight",
             (
@@ -104,11 +96,11 @@ def quantization_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[
         )
     method = native.get("quantization_method", "bnb")
     if method == "bnb" and bits not in (4, 8):
-        yield _f(
+        yield refusal(
             "quantization-bits",
             ("quantization_bit", "quantization_method"),
             f"quantization_bit={bits} with bitsandbytes: "
-            + _refuses(
+            + quote(
                 "Bitsandbytes only accepts 4-bit or 8-bit quantization.",
                 "model_utils/quantization.py",
             ),
@@ -116,10 +108,10 @@ def quantization_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[
             (Fix(("quantization_bit=4",), "4-bit QLoRA"),),
         )
     if native.get("pissa_init"):
-        yield _f(
+        yield refusal(
             "quantization-pissa",
             ("quantization_bit", "pissa_init"),
-            _refuses(
+            quote(
                 "Please use scripts/pissa_init.py to initialize PiSSA for a quantized model.",
                 VERIFY,
             ),
@@ -130,7 +122,6 @@ def quantization_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[
 
 def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
     """FinetuningArguments.__post_init__ and get_train_args: options of one method or stage."""
-    from cfgcheck.sources.llamafactory import stage, value, zero_stage
 
     kind = value(native, "finetuning_type")
     if kind != "lora":
@@ -141,20 +132,20 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
             ("pissa_init", "`pissa_init`"),
         ):
             if native.get(key):
-                yield _f(
+                yield refusal(
                     "lora-only-option",
                     (key, "finetuning_type"),
                     f"{key} with finetuning_type={kind}: "
-                    + _refuses(f"{label} is only valid for LoRA training.", FT_POST),
+                    + quote(f"{label} is only valid for LoRA training.", FT_POST),
                     f"remove {key}, or set finetuning_type=lora",
                     (Fix((f"~{key}",), f"no {key}"), Fix(("finetuning_type=lora",), "LoRA")),
                 )
     optimizers = [k for k in ("use_galore", "use_apollo", "use_badam") if native.get(k)]
     if kind == "lora" and optimizers:
-        yield _f(
+        yield refusal(
             "lora-with-optimizer",
             (optimizers[0], "finetuning_type"),
-            _refuses("Cannot use LoRA with GaLore, APOLLO or BAdam together.", FT_POST),
+            quote("Cannot use LoRA with GaLore, APOLLO or BAdam together.", FT_POST),
             f"use {optimizers[0]} with finetuning_type=full, or remove it",
             (Fix((f"~{optimizers[0]}",), "LoRA alone"),),
         )
@@ -162,19 +153,19 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
     if current != "sft":
         for key in ("neat_packing", "train_on_prompt", "mask_history", "predict_with_generate"):
             if native.get(key):
-                yield _f(
+                yield refusal(
                     "sft-only-option",
                     (key, "stage"),
                     f"{key} with stage={current}: "
-                    + _refuses(f"`{key}` cannot be set as True except SFT.", PARSER),
+                    + quote(f"`{key}` cannot be set as True except SFT.", PARSER),
                     f"remove {key} (it applies to stage=sft only)",
                     (Fix((f"~{key}",), f"no {key}"),),
                 )
     if current == "ppo" and not native.get("reward_model"):
-        yield _f(
+        yield refusal(
             "ppo-reward-model",
             ("stage", "reward_model"),
-            _refuses("`reward_model` is necessary for PPO training.", FT_POST),
+            quote("`reward_model` is necessary for PPO training.", FT_POST),
             "set reward_model to the reward model (or adapter) trained with stage=rm",
         )
     if zero_stage(native) == 3:
@@ -183,18 +174,18 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
             ("use_unsloth", "Unsloth is incompatible with DeepSpeed ZeRO-3."),
         ):
             if native.get(key):
-                yield _f(
+                yield refusal(
                     "zero3-conflict",
                     (key, "deepspeed"),
-                    f"{key} with ZeRO-3: " + _refuses(text, PARSER),
+                    f"{key} with ZeRO-3: " + quote(text, PARSER),
                     f"remove {key}, or use a ZeRO-2 DeepSpeed config",
                     (Fix((f"~{key}",), f"ZeRO-3 without {key}"),),
                 )
     if native.get("streaming") and value(native, "max_steps") in (None, -1):
-        yield _f(
+        yield refusal(
             "streaming-max-steps",
             ("streaming", "max_steps"),
-            _refuses("Please specify `max_steps` in streaming mode.", PARSER),
+            quote("Please specify `max_steps` in streaming mode.", PARSER),
             "set max_steps (a streamed dataset has no length to count epochs by)",
         )
     yield from _argument_conflicts(native)
@@ -202,7 +193,6 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
 
 def _conflicts(n: NativeConfig) -> list[tuple[bool, tuple[str, ...], str, str, str]]:
     """(refused, keys, LLaMA-Factory's message, where, the change that avoids it)."""
-    from cfgcheck.sources.llamafactory import stage, zero_stage
 
     evaluates = any(n.get(k) for k in ("do_eval", "do_predict", "predict_with_generate"))
     no_eval_data = n.get("eval_dataset") is None and float(n.get("val_size") or 0) < 1e-6
@@ -281,106 +271,12 @@ def _argument_conflicts(native: NativeConfig) -> Iterator[Finding]:
         return
     for refused, keys, text, where, hint in table:
         if refused:
-            yield _f("argument-conflict", keys, _refuses(text, where), hint)
-
-
-def data_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
-    """The datasets LLaMA-Factory would look up, do_train, and packing without isolation."""
-    from cfgcheck.sources.llamafactory import stage
-
-    trains = bool(native.get("do_train"))
-    if not any(native.get(k) for k in ("do_train", "do_eval", "do_predict")):
-        yield Finding(
-            "llamafactory-no-do-train",
-            "warning",
-            ("do_train",),
-            "do_train is not set (TrainingArguments defaults it to False): LLaMA-Factory loads "
-            "the model and data, trains nothing and saves nothing (train/sft/workflow.py "
-            "runs trainer.train() only `if training_args.do_train`)",
-            "set do_train=true",
-            fixes=(Fix(("do_train=true",), "train"),),
-        )
-    if trains and not native.get("dataset"):
-        yield _f(
-            "no-dataset",
-            ("dataset", "do_train"),
-            _refuses("Please specify dataset for training.", PARSER),
-            "set dataset to names registered in dataset_dir/dataset_info.json",
-        )
-    yield from _registry(native)
-    if stage(native) == "sft" and native.get("packing") and not native.get("neat_packing"):
-        yield Finding(
-            "llamafactory-packing-contamination",
-            "warning",
-            ("packing", "neat_packing"),
-            "packing=true without neat_packing: LLaMA-Factory concatenates samples into "
-            "cutoff_len rows with an all-ones attention mask (data/processor/supervised.py "
-            "PackedSupervisedDatasetProcessor), so each sample attends to the samples packed "
-            "before it; neat_packing builds the block-diagonal mask (data/collator.py)",
-            "set neat_packing=true (packing without cross-attention)",
-            fixes=(Fix(("neat_packing=true",), "packed samples isolated"),),
-        )
-
-
-def _registry(native: NativeConfig) -> Iterator[Finding]:
-    registry = files.datasets(native)
-    if registry is None or registry.online:
-        return
-    names = [("dataset", n) for n in files.split_names(native.get("dataset"))]
-    names += [("eval_dataset", n) for n in files.split_names(native.get("eval_dataset"))]
-    shown = display_path(registry.info_path) if registry.info_path else files.DATA_CONFIG
-    if registry.info_missing:
-        yield _f(
-            "dataset-info-missing",
-            ("dataset_dir", "dataset"),
-            f"{files.DATA_CONFIG} is not in dataset_dir ({registry.info_path}): "
-            + _refuses(f"Cannot open {registry.info_path} ...", "data/parser.py get_dataset_list"),
-            "point dataset_dir at the folder holding dataset_info.json (relative to the folder "
-            "llamafactory-cli runs in), or dataset_dir=ONLINE for Hub datasets",
-        )
-        return
-    known = sorted(registry.entries)
-    for key, name in names:
-        if name in registry.entries:
-            continue
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        given = files.split_names(native.get(key))
-        fixed = ",".join(close[0] if n == name else n for n in given) if close else ""
-        yield _f(
-            "dataset-undefined",
-            (key, "dataset_dir"),
-            f"{key} names {name!r}, which {shown} does not define: "
-            + _refuses(
-                f"Undefined dataset {name} in dataset_info.json.", "data/parser.py get_dataset_list"
-            ),
-            f"register {name} in dataset_info.json"
-            + (f", or did you mean {close[0]}?" if close else ""),
-            (Fix((f"{key}={fixed}",), f"use {close[0]}"),) if close else (),
-        )
-
-
-def deepspeed_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
-    """transformers reads the DeepSpeed JSON at start (HfTrainerDeepSpeedConfig)."""
-    if not isinstance(native.get("deepspeed"), str):
-        return
-    _, why = files.deepspeed_stage(native)
-    if why == "missing":
-        yield _f(
-            "deepspeed-missing",
-            ("deepspeed",),
-            f"deepspeed={native.get('deepspeed')} does not exist relative to the working "
-            "directory, where llamafactory-cli opens it: transformers refuses to start "
-            '("Expected a string path to an existing deepspeed config, or a dictionary, or a '
-            'base64 encoded string", integrations/deepspeed.py HfDeepSpeedConfig)',
-            "fix the path (LLaMA-Factory's configs are in examples/deepspeed/), or run "
-            "cfgcheck from the folder you launch llamafactory-cli in",
-        )
+            yield refusal("argument-conflict", keys, quote(text, where), hint)
 
 
 def version_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
     """A TrainingArguments key that only some transformers releases in LLaMA-Factory's range
     (pyproject.toml: transformers>=4.55.0,<=5.8.0) define."""
-    from cfgcheck.sources.llamafactory import version_bound
 
     for key, versions in version_bound().items():
         if key in native.data:
@@ -395,60 +291,3 @@ def version_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findi
                 f"keep the transformers release that has {key} installed, or move the setting "
                 "to its current key (transformers' TrainingArguments docs)",
             )
-
-
-RULES = (version_rules, choice_rules, quantization_rules, method_rules, data_rules, deepspeed_rules)
-
-_COMMON = (
-    Adjustment(
-        "pad-token-missing",
-        None,
-        "LLaMA-Factory sets the pad token to eos when the tokenizer has none "
-        "(data/template.py fix_special_tokens: 'Add pad token')",
-    ),
-    Adjustment(
-        "pad-is-eos",
-        None,
-        "LLaMA-Factory pads labels with IGNORE_INDEX by position (DataCollatorForSeq2Seq "
-        "label_pad_token_id, train/sft/workflow.py), so a real eos keeps its label",
-    ),
-    Adjustment(
-        "strategy-device-count",
-        None,
-        "llamafactory-cli takes the device count from the launcher (launcher.py: torchrun "
-        "over every visible GPU, NPROC_PER_NODE)",
-    ),
-    Adjustment(
-        "quantized-full-finetuning",
-        None,
-        "reported as llamafactory-quantization-needs-adapters with LLaMA-Factory's message",
-    ),
-)
-_LONG_CONTEXT = Adjustment(
-    "seq-len-over-block-size",
-    "warning",
-    "LLaMA-Factory sets model_max_length = cutoff_len and leaves max_position_embeddings as "
-    "it is unless rope_scaling is set (model_utils/rope.py configure_rope): a RoPE model "
-    "trains on positions past its pretrained context without an error; only samples that "
-    "long are affected (--scan-data counts them). Set rope_scaling (linear, dynamic, yarn, "
-    "llama3) or lower cutoff_len",
-    "error",
-)
-_SCALED_CONTEXT = Adjustment(
-    "seq-len-over-block-size",
-    None,
-    "rope_scaling is set: LLaMA-Factory enlarges max_position_embeddings by "
-    "ceil(cutoff_len / max_position_embeddings) (model_utils/rope.py configure_rope)",
-)
-_NO_TRAINING = Adjustment(
-    "gpu-memory",
-    None,
-    "do_train is not set: nothing trains (do_eval / do_predict run the model without "
-    "gradients or optimizer states), so the training estimate does not apply",
-)
-
-
-def profile(native: NativeConfig) -> Profile:
-    context = _SCALED_CONTEXT if native.get("rope_scaling") else _LONG_CONTEXT
-    extra = () if native.get("do_train") else (_NO_TRAINING,)
-    return Profile("LLaMA-Factory", (*_COMMON, context, *extra))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cfgcheck.sources import check_native
-from cfgcheck.sources.llamafactory import defaults
+from cfgcheck.sources.llamafactory_args import defaults
 from tests.sources.support import NATIVE, one
 
 ROOT = NATIVE / "llamafactory"
