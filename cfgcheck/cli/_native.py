@@ -1,6 +1,7 @@
 """``--from FORMAT FILE``: the commands that validate a config read a native framework file
-(LitGPT, Axolotl, TRL, torchtune) instead of composing ``conf/`` (see :mod:`cfgcheck.sources`).
-``--from torchtune FILE [RECIPE]`` also takes the recipe ``tune run`` would run."""
+(LitGPT, Axolotl, TRL, LLaMA-Factory, torchtune) instead of composing ``conf/`` (see
+:mod:`cfgcheck.sources`). ``--from torchtune FILE [RECIPE]`` also takes the recipe ``tune run``
+would run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 
-FORMATS = ("litgpt", "axolotl", "trl", "torchtune")
+FORMATS = ("litgpt", "axolotl", "trl", "llamafactory", "torchtune")
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +75,7 @@ def run_native_hook(args: argparse.Namespace) -> int:
 
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
     from cfgcheck.report import get_reporter
+    from cfgcheck.report.escape import printable
     from cfgcheck.sources import check_native
 
     report = get_reporter(args.format)
@@ -83,11 +85,11 @@ def run_native_hook(args: argparse.Namespace) -> int:
             launch = {"nproc_per_node": args.nproc_per_node} if args.nproc_per_node else None
             result = check_native(file, args.source, gpu=getattr(args, "gpu", None), launch=launch)
         except ConfigLoadError as e:
-            print(f"{file}: cannot check: {e}")
+            print(f"{printable(file)}: cannot check: {printable(str(e))}")
             code = EXIT_LOAD
             continue
         if result.findings:
-            print(f"== {file}")
+            print(f"== {printable(file)}")
             report(result, sys.stdout)
         if not result.ok and code == EXIT_OK:
             code = EXIT_FINDINGS

@@ -42,7 +42,7 @@ class NativeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    format: Literal["litgpt", "axolotl", "trl", "torchtune"] = Field(
+    format: Literal["litgpt", "axolotl", "trl", "llamafactory", "torchtune"] = Field(
         description="The file's framework."
     )
     config: str = Field(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Location, Severity
@@ -37,6 +38,7 @@ class NativeConfig:
     file: str
     data: dict[str, Any]
     where: dict[str, Location] = field(default_factory=dict)
+    origin: Path | None = None  # the file on disk; None when the text came over the network
     text: str = ""  # the file's source (comments such as torchtune's `tune run ...` line)
     # What the launch command says outside the file (torchtune: recipe, nproc_per_node).
     launch: dict[str, Any] = field(default_factory=dict)
@@ -49,7 +51,14 @@ class NativeConfig:
         overrides: Sequence[str],
         launch: dict[str, Any] | None = None,
     ) -> NativeConfig:
-        native = cls(fmt, doc.file, copy.deepcopy(doc.data), text=doc.text, launch=launch or {})
+        native = cls(
+            fmt,
+            doc.file,
+            copy.deepcopy(doc.data),
+            origin=doc.origin,
+            text=doc.text,
+            launch=launch or {},
+        )
         native.where = {key: Location(doc.file, line) for key, line in doc.lines.items()}
         for text in overrides:
             if text.startswith("~"):  # delete a key, as in Hydra
@@ -167,3 +176,6 @@ class Format:
     unknown_behaviour: str = ""
     # Dotted prefixes whose sub-keys are free-form (optimizer init_args, deepspeed dicts...).
     open_prefixes: tuple[str, ...] = ()
+    # A fix's cfgcheck value as the native config counts it, before to_native (LLaMA-Factory's
+    # DPO batch holds each pair's chosen and rejected sequences: 2 per sample).
+    fix_value: Callable[[NativeConfig, str, str], str] | None = None

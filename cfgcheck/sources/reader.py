@@ -29,6 +29,7 @@ class Document:
     file: str  # as shown to the user
     data: dict[str, Any]
     lines: dict[str, int] = field(default_factory=dict)
+    origin: Path | None = None  # the file on disk (None for text a service request sent)
     text: str = field(default="", repr=False)  # the source, for its comments (a launch line)
 
 
@@ -37,7 +38,8 @@ def read_document(path: str | Path, display: str | None = None) -> Document:
     file is missing or not a regular file, too large, not UTF-8, malformed, too deep or not a
     mapping."""
     shown = display or str(path)
-    return parse_document(safeio.read_text(path, MAX_BYTES), shown)
+    doc = parse_document(safeio.read_text(path, MAX_BYTES), shown)
+    return Document(doc.file, doc.data, doc.lines, Path(path), text=doc.text)
 
 
 def parse_document(text: str, shown: str) -> Document:
@@ -47,7 +49,7 @@ def parse_document(text: str, shown: str) -> Document:
         data = {}
     if not isinstance(data, dict):
         raise ConfigLoadError(f"{shown}: expected a mapping of keys, got {type(data).__name__}")
-    return Document(shown, data, lines, text)
+    return Document(shown, data, lines, text=text)
 
 
 _LIMITS = safeio.Limits(max_bytes=MAX_BYTES, max_depth=MAX_DEPTH, max_nodes=MAX_VALUES)

@@ -183,8 +183,7 @@ def _data(b: Builder, packed: bool) -> None:
         b.from_key("data.truncation", "tokenizer.max_seq_len", True)
     else:
         why = (
-            "tokenizer max_seq_len=None (samples are not cut; the model's max_seq_len is the "
-            "limit)"
+            "tokenizer max_seq_len=None (samples are not cut; the model's max_seq_len is the limit)"
         )
         block = b.config["model"].get("block_size")
         if isinstance(block, int):  # the builder's max_seq_len, known already
