@@ -190,6 +190,28 @@ def test_profile_adjustments_name_catalogued_ids() -> None:
 # --- ids found by running checks --------------------------------------------------------------
 
 NATIVE = REPO / "tests" / "sources" / "native"
+_TT_LORA = "llama3_2_1B_lora_single_device.yaml"
+_TORCHTUNE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
+    ("torchtune", _TT_LORA, ("collate_fn=torch.utils.data.default_collate", "~batch_size")),
+    ("torchtune", "phi3_mini_lora_single_device.yaml", ("tokenizer.max_seq_len=8192",)),
+    ("torchtune", _TT_LORA, ("dataset.packed=true", "dtype=bfloat16")),
+    (
+        "torchtune",
+        _TT_LORA,
+        ("model.lora_attn_modules=[o_proj]", "model.apply_lora_to_output=true"),
+    ),
+    (
+        "torchtune",
+        _TT_LORA,
+        (
+            "model.lora_rnak=16",
+            "~tokenizer.path",
+            "loss._component_=torchtune.modules.loss.LinearCrossEntropyLos",
+        ),
+    ),
+    ("torchtune", _TT_LORA, ("dtype=fp16", "enable_activation_offloading=true")),
+    ("torchtune", "planted/single_device_under_torchrun.yaml", ()),
+]
 NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
     ("litgpt", "tiny-llama-lora.yaml", ("quantize=bnb.nf4", "precision=bf16-mixed")),
     ("litgpt", "tiny-llama-lora.yaml", ("quantize=bnb.nf4", "devices=2", "optimizer=SGD")),
@@ -200,6 +222,7 @@ NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
     ("axolotl", "mistral-lora.yml", ("cut_cross_entropy=true", "chunked_cross_entropy=true")),
     ("axolotl", "mistral-lora.yml", ("~attn_implementation", "sequence_length=2048")),
     ("trl", "example_config.yaml", ("max_seq_length=4096",)),
+    *_TORCHTUNE_CORPUS,
 ]
 
 

@@ -3,7 +3,7 @@ it prevents and how to fix it.
 
 One table, :data:`EXPLANATIONS`, keyed by finding id, is the one place an id is registered with
 its explanation: registered rules, schema findings, the model-folder and dataset-scan findings
-and the native formats' own findings (``litgpt-*``, ``axolotl-*``, ``trl-*``,
+and the native formats' own findings (``litgpt-*``, ``axolotl-*``, ``trl-*``, ``torchtune-*``,
 ``unknown-native-key``) alike. ``cfgcheck rules``, ``cfgcheck explain ID``, ``docs/rules.md``
 (``cfgcheck rules --format markdown``) and the ``doc`` link of every finding's JSON are generated
 from it. A registered rule without an entry still runs and is listed (``cfgcheck explain`` says
@@ -36,8 +36,8 @@ _GROUP_INTRO = {
     "([model folders](models.md#model-folders)).",
     SCAN: "Emitted by the dataset scan (`cfgcheck data`, `cfgcheck check --scan-data`), which "
     "tokenizes `data.paths` with the real tokenizer.",
-    NATIVE: "Emitted only for `--from litgpt | axolotl | trl FILE`: the framework's own refusals "
-    "and traps, in the format's keys ([native formats](native-formats.md)).",
+    NATIVE: "Emitted only for `--from litgpt | axolotl | trl | torchtune FILE`: the framework's "
+    "own refusals and traps, in the format's keys ([native formats](native-formats.md)).",
 }
 
 
@@ -176,6 +176,120 @@ EXPLANATIONS: dict[str, Explanation] = {
         "(`trl/trainer/sft_config.py`), silently dropping the ends of longer samples.",
         "Set `max_length` to the length you mean to train on (`cfgcheck data` shows how many "
         "samples are longer).",
+        group=NATIVE,
+    ),
+    "torchtune-collate": E(
+        "error",
+        "torchtune: `collate_fn` is a collate that takes the recipe's `padding_idx` and "
+        "`ignore_idx` (`torchtune.data.padded_collate_sft`), not torch's `default_collate`.",
+        "The recipe calls `partial(collate_fn, padding_idx=..., ignore_idx=...)`: `TypeError: "
+        "default_collate() got an unexpected keyword argument 'padding_idx'`; called without "
+        "them, default_collate over unpadded samples with `batch_size > 1`: `RuntimeError: each "
+        "element in list of batch should be of equal size`.",
+        "Set `collate_fn=torchtune.data.padded_collate_sft` (or remove the key), or "
+        "`dataset.packed=true`.",
+        group=NATIVE,
+    ),
+    "torchtune-max-seq-len": E(
+        "error",
+        "torchtune: `tokenizer.max_seq_len` is at most the `max_seq_len` the model builder builds.",
+        "The first batch longer than the model's context: `ValueError: seq_len (N) of input "
+        "tensor should be smaller than max_seq_len (M)` in `TransformerDecoder.forward`.",
+        "Lower `tokenizer.max_seq_len` to the builder's `max_seq_len`.",
+        group=NATIVE,
+    ),
+    "torchtune-packed-max-seq-len": E(
+        "error",
+        "torchtune: `dataset.packed=true` needs `tokenizer.max_seq_len` (the pack length).",
+        "`ValueError: PackedDataset requires a max_seq_len to be set on the tokenizer.` when "
+        "the dataset is built.",
+        "Set `tokenizer.max_seq_len`, or `dataset.packed=false`.",
+        group=NATIVE,
+    ),
+    "torchtune-lora-modules": E(
+        "error / warning",
+        "torchtune: `model.lora_attn_modules` uses torchtune's names: `q_proj`, `k_proj`, "
+        "`v_proj`, `output_proj`.",
+        "The builders skip any other name silently (`o_proj` gets no adapter: a warning); "
+        "with nothing left to train, `RuntimeError: element 0 of tensors does not require grad "
+        "and does not have a grad_fn` at the first backward; an empty list: `ValueError: Must "
+        "pass one or more of ... as lora_modules`.",
+        "Use torchtune's names (`output_proj`, not `o_proj`).",
+        group=NATIVE,
+    ),
+    "torchtune-lora-output-tied": E(
+        "error",
+        "torchtune: no `apply_lora_to_output` on Llama 3.2 1B/3B, whose output is tied to the "
+        "embedding.",
+        "The builder raises `ValueError: apply_lora_to_output is currently not supporting in "
+        "llama3.2 1b and 3b,as the projection layer weights are tied to the embeddings`.",
+        "Set `model.apply_lora_to_output=false`.",
+        group=NATIVE,
+    ),
+    "torchtune-unexpected-argument": E(
+        "error",
+        "torchtune: every key of a `_component_` section is an argument its callable takes "
+        "(read from torchtune's source).",
+        "`config.instantiate` passes every key: `TypeError: f() got an unexpected keyword "
+        "argument 'x'` before training starts.",
+        "Spell the argument as the fix says, or remove it.",
+        group=NATIVE,
+    ),
+    "torchtune-missing-argument": E(
+        "error",
+        "torchtune: a `_component_` section gives every required argument its callable takes "
+        "(besides those the recipe passes itself, such as a dataset's tokenizer).",
+        "`TypeError: f() missing 1 required positional argument: 'path'` from "
+        "`config.instantiate`.",
+        "Set the missing argument in the section.",
+        group=NATIVE,
+    ),
+    "torchtune-component-unknown": E(
+        "error",
+        "torchtune: a `torchtune.*` `_component_` path names something torchtune has.",
+        "`InstantiationError: Error loading '...'` from `config.instantiate`.",
+        "Use the path the fix names (a did-you-mean among torchtune's components).",
+        group=NATIVE,
+    ),
+    "torchtune-missing-key": E(
+        "error",
+        "torchtune: the keys the recipe reads without a default (`cfg.batch_size`; LoRA "
+        "recipes: `model.lora_rank`, `lora_alpha`, `lora_attn_modules`, `apply_lora_to_mlp`) "
+        "are set.",
+        "`omegaconf.errors.ConfigAttributeError: Missing key batch_size` when the recipe starts.",
+        "Set the key (a LoRA recipe needs a `lora_` builder with its LoRA keys).",
+        group=NATIVE,
+    ),
+    "torchtune-dtype": E(
+        "error",
+        "torchtune: `dtype` is one of `fp16`, `bf16`, `fp32`, `fp64`.",
+        "`ValueError: Dtype bfloat16 must be one of fp16, bf16, fp32, fp64 for finetuning.` "
+        "(`training.get_dtype`).",
+        "Set `dtype=bf16` (or `fp32`).",
+        group=NATIVE,
+    ),
+    "torchtune-fp16": E(
+        "error",
+        "torchtune: the fine-tuning recipes train in bf16 or fp32, not fp16.",
+        "`ValueError: fp16 precision is not supported in this recipe. Please use fp32 or "
+        "bf16.` in the recipe's `__init__`.",
+        "Set `dtype=bf16` (or `fp32`).",
+        group=NATIVE,
+    ),
+    "torchtune-offloading": E(
+        "error",
+        "torchtune: `enable_activation_offloading` goes with `enable_activation_checkpointing`.",
+        "`RuntimeError: enable_activation_offloading should only be True when "
+        "enable_activation_checkpointing is True` in the recipe's `__init__`.",
+        "Set `enable_activation_checkpointing=true`, or turn offloading off.",
+        group=NATIVE,
+    ),
+    "torchtune-recipe-not-distributed": E(
+        "error",
+        "torchtune: a single-device recipe runs in one process.",
+        "`tune run --nproc_per_node N` stops: `Recipe ... does not support distributed "
+        "training.Please run without torchrun commands.`",
+        "Run the `*_distributed` recipe for several GPUs, or one process.",
         group=NATIVE,
     ),
     "seq-len-over-block-size": E(
