@@ -31,9 +31,31 @@ def test_over_the_gpu_is_an_error_with_savings_per_fix() -> None:
     found = rules("model=llama-2-7b", "trainer.gpu.name=A10G")
     f = found["gpu-memory"]
     assert f.severity == "error" and "A10G" in f.message and "llama-2-7b" in f.message
-    assert "trainer.gradient_checkpointing=true saves" in f.hint and "fits" in f.hint
+    by_setting = {fix.overrides: fix.summary for fix in f.fixes}
+    assert "saves" in by_setting[("trainer.gradient_checkpointing=true",)]
     # the largest micro batch that fits, with the accumulation that keeps the global batch
-    assert "trainer.micro_batch_size=1 trainer.gradient_accumulation_steps=16 saves" in f.hint
+    assert "fits" in by_setting[
+        ("trainer.micro_batch_size=1", "trainer.gradient_accumulation_steps=16")
+    ]
+
+
+def test_savings_add_up_to_the_peak_the_finding_states() -> None:
+    """"saves X GiB (-> Y GiB)": X + Y is the peak of the message, for every fix (the peak is
+    the estimate on the GPU, its allocator cache capped by what the GPU has left)."""
+    import re
+
+    for overrides in (
+        ("model=llama-2-7b", "trainer.gpu.name=A10G"),
+        ("model=llama-2-13b", "trainer=full", "data.max_seq_length=3063"),
+    ):
+        f = rules(*overrides)["gpu-memory"]
+        peak = float(re.search(r"estimated peak ([\d.]+) GiB", f.message).group(1))  # type: ignore[union-attr]
+        assert f.fixes
+        for fix in f.fixes:
+            saved, after = map(
+                float, re.search(r"saves ([\d.]+) GiB \(-> ([\d.]+) GiB", fix.summary).groups()  # type: ignore[union-attr]
+            )
+            assert round(saved + after, 1) == peak, (fix.summary, peak)
 
 
 def test_the_suggested_fix_passes() -> None:

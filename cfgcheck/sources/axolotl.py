@@ -260,6 +260,11 @@ def to_native(path: str, value: str) -> str | None:
         return f"pad_to_sequence_len={'true' if value == 'max_length' else 'false'}"
     if path == "data.collator":
         return f"sample_packing={'true' if value == 'packed' else 'false'}"
+    if path == "trainer.finetuning" and value in ("lora", "qlora"):
+        return f"adapter={value}"  # the PEFT adapter (qlora: with load_in_4bit, below)
+    if path == "trainer.quantization" and value in ("nf4", "nf4-dq"):
+        # load_in_4bit loads nf4 with double quantization (src/axolotl/loaders/model.py)
+        return "load_in_4bit=true"
     key = _TO_NATIVE.get(path)
     return f"{key}={value}" if key else None
 

@@ -9,7 +9,8 @@ import pytest
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources import load_native
-from cfgcheck.sources.native import _native_fixes, get_format
+from cfgcheck.sources.native import get_format
+from cfgcheck.sources.native_fixes import native_fixes
 from cfgcheck.sources.reader import get_dotted
 from tests.sources.support import example
 
@@ -56,7 +57,7 @@ def test_every_translated_change_sets_its_value(
     assert get_dotted(loaded.config, path) == expected, native
 
 
-def test_untranslatable_fixes_are_dropped_and_the_hint_names_native_keys() -> None:
+def test_untranslatable_fixes_are_dropped_and_the_gpu_is_a_flag() -> None:
     loaded = load_native(FILES["litgpt"], "litgpt")
     finding = Finding(
         "gpu-memory",
@@ -67,10 +68,38 @@ def test_untranslatable_fixes_are_dropped_and_the_hint_names_native_keys() -> No
         fixes=(
             Fix(("trainer.micro_batch_size=2", "data.max_seq_length=256"), "smaller"),
             Fix(("trainer.gradient_checkpointing=true",), "LitGPT has no switch for it"),
+            Fix(("trainer.gpu.name=H100",), "a bigger GPU"),
         ),
     )
-    (out,) = _native_fixes([finding], loaded.format, loaded.native)
-    assert [f.overrides for f in out.fixes] == [
-        ("train.micro_batch_size=2", "train.max_seq_length=256")
+    (out,) = native_fixes([finding], loaded.format, loaded.native)
+    assert [(f.flags, f.overrides) for f in out.fixes] == [
+        ((), ("train.micro_batch_size=2", "train.max_seq_length=256")),
+        (("--gpu", "H100"), ()),
     ]
-    assert out.hint.endswith("train.micro_batch_size=2 train.max_seq_length=256)")
+    assert out.fixes[1].shell == "--gpu H100"
+    assert out.hint == "h"
+
+
+def test_a_finding_whose_remedy_is_outside_the_format_says_so() -> None:
+    loaded = load_native(FILES["litgpt"], "litgpt")
+    memory = Finding(
+        "gpu-memory",
+        "error",
+        ("trainer.micro_batch_size",),
+        "m",
+        "h",
+        fixes=(Fix(("trainer.gradient_checkpointing=true",), "no LitGPT switch"),),
+    )
+    other = Finding(
+        "lora-needs-targets",
+        "error",
+        ("trainer.lora.targets",),
+        "m",
+        "h",
+        fixes=(Fix(("trainer.finetuning=full",), "the command, not a key"),),
+    )
+    out_memory, out_other = native_fixes([memory, other], loaded.format, loaded.native)
+    assert not out_memory.fixes and not out_other.fixes
+    assert "LitGPT has no activation-checkpointing key" in out_memory.hint
+    assert "train.micro_batch_size" in out_memory.hint
+    assert "outside what" in out_other.hint
