@@ -65,7 +65,7 @@ def native_fixes(
             if all(r is not None for r in rewritten):
                 # "" is a change the format makes by itself; two cfgcheck keys may share one
                 # native key (data.max_seq_length and data.max_length are both sequence_len).
-                changes = [r for r in dict.fromkeys(rewritten) if r]
+                changes = [c for r in dict.fromkeys(rewritten) if r for c in r.splitlines()]
                 flags = tuple(x for c in changes if c.startswith("--") for x in c.split("=", 1))
                 overrides = tuple(c for c in changes if not c.startswith("--"))
                 if overrides or flags:

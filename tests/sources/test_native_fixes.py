@@ -35,6 +35,8 @@ CHANGES: list[tuple[str, str, Any]] = [
     ("trainer.learning_rate", "0.001", 0.001),
     ("trainer.lora.rank", "4", 4),
     ("trainer.precision", "32-true", "32-true"),
+    ("trainer.precision", "16-mixed", "16-mixed"),
+    ("trainer.finetuning", "lora", "lora"),
     ("trainer.quantization", "none", "none"),
     ("trainer.loss_chunking", "chunked", "chunked"),
     ("trainer.attention", "eager", "eager"),
@@ -53,7 +55,7 @@ def test_every_translated_change_sets_its_value(
         pytest.skip(f"{fmt} has no key for {path}")
     if native == "":
         pytest.skip(f"{fmt} derives {path} itself")
-    loaded = load_native(FILES[fmt], fmt, [*BASE.get(fmt, []), native])
+    loaded = load_native(FILES[fmt], fmt, [*BASE.get(fmt, []), *native.splitlines()])
     assert get_dotted(loaded.config, path) == expected, native
 
 
