@@ -21,6 +21,7 @@ from tests.model_folders import (
     PUBLISHED,
     QWEN25_05B,
     hub_cache,
+    qwen25_tokenizer_files,
     tokenizer_files,
     write_config,
 )
@@ -142,7 +143,7 @@ def test_a_default_of_the_transformers_class_is_named(tmp_path: Path) -> None:
 def qwen_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Qwen2.5-0.5B's config.json (151,936 rows) with a 151,665-token tokenizer."""
     folder = write_config(tmp_path_factory.mktemp("qwen") / "Qwen2.5-0.5B", QWEN25_05B)
-    return tokenizer_files(folder, 151643, added=QWEN_ADDED, pad_token=QWEN_ADDED[0])
+    return qwen25_tokenizer_files(folder)
 
 
 @pytest.fixture(scope="module")
