@@ -81,15 +81,20 @@ def findings(payload: str) -> list[Finding]:
     ]
 
 
+def cfgcheck_check(args: str, *, as_json: bool) -> subprocess.CompletedProcess[str]:
+    fmt = " --format json" if as_json else ""
+    proc = bash(f"{shlex.join(COMMAND)} check{fmt} {args}")
+    assert proc.returncode in (0, 1), f"cfgcheck check {args}: {proc.stderr}"
+    return proc
+
+
 @cache
-def run(prefix: str, fragment: str = "") -> tuple[str, str]:
-    """(text report, JSON report) of ``cfgcheck check PREFIX FRAGMENT`` through bash."""
-    command = f"{shlex.join(COMMAND)} check {prefix} {fragment}"
-    text = bash(command)
-    assert text.returncode in (0, 1), f"{command}: {text.stderr}"
-    as_json = bash(f"{shlex.join(COMMAND)} check --format json {prefix} {fragment}")
-    assert as_json.returncode == text.returncode, as_json.stderr
-    return text.stdout, as_json.stdout
+def run(prefix: str) -> tuple[str, str]:
+    """(text report, JSON report) of ``cfgcheck check PREFIX`` through bash."""
+    return (
+        cfgcheck_check(prefix, as_json=False).stdout,
+        cfgcheck_check(prefix, as_json=True).stdout,
+    )
 
 
 def check_pastes(prefix: str) -> list[str]:
@@ -98,8 +103,7 @@ def check_pastes(prefix: str) -> list[str]:
     before = findings(payload)
     fixes = text_fixes(report)
     for rule, paths, fragment in fixes:
-        _, after_json = run(prefix, fragment)
-        after = findings(after_json)
+        after = findings(cfgcheck_check(f"{prefix} {fragment}", as_json=True).stdout)
         left = [f for f in after if (f.rule, f.paths) == (rule, paths)]
         assert not left, f"{prefix} {fragment}: leaves {rule}: {left[0].message}"
         new = new_errors(before, after)
@@ -132,7 +136,9 @@ def test_every_native_text_fix_pastes_in_the_native_format(case: str) -> None:
 
 def test_a_value_with_shell_and_hydra_characters_pastes() -> None:
     """pad = eos on Llama 3: ``<|end_of_text|>`` must be quoted for Hydra and for the shell."""
-    prefix = "model=llama-3-8b tokenizer=llama-3 tokenizer.pad_token=null tokenizer.pad_token_id=null"
+    prefix = (
+        "model=llama-3-8b tokenizer=llama-3 tokenizer.pad_token=null tokenizer.pad_token_id=null"
+    )
     report, _ = run(prefix)
     fragments = [f for rule, _, f in text_fixes(report) if rule == "pad-token-missing"]
     assert "\"tokenizer.pad_token='<|end_of_text|>'\" tokenizer.pad_token_id=128001" in fragments

@@ -156,6 +156,7 @@ def fixes(
     no single change fits, pairs of changes are tried. Of the smaller micro batches the largest
     that fits is kept (without a budget: the smallest).
     """
+
     # The figures on the GPU (MemoryEstimate.on_gpu), as the gpu-memory finding and `cfgcheck
     # memory` state the peak, so that "saves X (-> Y)" adds up to the peak they quote.
     def on_gpu(e: MemoryEstimate) -> int:

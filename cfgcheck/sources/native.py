@@ -85,9 +85,7 @@ def load_document(
     for key, location in native.where.items():
         if key.split(".")[0] not in SECTIONS and key not in smap.entries:
             smap.set(key, location, covering=False)
-    return Loaded(
-        spec, native, builder.config, smap, builder.model_key, doc, tuple(overrides), gpu
-    )
+    return Loaded(spec, native, builder.config, smap, builder.model_key, doc, tuple(overrides), gpu)
 
 
 def _resolve_deferred(b: Builder) -> None:
@@ -123,8 +121,8 @@ def check_native(
 
 def check_loaded(loaded: Loaded, verify: bool = True) -> CheckResult:
     """Validate a loaded native config, then add the format's findings (see the module).
-    With ``verify``, every fix is checked as the user would paste it: the native config
-    loaded again with the fix's native overrides and flags (:mod:`cfgcheck.sources.native_fixes`)."""
+    With ``verify``, every fix is checked as the user would paste it: the native config loaded
+    again with the fix's native overrides and flags (:mod:`cfgcheck.sources.native_fixes`)."""
     from cfgcheck.fixcheck import expressible_only, verifying
     from cfgcheck.sources.native_fixes import native_fixes, verify_native
     from cfgcheck.validate import validate

@@ -96,7 +96,8 @@ def recheck(loaded: Loaded, fix: Fix) -> CheckResult | None:
     loaded that way (the fix is then no fix)."""
     from cfgcheck.sources.native import check_loaded, load_document
 
-    assert loaded.document is not None  # noqa: S101 (callers check; not user input)
+    if loaded.document is None:
+        return None
     try:
         again = load_document(
             loaded.document,
