@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,7 @@ def native_fixes(
                 overrides = tuple(c for c in changes if not c.startswith("--"))
                 if overrides or flags:
                     fixes.append(Fix(overrides, fix.summary, (*fix.flags, *flags)))
-        hint = f.hint
+        hint = native_text(f.hint, spec)
         if not fixes and f.severity != "info" and (f.fixes or f.rule == "gpu-memory"):
             hint += f" [no fix in {spec.label}'s keys: " + (
                 f"the settings {spec.label} offers that lower memory are "
@@ -79,6 +80,24 @@ def native_fixes(
                 else f"the change is outside what {native.file} can set]"
             )
         yield dataclasses.replace(f, fixes=tuple(fixes), hint=hint)
+
+
+# A cfgcheck override spelled inside prose: ``trainer.precision=16-mixed``.
+_OVERRIDE_IN_TEXT = re.compile(r"(?<![\w.-])((?:trainer|data|model|tokenizer)\.[\w.]+)=([^\s,;)]+)")
+
+
+def native_text(text: str, spec: Format) -> str:
+    """``text`` with each cfgcheck ``key=value`` the format can express written its way
+    (``trainer.gpu.name=H100`` -> ``--gpu H100``, ``trainer.precision=16-mixed`` -> ``fp16=true``
+    for TRL); the others are left as they are."""
+    from cfgcheck.sources.native import rewrite
+
+    def native(m: re.Match[str]) -> str:
+        out = rewrite(m.group(0), spec)
+        return " ".join(o.replace("=", " ", 1) if o.startswith("--") else o
+                        for o in out.splitlines()) if out else m.group(0)  # fmt: skip
+
+    return _OVERRIDE_IN_TEXT.sub(native, text)
 
 
 def _key(f: Finding) -> tuple[str, tuple[str, ...]]:

@@ -105,3 +105,20 @@ def test_a_finding_whose_remedy_is_outside_the_format_says_so() -> None:
     assert "LitGPT has no activation-checkpointing key" in out_memory.hint
     assert "train.micro_batch_size" in out_memory.hint
     assert "outside what" in out_other.hint
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "expected"),
+    [
+        ("axolotl", "name the card: trainer.gpu.name=A100-80GB", "name the card: --gpu A100-80GB"),
+        ("trl", "set trainer.precision=16-mixed (fp16)", "set fp16=true (fp16)"),
+        ("axolotl", "or trainer.precision=16-mixed", "or bf16=false fp16=true"),
+        ("litgpt", "trainer.gradient_checkpointing=true", "trainer.gradient_checkpointing=true"),
+    ],
+)
+def test_hints_spell_what_the_format_can_express_its_way(
+    fmt: str, text: str, expected: str
+) -> None:
+    from cfgcheck.sources.native_fixes import native_text
+
+    assert native_text(text, get_format(fmt)) == expected
