@@ -120,6 +120,23 @@ def test_an_eos_outside_the_model_is_named_as_a_crash(tmp_path: Path) -> None:
     assert not f.fixes and "tokenizer the checkpoint was trained with" in f.hint
 
 
+def test_a_litgpt_checkpoint_folder_states_ids_through_the_hub_files_beside_it(
+    tmp_path: Path,
+) -> None:
+    """`litgpt download` keeps config.json and generation_config.json next to
+    model_config.yaml: their ids are the model's."""
+    from tests.test_models_pretrained import LITGPT_LLAMA2
+
+    folder = write_config(tmp_path / "checkpoints" / "meta-llama" / "Llama-2-7b-hf", LLAMA2_7B)
+    (folder / "model_config.yaml").write_text(LITGPT_LLAMA2)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
+    result = cfgcheck.validate(
+        run({"pretrained": str(folder)}, {**LLAMA2_TOKENIZER, "eos_token_id": 1})
+    )
+    assert result.config is not None and result.config.model.eos_token_id == 2
+    assert [f.severity for f in mismatch(result) if "model.eos_token_id" in f.paths] == ["error"]
+
+
 def test_a_model_without_stated_ids_is_not_judged(tmp_path: Path) -> None:
     data = {k: v for k, v in QWEN25_05B.items() if not k.endswith("_token_id")}
     folder = write_config(tmp_path / "q", data)

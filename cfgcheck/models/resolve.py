@@ -147,6 +147,9 @@ def _read_folder(ref: str, folder: Path, stamp: tuple[int, ...]) -> ModelSource:
     if litgpt.is_file():  # a LitGPT checkpoint folder (it may also keep the HF config.json)
         parsed = read_yaml(litgpt)
         values = litgpt_model(parsed.data, str(litgpt))
+        # `litgpt download` keeps the Hub's config.json and generation_config.json beside it
+        _generation_ids(folder / HF_CONFIG, values)
+        _generation_ids(folder / GENERATION_CONFIG, values)
         return ModelSource(ref, "litgpt", str(litgpt), values, parsed.lines, folder, tokenizer)
     hf = folder / HF_CONFIG
     if hf.is_file():
@@ -160,15 +163,15 @@ def _read_folder(ref: str, folder: Path, stamp: tuple[int, ...]) -> ModelSource:
 
 
 def _generation_ids(path: Path, values: dict[str, Value]) -> None:
-    """Special-token ids of ``generation_config.json`` (what ``generate`` stops on): an id the
-    config.json leaves out is taken from it, and its eos ids join config.json's (Llama 3.1
-    Instruct stops on three)."""
+    """Special-token ids of another file of the folder (``generation_config.json``: what
+    ``generate`` stops on): an id ``values`` lacks is taken from it, and its eos ids join those
+    already there (Llama 3.1 Instruct stops on three)."""
     if not path.is_file():
         return
     gen = special_token_ids(read_json(path).data)
     for key, ids in gen.items():
         if key not in values:
-            values[key] = Value(ids, f"{GENERATION_CONFIG} {key}")
+            values[key] = Value(ids, f"{path.name} {key}")
         elif key == "eos_token_id":
             have = values[key].value
             merged = list(dict.fromkeys([*_ids(have), *_ids(ids)]))
