@@ -122,3 +122,25 @@ def test_hints_spell_what_the_format_can_express_its_way(
     from cfgcheck.sources.native_fixes import native_text
 
     assert native_text(text, get_format(fmt)) == expected
+
+
+def test_a_native_fix_that_adds_a_memory_error_comes_with_the_change_that_fits() -> None:
+    """TRL's max_length fix restores the 2048 tokens a renamed key lost: on a 10 GiB GPU that
+    alone no longer fits (the fix was once kept unverified: written in native keys, it could not
+    be applied to the composed config). Checked by loading the file again with the fix, it
+    comes with a smaller micro batch, and pasted it leaves no error."""
+    from cfgcheck.sources import check_native
+    from cfgcheck.sources.native import load_native as load
+
+    args = [*BASE["trl"], "max_seq_length=2048"]
+    result = check_native(FILES["trl"], "trl", args, gpu="10")
+    (finding,) = result.by_rule("trl-max-length-truncates")
+    (fix,) = finding.fixes
+    assert fix.overrides[:2] == ("~max_seq_length", "max_length=2048")
+    assert any(o.startswith("per_device_train_batch_size=") for o in fix.overrides)
+    from cfgcheck.sources.native import check_loaded
+
+    alone = check_loaded(load(FILES["trl"], "trl", [*args, *fix.overrides[:2]], "10"))
+    assert [f.rule for f in alone.errors] == ["gpu-memory"]
+    pasted = check_loaded(load(FILES["trl"], "trl", [*args, *fix.overrides], "10"))
+    assert not pasted.errors and not pasted.by_rule("trl-max-length-truncates")
