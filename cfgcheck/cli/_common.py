@@ -18,7 +18,10 @@ OVERRIDES = """overrides (Hydra syntax, before or after the options):
   group=option       pick a config group option: model=llama-3-8b, trainer=qlora
   +key=value         add a key that is not in the schema (Hydra's append)
   ++key=value        set or add; ~key removes a key
-  every fix cfgcheck prints is a list of such overrides, to paste as they are"""
+  a value with characters Hydra reads itself is quoted for Hydra inside shell quotes:
+                     "tokenizer.pad_token='<|end_of_text|>'"
+  each "fix:" line cfgcheck prints is such overrides, quoted for the shell: paste it after
+  the same command"""
 
 
 def help_epilog(*, gpus: bool = False) -> str:
