@@ -438,6 +438,20 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Point `tokenizer.path` at the tokenizer files, or unset it to check against the "
         "declared values only.",
     ),
+    "tokenizer-model-mismatch": E(
+        "error / warning",
+        "The tokenizer's special-token ids are those the model states: `bos_token_id`, "
+        "`eos_token_id` (one id or a list) and `pad_token_id` of the model folder's "
+        "`config.json` / `generation_config.json` (`model.*_token_id`). A different eos id is an "
+        "error; a different bos or pad id a warning.",
+        "No error at all: a Qwen2.5 checkpoint trained with a Llama-2 tokenizer appends eos "
+        "id 2 to every sample, so the model learns to stop on a token it never stopped on, "
+        "while `generate` stops only on the config's eos (151643): the fine-tuned model does "
+        "not stop. An eos id past the embedding rows is an `IndexError` in the lookup.",
+        "Use the tokenizer saved with the model (`~tokenizer tokenizer.path=<model folder>`; a "
+        "config that leaves `tokenizer` unset uses the folder's tokenizer by default), or the "
+        "tokenizer group of the model's family.",
+    ),
     "tokenizer-declared-mismatch": E(
         "error",
         "A declared `tokenizer.vocab_size` or `*_token_id` agrees with the tokenizer files.",
