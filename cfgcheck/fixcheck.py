@@ -22,7 +22,9 @@ import copy
 import dataclasses
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from cfgcheck.findings import CheckResult, Finding, Fix
@@ -30,6 +32,49 @@ from cfgcheck.findings import CheckResult, Finding, Fix
 Validator = Callable[[Mapping[str, Any]], CheckResult]
 
 MAX_PAIRS = 12  # unions of two fixes tried per finding when no single fix works
+
+
+# What the config's source can express: a native format has keys for some settings only
+# (LitGPT's finetune configs have no activation-checkpointing switch). Set by the native source
+# around its validation (:func:`expressible_only`); rules that search for fixes (the memory
+# fixes) and :func:`verified` keep only the fixes whose every override it accepts.
+_EXPRESSIBLE: ContextVar[Callable[[str], bool] | None] = ContextVar(
+    "cfgcheck_expressible", default=None
+)
+
+
+@contextmanager
+def expressible_only(accepts: Callable[[str], bool]) -> Iterator[None]:
+    """Within the block, fixes are limited to overrides ``accepts`` takes."""
+    token = _EXPRESSIBLE.set(accepts)
+    try:
+        yield
+    finally:
+        _EXPRESSIBLE.reset(token)
+
+
+def expressible_filter() -> Callable[[str], bool] | None:
+    """The active :func:`expressible_only` predicate, or None (every override)."""
+    return _EXPRESSIBLE.get()
+
+
+_VERIFY: ContextVar[bool] = ContextVar("cfgcheck_verify_fixes", default=True)
+
+
+@contextmanager
+def verifying(on: bool) -> Iterator[None]:
+    """Within the block, :func:`verified` checks fixes (``on``) or leaves them as proposed
+    (a caller that checks them its own way, or needs only the findings)."""
+    token = _VERIFY.set(on)
+    try:
+        yield
+    finally:
+        _VERIFY.reset(token)
+
+
+def _expressible(fixes: Iterable[Fix]) -> list[Fix]:
+    accepts = _EXPRESSIBLE.get()
+    return [f for f in fixes if accepts is None or all(map(accepts, f.overrides))]
 
 
 class _Unappliable(Exception):
@@ -131,7 +176,7 @@ def _outcome(
 
 
 def _combined(a: Fix, b: Fix) -> Fix:
-    return Fix((*a.overrides, *b.overrides), f"{a.summary}, and {b.summary}")
+    return a.combined(b)
 
 
 def _checked(
@@ -139,7 +184,8 @@ def _checked(
 ) -> tuple[Fix, ...]:
     kept: list[Fix] = []
     broken: list[tuple[Fix, list[Finding]]] = []
-    for fix in finding.fixes:
+    candidates = _expressible(finding.fixes)
+    for fix in candidates:
         outcome = _outcome(raw, fix, finding, before)
         if not outcome:  # works, or a group choice this module cannot apply
             kept.append(fix)
@@ -151,7 +197,7 @@ def _checked(
     # with a fix of that error (fp16 on a T4, and a smaller batch to fit the fp16 run) ...
     tries = 0
     for fix, caused in broken:
-        for extra in caused[0].fixes:
+        for extra in _expressible(caused[0].fixes):
             tries += 1
             if tries > MAX_PAIRS:
                 return ()
@@ -159,7 +205,7 @@ def _checked(
             if _outcome(raw, both, finding, before) == []:
                 return (both,)
     # ... or two of the finding's own fixes together.
-    for a, b in itertools.islice(itertools.combinations(finding.fixes, 2), MAX_PAIRS):
+    for a, b in itertools.islice(itertools.combinations(candidates, 2), MAX_PAIRS):
         if _outcome(raw, _combined(a, b), finding, before) == []:
             return (_combined(a, b),)
     return ()
@@ -167,7 +213,7 @@ def _checked(
 
 def verified(raw: Mapping[str, Any], result: CheckResult) -> CheckResult:
     """``result`` with every error and warning finding's fixes checked (see module docstring)."""
-    if not any(f.fixes for f in result.findings if f.severity != "info"):
+    if not _VERIFY.get() or not any(f.fixes for f in result.findings if f.severity != "info"):
         return result
     before = result.findings
     findings: list[Finding] = []

@@ -16,6 +16,7 @@ The ids are discovered two ways, so a new id without an entry fails here whoever
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -224,6 +225,30 @@ NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
     ("trl", "example_config.yaml", ("max_seq_length=4096",)),
     *_TORCHTUNE_CORPUS,
 ]
+# LLaMA-Factory resolves deepspeed and dataset_dir against the folder llamafactory-cli runs in:
+# these run from tests/sources/native/llamafactory, LLaMA-Factory's own layout.
+LF_SFT = "examples/train_lora/llama3_lora_sft.yaml"
+LLAMAFACTORY_CORPUS: list[tuple[str, tuple[str, ...]]] = [
+    (LF_SFT, ("stage=dpo", "neat_packing=true")),
+    (LF_SFT, ("finetuning_type=full", "use_dora=true")),
+    (LF_SFT, ("use_galore=true",)),
+    (LF_SFT, ("stage=ppo",)),
+    (LF_SFT, ("quantization_bit=3",)),
+    (LF_SFT, ("quantization_bit=4", "pissa_init=true")),
+    (LF_SFT, ("deepspeed=examples/deepspeed/ds_z3_config.json", "pure_bf16=true")),
+    (LF_SFT, ("streaming=true",)),
+    (LF_SFT, ("stage=sftt",)),
+    (LF_SFT, ("template=llama33",)),
+    (LF_SFT, ("dataset=identity,alpaca_en_dem",)),
+    (LF_SFT, ("dataset_dir=examples",)),
+    (LF_SFT, ("deepspeed=examples/deepspeed/nope.json",)),
+    (LF_SFT, ("~do_train",)),
+    (LF_SFT, ("~dataset",)),
+    (LF_SFT, ("do_eval=true",)),
+    (LF_SFT, ("packing=true",)),
+    ("examples/train_full/llama3_full_sft.yaml", ("quantization_bit=4",)),
+    ("examples/extras/fp8/llama3_fp8_fsdp_sft.yaml", ()),
+]
 
 
 def _run_corpus() -> Iterator[tuple[str, CheckResult]]:
@@ -238,6 +263,9 @@ def _run_corpus() -> Iterator[tuple[str, CheckResult]]:
         yield name, validate(compose_cached(CONF, "config", overrides))
     for fmt, file, overrides in NATIVE_CORPUS:
         yield f"{fmt} {file} {overrides}", check_native(NATIVE / fmt / file, fmt, overrides)
+    with contextlib.chdir(NATIVE / "llamafactory"):
+        for file, overrides in LLAMAFACTORY_CORPUS:
+            yield f"llamafactory {file} {overrides}", check_native(file, "llamafactory", overrides)
     scans = {
         "scan": ("tokenizer=demo-bpe", "data.max_seq_length=64", "data.truncation=false"),
         "scan-no-tokenizer": (),

@@ -23,7 +23,10 @@ OVERRIDES = """overrides (Hydra syntax, before or after the options):
                      already does that); a key the YAML spells exits 2 ("Could not append"),
                      and a key outside the schema is an unknown-key error, never a new setting
   ++key=value        set, or add like +; ~key removes a key
-  every fix cfgcheck prints is a list of such overrides, to paste as they are"""
+  a value with characters Hydra reads itself is quoted for Hydra inside shell quotes:
+                     "tokenizer.pad_token='<|end_of_text|>'"
+  each "fix:" line cfgcheck prints is such overrides, quoted for the shell: paste it after
+  the same command"""
 
 
 def help_epilog(*, gpus: bool = False) -> str:

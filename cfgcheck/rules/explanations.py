@@ -36,8 +36,8 @@ _GROUP_INTRO = {
     "([model folders](models.md#model-folders)).",
     SCAN: "Emitted by the dataset scan (`cfgcheck data`, `cfgcheck check --scan-data`), which "
     "tokenizes `data.paths` with the real tokenizer.",
-    NATIVE: "Emitted only for `--from litgpt | axolotl | trl | torchtune FILE`: the framework's "
-    "own refusals and traps, in the format's keys ([native formats](native-formats.md)).",
+    NATIVE: "Emitted only for `--from FORMAT FILE`: the framework's own refusals "
+    "and traps, in the format's keys ([native formats](native-formats.md)).",
 }
 
 
@@ -292,6 +292,167 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Run the `*_distributed` recipe for several GPUs, or one process.",
         group=NATIVE,
     ),
+    "llamafactory-invalid-choice": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): a value outside the set its arguments dataclass "
+        "allows (`stage`, `finetuning_type`, `quantization_method`, `flash_attn`).",
+        "`llamafactory-cli train` fails parsing the file: the enum or Literal field refuses the "
+        "value (`hparams/*_args.py`).",
+        "Use one of the listed values; the fix offers the closest.",
+        group=NATIVE,
+    ),
+    "llamafactory-unknown-template": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `template` names a chat template LLaMA-Factory "
+        "registers (`data/template.py`, 124 templates).",
+        'LLaMA-Factory refuses to start: "Template X does not exist."',
+        "Use the model's registered template (the closest one is offered).",
+        group=NATIVE,
+    ),
+    "llamafactory-quantization-needs-adapters": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `quantization_bit` is set only with "
+        "`finetuning_type: lora` or `oft`.",
+        'LLaMA-Factory refuses to start: "Quantization is only compatible with the LoRA or OFT '
+        'method." (`hparams/parser.py` `_verify_model_args`).',
+        "Train adapters (`finetuning_type=lora`) or drop `quantization_bit`.",
+        group=NATIVE,
+    ),
+    "llamafactory-quantization-bits": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): bitsandbytes quantization uses 4 or 8 bits.",
+        'LLaMA-Factory refuses to start: "Bitsandbytes only accepts 4-bit or 8-bit quantization." '
+        "(`model_utils/quantization.py`).",
+        "`quantization_bit=4` or `8` (or `quantization_method=hqq` for 2 or 3 bits).",
+        group=NATIVE,
+    ),
+    "llamafactory-quantization-pissa": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `pissa_init` is not combined with a quantized "
+        "base.",
+        'LLaMA-Factory refuses to start: "Please use scripts/pissa_init.py to initialize PiSSA '
+        'for a quantized model."',
+        "Initialise PiSSA offline with `scripts/pissa_init.py`, then train with "
+        "`pissa_init=false`.",
+        group=NATIVE,
+    ),
+    "llamafactory-lora-only-option": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): LoRA-only options (`use_dora`, `use_rslora`, "
+        "`pissa_init`, `create_new_adapter`, ...) are set only with `finetuning_type: lora`.",
+        'LLaMA-Factory refuses to start: "X is only valid for LoRA training." '
+        "(`FinetuningArguments.__post_init__`).",
+        "Remove the option, or set `finetuning_type=lora`.",
+        group=NATIVE,
+    ),
+    "llamafactory-lora-with-optimizer": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): GaLore, APOLLO and BAdam are not combined with "
+        "LoRA.",
+        'LLaMA-Factory refuses to start: "Cannot use LoRA with GaLore, APOLLO or BAdam together."',
+        "Use that optimizer with `finetuning_type=full`, or remove it.",
+        group=NATIVE,
+    ),
+    "llamafactory-sft-only-option": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): SFT-only options (`neat_packing`, "
+        "`train_on_prompt`, `mask_history`, `predict_with_generate`) are set only with `stage: "
+        "sft`.",
+        'LLaMA-Factory refuses to start: "`X` cannot be set as True except SFT." '
+        "(`hparams/parser.py`).",
+        "Remove the option (it applies to `stage=sft` only).",
+        group=NATIVE,
+    ),
+    "llamafactory-ppo-reward-model": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `stage: ppo` names a `reward_model`.",
+        'LLaMA-Factory refuses to start: "`reward_model` is necessary for PPO training."',
+        "Set `reward_model` to a reward model (or adapter) trained with `stage=rm`.",
+        group=NATIVE,
+    ),
+    "llamafactory-zero3-conflict": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): Options DeepSpeed ZeRO-3 excludes (`pure_bf16`, "
+        "`use_unsloth`, ...) are not combined with a ZeRO-3 `deepspeed` config.",
+        'LLaMA-Factory refuses to start: "`pure_bf16` is incompatible with DeepSpeed ZeRO-3." '
+        "(and the like, `hparams/parser.py`).",
+        "Remove the option, or use a ZeRO-2 DeepSpeed config.",
+        group=NATIVE,
+    ),
+    "llamafactory-streaming-max-steps": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `streaming: true` comes with `max_steps`.",
+        'LLaMA-Factory refuses to start: "Please specify `max_steps` in streaming mode."',
+        "Set `max_steps`: a streamed dataset has no length to count epochs by.",
+        group=NATIVE,
+    ),
+    "llamafactory-argument-conflict": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): Combinations `hparams/parser.py` refuses at start "
+        "(each quoted with its message and source line).",
+        "`llamafactory-cli train` exits before loading the model with the quoted `ValueError`.",
+        "Apply the change the hint names.",
+        group=NATIVE,
+    ),
+    "llamafactory-transformers-key": E(
+        "warning",
+        "LLaMA-Factory (`--from llamafactory`): A TrainingArguments key that only some "
+        "transformers releases in LLaMA-Factory's range (4.55 to 5.8) define.",
+        'With the other release, `HfArgumentParser` refuses the file: "Some keys are not used by '
+        'the HfArgumentParser".',
+        "Keep the key only with the transformers release that has it, or use its replacement.",
+        group=NATIVE,
+    ),
+    "llamafactory-no-do-train": E(
+        "warning",
+        "LLaMA-Factory (`--from llamafactory`): `do_train` (or `do_eval`/`do_predict`) is set.",
+        "No error: LLaMA-Factory loads the model and data, trains nothing and saves nothing "
+        "(`train/sft/workflow.py` trains only `if training_args.do_train`).",
+        "`do_train=true`.",
+        group=NATIVE,
+    ),
+    "llamafactory-no-dataset": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): A training run names its `dataset`.",
+        'LLaMA-Factory refuses to start: "Please specify dataset for training."',
+        "Set `dataset` to names registered in `dataset_dir/dataset_info.json`.",
+        group=NATIVE,
+    ),
+    "llamafactory-packing-contamination": E(
+        "warning",
+        "LLaMA-Factory (`--from llamafactory`): `packing: true` for SFT comes with `neat_packing: "
+        "true`.",
+        "No error: packed samples share an all-ones attention mask, so each sample attends to the "
+        "samples packed before it (`PackedSupervisedDatasetProcessor`).",
+        "`neat_packing=true` (block-diagonal attention per sample).",
+        group=NATIVE,
+    ),
+    "llamafactory-dataset-info-missing": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `dataset_dir` holds `dataset_info.json` (unless "
+        "it is `ONLINE`).",
+        'LLaMA-Factory refuses to start: "Cannot open .../dataset_info.json" (`data/parser.py`).',
+        "Point `dataset_dir` at the folder holding `dataset_info.json`, relative to where "
+        "`llamafactory-cli` runs.",
+        group=NATIVE,
+    ),
+    "llamafactory-dataset-undefined": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): Every name in `dataset` / `eval_dataset` is "
+        "defined in `dataset_info.json`.",
+        'LLaMA-Factory refuses to start: "Undefined dataset X in dataset_info.json."',
+        "Register the dataset, or use the closest defined name (offered).",
+        group=NATIVE,
+    ),
+    "llamafactory-deepspeed-missing": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): The `deepspeed` JSON exists relative to the "
+        "working directory.",
+        'transformers refuses to start: "Expected a string path to an existing deepspeed config, '
+        'or a dictionary, or a base64 encoded string".',
+        "Fix the path (relative to the folder `llamafactory-cli` runs in).",
+        group=NATIVE,
+    ),
     "seq-len-over-block-size": E(
         "error / warning",
         "The longest sequence the pipeline feeds (packed rows: `data.max_seq_length`; else the "
@@ -390,6 +551,20 @@ EXPLANATIONS: dict[str, Explanation] = {
         "`Exception: data did not match any variant of untagged enum ModelWrapper`.",
         "Point `tokenizer.path` at the tokenizer files, or unset it to check against the "
         "declared values only.",
+    ),
+    "tokenizer-model-mismatch": E(
+        "error / warning",
+        "The tokenizer's special-token ids are those the model states: `bos_token_id`, "
+        "`eos_token_id` (one id or a list) and `pad_token_id` of the model folder's "
+        "`config.json` / `generation_config.json` (`model.*_token_id`). A different eos id is an "
+        "error; a different bos or pad id a warning.",
+        "No error at all: a Qwen2.5 checkpoint trained with a Llama-2 tokenizer appends eos "
+        "id 2 to every sample, so the model learns to stop on a token it never stopped on, "
+        "while `generate` stops only on the config's eos (151643): the fine-tuned model does "
+        "not stop. An eos id past the embedding rows is an `IndexError` in the lookup.",
+        "Use the tokenizer saved with the model (`~tokenizer tokenizer.path=<model folder>`; a "
+        "config that leaves `tokenizer` unset uses the folder's tokenizer by default), or the "
+        "tokenizer group of the model's family.",
     ),
     "tokenizer-declared-mismatch": E(
         "error",

@@ -130,6 +130,25 @@ class ModelConfig(Section):
         description="Output logits become cap * tanh(logits / cap) (Gemma 2: 30.0): one more "
         "vocabulary-wide tensor per token. No parameters.",
     )
+    bos_token_id: int | None = Field(
+        None,
+        ge=0,
+        description="The id the checkpoint was trained to start a sequence with (config.json / "
+        "generation_config.json bos_token_id; filled from model.pretrained). The tokenizer's "
+        "bos id must agree (rule tokenizer-model-mismatch).",
+    )
+    eos_token_id: int | list[int] | None = Field(
+        None,
+        description="The id(s) the checkpoint ends a sequence with (config.json / "
+        "generation_config.json eos_token_id, one id or a list; filled from model.pretrained). "
+        "The tokenizer's eos id must be one of them, or the labels teach another stop token.",
+    )
+    pad_token_id: int | None = Field(
+        None,
+        ge=0,
+        description="The checkpoint's pad id (config.json pad_token_id; filled from "
+        "model.pretrained).",
+    )
 
     @model_validator(mode="after")
     def _derive(self) -> ModelConfig:

@@ -165,7 +165,8 @@ class Format:
     framework: str  # trainer.framework
     keys: frozenset[str]  # every key the framework reads (dotted for nested ones)
     build: Callable[[Builder], None]
-    # cfgcheck "path=value" -> the same change in native keys, or None when it has none.
+    # cfgcheck "path=value" -> the same change in native keys (several: one per line), "" when
+    # the framework makes it by itself, or None when it has none.
     to_native: Callable[[str, str], str | None]
     profile: Callable[[NativeConfig], Profile]
     rules: tuple[NativeRule, ...] = ()

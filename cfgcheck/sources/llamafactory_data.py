@@ -37,7 +37,7 @@ def data_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]
         )
     if trains and not native.get("dataset"):
         yield refusal(
-            "no-dataset",
+            "llamafactory-no-dataset",
             ("dataset", "do_train"),
             quote("Please specify dataset for training.", PARSER),
             "set dataset to names registered in dataset_dir/dataset_info.json",
@@ -66,7 +66,7 @@ def _registry(native: NativeConfig) -> Iterator[Finding]:
     shown = display_path(registry.info_path) if registry.info_path else files.DATA_CONFIG
     if registry.info_missing:
         yield refusal(
-            "dataset-info-missing",
+            "llamafactory-dataset-info-missing",
             ("dataset_dir", "dataset"),
             f"{files.DATA_CONFIG} is not in dataset_dir ({registry.info_path}): "
             + quote(f"Cannot open {registry.info_path} ...", "data/parser.py get_dataset_list"),
@@ -82,7 +82,7 @@ def _registry(native: NativeConfig) -> Iterator[Finding]:
         given = files.split_names(native.get(key))
         fixed = ",".join(close[0] if n == name else n for n in given) if close else ""
         yield refusal(
-            "dataset-undefined",
+            "llamafactory-dataset-undefined",
             (key, "dataset_dir"),
             f"{key} names {name!r}, which {shown} does not define: "
             + quote(
@@ -101,7 +101,7 @@ def deepspeed_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
     _, why = files.deepspeed_stage(native)
     if why == "missing":
         yield refusal(
-            "deepspeed-missing",
+            "llamafactory-deepspeed-missing",
             ("deepspeed",),
             f"deepspeed={native.get('deepspeed')} does not exist relative to the working "
             "directory, where llamafactory-cli opens it: transformers refuses to start "

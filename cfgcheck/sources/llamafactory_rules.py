@@ -37,7 +37,7 @@ FT_POST = "hparams/finetuning_args.py FinetuningArguments.__post_init__"
 def refusal(
     rule: str, paths: tuple[str, ...], message: str, hint: str, fixes: tuple[Fix, ...] = ()
 ) -> Finding:
-    return Finding(f"llamafactory-{rule}", "error", paths, message, hint, fixes=fixes)
+    return Finding(rule, "error", paths, message, hint, fixes=fixes)
 
 
 def quote(text: str, where: str) -> str:
@@ -55,7 +55,7 @@ def choice_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
             continue
         close = difflib.get_close_matches(str(got), [str(a) for a in allowed], n=1, cutoff=0.5)
         yield refusal(
-            "invalid-choice",
+            "llamafactory-invalid-choice",
             (key,),
             f"{key}={got!r} is not one of {', '.join(map(str, allowed))}: LLaMA-Factory "
             f"fails at start (its arguments dataclass allows only these, hparams/*_args.py)",
@@ -66,7 +66,7 @@ def choice_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
     if isinstance(template, str) and template not in templates():
         close = difflib.get_close_matches(template, sorted(templates()), n=1, cutoff=0.6)
         yield refusal(
-            "unknown-template",
+            "llamafactory-unknown-template",
             ("template",),
             quote(f"Template {template} does not exist.", "data/template.py"),
             f"use a registered template{f', e.g. {close[0]}' if close else ''} (LLaMA-Factory's "
@@ -83,7 +83,7 @@ def quantization_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[
     kind = native.get("finetuning_type", "lora")
     if kind not in ("lora", "oft"):
         yield refusal(
-            "quantization-needs-adapters",
+            "llamafactory-quantization-needs-adapters",
             ("quantization_bit", "finetuning_type"),
             f"quantization_bit={bits} with finetuning_type={kind}: "
             + quote("Quantization is only compatible with the LoRA or OFT method.", VERIFY),
@@ -97,7 +97,7 @@ def quantization_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[
     method = native.get("quantization_method", "bnb")
     if method == "bnb" and bits not in (4, 8):
         yield refusal(
-            "quantization-bits",
+            "llamafactory-quantization-bits",
             ("quantization_bit", "quantization_method"),
             f"quantization_bit={bits} with bitsandbytes: "
             + quote(
@@ -109,7 +109,7 @@ def quantization_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[
         )
     if native.get("pissa_init"):
         yield refusal(
-            "quantization-pissa",
+            "llamafactory-quantization-pissa",
             ("quantization_bit", "pissa_init"),
             quote(
                 "Please use scripts/pissa_init.py to initialize PiSSA for a quantized model.",
@@ -133,7 +133,7 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
         ):
             if native.get(key):
                 yield refusal(
-                    "lora-only-option",
+                    "llamafactory-lora-only-option",
                     (key, "finetuning_type"),
                     f"{key} with finetuning_type={kind}: "
                     + quote(f"{label} is only valid for LoRA training.", FT_POST),
@@ -143,7 +143,7 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
     optimizers = [k for k in ("use_galore", "use_apollo", "use_badam") if native.get(k)]
     if kind == "lora" and optimizers:
         yield refusal(
-            "lora-with-optimizer",
+            "llamafactory-lora-with-optimizer",
             (optimizers[0], "finetuning_type"),
             quote("Cannot use LoRA with GaLore, APOLLO or BAdam together.", FT_POST),
             f"use {optimizers[0]} with finetuning_type=full, or remove it",
@@ -154,7 +154,7 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
         for key in ("neat_packing", "train_on_prompt", "mask_history", "predict_with_generate"):
             if native.get(key):
                 yield refusal(
-                    "sft-only-option",
+                    "llamafactory-sft-only-option",
                     (key, "stage"),
                     f"{key} with stage={current}: "
                     + quote(f"`{key}` cannot be set as True except SFT.", PARSER),
@@ -163,7 +163,7 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
                 )
     if current == "ppo" and not native.get("reward_model"):
         yield refusal(
-            "ppo-reward-model",
+            "llamafactory-ppo-reward-model",
             ("stage", "reward_model"),
             quote("`reward_model` is necessary for PPO training.", FT_POST),
             "set reward_model to the reward model (or adapter) trained with stage=rm",
@@ -175,7 +175,7 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
         ):
             if native.get(key):
                 yield refusal(
-                    "zero3-conflict",
+                    "llamafactory-zero3-conflict",
                     (key, "deepspeed"),
                     f"{key} with ZeRO-3: " + quote(text, PARSER),
                     f"remove {key}, or use a ZeRO-2 DeepSpeed config",
@@ -183,7 +183,7 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
                 )
     if native.get("streaming") and value(native, "max_steps") in (None, -1):
         yield refusal(
-            "streaming-max-steps",
+            "llamafactory-streaming-max-steps",
             ("streaming", "max_steps"),
             quote("Please specify `max_steps` in streaming mode.", PARSER),
             "set max_steps (a streamed dataset has no length to count epochs by)",
@@ -271,7 +271,7 @@ def _argument_conflicts(native: NativeConfig) -> Iterator[Finding]:
         return
     for refused, keys, text, where, hint in table:
         if refused:
-            yield refusal("argument-conflict", keys, quote(text, where), hint)
+            yield refusal("llamafactory-argument-conflict", keys, quote(text, where), hint)
 
 
 def version_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
