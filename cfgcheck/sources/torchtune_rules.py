@@ -99,7 +99,12 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
                 close = difflib.get_close_matches(arg, params, n=1, cutoff=0.7)
                 value = node[arg]
                 fixes = (
-                    (Fix((f"~{key}.{arg}", f"{key}.{close[0]}={_yaml(value)}"), f"{close[0]}"),)
+                    (
+                        Fix(
+                            (f"~{key}.{arg}", f"{key}.{close[0]}={_yaml(value)}"),
+                            f"spell it {close[0]}",
+                        ),
+                    )
                     if close and not isinstance(value, dict | list)
                     else (Fix((f"~{key}.{arg}",), f"drop {arg}"),)
                 )
