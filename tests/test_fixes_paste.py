@@ -1,6 +1,6 @@
 """Every fix the text report prints pastes: over a corpus of failing configs (the shipped
-``conf/`` with overrides, and native LitGPT / Axolotl / TRL files), each ``fix:`` line of
-``cfgcheck check`` is pasted, as printed, after the same command line and run through
+``conf/`` with overrides, and native LitGPT / Axolotl / TRL / torchtune files), each ``fix:``
+line of ``cfgcheck check`` is pasted, as printed, after the same command line and run through
 ``bash -c`` for real. The finding must be gone and no new error appear (gpu-memory included).
 Native fixes must be written in the format's keys and flags, never in cfgcheck's."""
 
@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slow
 
 NATIVE = "tests/sources/native"
 TINY_LLAMA = "model_name_or_path=TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"
+_TT_LORA = "llama3_2_1B_lora_single_device.yaml"
 # (--from format, file, native overrides and flags): each fails with fixes to paste.
 NATIVE_CORPUS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "litgpt-t4-big-batch": (
@@ -46,9 +47,25 @@ NATIVE_CORPUS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "example_config.yaml",
         (TINY_LLAMA, "use_peft=true", "max_seq_length=2048", "--gpu", "10"),
     ),
+    **{
+        f"torchtune-{name}": ("torchtune", file, args)
+        for name, file, args in (
+            ("t4", _TT_LORA, ("tokenizer.max_seq_len=2048", "--gpu", "T4")),
+            ("collate", _TT_LORA, ("collate_fn=torch.utils.data.default_collate",)),
+            ("over-context", "phi3_mini_lora_single_device.yaml", ("tokenizer.max_seq_len=8192",)),
+            (
+                "lora-names",
+                _TT_LORA,
+                ("model.lora_attn_modules=[o_proj]", "model.apply_lora_to_mlp=false"),
+            ),
+            ("typo", _TT_LORA, ("model.lora_rnak=16",)),
+        )
+    },
 }
-# cfgcheck's own sections: no native fix may name them.
+# cfgcheck's own sections: no native fix may name them (torchtune's own keys live under
+# model. and tokenizer.: there only trainer. and data. are cfgcheck's).
 CFGCHECK_KEY = re.compile(r"^[~+]*(trainer|tokenizer|model|data)\.")
+CFGCHECK_KEY_TORCHTUNE = re.compile(r"^[~+]*(trainer|data)\.")
 HEAD = re.compile(r"^(error|warning|info)\[([\w-]+)\] (.*)$")
 FIX_LINE = "  fix: "
 
@@ -130,7 +147,8 @@ def test_every_native_text_fix_pastes_in_the_native_format(case: str) -> None:
     assert pasted, f"{case}: no fix printed"
     for fragment in pasted:
         words = shlex.split(fragment)
-        assert not [w for w in words if CFGCHECK_KEY.match(w)], f"{case}: {fragment}"
+        own = CFGCHECK_KEY_TORCHTUNE if fmt == "torchtune" else CFGCHECK_KEY
+        assert not [w for w in words if own.match(w)], f"{case}: {fragment}"
         assert "trainer.loss_chunking" not in fragment and "trainer.gpu" not in fragment
 
 
