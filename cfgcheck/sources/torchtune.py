@@ -338,7 +338,7 @@ def profile(native: NativeConfig) -> Profile:
         extra.append(TORCHTUNE_NOT_TRAINING)
     if any(method in recipe for method in ("dpo", "ppo", "grpo", "distillation")):
         extra.append(TORCHTUNE_NOT_SFT)
-    savings = ("fsdp_cpu_offload", "enable_activation_offloading", "optimizer_in_bwd")
+    savings = ("compile", "fsdp_cpu_offload", "enable_activation_offloading", "optimizer_in_bwd")
     if any(native.get(key) is True for key in savings):
         extra.append(TORCHTUNE_UNMODELLED_SAVINGS)
     if "distributed" in recipe and not tt.launch(native).nproc_known:
