@@ -123,7 +123,10 @@ def _model(b: Builder) -> dict[str, Any]:
         sig = entry.get("signature") or {}
         return {"lora": bool(entry["lora"]), **dict(sig.get("defaults", {}))}
     folder = n.get("checkpointer.checkpoint_dir")
-    if isinstance(folder, str) and (Path(folder).expanduser() / "config.json").is_file():
+    # Only for a file on disk (the CLI, the hook): a service request's text never makes the
+    # server look at its own folders (no existence oracle before the paths are confined).
+    on_disk = n.origin is not None and isinstance(folder, str)
+    if on_disk and (Path(str(folder)).expanduser() / "config.json").is_file():
         set_model(b, "checkpointer.checkpoint_dir", folder)
         return {"lora": "lora_attn_modules" in kwargs}
     if entry is not None:

@@ -429,6 +429,10 @@ def test_a_builder_torchtune_does_not_ship_reads_checkpoint_dir_config_json(
     assert not result.by_rule("torchtune-component-unknown")  # not a torchtune.* path
     with pytest.raises(ConfigLoadError, match=r"no config\.json"):
         load_native(LORA_1B, "torchtune", ["model._component_=my_models.qwen_with_tweaks"])
+    # a service request's text (no file on disk) never makes cfgcheck look at the folder
+    text = (NATIVE / "torchtune" / "qwen2_0.5B_lora_single_device.yaml").read_text()
+    with pytest.raises(ConfigLoadError, match="is not a model builder torchtune ships"):
+        load_document(parse_document(text, "q.yaml"), "torchtune", overrides)
 
 
 _TOKENS = [
