@@ -68,6 +68,19 @@ class LocationOut(BaseModel):
 
     file: str
     line: int | None = None
+    cell: int | None = Field(None, description="A notebook's cell (0-based over all cells).")
+
+
+class EditOut(BaseModel):
+    """A fix written as code (a Python script or notebook): ``old`` becomes ``new``."""
+
+    file: str
+    line: int | None = None
+    cell: int | None = None
+    start: list[int]
+    end: list[int]
+    old: str
+    new: str
 
 
 class FixOut(BaseModel):
@@ -75,6 +88,9 @@ class FixOut(BaseModel):
 
     overrides: list[str]
     summary: str
+    edits: list[EditOut] | None = Field(
+        None, description="For a Python script or notebook: the fix as code edits."
+    )
 
 
 class FindingOut(BaseModel):
