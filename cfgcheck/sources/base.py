@@ -26,6 +26,7 @@ from cfgcheck.sources.reader import (
 if TYPE_CHECKING:
     from cfgcheck.schema.model import ModelConfig
     from cfgcheck.schema.run import RunConfig
+    from cfgcheck.sources.native import Loaded
     from cfgcheck.sources.profiles import Profile
 
 
@@ -136,6 +137,8 @@ class Builder:
 
 
 NativeRule = Callable[[NativeConfig, "RunConfig | None"], Iterable[Finding]]
+# A format's last pass over the checked findings (the python source writes fixes as code).
+Finish = Callable[["Loaded", list[Finding]], list[Finding]]
 
 
 @dataclass(frozen=True)
@@ -158,3 +161,4 @@ class Format:
     unknown_behaviour: str = ""
     # Dotted prefixes whose sub-keys are free-form (optimizer init_args, deepspeed dicts...).
     open_prefixes: tuple[str, ...] = ()
+    finish: Finish | None = None

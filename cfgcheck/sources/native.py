@@ -29,9 +29,9 @@ from cfgcheck.sources.unknown import unknown_keys
 
 def formats() -> dict[str, Format]:
     """``--from`` name -> format (imported on first use)."""
-    from cfgcheck.sources import axolotl, litgpt, trl
+    from cfgcheck.sources import axolotl, litgpt, python, trl
 
-    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT)}
+    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT, python.FORMAT)}
 
 
 def get_format(name: str) -> Format:
@@ -60,6 +60,10 @@ def load_native(
     ``key=value`` overrides; ``gpu`` (a GPU name or GiB) is the GPU the run is meant for,
     which no native format spells. Raises :class:`ConfigLoadError` (one line) when the file
     cannot be read or names no model cfgcheck can resolve."""
+    if fmt == "python":  # code, not a document: read statically (cfgcheck.sources.code)
+        from cfgcheck.sources.python import load_python
+
+        return load_python(path, overrides, gpu)
     return load_document(read_document(path, display_path(Path(path))), fmt, overrides, gpu)
 
 
@@ -69,7 +73,11 @@ def load_document(
     """:func:`load_native` of an already-read document (the service parses request text)."""
     spec = get_format(fmt)
     native = NativeConfig.from_document(fmt, doc, overrides)
-    builder = Builder(native, spec.label)
+    return build_loaded(spec, native, Builder(native, spec.label), gpu)
+
+
+def build_loaded(spec: Format, native: NativeConfig, builder: Builder, gpu: str | None) -> Loaded:
+    """Run ``spec``'s builder on ``native`` and resolve what follows the model."""
     spec.build(builder)
     if gpu:
         where = Location(f"<--gpu {gpu}>", None)
@@ -130,6 +138,8 @@ def check_loaded(loaded: Loaded) -> CheckResult:
     findings = list(apply_profile(findings, spec.profile(loaded.native)))
     findings = list(_native_fixes(findings, spec, loaded.native))
     smap = loaded.source_map
+    if spec.finish is not None:  # the format's last word (code edits for --from python)
+        findings = spec.finish(loaded, findings)
     model_at = loaded.native.loc(loaded.model_key) if loaded.model_key else None
     if model_at is not None:  # the resolved shape comes from the model the native key names
         for f in findings:

@@ -1,0 +1,348 @@
+"""A training script's native keys (:mod:`.collect`) onto cfgcheck's four sections.
+
+Each library's own behaviour, from its source:
+
+- Unsloth (unslothai/unsloth at 015bdef0d94a241bcd94eec7a405b1700632180d):
+  ``FastLanguageModel.from_pretrained`` defaults ``max_seq_length=2048``, ``load_in_4bit=True``,
+  ``full_finetuning=False`` (unsloth/models/loader.py:410-430); 4-bit loads use
+  ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_use_double_quant=True,
+  bnb_4bit_quant_type="nf4")`` (unsloth/models/llama.py:2620); full fine-tuning turns 4/8-bit
+  off (loader.py:1264); ``dtype=None`` is bfloat16 where the GPU supports it, else float16,
+  and a bfloat16 request on a GPU without it becomes float16 (llama.py:2435-2437); the
+  trainer's mixed precision follows the model's dtype (unsloth/models/rl.py:2354-2420); the
+  trainer's ``max_seq_length`` defaults to the model's and a larger one is reduced to it
+  (rl.py:2509-2545); ``max_seq_length`` above the model's context extends RoPE by
+  ``max_seq_length / max_position_embeddings`` instead of failing (llama.py:2566-2590);
+  ``get_peft_model`` defaults ``r=16``, the seven projections of Llama-style models, and
+  ``use_gradient_checkpointing="unsloth"`` (loader.py / llama.py ``get_peft_model``).
+- transformers 5.2 ``Trainer``: with no ``data_collator``, a ``processing_class`` (or the old
+  ``tokenizer=``) that is a tokenizer gives ``DataCollatorWithPadding``, otherwise
+  ``default_data_collator``, which stacks (src/transformers/trainer.py, "default_collator").
+  ``TrainingArguments`` defaults: ``per_device_train_batch_size=8``,
+  ``gradient_accumulation_steps=1``, ``learning_rate=5e-5``, ``optim="adamw_torch"``.
+- TRL ``SFTTrainer`` pads with its own ``DataCollatorForLanguageModeling``
+  (trl/trainer/sft_trainer.py) and defaults as :mod:`cfgcheck.sources.trl` cites.
+- A tokenizer call's ``padding`` defaults to ``False`` and ``truncation`` to ``False``
+  (transformers tokenization_utils_base.py ``__call__``).
+- torch ``DataLoader`` defaults ``batch_size=1`` and ``collate_fn=default_collate``
+  (torch/utils/data/dataloader.py); torchtune's dataset builders return unpadded token lists
+  (torchtune/datasets/_text_completion.py) and ``padded_collate_sft`` pads them
+  (torchtune/data/_collate.py).
+- Lightning ``Trainer`` defaults ``precision="32-true"``, ``devices="auto"``,
+  ``accumulate_grad_batches=1`` (lightning/pytorch/trainer/trainer.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.sources.base import Builder
+from cfgcheck.sources.model_ref import set_model
+from cfgcheck.sources.names import schema_attention, schema_optimizer
+from cfgcheck.sources.python.collect import TORCHTUNE_MODELS, collator_kind
+
+UNSLOTH = "unsloth/models/loader.py FastLanguageModel.from_pretrained"
+UNSLOTH_PEFT = "unsloth/models/llama.py get_peft_model"
+ARGS = "transformers TrainingArguments"
+SFT = "trl/trainer/sft_config.py SFTConfig"
+TOKENIZER = "transformers tokenizer __call__"
+LOADER = "torch DataLoader"
+LIGHTNING = "lightning Trainer"
+UNSLOTH_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _bool(value: Any) -> bool:
+    return bool(value)
+
+
+def build(b: Builder) -> None:
+    from cfgcheck.sources.python import CodeConfig
+
+    n = b.native
+    assert isinstance(n, CodeConfig)  # noqa: S101 - the python format builds only these
+    notes = n.collected.notes
+    unsloth = "unsloth" in notes.get("loader", "") or notes.get("peft") == "unsloth"
+    lightning = "lightning" in notes
+    torchtune = "torchtune_dataset" in notes or "torchtune_model" in notes
+    framework = "torchtune" if torchtune and lightning else "hf"
+    b.default("trainer.framework", framework, "(the libraries the code imports)")
+    _model(b, n.collected.notes)
+    if n.gpu_name and n.gpu_location is not None:  # named by the notebook's metadata
+        b.set("trainer.gpu.name", n.gpu_name, n.gpu_location)
+    if lightning or "loader" in n.data and "trainer" not in notes:
+        _lightning(b)
+    else:
+        _hf(b, unsloth)
+    _data(b, unsloth, lightning)
+    _peft(b, unsloth)
+
+
+def _model(b: Builder, notes: dict[str, str]) -> None:
+    n = b.native
+    from cfgcheck.sources.python.unsloth import model_ref
+
+    if n.is_set("load.model_name") or n.is_set("load.pretrained_model_name_or_path"):
+        key = "load.model_name" if n.is_set("load.model_name") else "load.pretrained_model_name_or_path"
+        value = n.get(key)
+        ref = model_ref(str(value)) if isinstance(value, str) else None
+        set_model(b, key, ref)
+        if ref != value:
+            b.smap.set("model.pretrained", n.loc(key) or b.default_location(""), True)
+        return
+    builder = notes.get("torchtune_model")
+    if builder:
+        b.model_key = "load"
+        b.set("model.pretrained", TORCHTUNE_MODELS[builder], n.loc("load"))
+        return
+    if n.is_set("load"):
+        set_model(b, "load.model_name", None)
+    raise ConfigLoadError(
+        f"{n.file}: the code loads no model cfgcheck can read (FastLanguageModel."
+        "from_pretrained, AutoModelForCausalLM.from_pretrained or a torchtune model builder "
+        "with a literal name): give it as the override load.model_name=<folder or Hub id>"
+    )
+
+
+def _precision_hf(b: Builder, unsloth: bool) -> None:
+    n = b.native
+    from cfgcheck.sources.python import CodeConfig
+
+    assert isinstance(n, CodeConfig)  # noqa: S101
+    fp16, bf16 = n.get("args.fp16"), n.get("args.bf16")
+    if fp16:
+        b.from_key("trainer.precision", "args.fp16", "16-mixed")
+        return
+    if bf16:
+        b.from_key("trainer.precision", "args.bf16", "bf16-mixed")
+        return
+    if unsloth:
+        dtype = str(n.get("load.dtype") or "")
+        bf16_ok = n.gpu_bf16
+        if "float16" in dtype and "bfloat16" not in dtype:
+            b.from_key("trainer.precision", "load.dtype", "16-mixed")
+        elif bf16_ok is False:
+            b.default(
+                "trainer.precision",
+                "16-mixed",
+                "unsloth/models/llama.py:2435 dtype float16 on a GPU without bfloat16",
+            )
+        else:
+            where = n.loc("load.dtype") or b.default_location(
+                "unsloth/models/llama.py:2435 dtype=None -> bfloat16 where supported"
+            )
+            b.set("trainer.precision", "bf16-true", where)
+        return
+    dtype = str(n.get("load.torch_dtype") or n.get("load.dtype") or "")
+    if "bfloat16" in dtype:
+        b.from_key("trainer.precision", "load.torch_dtype" if n.is_set("load.torch_dtype") else "load.dtype", "bf16-true")
+    else:
+        b.default("trainer.precision", "32-true", f"{ARGS} fp16=False, bf16=False")
+
+
+def _hf(b: Builder, unsloth: bool) -> None:
+    n = b.native
+    sft = n.get("args") is not None and "SFT" in str(b.native.collected.notes.get("args", ""))  # type: ignore[attr-defined]
+    b.take("trainer.micro_batch_size", "args.per_device_train_batch_size", 8, f"{ARGS} per_device_train_batch_size=8")
+    b.take(
+        "trainer.gradient_accumulation_steps",
+        "args.gradient_accumulation_steps",
+        1,
+        f"{ARGS} gradient_accumulation_steps=1",
+    )
+    b.take("trainer.learning_rate", "args.learning_rate", 5e-5, f"{ARGS} learning_rate=5e-5", float)
+    b.take("trainer.optimizer", "args.optim", "adamw_torch", f"{ARGS} optim", schema_optimizer)
+    _precision_hf(b, unsloth)
+    if n.is_set("load.attn_implementation"):
+        b.from_key("trainer.attention", "load.attn_implementation", schema_attention(n.get("load.attn_implementation")))
+    else:
+        b.default("trainer.attention", "sdpa", "transformers attn_implementation=None (sdpa)")
+    if unsloth:
+        b.default(
+            "trainer.loss_chunking",
+            "chunked",
+            "Unsloth's fused cross-entropy (unsloth_zoo) never holds the fp32 logits",
+        )
+    elif sft:
+        b.default("trainer.loss_chunking", "chunked", f"{SFT} loss_type='nll'")
+    if n.get("args.deepspeed"):
+        b.from_key("trainer.strategy", "args.deepspeed", "zero3" if "3" in str(n.get("args.deepspeed")) else "zero2")
+    elif n.get("args.fsdp"):
+        b.from_key("trainer.strategy", "args.fsdp", "fsdp")
+    else:
+        b.default("trainer.strategy", "single", "one process unless launched with accelerate/torchrun")
+    if n.is_set("args.seed"):
+        b.take("seed", "args.seed", 42, "")
+
+
+_LIGHTNING_PRECISION = {
+    "32": "32-true",
+    "32-true": "32-true",
+    "16": "16-mixed",
+    "16-mixed": "16-mixed",
+    "bf16": "bf16-mixed",
+    "bf16-mixed": "bf16-mixed",
+    "bf16-true": "bf16-true",
+}
+
+
+def _lightning(b: Builder) -> None:
+    n = b.native
+    b.take("trainer.micro_batch_size", "loader.batch_size", 1, f"{LOADER} batch_size=1")
+    b.take(
+        "trainer.gradient_accumulation_steps",
+        "lightning.accumulate_grad_batches",
+        1,
+        f"{LIGHTNING} accumulate_grad_batches=1",
+    )
+    precision = str(n.get("lightning.precision", "32-true"))
+    mapped = _LIGHTNING_PRECISION.get(precision)
+    if n.is_set("lightning.precision") and mapped:
+        b.from_key("trainer.precision", "lightning.precision", mapped)
+    else:
+        b.default("trainer.precision", "32-true", f"{LIGHTNING} precision='32-true'")
+    devices = n.get("lightning.devices")
+    if isinstance(devices, int) and devices > 0:
+        b.from_key("trainer.devices", "lightning.devices", devices)
+    strategy = str(n.get("lightning.strategy") or "")
+    if "fsdp" in strategy:
+        b.from_key("trainer.strategy", "lightning.strategy", "fsdp")
+    elif "deepspeed" in strategy:
+        b.from_key("trainer.strategy", "lightning.strategy", "zero3" if "3" in strategy else "zero2")
+    elif "ddp" in strategy:
+        b.from_key("trainer.strategy", "lightning.strategy", "ddp" if isinstance(devices, int) and devices > 1 else "single")
+    else:
+        b.default("trainer.strategy", "single", f"{LIGHTNING} strategy='auto' on one device")
+    b.default("trainer.attention", "sdpa", "torch scaled_dot_product_attention")
+
+
+def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
+    n = b.native
+    from cfgcheck.sources.python import CodeConfig
+
+    assert isinstance(n, CodeConfig)  # noqa: S101
+    notes = n.collected.notes
+    # Sequence length
+    if n.is_set("load.max_seq_length") or unsloth:
+        b.take("data.max_seq_length", "load.max_seq_length", 2048, f"{UNSLOTH} max_seq_length=2048")
+    elif n.is_set("args.max_length"):
+        b.take("data.max_seq_length", "args.max_length", None, "")
+    elif n.is_set("args.max_seq_length"):
+        b.take("data.max_seq_length", "args.max_seq_length", None, "")
+    elif n.is_set("trainer.max_seq_length"):
+        b.take("data.max_seq_length", "trainer.max_seq_length", None, "")
+    elif n.is_set("dataset.max_seq_len"):
+        b.take("data.max_seq_length", "dataset.max_seq_len", None, "")
+    elif n.is_set("tokenize.max_length"):
+        b.take("data.max_seq_length", "tokenize.max_length", None, "")
+    elif "SFT" in notes.get("args", "") or "SFT" in notes.get("trainer", ""):
+        b.default("data.max_seq_length", 1024, f"{SFT} max_length=1024")
+    else:
+        b.defer("data.max_seq_length", "model.block_size", "(no length in the code: the model's context)")
+    # The tokenizer call in the mapped function decides padding and truncation.
+    if "tokenize" in n.collected.calls:
+        padding = n.get("tokenize.padding", False) if n.is_set("tokenize.padding") else False
+        value = {True: "longest", "longest": "longest", "max_length": "max_length"}.get(padding, "do_not_pad")  # type: ignore[call-overload]
+        where = f"{TOKENIZER} padding=False"
+        if n.is_set("tokenize.padding"):
+            b.from_key("data.padding", "tokenize.padding", value)
+        else:
+            b.set("data.padding", value, n.loc("tokenize") or b.default_location(where))
+        if n.is_set("tokenize.truncation"):
+            b.from_key("data.truncation", "tokenize.truncation", bool(n.get("tokenize.truncation")))
+        else:
+            b.set("data.truncation", False, n.loc("tokenize") or b.default_location(f"{TOKENIZER} truncation=False"))
+        if n.is_set("tokenize.max_length"):
+            b.take("data.max_length", "tokenize.max_length", None, "")
+        if n.is_set("tokenize.pad_to_multiple_of"):
+            b.take("data.pad_to_multiple_of", "tokenize.pad_to_multiple_of", None, "")
+    elif "dataset" in n.collected.calls:
+        b.set("data.padding", "do_not_pad", n.loc("dataset"))
+        b.set("data.truncation", True, n.loc("dataset"))
+    else:
+        b.default("data.padding", "longest", "the trainer tokenizes and its collator pads")
+        b.default("data.truncation", True, f"{SFT} truncates at max_length")
+    # The collator.
+    if lightning or ("loader" in n.collected.calls and "trainer" not in notes):
+        kind = collator_kind(n.get("loader.collate_fn")) if n.is_set("loader.collate_fn") else "default"
+        if n.is_set("loader.collate_fn") and kind is not None:
+            b.from_key("data.collator", "loader.collate_fn", kind)
+        elif not n.is_set("loader.collate_fn"):
+            b.set("data.collator", "default", n.loc("loader") or b.default_location(f"{LOADER} collate_fn=default_collate"))
+        else:
+            b.default("data.collator", "padded", "a collate_fn cfgcheck cannot read (assumed to pad)")
+        return
+    trainer = notes.get("trainer", "")
+    if n.is_set("args.packing") and n.get("args.packing") or n.is_set("trainer.packing") and n.get("trainer.packing"):
+        key = "args.packing" if n.is_set("args.packing") else "trainer.packing"
+        b.from_key("data.collator", key, "packed")
+    elif n.is_set("trainer.data_collator"):
+        kind = collator_kind(n.get("trainer.data_collator"))
+        if kind is not None:
+            b.from_key("data.collator", "trainer.data_collator", kind)
+        else:
+            b.default("data.collator", "padded", "a data_collator cfgcheck cannot read (assumed to pad)")
+    elif trainer in ("Trainer", "Seq2SeqTrainer") and not (
+        n.is_set("trainer.processing_class") or n.is_set("trainer.tokenizer")
+    ):
+        b.set(
+            "data.collator",
+            "default",
+            n.loc("trainer") or b.default_location("transformers Trainer default_data_collator"),
+        )
+    else:
+        b.default("data.collator", "padded", f"{trainer or 'the trainer'}'s default collator pads")
+
+
+def _peft(b: Builder, unsloth: bool) -> None:
+    n = b.native
+    from cfgcheck.sources.python import CodeConfig
+
+    assert isinstance(n, CodeConfig)  # noqa: S101
+    peft = "peft" in n.collected.calls
+    four = False
+    if n.get("load.full_finetuning"):
+        b.from_key("trainer.quantization", "load.full_finetuning", "none")
+    elif unsloth:
+        four = bool(n.get("load.load_in_4bit", True)) if n.is_set("load.load_in_4bit") else True
+        if four:
+            where = n.loc("load.load_in_4bit") or b.default_location(f"{UNSLOTH} load_in_4bit=True")
+            b.set("trainer.quantization", "nf4-dq", where)
+        elif n.get("load.load_in_8bit"):
+            b.from_key("trainer.quantization", "load.load_in_8bit", "int8")
+        else:
+            b.from_key("trainer.quantization", "load.load_in_4bit", "none")
+    elif n.get("bnb.load_in_4bit") or n.get("load.load_in_4bit"):
+        four = True
+        key = "bnb.load_in_4bit" if n.get("bnb.load_in_4bit") else "load.load_in_4bit"
+        kind = str(n.get("bnb.bnb_4bit_quant_type") or "nf4")
+        nested = bool(n.get("bnb.bnb_4bit_use_double_quant"))
+        b.from_key("trainer.quantization", key, f"{kind}-dq" if nested and kind == "nf4" else kind)
+    elif n.get("bnb.load_in_8bit") or n.get("load.load_in_8bit"):
+        b.from_key("trainer.quantization", "bnb.load_in_8bit" if n.get("bnb.load_in_8bit") else "load.load_in_8bit", "int8")
+    else:
+        b.default("trainer.quantization", "none", "no quantization in the code")
+    if n.get("load.full_finetuning") or not peft:
+        b.default("trainer.finetuning", "full", "no LoRA adapter in the code")
+        if unsloth and not peft:
+            return
+        if n.is_set("args.gradient_checkpointing"):
+            b.take("trainer.gradient_checkpointing", "args.gradient_checkpointing", False, "", _bool)
+        return
+    b.from_key("trainer.finetuning", "peft", "qlora" if four else "lora")
+    unsloth_peft = n.collected.notes.get("peft") == "unsloth"
+    b.take("trainer.lora.rank", "peft.r", 16 if unsloth_peft else 8, f"{UNSLOTH_PEFT} r=16" if unsloth_peft else "peft LoraConfig r=8")
+    b.take("trainer.lora.alpha", "peft.lora_alpha", 16 if unsloth_peft else 8, "lora_alpha default", float)
+    b.take("trainer.lora.dropout", "peft.lora_dropout", 0.0, "lora_dropout default", float)
+    if n.is_set("peft.target_modules"):
+        b.take("trainer.lora.targets", "peft.target_modules", None, "", lambda v: [v] if isinstance(v, str) else list(v))
+    elif unsloth_peft:
+        b.default("trainer.lora.targets", UNSLOTH_TARGETS, f"{UNSLOTH_PEFT} target_modules")
+    if unsloth_peft:
+        gc = n.get("peft.use_gradient_checkpointing", "unsloth") if n.is_set("peft.use_gradient_checkpointing") else "unsloth"
+        where = n.loc("peft.use_gradient_checkpointing") or b.default_location(f"{UNSLOTH_PEFT} use_gradient_checkpointing='unsloth'")
+        b.set("trainer.gradient_checkpointing", bool(gc), where)
+    elif n.is_set("args.gradient_checkpointing"):
+        b.take("trainer.gradient_checkpointing", "args.gradient_checkpointing", False, "", _bool)
+    elif "SFT" in n.collected.notes.get("args", ""):
+        b.default("trainer.gradient_checkpointing", True, "trl/trainer/base_config.py gradient_checkpointing=True")

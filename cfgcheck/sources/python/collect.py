@@ -1,0 +1,368 @@
+"""Which call of a training script sets what: the calls people write, as native keys.
+
+The static reader (:mod:`cfgcheck.sources.code`) gives every call with its arguments; here the
+calls of the libraries people train with are recognised by their callee's dotted name and
+their keyword arguments become native keys ``<group>.<argument>`` (``args.
+per_device_train_batch_size``, ``tokenize.padding``), each located at its keyword (or, for an
+argument not written, at the call, where a fix inserts it):
+
+========== ==============================================================================
+group      calls
+========== ==============================================================================
+load       Unsloth ``FastLanguageModel`` / ``FastModel`` / ``FastVisionModel.from_pretrained``;
+           transformers ``AutoModelForCausalLM`` (and kin) ``.from_pretrained``; torchtune
+           model builders (``llama3_2_1b()``)
+bnb        transformers ``BitsAndBytesConfig``
+peft       Unsloth ``get_peft_model``; peft ``LoraConfig``
+args       ``TrainingArguments``, ``Seq2SeqTrainingArguments``, TRL ``SFTConfig`` /
+           ``DPOConfig`` / ``GRPOConfig`` / ``ORPOConfig`` / ``KTOConfig`` / ``CPOConfig``,
+           Unsloth ``UnslothTrainingArguments``
+trainer    ``Trainer``, ``Seq2SeqTrainer``, TRL ``SFTTrainer`` (and kin), ``UnslothTrainer``
+tokenize   a tokenizer call (``tokenizer(...)``, ``apply_chat_template(tokenize=True)``) in
+           the function a ``dataset.map`` runs
+map        ``dataset.map(fn, batched=..., batch_size=...)``
+dataset    torchtune dataset builders (``text_completion_dataset``, ``alpaca_dataset``...)
+loader     ``torch.utils.data.DataLoader(batch_size=..., collate_fn=...)``
+lightning  Lightning ``Trainer`` / ``Fabric`` (``precision``, ``devices``, ``strategy``,
+           ``accumulate_grad_batches``)
+========== ==============================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cfgcheck.findings import Location
+from cfgcheck.sources.code import Arg, CallSite, Program
+from cfgcheck.sources.code.values import Entries, Func, Known, Obj, Ref, Unknown, Value
+
+LOADERS = (
+    "FastLanguageModel.from_pretrained",
+    "FastModel.from_pretrained",
+    "FastVisionModel.from_pretrained",
+    "AutoModelForCausalLM.from_pretrained",
+    "AutoModelForSeq2SeqLM.from_pretrained",
+    "AutoModel.from_pretrained",
+    "LlamaForCausalLM.from_pretrained",
+    "MistralForCausalLM.from_pretrained",
+    "Qwen2ForCausalLM.from_pretrained",
+    "AutoPeftModelForCausalLM.from_pretrained",
+)
+ARGS = (
+    "TrainingArguments",
+    "Seq2SeqTrainingArguments",
+    "SFTConfig",
+    "DPOConfig",
+    "GRPOConfig",
+    "ORPOConfig",
+    "KTOConfig",
+    "CPOConfig",
+    "RewardConfig",
+    "UnslothTrainingArguments",
+)
+TRAINERS = (
+    "transformers.Trainer",
+    "transformers.Seq2SeqTrainer",
+    "SFTTrainer",
+    "DPOTrainer",
+    "GRPOTrainer",
+    "ORPOTrainer",
+    "KTOTrainer",
+    "CPOTrainer",
+    "RewardTrainer",
+    "UnslothTrainer",
+)
+LIGHTNING = (
+    "lightning.Trainer",
+    "lightning.pytorch.Trainer",
+    "pytorch_lightning.Trainer",
+    "lightning.Fabric",
+    "lightning.fabric.Fabric",
+    "lightning_fabric.Fabric",
+)
+TORCHTUNE_DATASETS = (
+    "text_completion_dataset",
+    "instruct_dataset",
+    "chat_dataset",
+    "alpaca_dataset",
+    "alpaca_cleaned_dataset",
+    "slimorca_dataset",
+    "grammar_dataset",
+    "samsum_dataset",
+    "wikitext_dataset",
+    "cnn_dailymail_articles_dataset",
+)
+# torchtune model builders -> the Hub id of the same shape (torchtune/models/*/_model_builders.py)
+TORCHTUNE_MODELS = {
+    "llama3_2_1b": "meta-llama/Llama-3.2-1B",
+    "llama3_2_3b": "meta-llama/Llama-3.2-3B",
+    "llama3_8b": "meta-llama/Meta-Llama-3-8B",
+    "llama3_1_8b": "meta-llama/Llama-3.1-8B",
+    "llama2_7b": "meta-llama/Llama-2-7b-hf",
+    "llama2_13b": "meta-llama/Llama-2-13b-hf",
+    "mistral_7b": "mistralai/Mistral-7B-v0.1",
+    "gemma_2b": "google/gemma-2b",
+    "gemma_7b": "google/gemma-7b",
+    "qwen2_5_0_5b": "Qwen/Qwen2.5-0.5B",
+    "qwen2_5_1_5b": "Qwen/Qwen2.5-1.5B",
+    "qwen2_5_7b_base": "Qwen/Qwen2.5-7B",
+    "phi3_mini": "microsoft/Phi-3-mini-4k-instruct",
+}
+# Collators by whether they pad a batch of unequal samples (transformers data_collator.py,
+# trl/trainer/sft_trainer.py, torchtune/data/_collate.py; torch's default_collate stacks).
+PADDING_COLLATORS = (
+    "DataCollatorWithPadding",
+    "DataCollatorForSeq2Seq",
+    "DataCollatorForLanguageModeling",
+    "DataCollatorForCompletionOnlyLM",
+    "DataCollatorForTokenClassification",
+    "padded_collate",
+    "padded_collate_sft",
+    "padded_collate_dpo",
+    "padded_collate_packed",
+    "UnslothVisionDataCollator",
+)
+STACKING_COLLATORS = ("default_data_collator", "DefaultDataCollator", "default_collate")
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a native key lives in the code: the call, and its argument when written."""
+
+    call: CallSite
+    arg: Arg | None
+    keyword: str
+
+
+@dataclass
+class Collected:
+    """The native keys of a program, their locations and code sites, and what is unknown."""
+
+    data: dict[str, dict[str, object]] = field(default_factory=dict)
+    where: dict[str, Location] = field(default_factory=dict)
+    sites: dict[str, Site] = field(default_factory=dict)
+    calls: dict[str, CallSite] = field(default_factory=dict)  # group -> its call
+    unknown: dict[str, Unknown] = field(default_factory=dict)
+    # What the collator is: "padded", "default", or None (not decided by the code).
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def put(self, group: str, call: CallSite, keywords: dict[str, int | None]) -> None:
+        """Record ``call``'s arguments (keyword -> positional index or None) under ``group``."""
+        self.calls.setdefault(group, call)
+        section = self.data.setdefault(group, {})
+        for keyword, position in keywords.items():
+            key = f"{group}.{keyword}"
+            arg = call.arg(keyword, position)
+            self.sites[key] = Site(call, arg, keyword)
+            if arg is None:
+                continue
+            self.where[key] = _arg_location(arg)
+            value = arg.value
+            if isinstance(value, Unknown):
+                self.unknown[key] = value
+            elif isinstance(value, Known):
+                section[keyword] = value.value
+            elif isinstance(value, Entries):
+                try:
+                    section[keyword] = {k: _literal(v) for k, v in value.items.items()}
+                except ValueError:
+                    self.unknown[key] = Unknown("a dict with values computed when it runs")
+            else:
+                section[keyword] = _symbol(value)
+
+
+def _arg_location(arg: Arg) -> Location:
+    return arg.location
+
+
+def _literal(value: Value) -> object:
+    if isinstance(value, Known):
+        return value.value
+    raise ValueError("not a literal")
+
+
+def _symbol(value: Value) -> str:
+    """A non-literal argument as a name: ``torch.bfloat16``, ``DataCollatorForSeq2Seq(...)``."""
+    if isinstance(value, Ref):
+        return value.name
+    if isinstance(value, Obj):
+        return f"{value.call.name}()" + ("" if value.index is None else f"[{value.index}]")
+    if isinstance(value, Func):
+        return f"<function {value.name}>"
+    return "<object>"
+
+
+def _last(calls: list[CallSite]) -> CallSite | None:
+    return calls[-1] if calls else None
+
+
+def _first_live(calls: list[CallSite]) -> CallSite | None:
+    return calls[0] if calls else None
+
+
+def is_tokenizer_call(call: CallSite) -> bool:
+    """``tokenizer(...)``, ``processor(...)``, ``tok.apply_chat_template(..., tokenize=True)``
+    or a call of what ``AutoTokenizer.from_pretrained`` / Unsloth's loader returned."""
+    written = call.written.lower()
+    if written.endswith("apply_chat_template"):
+        tokenize = call.kwargs.get("tokenize")
+        return tokenize is not None and isinstance(tokenize.value, Known) and bool(
+            tokenize.value.value
+        )
+    if "tokenizer" in written.split(".")[-1] or written.split(".")[-1] in ("tok", "processor"):
+        return True
+    return call.name.endswith(("Tokenizer.from_pretrained()", "from_pretrained()[1]"))
+
+
+def collect(program: Program) -> Collected:
+    out = Collected()
+    trainer = _last(program.find(*TRAINERS))
+    loader = _first_live(program.find(*LOADERS))
+    if loader is not None:
+        out.put(
+            "load",
+            loader,
+            {
+                "model_name": 0,
+                "pretrained_model_name_or_path": 0,
+                "max_seq_length": None,
+                "load_in_4bit": None,
+                "load_in_8bit": None,
+                "dtype": None,
+                "torch_dtype": None,
+                "full_finetuning": None,
+                "attn_implementation": None,
+                "quantization_config": None,
+            },
+        )
+        out.notes["loader"] = loader.name
+    else:
+        builders = [c for c in program.calls if c.name.split(".")[-1] in TORCHTUNE_MODELS]
+        if builders:
+            out.calls["load"] = builders[0]
+            out.notes["torchtune_model"] = builders[0].name.split(".")[-1]
+    bnb = _first_live(program.find("BitsAndBytesConfig"))
+    if bnb is not None:
+        out.put(
+            "bnb",
+            bnb,
+            {
+                "load_in_4bit": None,
+                "load_in_8bit": None,
+                "bnb_4bit_quant_type": None,
+                "bnb_4bit_use_double_quant": None,
+            },
+        )
+    peft = _first_live(program.find("get_peft_model"))
+    lora = _first_live(program.find("LoraConfig"))
+    lora_keys: dict[str, int | None] = {
+        "r": None,
+        "target_modules": None,
+        "lora_alpha": None,
+        "lora_dropout": None,
+    }
+    if peft is not None and peft.name.split(".")[-2:-1] in (["FastLanguageModel"], ["FastModel"], ["FastVisionModel"]):
+        out.put("peft", peft, {**lora_keys, "use_gradient_checkpointing": None})
+        out.notes["peft"] = "unsloth"
+    elif lora is not None:
+        out.put("peft", lora, lora_keys)
+        out.notes["peft"] = "peft"
+    args = _last(program.find(*ARGS))
+    if args is not None:
+        out.put(
+            "args",
+            args,
+            {
+                k: None
+                for k in (
+                    "per_device_train_batch_size",
+                    "gradient_accumulation_steps",
+                    "learning_rate",
+                    "fp16",
+                    "bf16",
+                    "optim",
+                    "gradient_checkpointing",
+                    "max_length",
+                    "max_seq_length",
+                    "packing",
+                    "dataset_text_field",
+                    "seed",
+                    "output_dir",
+                    "use_liger_kernel",
+                    "deepspeed",
+                    "fsdp",
+                    "pad_to_multiple_of",
+                )
+            },
+        )
+        out.notes["args"] = args.name.split(".")[-1]
+    if trainer is not None:
+        out.put(
+            "trainer",
+            trainer,
+            {
+                "data_collator": None,
+                "processing_class": None,
+                "tokenizer": None,
+                "max_seq_length": None,
+                "packing": None,
+                "dataset_text_field": None,
+                "peft_config": None,
+                "args": None,
+            },
+        )
+        out.notes["trainer"] = trainer.name.split(".")[-1]
+    _collect_map(program, out)
+    _collect_lightning(program, out)
+    return out
+
+
+def _collect_map(program: Program, out: Collected) -> None:
+    """The ``dataset.map(fn, ...)`` whose function tokenizes, and that tokenizer call."""
+    for call in program.calls:
+        if not call.name.endswith(".map") or not call.args:
+            continue
+        fn = call.arg("function", 0)
+        if fn is None or not isinstance(fn.value, Func):
+            continue
+        tokenizing = [c for c in program.inside(fn.value) if is_tokenizer_call(c)]
+        if not tokenizing:
+            continue
+        out.put("map", call, {"batched": None, "batch_size": None})
+        out.put(
+            "tokenize",
+            tokenizing[0],
+            {"padding": None, "truncation": None, "max_length": None, "pad_to_multiple_of": None},
+        )
+        out.notes["map_function"] = fn.value.name
+        return
+
+
+def _collect_lightning(program: Program, out: Collected) -> None:
+    lightning = _last(program.find(*LIGHTNING))
+    if lightning is not None:
+        out.put(
+            "lightning",
+            lightning,
+            {"precision": None, "devices": None, "strategy": None, "accumulate_grad_batches": None},
+        )
+        out.notes["lightning"] = lightning.name.split(".")[-1]
+    loaders = program.find("DataLoader")
+    train = next((c for c in loaders if "train" in (c.function or "") or c.function is None), None)
+    train = train or (loaders[0] if loaders else None)
+    if train is not None:
+        out.put("loader", train, {"batch_size": 1, "collate_fn": 4})
+    datasets = [c for c in program.calls if c.name.split(".")[-1] in TORCHTUNE_DATASETS]
+    if datasets:
+        out.put("dataset", datasets[0], {"max_seq_len": None, "packed": None})
+        out.notes["torchtune_dataset"] = datasets[0].name.split(".")[-1]
+
+
+def collator_kind(symbol: object) -> str | None:
+    """"padded" / "default" for a collator the code names; None when it cannot tell."""
+    text = str(symbol)
+    if any(name in text for name in PADDING_COLLATORS):
+        return "padded"
+    if any(name in text for name in STACKING_COLLATORS):
+        return "default"
+    return None

@@ -1,0 +1,58 @@
+"""What the libraries a script uses handle themselves (see :mod:`cfgcheck.sources.profiles`).
+
+- Unsloth (unslothai/unsloth at 015bdef0): ``max_seq_length`` above the model's context
+  extends RoPE (unsloth/models/llama.py:2566-2590: "can be magically be extended"), so it is no
+  crash; its tokenizer loader gives a pad token (unsloth/tokenizer_utils.py
+  ``_fix_pad_token``); ``use_gradient_checkpointing="unsloth"`` offloads the checkpointed
+  activations to CPU memory (unsloth_zoo ``Unsloth_Offloaded_Gradient_Checkpointer``), which
+  cfgcheck's estimate does not model, so an estimate over the GPU is a warning.
+- TRL's ``SFTTrainer`` (and Unsloth's patched one): :data:`cfgcheck.sources.profiles.TRL`.
+"""
+
+from __future__ import annotations
+
+from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.profiles import TRL, Adjustment, Profile
+
+_UNSLOTH = (
+    Adjustment(
+        "seq-len-over-block-size",
+        "warning",
+        "Unsloth extends RoPE by max_seq_length / max_position_embeddings instead of failing "
+        "(unsloth/models/llama.py:2566): no crash, but positions past the pretrained context "
+        "are untrained",
+        "error",
+    ),
+    Adjustment(
+        "pad-token-missing",
+        None,
+        "Unsloth's loader gives the tokenizer a pad token (unsloth/tokenizer_utils.py)",
+    ),
+)
+_OFFLOAD = Adjustment(
+    "gpu-memory",
+    "warning",
+    "use_gradient_checkpointing='unsloth' offloads the checkpointed activations to CPU memory "
+    "(unsloth_zoo), which this estimate does not model: it is an upper bound",
+    "error",
+)
+
+
+def profile_of(native: NativeConfig) -> Profile:
+    from cfgcheck.sources.python import CodeConfig
+
+    if not isinstance(native, CodeConfig):
+        return Profile("code")
+    notes = native.collected.notes
+    unsloth = "unsloth" in notes.get("loader", "") or notes.get("peft") == "unsloth"
+    sft = "SFT" in notes.get("trainer", "") or "SFT" in notes.get("args", "")
+    adjustments: list[Adjustment] = []
+    if unsloth:
+        adjustments += _UNSLOTH
+        offload = native.get("peft.use_gradient_checkpointing", "unsloth")
+        if notes.get("peft") == "unsloth" and offload == "unsloth":
+            adjustments.append(_OFFLOAD)
+    if sft or unsloth:
+        adjustments += [a for a in TRL.adjustments if a.rule != "pad-token-missing" or not unsloth]
+    name = "Unsloth" if unsloth else "TRL" if sft else "transformers"
+    return Profile(name, tuple(adjustments))
