@@ -162,3 +162,5 @@ class Format:
     # Dotted prefixes whose sub-keys are free-form (optimizer init_args, deepspeed dicts...).
     open_prefixes: tuple[str, ...] = ()
     finish: Finish | None = None
+    # The format checks each fix itself (finish), so validation leaves them unverified.
+    verifies_fixes: bool = False

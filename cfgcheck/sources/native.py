@@ -126,11 +126,13 @@ def check_native(
 
 def check_loaded(loaded: Loaded) -> CheckResult:
     """Validate a loaded native config, then add the format's findings (see the module)."""
-    from cfgcheck.validate import validate
+    from cfgcheck.validate import validate, validate_plain
 
-    with native_model_errors(loaded.native, loaded.model_key):
-        result = validate(loaded.config)
     spec = loaded.format
+    with native_model_errors(loaded.native, loaded.model_key):
+        # A format that verifies its fixes end to end (the python source re-reads the edited
+        # code, profile applied) gets them as the rules proposed them.
+        result = validate_plain(loaded.config) if spec.verifies_fixes else validate(loaded.config)
     findings: list[Finding] = list(result.findings)
     findings += unknown_keys(loaded.native, spec)
     for rule in spec.rules:

@@ -246,6 +246,7 @@ FORMAT = Format(
     rules=(unknown_values,),
     open_prefixes=GROUPS,
     finish=finish,
+    verifies_fixes=True,
 )
 
 

@@ -149,6 +149,7 @@ class Collected:
     def put(self, group: str, call: CallSite, keywords: dict[str, int | None]) -> None:
         """Record ``call``'s arguments (keyword -> positional index or None) under ``group``."""
         self.calls.setdefault(group, call)
+        self.where.setdefault(group, call.location)
         section = self.data.setdefault(group, {})
         for keyword, position in keywords.items():
             key = f"{group}.{keyword}"
@@ -240,6 +241,7 @@ def collect(program: Program) -> Collected:
         builders = [c for c in program.calls if c.name.split(".")[-1] in TORCHTUNE_MODELS]
         if builders:
             out.calls["load"] = builders[0]
+            out.where["load"] = builders[0].location
             out.notes["torchtune_model"] = builders[0].name.split(".")[-1]
     bnb = _first_live(program.find("BitsAndBytesConfig"))
     if bnb is not None:

@@ -44,7 +44,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "data.pad_to_multiple_of": ("tokenize.pad_to_multiple_of",),
 }
 _IMPORTS = {
-    "DataCollatorWithPadding": "from transformers import DataCollatorWithPadding",
+    "DataCollatorForSeq2Seq": "from transformers import DataCollatorForSeq2Seq",
     "padded_collate_sft": "from torchtune.data import padded_collate_sft",
 }
 
@@ -69,7 +69,7 @@ def native_change(native: CodeConfig, path: str, value: str) -> str | None:
             return "loader.collate_fn=padded_collate_sft"
         if "trainer" in groups:
             tokenizer = _tokenizer_name(native)
-            return f"trainer.data_collator=DataCollatorWithPadding({tokenizer})"
+            return f"trainer.data_collator=DataCollatorForSeq2Seq({tokenizer})"
         return None
     if path == "data.max_seq_length":
         key = native.path_keys.get(path)
@@ -116,6 +116,8 @@ def _edits_of(native: CodeConfig, change: str) -> list[CodeEdit] | None:
         old = ast.get_source_segment(unit.source, node) or ""
         if site.arg.location.cell != _loc(native, unit, node.lineno).cell or old == "":
             return None  # the value was written elsewhere (a **dict): not edited in place
+        if old == code:
+            return []  # already so
         out.append(
             CodeEdit(
                 _loc(native, unit, node.lineno),
@@ -217,7 +219,7 @@ def with_edits(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
                     edits = []
                     break
                 edits += found
-            if not edits or budget <= 0:
+            if not any(e.old != e.new for e in edits) or budget <= 0:
                 continue
             budget -= 1
             if _verified(native, loaded, f, edits, before_errors):

@@ -38,6 +38,20 @@ _OFFLOAD = Adjustment(
 )
 
 
+# torchtune 0.6.1 torchtune/data/_collate.py: padded_collate_sft(batch, padding_idx=0,
+# ignore_idx=-100) pads tokens with 0 and labels with -100 by position; padded_collate takes
+# padding_idx itself. Neither reads a tokenizer's pad token.
+_TORCHTUNE_COLLATE = (
+    Adjustment(
+        "pad-token-missing",
+        None,
+        "torchtune's padded_collate_sft pads with padding_idx=0 and labels with -100 by "
+        "position (torchtune/data/_collate.py); the tokenizer's pad token is never used",
+    ),
+    Adjustment("pad-is-eos", None, "torchtune pads labels with -100 by position"),
+)
+
+
 def profile_of(native: NativeConfig) -> Profile:
     from cfgcheck.sources.python import CodeConfig
 
@@ -54,5 +68,9 @@ def profile_of(native: NativeConfig) -> Profile:
             adjustments.append(_OFFLOAD)
     if sft or unsloth:
         adjustments += [a for a in TRL.adjustments if a.rule != "pad-token-missing" or not unsloth]
+    if "loader" in native.collected.calls and "trainer" not in notes:
+        adjustments += _TORCHTUNE_COLLATE if "torchtune_dataset" in notes else ()
+        name = "Lightning" if "lightning" in notes else "PyTorch"
+        return Profile(name, tuple(adjustments))
     name = "Unsloth" if unsloth else "TRL" if sft else "transformers"
     return Profile(name, tuple(adjustments))
