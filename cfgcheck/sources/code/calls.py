@@ -45,6 +45,9 @@ from cfgcheck.sources.code.values import (
     unary,
 )
 
+import builtins
+
+_BUILTINS = frozenset(dir(builtins))
 MAX_CALL_DEPTH = 8
 MAX_STEPS = 200_000
 
@@ -103,6 +106,9 @@ class Program:
     code: CodeFile
     calls: list[CallSite] = field(default_factory=list)
     functions: dict[str, Func] = field(default_factory=dict)
+    # Attribute assignments (``tokenizer.pad_token = tokenizer.eos_token``): target as
+    # written, value, where.
+    attributes: list[tuple[str, Value, Location]] = field(default_factory=list)
 
     def find(self, *tails: str) -> list[CallSite]:
         """The calls whose callee ends with one of ``tails`` (dotted, compared part-wise)."""
@@ -149,6 +155,7 @@ class _Reader:
         self.code = code
         self.program = Program(code)
         self.globals = _Frame(None, None)
+        self.globals.names["__name__"] = Known("__main__")  # the file run as a script
         self.steps = 0
         self.depth = 0
         self.running: set[int] = set()
@@ -214,7 +221,7 @@ class _Reader:
         elif isinstance(s, ast.Expr):
             self.expr(s.value, frame, unit)
         elif isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef):
-            func = Func(s, unit, s.name)
+            func = Func(s, unit, s.name, frame)
             frame.names[s.name] = func
             self.program.functions.setdefault(s.name, func)
             self.pending.append(func)
@@ -307,6 +314,7 @@ class _Reader:
             dotted = self.dotted(target, frame, resolve=False)
             if dotted and dotted.startswith("self."):
                 frame.names[dotted] = value
+            self.program.attributes.append((ast.unparse(target)[:80], value, self.loc(target, unit)))
 
     # -- expressions -------------------------------------------------------------------------
     def dotted(self, node: ast.expr, frame: _Frame, resolve: bool = True) -> str | None:
@@ -337,7 +345,9 @@ class _Reader:
                 return bound
             if node.id in _OPAQUE:
                 return Unknown(_OPAQUE[node.id], where)
-            return Ref(node.id)  # a builtin or a name set outside the file
+            if node.id in _BUILTINS:
+                return Ref(node.id)
+            return Unknown(f"{node.id}, a name the file does not assign before this", where)
         if isinstance(node, ast.Attribute):
             dotted = self.dotted(node, frame, resolve=False)
             if dotted and dotted.startswith("self."):
@@ -410,7 +420,7 @@ class _Reader:
         if isinstance(node, ast.Call):
             return self.call(node, frame, unit)
         if isinstance(node, ast.Lambda):
-            func = Func(node, unit, f"<lambda line {node.lineno}>")
+            func = Func(node, unit, f"<lambda line {node.lineno}>", frame)
             self.pending.append(func)
             return func
         if isinstance(node, ast.NamedExpr):
@@ -625,7 +635,7 @@ class _Reader:
         if key in self.running or self.depth >= MAX_CALL_DEPTH:
             return Unknown(f"the result of {func.name}(...) (recursive or nested too deep)", where)
         self.ran.add(key)
-        frame = _Frame(self.globals, func.name)
+        frame = _Frame(func.scope if isinstance(func.scope, _Frame) else self.globals, func.name)
         if self_names is not None:
             frame.names.update(self_names)
         self.bind_params(func, args, kwargs, frame, self_names is not None)

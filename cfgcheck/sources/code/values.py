@@ -55,6 +55,7 @@ class Func:
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
     unit: Unit
     name: str
+    scope: Any = None  # the frame it was defined in (its closure)
 
 
 @dataclass(frozen=True, eq=False)

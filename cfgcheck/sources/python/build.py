@@ -95,8 +95,14 @@ def _model(b: Builder, notes: dict[str, str]) -> None:
         b.model_key = "load"
         b.set("model.pretrained", TORCHTUNE_MODELS[builder], n.loc("load"))
         return
-    if n.is_set("load"):
-        set_model(b, "load.model_name", None)
+    for key in ("load.model_name", "load.pretrained_model_name_or_path"):
+        unknown = n.collected.unknown.get(key)  # type: ignore[attr-defined]
+        if unknown is not None:
+            at = n.loc(key)
+            raise ConfigLoadError(
+                f"{at}: the model is {unknown.why}: cfgcheck reads the code without running "
+                f"it; give the model as the override {key}=<folder or Hub id>"
+            )
     raise ConfigLoadError(
         f"{n.file}: the code loads no model cfgcheck can read (FastLanguageModel."
         "from_pretrained, AutoModelForCausalLM.from_pretrained or a torchtune model builder "

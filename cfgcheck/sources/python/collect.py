@@ -220,12 +220,12 @@ def collect(program: Program) -> Collected:
     trainer = _last(program.find(*TRAINERS))
     loader = _first_live(program.find(*LOADERS))
     if loader is not None:
+        unsloth = loader.name.split(".")[-2] in ("FastLanguageModel", "FastModel", "FastVisionModel")
         out.put(
             "load",
             loader,
             {
-                "model_name": 0,
-                "pretrained_model_name_or_path": 0,
+                ("model_name" if unsloth else "pretrained_model_name_or_path"): 0,
                 "max_seq_length": None,
                 "load_in_4bit": None,
                 "load_in_8bit": None,
@@ -314,6 +314,9 @@ def collect(program: Program) -> Collected:
             },
         )
         out.notes["trainer"] = trainer.name.split(".")[-1]
+    for target, _, location in program.attributes:
+        if target.endswith((".pad_token", ".pad_token_id")):
+            out.notes.setdefault("pad_token_set", f"{target} = ... at {location}")
     _collect_map(program, out)
     _collect_lightning(program, out)
     return out

@@ -28,6 +28,12 @@ _UNSLOTH = (
         None,
         "Unsloth's loader gives the tokenizer a pad token (unsloth/tokenizer_utils.py)",
     ),
+    Adjustment(
+        "attention-unsupported",
+        None,
+        "Unsloth replaces the attention forward with its own, logit soft-capping included "
+        "(unsloth/models/gemma2.py Gemma2Attention_fast_forward)",
+    ),
 )
 _OFFLOAD = Adjustment(
     "gpu-memory",
@@ -61,6 +67,14 @@ def profile_of(native: NativeConfig) -> Profile:
     unsloth = "unsloth" in notes.get("loader", "") or notes.get("peft") == "unsloth"
     sft = "SFT" in notes.get("trainer", "") or "SFT" in notes.get("args", "")
     adjustments: list[Adjustment] = []
+    if "pad_token_set" in notes:
+        adjustments.append(
+            Adjustment(
+                "pad-token-missing",
+                None,
+                f"the code gives the tokenizer a pad token ({notes['pad_token_set']})",
+            )
+        )
     if unsloth:
         adjustments += _UNSLOTH
         offload = native.get("peft.use_gradient_checkpointing", "unsloth")
