@@ -42,10 +42,14 @@ class NativeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    format: Literal["litgpt", "axolotl", "trl"] = Field(description="The file's framework.")
+    format: Literal["litgpt", "axolotl", "trl", "python"] = Field(
+        description="The file's framework; 'python' for a training script or notebook "
+        "(read statically, never run)."
+    )
     config: str = Field(
         max_length=MAX_NATIVE_CHARS,
-        description="The config file's text (YAML or JSON), e.g. an Axolotl examples/*.yml.",
+        description="The config file's text (YAML or JSON), e.g. an Axolotl examples/*.yml; "
+        "with format 'python', the script's text or the notebook's JSON.",
     )
     filename: str = Field(
         "config.yaml",

@@ -68,6 +68,12 @@ def build(b: Builder) -> None:
     framework = "torchtune" if torchtune and lightning else "hf"
     b.default("trainer.framework", framework, "(the libraries the code imports)")
     _model(b, n.collected.notes)
+    if unsloth and not _has_tokenizer_files(b.config["model"].get("pretrained")):
+        # Unsloth always leaves the tokenizer with a pad token: _fix_pad_token heals a bad or
+        # missing one and the model-aware patch_tokenizer adds one where none exists
+        # (unsloth/tokenizer_utils.py:653). Its string is the tokenizer's own, unknown
+        # without the tokenizer files; a preset has none, so a placeholder stands for it.
+        b.default("tokenizer.pad_token", "<pad>", "unsloth/tokenizer_utils.py _fix_pad_token")
     if n.gpu_name and n.gpu_location is not None:  # named by the notebook's metadata
         b.set("trainer.gpu.name", n.gpu_name, n.gpu_location)
     if lightning or "loader" in n.data and "trainer" not in notes:
@@ -76,6 +82,20 @@ def build(b: Builder) -> None:
         _hf(b, unsloth)
     _data(b, unsloth, lightning)
     _peft(b, unsloth)
+
+
+def _has_tokenizer_files(ref: object) -> bool:
+    """``ref`` is a folder or a cached Hub snapshot, whose tokenizer cfgcheck reads."""
+    from pathlib import Path
+
+    from cfgcheck.models.resolve import cached_snapshot
+
+    if not isinstance(ref, str):
+        return False
+    try:
+        return Path(ref).expanduser().is_dir() or ("/" in ref and cached_snapshot(ref) is not None)
+    except OSError:
+        return False
 
 
 def _model(b: Builder, notes: dict[str, str]) -> None:

@@ -34,7 +34,16 @@ from dataclasses import dataclass, field
 
 from cfgcheck.findings import Location
 from cfgcheck.sources.code import Arg, CallSite, Program
-from cfgcheck.sources.code.values import Entries, Func, Known, Obj, Ref, Unknown, Value
+from cfgcheck.sources.code.values import (
+    Entries,
+    Func,
+    Known,
+    Obj,
+    Ref,
+    Unknown,
+    Value,
+    describe,
+)
 
 LOADERS = (
     "FastLanguageModel.from_pretrained",
@@ -123,6 +132,22 @@ PADDING_COLLATORS = (
     "UnslothVisionDataCollator",
 )
 STACKING_COLLATORS = ("default_data_collator", "DefaultDataCollator", "default_collate")
+# Keywords whose value is an object (a collator, a dtype, a config): named, not a literal.
+OBJECT_KEYWORDS = frozenset(
+    {
+        "data_collator",
+        "collate_fn",
+        "dtype",
+        "torch_dtype",
+        "quantization_config",
+        "peft_config",
+        "processing_class",
+        "tokenizer",
+        "args",
+        "strategy",
+        "precision",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -168,8 +193,10 @@ class Collected:
                     section[keyword] = {k: _literal(v) for k, v in value.items.items()}
                 except ValueError:
                     self.unknown[key] = Unknown("a dict with values computed when it runs")
-            else:
+            elif keyword in OBJECT_KEYWORDS:
                 section[keyword] = _symbol(value)
+            else:  # a number, a flag, a name: a call's result or an object is not known
+                self.unknown[key] = Unknown(describe(value), arg.location)
 
 
 def _arg_location(arg: Arg) -> Location:
