@@ -76,8 +76,8 @@ def python_files(files: list[str]) -> list[str]:
     """The ``*.py`` / ``*.ipynb`` files that build a trainer; every other file is skipped
     after a bounded read and a text search, without parsing."""
     from cfgcheck import safeio
-    from cfgcheck.sources.python import trains_text
     from cfgcheck.sources.code.text import MAX_BYTES
+    from cfgcheck.sources.python import trains_text
 
     kept = []
     for file in files:

@@ -1,5 +1,6 @@
 """``{"format": ..., "config": ...}`` requests: a native framework config (LitGPT, Axolotl,
-TRL) or a training script or notebook (``python``) checked as ``cfgcheck check --from FORMAT FILE`` checks it (:mod:`cfgcheck.sources`).
+TRL) or a training script or notebook (``python``) checked as ``cfgcheck check --from FORMAT
+FILE`` checks it (:mod:`cfgcheck.sources`).
 
 The text is read by the sources layer's bounded reader; the run config it maps to is confined
 like any submitted config (paths inside the allowed roots) before anything reads a file.

@@ -39,7 +39,9 @@ args = TrainingArguments(
 """
     (call,) = program(text).find("TrainingArguments")
     values = {k: a.value for k, a in call.kwargs.items()}
-    assert values["per_device_train_batch_size"] == Known(4, values["per_device_train_batch_size"].origin)  # type: ignore[union-attr]
+    assert values["per_device_train_batch_size"] == Known(
+        4, values["per_device_train_batch_size"].origin
+    )  # type: ignore[union-attr]
     assert isinstance(values["gradient_accumulation_steps"], Known)
     assert values["gradient_accumulation_steps"].value == 7
     assert values["output_dir"].value == "outputs/run-002"  # type: ignore[union-attr]
@@ -71,7 +73,10 @@ config = make_args(4, learning_rate=1e-4)
     ],
 )
 def test_anything_else_is_unknown_with_its_line(expression: str, why: str) -> None:
-    text = f"import os\nfrom transformers import TrainingArguments\nbs = {expression}\nTrainingArguments(per_device_train_batch_size=bs)\n"
+    text = (
+        f"import os\nfrom transformers import TrainingArguments\nbs = {expression}\n"
+        "TrainingArguments(per_device_train_batch_size=bs)\n"
+    )
     value = kwarg(text, "TrainingArguments", "per_device_train_batch_size")
     assert isinstance(value, Unknown), value
     assert why in value.why
@@ -149,9 +154,17 @@ def test_shell_lines_keep_line_numbers() -> None:
     [
         ("def f(:\n", "train.py", "train.py:1: invalid Python"),
         ('{"cells": [', "nb.ipynb", "nb.ipynb is not a notebook"),
-        ('{"cells": [{"cell_type": "code", "source": "x = (\\n"}]}', "nb.ipynb", "nb.ipynb, cell 0, line 1: invalid Python"),
+        (
+            '{"cells": [{"cell_type": "code", "source": "x = (\\n"}]}',
+            "nb.ipynb",
+            "nb.ipynb, cell 0, line 1: invalid Python",
+        ),
         ("x = " + "(" * 300 + ")" * 300, "deep.py", "deep.py"),
-        ("x = " + "[" * (MAX_AST_DEPTH + 5) + "]" * (MAX_AST_DEPTH + 5), "deep2.py", "nested deeper"),
+        (
+            "x = " + "[" * (MAX_AST_DEPTH + 5) + "]" * (MAX_AST_DEPTH + 5),
+            "deep2.py",
+            "nested deeper",
+        ),
     ],
 )
 def test_unreadable_code_is_one_line(text: str, name: str, message: str) -> None:
@@ -162,7 +175,10 @@ def test_unreadable_code_is_one_line(text: str, name: str, message: str) -> None
 
 
 def test_a_call_result_is_known_only_as_that_call() -> None:
-    text = "from transformers import TrainingArguments\nbs = get_batch()\nTrainingArguments(per_device_train_batch_size=bs)\n"
+    text = (
+        "from transformers import TrainingArguments\nbs = get_batch()\n"
+        "TrainingArguments(per_device_train_batch_size=bs)\n"
+    )
     value = kwarg(text, "TrainingArguments", "per_device_train_batch_size")
     assert isinstance(value, Obj) and value.call.name == "get_batch"
 

@@ -37,7 +37,12 @@ def run_script(path: Path, timeout: float = 300) -> subprocess.CompletedProcess[
         text=True,
         timeout=timeout,
         check=False,
-        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HOME": str(path.parent)},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HOME": str(path.parent),
+        },
     )
 
 
@@ -72,7 +77,9 @@ def _save_weights(folder: Path) -> None:
 
 def _ragged_samples() -> list[dict[str, list[int]]]:
     """What torchtune's text_completion_dataset yields: unpadded tokens and labels."""
-    return [{"tokens": list(range(3, 3 + n)), "labels": list(range(3, 3 + n))} for n in (5, 9, 7, 12)]
+    return [
+        {"tokens": list(range(3, 3 + n)), "labels": list(range(3, 3 + n))} for n in (5, 9, 7, 12)
+    ]
 
 
 @requires("torch", "torchtune")
@@ -83,17 +90,20 @@ def test_default_collate_refuses_ragged_samples_and_padded_collate_sft_stacks() 
 
     with pytest.raises(RuntimeError, match="each element in list of batch should be of equal size"):
         next(iter(DataLoader(_ragged_samples(), batch_size=4)))  # type: ignore[arg-type]
-    batch: Any = next(iter(DataLoader(_ragged_samples(), batch_size=4, collate_fn=padded_collate_sft)))  # type: ignore[arg-type]
+    batch: Any = next(
+        iter(DataLoader(_ragged_samples(), batch_size=4, collate_fn=padded_collate_sft))
+    )  # type: ignore[arg-type]
     assert batch["tokens"].shape == torch.Size([4, 12])
 
 
-LIGHTNING_SCRIPT = '''
+LIGHTNING_SCRIPT = """
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
 BATCH_SIZE = 4
-SAMPLES = [{"tokens": list(range(3, 3 + n)), "labels": list(range(3, 3 + n))} for n in (5, 9, 7, 12)]
+LENGTHS = (5, 9, 7, 12)
+SAMPLES = [{"tokens": list(range(3, 3 + n)), "labels": list(range(3, 3 + n))} for n in LENGTHS]
 
 
 class Tiny(L.LightningModule):
@@ -128,7 +138,7 @@ trainer = L.Trainer(
 )
 trainer.fit(Tiny(), Data())
 print("STEP DONE")
-'''
+"""
 
 
 @requires("torch", "torchtune", "lightning")
@@ -137,7 +147,9 @@ def test_lightning_fit_raises_and_cfgcheck_fix_runs(tmp_path: Path) -> None:
     script.write_text(LIGHTNING_SCRIPT)
     failed = run_script(script)
     assert failed.returncode != 0
-    assert "each element in list of batch should be of equal size" in failed.stderr, failed.stderr[-2000:]
+    assert "each element in list of batch should be of equal size" in failed.stderr, failed.stderr[
+        -2000:
+    ]
     # cfgcheck reads the published seed (its model is a torchtune builder) and proposes the
     # collate_fn edit; the same edit on this runnable script makes the step run.
     seed = HERE / "lightning_torchtune_seed.py"

@@ -14,10 +14,9 @@ import pytest
 
 import cfgcheck
 from cfgcheck.errors import ConfigLoadError
-from cfgcheck.findings import CheckResult, Finding
+from cfgcheck.findings import CheckResult, CodeEdit, Finding, Location
 from cfgcheck.sources import check_native
 from cfgcheck.sources.python.edits import apply
-from cfgcheck.findings import CodeEdit, Location
 from tests.conftest import run_cfgcheck
 from tests.model_folders import tokenizer_files, write_config
 
@@ -113,11 +112,16 @@ def test_trainer_seed_is_an_error_at_the_padding_and_batch_lines(tmp_path: Path)
     assert finding["severity"] == "error"
     where = dict(zip(finding["paths"], finding["locations"], strict=True))
     assert where["data.padding"] == {"file": script.name, "line": line_with(text, "padding=True")}
-    assert where["trainer.micro_batch_size"]["line"] == line_with(text, "per_device_train_batch_size")
+    assert where["trainer.micro_batch_size"]["line"] == line_with(
+        text, "per_device_train_batch_size"
+    )
     assert where["data.collator"]["line"] == line_with(text, "trainer = Trainer(")
     # Two fixes, each as code edits: a padding collator, or padding="max_length".
     news = [[e["new"] for e in fix["edits"]] for fix in finding["fixes"]]
-    assert [", data_collator=DataCollatorForSeq2Seq(tokenizer)", "from transformers import DataCollatorForSeq2Seq\n"] in news
+    assert [
+        ", data_collator=DataCollatorForSeq2Seq(tokenizer)",
+        "from transformers import DataCollatorForSeq2Seq\n",
+    ] in news
     assert ["'max_length'"] in news
     for fix in finding["fixes"]:
         fixed = tmp_path / "fixed.py"
@@ -134,10 +138,16 @@ def test_padding_absent_and_batch_one(tmp_path: Path) -> None:
     found = one(check_native(absent, "python"), "ragged-batch")
     assert found.locations["data.padding"].line == line_with(text, "tokens = tokenizer(")  # type: ignore[union-attr]
     single = tmp_path / "single.py"
-    single.write_text(text.replace("per_device_train_batch_size=4", "per_device_train_batch_size=1"))
+    single.write_text(
+        text.replace("per_device_train_batch_size=4", "per_device_train_batch_size=1")
+    )
     assert not check_native(single, "python").by_rule("ragged-batch")
     processing = tmp_path / "with_tokenizer.py"  # Trainer pads with DataCollatorWithPadding
-    processing.write_text(text.replace("train_dataset=dataset,", "train_dataset=dataset,\n    processing_class=tokenizer,"))
+    processing.write_text(
+        text.replace(
+            "train_dataset=dataset,", "train_dataset=dataset,\n    processing_class=tokenizer,"
+        )
+    )
     assert not check_native(processing, "python").by_rule("ragged-batch")
 
 
@@ -168,7 +178,8 @@ UNSLOTH_SEED_CELLS = [
         "        max_length=MAX_TOKEN_COUNT,\n"
         "        return_attention_mask=True,\n"
         "    )\n"
-        '    return {"input_ids": tokens["input_ids"], "attention_mask": tokens["attention_mask"]}\n'
+        '    return {"input_ids": tokens["input_ids"],\n'
+        '            "attention_mask": tokens["attention_mask"]}\n'
         "dataset = dataset.map(tokenize_function, batched=True)",
     ),
     (
@@ -216,12 +227,19 @@ def test_unsloth_seed_notebook_located_by_cell_and_line(tmp_path: Path) -> None:
     assert f"{nb}, cell 3, line 8: data.padding set here" in text.stdout
     # The fix re-read as a notebook: padding="max_length" in cell 3, line 8.
     fixes = finding["fixes"]
-    assert any(e["cell"] == 3 and e["old"] == "True" and e["new"] == "'max_length'" for f in fixes for e in f["edits"])
+    assert any(
+        e["cell"] == 3 and e["old"] == "True" and e["new"] == "'max_length'"
+        for f in fixes
+        for e in f["edits"]
+    )
 
 
 def test_unsloth_semantics(tmp_path: Path) -> None:
     # max_seq_length above the context: Unsloth extends RoPE (a warning, not a crash).
-    cells = [(k, s.replace("MAX_TOKEN_COUNT = 4096", "MAX_TOKEN_COUNT = 16384")) for k, s in UNSLOTH_SEED_CELLS]
+    cells = [
+        (k, s.replace("MAX_TOKEN_COUNT = 4096", "MAX_TOKEN_COUNT = 16384"))
+        for k, s in UNSLOTH_SEED_CELLS
+    ]
     long = check_native(notebook(tmp_path / "long.ipynb", cells), "python")
     seq = one(long, "seq-len-over-block-size")
     assert seq.severity == "warning" and "Unsloth extends RoPE" in seq.message
@@ -235,10 +253,12 @@ def test_unsloth_semantics(tmp_path: Path) -> None:
 def test_other_rules_through_the_code(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(
-        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments\n"
+        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+        "from transformers import Trainer, TrainingArguments\n"
         "from peft import LoraConfig, get_peft_model\n"
         "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4')\n"
-        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', quantization_config=bnb)\n"
+        "model = AutoModelForCausalLM.from_pretrained(\n"
+        "    'meta-llama/Llama-2-7b-hf', quantization_config=bnb)\n"
         "config = LoraConfig(r=8, target_modules=['q_proj', 'c_attn'])\n"
         "model = get_peft_model(model, config)\n"
         "args = TrainingArguments(output_dir='o', per_device_train_batch_size=1, bf16=True)\n"
@@ -246,13 +266,17 @@ def test_other_rules_through_the_code(tmp_path: Path) -> None:
     )
     result = check_native(script, "python", gpu="T4")
     target = one(result, "lora-target-unknown")
-    assert target.locations["trainer.lora.targets"].line == 5  # type: ignore[union-attr]
+    assert target.locations["trainer.lora.targets"].line == 7  # type: ignore[union-attr]
     capability = one(result, "gpu-capability")
-    assert capability.locations["trainer.precision"].line == 7  # type: ignore[union-attr]
+    assert capability.locations["trainer.precision"].line == 9  # type: ignore[union-attr]
     assert result.config is not None and result.config.trainer.quantization == "nf4"
     # 4-bit weights trained without an adapter: quantized-full-finetuning.
     full = tmp_path / "full.py"
-    full.write_text(script.read_text().replace("model = get_peft_model(model, config)\n", "").replace("config = LoraConfig(r=8, target_modules=['q_proj', 'c_attn'])\n", ""))
+    full.write_text(
+        script.read_text()
+        .replace("model = get_peft_model(model, config)\n", "")
+        .replace("config = LoraConfig(r=8, target_modules=['q_proj', 'c_attn'])\n", "")
+    )
     assert check_native(full, "python", gpu="H100").by_rule("quantized-full-finetuning")
 
 
@@ -266,7 +290,9 @@ def test_unknown_values_are_findings_never_guesses(tmp_path: Path) -> None:
     result = check_native(unknown, "python")
     found = one(result, "python-unknown-value")
     assert found.severity == "warning" and "os.environ" in found.message
-    assert found.locations["args.per_device_train_batch_size"].line == line_with(unknown.read_text(), "per_device_train_batch_size")  # type: ignore[union-attr]
+    assert found.locations["args.per_device_train_batch_size"].line == line_with(
+        unknown.read_text(), "per_device_train_batch_size"
+    )  # type: ignore[union-attr]
     assert not result.by_rule("ragged-batch")  # it rests on the batch size, which is unknown
     # The value given on the command line: the check runs.
     given = check_native(unknown, "python", ["args.per_device_train_batch_size=4"])
@@ -281,7 +307,10 @@ def test_lightning_torchtune_seed() -> None:
     assert found.locations["data.collator"].line == line_with(text, "return DataLoader(")  # type: ignore[union-attr]
     assert found.locations["trainer.micro_batch_size"].line == line_with(text, "return DataLoader(")  # type: ignore[union-attr]
     (fix,) = found.fixes
-    assert [e.new for e in fix.edits] == [", collate_fn=padded_collate_sft", "from torchtune.data import padded_collate_sft\n"]
+    assert [e.new for e in fix.edits] == [
+        ", collate_fn=padded_collate_sft",
+        "from torchtune.data import padded_collate_sft\n",
+    ]
     assert result.config is not None and result.config.trainer.precision == "bf16-mixed"
 
 
@@ -293,7 +322,11 @@ def test_published_code_gets_a_verdict_without_false_errors(path: Path) -> None:
         assert "not a cfgcheck preset" in str(e.value)
         assert (", cell " in str(e.value)) == path.name.endswith(".ipynb")
         return
-    overrides = ["load.pretrained_model_name_or_path=meta-llama/Llama-2-7b-hf"] if path.name.startswith("peft_") else []
+    overrides = (
+        ["load.pretrained_model_name_or_path=meta-llama/Llama-2-7b-hf"]
+        if path.name.startswith("peft_")
+        else []
+    )
     result = check_native(path, "python", overrides)
     assert result.ok, [(f.rule, f.message) for f in result.errors]
 
@@ -307,7 +340,9 @@ def test_published_code_gets_a_verdict_without_false_errors(path: Path) -> None:
         ("deep.py", "x = " + "[" * 200 + "]" * 200 + "\n", "nested"),
     ],
 )
-def test_unreadable_code_exits_2_with_one_line(tmp_path: Path, name: str, body: str, message: str) -> None:
+def test_unreadable_code_exits_2_with_one_line(
+    tmp_path: Path, name: str, body: str, message: str
+) -> None:
     (tmp_path / name).write_text(body)
     proc = run_cfgcheck("check", "--from", "python", name, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -325,7 +360,9 @@ def test_library_hook_and_service(tmp_path: Path) -> None:
     result = cfgcheck.check(str(script))
     assert result.by_rule("ragged-batch")
     # The hook checks the files that build a trainer and skips the others.
-    hook = run_cfgcheck("hook", "--from", "python", script.name, other.name, "notes.txt", cwd=tmp_path)
+    hook = run_cfgcheck(
+        "hook", "--from", "python", script.name, other.name, "notes.txt", cwd=tmp_path
+    )
     assert hook.returncode == 1, hook.stdout + hook.stderr
     assert f"== {script.name}" in hook.stdout and "utils.py" not in hook.stdout
     assert "1 python config(s) checked: failed" in hook.stdout

@@ -22,6 +22,7 @@ imported or executed. Reading is bounded (call depth, statements visited).
 from __future__ import annotations
 
 import ast
+import builtins
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,8 +45,6 @@ from cfgcheck.sources.code.values import (
     plain,
     unary,
 )
-
-import builtins
 
 _BUILTINS = frozenset(dir(builtins))
 MAX_CALL_DEPTH = 8
@@ -193,7 +192,7 @@ class _Reader:
                 return
             self.stmt(stmt, frame, unit)
 
-    def stmt(self, s: ast.stmt, frame: _Frame, unit: Unit) -> None:  # noqa: C901
+    def stmt(self, s: ast.stmt, frame: _Frame, unit: Unit) -> None:
         self.tick(s)
         if isinstance(s, ast.Import):
             for alias in s.names:
@@ -285,8 +284,7 @@ class _Reader:
                 if before.get(name) is None:
                     continue
             frame.names[name] = Unknown(
-                f"{name}, set differently depending on the condition of the if at "
-                f"{where}",
+                f"{name}, set differently depending on the condition of the if at {where}",
                 where,
             )
         if returned is not None and frame.returned is None:
@@ -314,7 +312,9 @@ class _Reader:
             dotted = self.dotted(target, frame, resolve=False)
             if dotted and dotted.startswith("self."):
                 frame.names[dotted] = value
-            self.program.attributes.append((ast.unparse(target)[:80], value, self.loc(target, unit)))
+            self.program.attributes.append(
+                (ast.unparse(target)[:80], value, self.loc(target, unit))
+            )
 
     # -- expressions -------------------------------------------------------------------------
     def dotted(self, node: ast.expr, frame: _Frame, resolve: bool = True) -> str | None:
@@ -332,7 +332,7 @@ class _Reader:
                 head = bound.name
         return ".".join([head, *reversed(parts)])
 
-    def expr(self, node: ast.expr | None, frame: _Frame, unit: Unit) -> Value:  # noqa: C901
+    def expr(self, node: ast.expr | None, frame: _Frame, unit: Unit) -> Value:
         if node is None:
             return Known(None)
         self.tick(node)
@@ -360,7 +360,9 @@ class _Reader:
                 if name in _OPAQUE:
                     return Unknown(_OPAQUE[name], where)
                 return Ref(name)
-            return Unknown(f"an attribute ({ast.unparse(node)}) of a value known when it runs", where)
+            return Unknown(
+                f"an attribute ({ast.unparse(node)}) of a value known when it runs", where
+            )
         if isinstance(node, ast.BinOp):
             left = self.expr(node.left, frame, unit)
             right = self.expr(node.right, frame, unit)
@@ -384,7 +386,9 @@ class _Reader:
                     if isinstance(node.op, ast.Or) and result:
                         break
                 return Known(result)
-            return self.unknown_from(next(v for v in values if not isinstance(v, Known)), node, unit)
+            return self.unknown_from(
+                next(v for v in values if not isinstance(v, Known)), node, unit
+            )
         if isinstance(node, ast.Compare):
             values = [self.expr(v, frame, unit) for v in [node.left, *node.comparators]]
             if all(isinstance(v, Known) for v in values):
@@ -441,7 +445,9 @@ class _Reader:
         text = ast.unparse(node)
         return Unknown(text if len(text) <= 80 else text[:77] + "...", self.loc(node, unit))
 
-    def arith(self, op: ast.operator, left: Value, right: Value, node: ast.AST, unit: Unit) -> Value:
+    def arith(
+        self, op: ast.operator, left: Value, right: Value, node: ast.AST, unit: Unit
+    ) -> Value:
         where = self.loc(node, unit)
         if isinstance(left, Known) and isinstance(right, Known):
             try:
@@ -465,7 +471,9 @@ class _Reader:
             value = self.expr(part.value, frame, unit)
             spec = self.expr(part.format_spec, frame, unit) if part.format_spec else Known("")
             if not isinstance(value, Known) or not isinstance(spec, Known):
-                return self.unknown_from(value if not isinstance(value, Known) else spec, node, unit)
+                return self.unknown_from(
+                    value if not isinstance(value, Known) else spec, node, unit
+                )
             try:
                 out.append(formatted(value.value, part.conversion, str(spec.value)))
             except ValueError:
@@ -576,7 +584,9 @@ class _Reader:
             for k, v, n, u in self.unpacked(value, kw, unit):  # **kwargs
                 site.kwargs.setdefault(k, Arg(v, n, self.code.location(u, n.lineno), None))
         if name in _OPAQUE or name.startswith(("os.environ", "os.getenv")):
-            return Unknown(_OPAQUE.get(name, f"{name}(...) (set when the code runs)"), site.location)
+            return Unknown(
+                _OPAQUE.get(name, f"{name}(...) (set when the code runs)"), site.location
+            )
         self.program.calls.append(site)
         if isinstance(callee, Func):
             return self.invoke(callee, site.args, site.kwargs, site)
@@ -593,7 +603,9 @@ class _Reader:
             arg = site.args[0].value
             if isinstance(arg, Known):
                 try:
-                    return Known({"int": int, "float": float, "str": str, "bool": bool}[name](arg.value))
+                    return Known(
+                        {"int": int, "float": float, "str": str, "bool": bool}[name](arg.value)
+                    )
                 except (TypeError, ValueError):
                     pass
             elif isinstance(arg, Unknown):
@@ -670,9 +682,9 @@ class _Reader:
         defaults: dict[str, ast.expr] = {}
         for p, d in zip(reversed(positional), reversed(a.defaults), strict=False):
             defaults[p.arg] = d
-        for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=False):
-            if d is not None:
-                defaults[p.arg] = d
+        for p, kw_default in zip(a.kwonlyargs, a.kw_defaults, strict=False):
+            if kw_default is not None:
+                defaults[p.arg] = kw_default
         used: set[str] = set()
         for i, p in enumerate([*positional, *a.kwonlyargs]):
             value: Value

@@ -128,9 +128,7 @@ def _parse_notebook(text: str, shown: str) -> CodeFile:
         if python is not None:
             units.append(_parse_unit(python, shown, index))
     metadata = data.get("metadata")
-    return CodeFile(
-        shown, tuple(units), True, metadata if isinstance(metadata, dict) else {}, data
-    )
+    return CodeFile(shown, tuple(units), True, metadata if isinstance(metadata, dict) else {}, data)
 
 
 def python_of_cell(source: str) -> str | None:

@@ -17,6 +17,7 @@ A value is one of:
 from __future__ import annotations
 
 import ast
+import itertools
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -145,9 +146,9 @@ def binop(op: ast.operator, left: Any, right: Any) -> Any:
         raise ValueError("shift too large")
     if isinstance(op, ast.Mult):
         for seq, n in ((left, right), (right, left)):
-            if isinstance(seq, str | list | tuple) and isinstance(n, int):
-                if len(seq) * max(n, 0) > MAX_STR:
-                    raise ValueError("sequence too large")
+            too_long = isinstance(seq, str | list | tuple) and isinstance(n, int)
+            if too_long and len(seq) * max(n, 0) > MAX_STR:
+                raise ValueError("sequence too large")
     if isinstance(op, ast.Mod) and isinstance(left, str):
         raise ValueError("printf formatting")  # %-formatting of anything is not followed
     try:
@@ -160,7 +161,7 @@ def binop(op: ast.operator, left: Any, right: Any) -> Any:
 
 
 def compare(ops: list[ast.cmpop], values: list[Any]) -> bool:
-    for op, (a, b) in zip(ops, zip(values, values[1:], strict=False), strict=False):
+    for op, (a, b) in zip(ops, itertools.pairwise(values), strict=False):
         fn = _COMPARE.get(type(op))
         if fn is None:
             raise ValueError("comparison")

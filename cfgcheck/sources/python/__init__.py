@@ -84,7 +84,7 @@ class CodeBuilder(Builder):
 
     @property
     def code(self) -> CodeConfig:
-        assert isinstance(self.native, CodeConfig)  # noqa: S101 - built only by load_python
+        assert isinstance(self.native, CodeConfig)
         return self.native
 
     def take(self, path: str, key: str, default: Any, where: str, convert: Any = None) -> Any:
@@ -109,9 +109,7 @@ def read_python(path: str | Path, shown: str | None = None) -> CodeFile:
     return read_code(path, shown or display_path(Path(path)))
 
 
-def load_python(
-    path: str | Path, overrides: Sequence[str] = (), gpu: str | None = None
-) -> Loaded:
+def load_python(path: str | Path, overrides: Sequence[str] = (), gpu: str | None = None) -> Loaded:
     """Read a script or notebook and map it (see the module); :class:`ConfigLoadError` (one
     line) when it cannot be read, is not valid Python, builds no trainer or loads no model."""
     return load_code(read_python(path), overrides, gpu)
@@ -174,8 +172,10 @@ def _trains(program: Program, collected: Collected) -> bool:
     return bool(
         "trainer" in collected.calls
         or "lightning" in collected.calls
-        or program.find("fit", "train")
-        and ("loader" in collected.calls or "args" in collected.calls)
+        or (
+            program.find("fit", "train")
+            and ("loader" in collected.calls or "args" in collected.calls)
+        )
     )
 
 

@@ -60,7 +60,7 @@ def build(b: Builder) -> None:
     from cfgcheck.sources.python import CodeConfig
 
     n = b.native
-    assert isinstance(n, CodeConfig)  # noqa: S101 - the python format builds only these
+    assert isinstance(n, CodeConfig)
     notes = n.collected.notes
     unsloth = "unsloth" in notes.get("loader", "") or notes.get("peft") == "unsloth"
     lightning = "lightning" in notes
@@ -76,7 +76,7 @@ def build(b: Builder) -> None:
         b.default("tokenizer.pad_token", "<pad>", "unsloth/tokenizer_utils.py _fix_pad_token")
     if n.gpu_name and n.gpu_location is not None:  # named by the notebook's metadata
         b.set("trainer.gpu.name", n.gpu_name, n.gpu_location)
-    if lightning or "loader" in n.data and "trainer" not in notes:
+    if lightning or ("loader" in n.data and "trainer" not in notes):
         _lightning(b)
     else:
         _hf(b, unsloth)
@@ -103,7 +103,11 @@ def _model(b: Builder, notes: dict[str, str]) -> None:
     from cfgcheck.sources.python.unsloth import model_ref
 
     if n.is_set("load.model_name") or n.is_set("load.pretrained_model_name_or_path"):
-        key = "load.model_name" if n.is_set("load.model_name") else "load.pretrained_model_name_or_path"
+        key = (
+            "load.model_name"
+            if n.is_set("load.model_name")
+            else "load.pretrained_model_name_or_path"
+        )
         value = n.get(key)
         ref = model_ref(str(value)) if isinstance(value, str) else None
         set_model(b, key, ref)
@@ -134,7 +138,7 @@ def _precision_hf(b: Builder, unsloth: bool) -> None:
     n = b.native
     from cfgcheck.sources.python import CodeConfig
 
-    assert isinstance(n, CodeConfig)  # noqa: S101
+    assert isinstance(n, CodeConfig)
     fp16, bf16 = n.get("args.fp16"), n.get("args.bf16")
     if fp16:
         b.from_key("trainer.precision", "args.fp16", "16-mixed")
@@ -161,7 +165,11 @@ def _precision_hf(b: Builder, unsloth: bool) -> None:
         return
     dtype = str(n.get("load.torch_dtype") or n.get("load.dtype") or "")
     if "bfloat16" in dtype:
-        b.from_key("trainer.precision", "load.torch_dtype" if n.is_set("load.torch_dtype") else "load.dtype", "bf16-true")
+        b.from_key(
+            "trainer.precision",
+            "load.torch_dtype" if n.is_set("load.torch_dtype") else "load.dtype",
+            "bf16-true",
+        )
     else:
         b.default("trainer.precision", "32-true", f"{ARGS} fp16=False, bf16=False")
 
@@ -169,7 +177,12 @@ def _precision_hf(b: Builder, unsloth: bool) -> None:
 def _hf(b: Builder, unsloth: bool) -> None:
     n = b.native
     sft = n.get("args") is not None and "SFT" in str(b.native.collected.notes.get("args", ""))  # type: ignore[attr-defined]
-    b.take("trainer.micro_batch_size", "args.per_device_train_batch_size", 8, f"{ARGS} per_device_train_batch_size=8")
+    b.take(
+        "trainer.micro_batch_size",
+        "args.per_device_train_batch_size",
+        8,
+        f"{ARGS} per_device_train_batch_size=8",
+    )
     b.take(
         "trainer.gradient_accumulation_steps",
         "args.gradient_accumulation_steps",
@@ -180,7 +193,11 @@ def _hf(b: Builder, unsloth: bool) -> None:
     b.take("trainer.optimizer", "args.optim", "adamw_torch", f"{ARGS} optim", schema_optimizer)
     _precision_hf(b, unsloth)
     if n.is_set("load.attn_implementation"):
-        b.from_key("trainer.attention", "load.attn_implementation", schema_attention(n.get("load.attn_implementation")))
+        b.from_key(
+            "trainer.attention",
+            "load.attn_implementation",
+            schema_attention(n.get("load.attn_implementation")),
+        )
     else:
         b.default("trainer.attention", "sdpa", "transformers attn_implementation=None (sdpa)")
     if unsloth:
@@ -192,11 +209,17 @@ def _hf(b: Builder, unsloth: bool) -> None:
     elif sft:
         b.default("trainer.loss_chunking", "chunked", f"{SFT} loss_type='nll'")
     if n.get("args.deepspeed"):
-        b.from_key("trainer.strategy", "args.deepspeed", "zero3" if "3" in str(n.get("args.deepspeed")) else "zero2")
+        b.from_key(
+            "trainer.strategy",
+            "args.deepspeed",
+            "zero3" if "3" in str(n.get("args.deepspeed")) else "zero2",
+        )
     elif n.get("args.fsdp"):
         b.from_key("trainer.strategy", "args.fsdp", "fsdp")
     else:
-        b.default("trainer.strategy", "single", "one process unless launched with accelerate/torchrun")
+        b.default(
+            "trainer.strategy", "single", "one process unless launched with accelerate/torchrun"
+        )
     if n.is_set("args.seed"):
         b.take("seed", "args.seed", 42, "")
 
@@ -234,9 +257,15 @@ def _lightning(b: Builder) -> None:
     if "fsdp" in strategy:
         b.from_key("trainer.strategy", "lightning.strategy", "fsdp")
     elif "deepspeed" in strategy:
-        b.from_key("trainer.strategy", "lightning.strategy", "zero3" if "3" in strategy else "zero2")
+        b.from_key(
+            "trainer.strategy", "lightning.strategy", "zero3" if "3" in strategy else "zero2"
+        )
     elif "ddp" in strategy:
-        b.from_key("trainer.strategy", "lightning.strategy", "ddp" if isinstance(devices, int) and devices > 1 else "single")
+        b.from_key(
+            "trainer.strategy",
+            "lightning.strategy",
+            "ddp" if isinstance(devices, int) and devices > 1 else "single",
+        )
     else:
         b.default("trainer.strategy", "single", f"{LIGHTNING} strategy='auto' on one device")
     b.default("trainer.attention", "sdpa", "torch scaled_dot_product_attention")
@@ -246,7 +275,7 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
     n = b.native
     from cfgcheck.sources.python import CodeConfig
 
-    assert isinstance(n, CodeConfig)  # noqa: S101
+    assert isinstance(n, CodeConfig)
     notes = n.collected.notes
     # Sequence length
     if n.is_set("load.max_seq_length") or unsloth:
@@ -264,11 +293,17 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
     elif "SFT" in notes.get("args", "") or "SFT" in notes.get("trainer", ""):
         b.default("data.max_seq_length", 1024, f"{SFT} max_length=1024")
     else:
-        b.defer("data.max_seq_length", "model.block_size", "(no length in the code: the model's context)")
+        b.defer(
+            "data.max_seq_length",
+            "model.block_size",
+            "(no length in the code: the model's context)",
+        )
     # The tokenizer call in the mapped function decides padding and truncation.
     if "tokenize" in n.collected.calls:
         padding = n.get("tokenize.padding", False) if n.is_set("tokenize.padding") else False
-        value = {True: "longest", "longest": "longest", "max_length": "max_length"}.get(padding, "do_not_pad")  # type: ignore[call-overload]
+        value = {True: "longest", "longest": "longest", "max_length": "max_length"}.get(
+            padding, "do_not_pad"
+        )
         where = f"{TOKENIZER} padding=False"
         if n.is_set("tokenize.padding"):
             b.from_key("data.padding", "tokenize.padding", value)
@@ -277,7 +312,11 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
         if n.is_set("tokenize.truncation"):
             b.from_key("data.truncation", "tokenize.truncation", bool(n.get("tokenize.truncation")))
         else:
-            b.set("data.truncation", False, n.loc("tokenize") or b.default_location(f"{TOKENIZER} truncation=False"))
+            b.set(
+                "data.truncation",
+                False,
+                n.loc("tokenize") or b.default_location(f"{TOKENIZER} truncation=False"),
+            )
         if n.is_set("tokenize.max_length"):
             b.take("data.max_length", "tokenize.max_length", None, "")
         if n.is_set("tokenize.pad_to_multiple_of"):
@@ -290,16 +329,28 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
         b.default("data.truncation", True, f"{SFT} truncates at max_length")
     # The collator.
     if lightning or ("loader" in n.collected.calls and "trainer" not in notes):
-        kind = collator_kind(n.get("loader.collate_fn")) if n.is_set("loader.collate_fn") else "default"
+        kind = (
+            collator_kind(n.get("loader.collate_fn"))
+            if n.is_set("loader.collate_fn")
+            else "default"
+        )
         if n.is_set("loader.collate_fn") and kind is not None:
             b.from_key("data.collator", "loader.collate_fn", kind)
         elif not n.is_set("loader.collate_fn"):
-            b.set("data.collator", "default", n.loc("loader") or b.default_location(f"{LOADER} collate_fn=default_collate"))
+            b.set(
+                "data.collator",
+                "default",
+                n.loc("loader") or b.default_location(f"{LOADER} collate_fn=default_collate"),
+            )
         else:
-            b.default("data.collator", "padded", "a collate_fn cfgcheck cannot read (assumed to pad)")
+            b.default(
+                "data.collator", "padded", "a collate_fn cfgcheck cannot read (assumed to pad)"
+            )
         return
     trainer = notes.get("trainer", "")
-    if n.is_set("args.packing") and n.get("args.packing") or n.is_set("trainer.packing") and n.get("trainer.packing"):
+    if (n.is_set("args.packing") and n.get("args.packing")) or (
+        n.is_set("trainer.packing") and n.get("trainer.packing")
+    ):
         key = "args.packing" if n.is_set("args.packing") else "trainer.packing"
         b.from_key("data.collator", key, "packed")
     elif n.is_set("trainer.data_collator"):
@@ -307,7 +358,9 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
         if kind is not None:
             b.from_key("data.collator", "trainer.data_collator", kind)
         else:
-            b.default("data.collator", "padded", "a data_collator cfgcheck cannot read (assumed to pad)")
+            b.default(
+                "data.collator", "padded", "a data_collator cfgcheck cannot read (assumed to pad)"
+            )
     elif trainer in ("Trainer", "Seq2SeqTrainer") and not (
         n.is_set("trainer.processing_class") or n.is_set("trainer.tokenizer")
     ):
@@ -324,7 +377,7 @@ def _peft(b: Builder, unsloth: bool) -> None:
     n = b.native
     from cfgcheck.sources.python import CodeConfig
 
-    assert isinstance(n, CodeConfig)  # noqa: S101
+    assert isinstance(n, CodeConfig)
     peft = "peft" in n.collected.calls
     four = False
     if n.get("load.full_finetuning"):
@@ -345,7 +398,11 @@ def _peft(b: Builder, unsloth: bool) -> None:
         nested = bool(n.get("bnb.bnb_4bit_use_double_quant"))
         b.from_key("trainer.quantization", key, f"{kind}-dq" if nested and kind == "nf4" else kind)
     elif n.get("bnb.load_in_8bit") or n.get("load.load_in_8bit"):
-        b.from_key("trainer.quantization", "bnb.load_in_8bit" if n.get("bnb.load_in_8bit") else "load.load_in_8bit", "int8")
+        b.from_key(
+            "trainer.quantization",
+            "bnb.load_in_8bit" if n.get("bnb.load_in_8bit") else "load.load_in_8bit",
+            "int8",
+        )
     else:
         b.default("trainer.quantization", "none", "no quantization in the code")
     if n.get("load.full_finetuning") or not peft:
@@ -353,22 +410,51 @@ def _peft(b: Builder, unsloth: bool) -> None:
         if unsloth and not peft:
             return
         if n.is_set("args.gradient_checkpointing"):
-            b.take("trainer.gradient_checkpointing", "args.gradient_checkpointing", False, "", _bool)
+            b.take(
+                "trainer.gradient_checkpointing", "args.gradient_checkpointing", False, "", _bool
+            )
         return
     b.from_key("trainer.finetuning", "peft", "qlora" if four else "lora")
     unsloth_peft = n.collected.notes.get("peft") == "unsloth"
-    b.take("trainer.lora.rank", "peft.r", 16 if unsloth_peft else 8, f"{UNSLOTH_PEFT} r=16" if unsloth_peft else "peft LoraConfig r=8")
-    b.take("trainer.lora.alpha", "peft.lora_alpha", 16 if unsloth_peft else 8, "lora_alpha default", float)
+    b.take(
+        "trainer.lora.rank",
+        "peft.r",
+        16 if unsloth_peft else 8,
+        f"{UNSLOTH_PEFT} r=16" if unsloth_peft else "peft LoraConfig r=8",
+    )
+    b.take(
+        "trainer.lora.alpha",
+        "peft.lora_alpha",
+        16 if unsloth_peft else 8,
+        "lora_alpha default",
+        float,
+    )
     b.take("trainer.lora.dropout", "peft.lora_dropout", 0.0, "lora_dropout default", float)
     if n.is_set("peft.target_modules"):
-        b.take("trainer.lora.targets", "peft.target_modules", None, "", lambda v: [v] if isinstance(v, str) else list(v))
+        b.take(
+            "trainer.lora.targets",
+            "peft.target_modules",
+            None,
+            "",
+            lambda v: [v] if isinstance(v, str) else list(v),
+        )
     elif unsloth_peft:
         b.default("trainer.lora.targets", UNSLOTH_TARGETS, f"{UNSLOTH_PEFT} target_modules")
     if unsloth_peft:
-        gc = n.get("peft.use_gradient_checkpointing", "unsloth") if n.is_set("peft.use_gradient_checkpointing") else "unsloth"
-        where = n.loc("peft.use_gradient_checkpointing") or b.default_location(f"{UNSLOTH_PEFT} use_gradient_checkpointing='unsloth'")
+        gc = (
+            n.get("peft.use_gradient_checkpointing", "unsloth")
+            if n.is_set("peft.use_gradient_checkpointing")
+            else "unsloth"
+        )
+        where = n.loc("peft.use_gradient_checkpointing") or b.default_location(
+            f"{UNSLOTH_PEFT} use_gradient_checkpointing='unsloth'"
+        )
         b.set("trainer.gradient_checkpointing", bool(gc), where)
     elif n.is_set("args.gradient_checkpointing"):
         b.take("trainer.gradient_checkpointing", "args.gradient_checkpointing", False, "", _bool)
     elif "SFT" in n.collected.notes.get("args", ""):
-        b.default("trainer.gradient_checkpointing", True, "trl/trainer/base_config.py gradient_checkpointing=True")
+        b.default(
+            "trainer.gradient_checkpointing",
+            True,
+            "trl/trainer/base_config.py gradient_checkpointing=True",
+        )

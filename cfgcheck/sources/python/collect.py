@@ -234,8 +234,10 @@ def is_tokenizer_call(call: CallSite) -> bool:
     written = call.written.lower()
     if written.endswith("apply_chat_template"):
         tokenize = call.kwargs.get("tokenize")
-        return tokenize is not None and isinstance(tokenize.value, Known) and bool(
-            tokenize.value.value
+        return (
+            tokenize is not None
+            and isinstance(tokenize.value, Known)
+            and bool(tokenize.value.value)
         )
     if "tokenizer" in written.split(".")[-1] or written.split(".")[-1] in ("tok", "processor"):
         return True
@@ -247,7 +249,11 @@ def collect(program: Program) -> Collected:
     trainer = _last(program.find(*TRAINERS))
     loader = _first_live(program.find(*LOADERS))
     if loader is not None:
-        unsloth = loader.name.split(".")[-2] in ("FastLanguageModel", "FastModel", "FastVisionModel")
+        unsloth = loader.name.split(".")[-2] in (
+            "FastLanguageModel",
+            "FastModel",
+            "FastVisionModel",
+        )
         out.put(
             "load",
             loader,
@@ -290,7 +296,11 @@ def collect(program: Program) -> Collected:
         "lora_alpha": None,
         "lora_dropout": None,
     }
-    if peft is not None and peft.name.split(".")[-2:-1] in (["FastLanguageModel"], ["FastModel"], ["FastVisionModel"]):
+    if peft is not None and peft.name.split(".")[-2:-1] in (
+        ["FastLanguageModel"],
+        ["FastModel"],
+        ["FastVisionModel"],
+    ):
         out.put("peft", peft, {**lora_keys, "use_gradient_checkpointing": None})
         out.notes["peft"] = "unsloth"
     elif lora is not None:
@@ -391,7 +401,7 @@ def _collect_lightning(program: Program, out: Collected) -> None:
 
 
 def collator_kind(symbol: object) -> str | None:
-    """"padded" / "default" for a collator the code names; None when it cannot tell."""
+    """ "padded" / "default" for a collator the code names; None when it cannot tell."""
     text = str(symbol)
     if any(name in text for name in PADDING_COLLATORS):
         return "padded"

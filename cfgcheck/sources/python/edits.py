@@ -80,8 +80,8 @@ def native_change(native: CodeConfig, path: str, value: str) -> str | None:
             return f"peft.use_gradient_checkpointing={flag}"
         return f"args.gradient_checkpointing={_python(value).title()}" if "args" in groups else None
     if path == "trainer.precision" and "args" in groups:
-        flag = {"16-mixed": "fp16", "bf16-mixed": "bf16"}.get(value)
-        return f"args.{flag}=True" if flag else None
+        precision_flag = {"16-mixed": "fp16", "bf16-mixed": "bf16"}.get(value)
+        return f"args.{precision_flag}=True" if precision_flag else None
     if path == "trainer.precision" and "lightning" in groups:
         return f"lightning.precision={value!r}"
     for key in _KEYS.get(path, ()):
@@ -152,15 +152,15 @@ def _imports(unit: Unit, name: str) -> bool:
     return False
 
 
-def _last_argument(call: ast.Call) -> ast.AST | None:
-    nodes: list[ast.AST] = [*call.args, *call.keywords]
+def _last_argument(call: ast.Call) -> ast.expr | ast.keyword | None:
+    nodes: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
     if not nodes:
         return None
     return max(nodes, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
 
 
 def _loc(native: CodeConfig, unit: Unit, line: int) -> Location:
-    assert native.code is not None  # noqa: S101 - a CodeConfig always has its code
+    assert native.code is not None
     return native.code.location(unit, line)
 
 
@@ -169,7 +169,7 @@ def apply(source: str, edits: list[CodeEdit]) -> str:
     lines = source.split("\n")
     for edit in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
         (l1, c1), (l2, c2) = edit.start, edit.end
-        head = "\n".join(lines[: l1 - 1] + [lines[l1 - 1][:c1]]) if l1 <= len(lines) else source
+        head = "\n".join([*lines[: l1 - 1], lines[l1 - 1][:c1]]) if l1 <= len(lines) else source
         tail_line = lines[l2 - 1][c2:] if l2 <= len(lines) else ""
         tail = "\n".join([tail_line, *lines[l2:]])
         lines = (head + edit.new + tail).split("\n")
@@ -179,7 +179,7 @@ def apply(source: str, edits: list[CodeEdit]) -> str:
 def edited_text(native: CodeConfig, edits: list[CodeEdit]) -> str:
     """The whole file (script text or notebook JSON) with ``edits`` applied."""
     code = native.code
-    assert code is not None  # noqa: S101
+    assert code is not None
     by_unit: dict[int | None, list[CodeEdit]] = {}
     for edit in edits:
         by_unit.setdefault(edit.location.cell, []).append(edit)
@@ -226,7 +226,9 @@ def with_edits(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
                 fixes.append(dataclasses.replace(fix, edits=tuple(edits)))
         hint = f.hint.split(f" (in {native.file}:")[0]
         if fixes:
-            hint += "; in the code: " + "; ".join(str(e) for e in fixes[0].edits if e.old or "import" not in e.new)
+            hint += "; in the code: " + "; ".join(
+                str(e) for e in fixes[0].edits if e.old or "import" not in e.new
+            )
         out.append(dataclasses.replace(f, fixes=tuple(fixes), hint=hint))
     return out
 
@@ -241,7 +243,7 @@ def _verified(
     from cfgcheck.sources.native import check_loaded
     from cfgcheck.sources.python import load_text
 
-    assert native.code is not None  # noqa: S101
+    assert native.code is not None
     try:
         text = edited_text(native, edits)
         again = load_text(text, native.code.file, native.overrides, native.cli_gpu, verify=False)
@@ -249,7 +251,5 @@ def _verified(
     except ConfigLoadError:
         return False
     same_rule = [g for g in result.findings if g.rule == finding.rule]
-    new = [
-        g for g in result.findings if g.severity == "error" and (g.rule, g.paths) not in before
-    ]
+    new = [g for g in result.findings if g.severity == "error" and (g.rule, g.paths) not in before]
     return not same_rule and not new
