@@ -83,6 +83,8 @@ class CallSite:
     receiver: Value | None = None  # the object a method is called on
     function: str | None = None  # the file's function the call lies in, if any
     written: str = ""  # the callee as the code spells it (``tokenizer``, ``ds.map``)
+    # The innermost ``if`` whose test is not known: the call happens only on one branch.
+    condition: Location | None = None
     end: Location | None = None  # where the call's closing parenthesis is
 
     def tail(self, n: int = 1) -> str:
@@ -161,6 +163,7 @@ class _Reader:
         self.ran: set[int] = set()
         self.pending: list[Func] = []
         self.classes: list[tuple[Klass, dict[str, Value] | None]] = []
+        self.conditions: list[Location] = []  # the ifs whose test is unknown, innermost last
 
     # -- walking -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -268,13 +271,17 @@ class _Reader:
             self.block(s.body if test.value else s.orelse, frame, unit)
             return
         before = dict(frame.names)
-        self.block(s.body, frame, unit)
-        after_body = dict(frame.names)
-        returned = frame.returned
-        frame.names = dict(before)
-        frame.returned = None
-        self.block(s.orelse, frame, unit)
         where = self.loc(s, unit)
+        self.conditions.append(where)
+        try:
+            self.block(s.body, frame, unit)
+            after_body = dict(frame.names)
+            returned = frame.returned
+            frame.names = dict(before)
+            frame.returned = None
+            self.block(s.orelse, frame, unit)
+        finally:
+            self.conditions.pop()
         for name in set(after_body) | set(frame.names):
             a, b = after_body.get(name), frame.names.get(name)
             if a is b or (isinstance(a, Known) and isinstance(b, Known) and a.value == b.value):
@@ -569,6 +576,7 @@ class _Reader:
             function=self._function_of(frame),
             end=self.code.location(unit, node.end_lineno),
             written=ast.unparse(node.func)[:80],
+            condition=self.conditions[-1] if self.conditions else None,
         )
         for a in node.args:
             if isinstance(a, ast.Starred):

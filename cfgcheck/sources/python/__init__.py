@@ -102,6 +102,14 @@ class CodeBuilder(Builder):
         self.code.path_keys[path] = key
         super().from_key(path, key, value)
 
+    def guard(self, path: str, *keys: str) -> None:
+        """``path`` was decided from ``keys``: when one of them is unknown (and not given on
+        the command line), ``path`` rests on a value the code computes when it runs."""
+        for key in keys:
+            if key in self.code.collected.unknown and not self.native.is_set(key):
+                self.code.unknown_paths.setdefault(path, key)
+                return
+
 
 def read_python(path: str | Path, shown: str | None = None) -> CodeFile:
     from cfgcheck.locations import display_path
@@ -200,16 +208,20 @@ def unknown_values(native: NativeConfig, run: RunConfig | None) -> Iterator[Find
     """One warning per value the code computes when it runs, where a check needed it."""
     if not isinstance(native, CodeConfig):
         return
+    paths: dict[str, list[str]] = {}
     for path, key in sorted(native.unknown_paths.items()):
+        paths.setdefault(key, []).append(path)
+    for key, resting in paths.items():
         unknown = native.collected.unknown[key]
         origin = f" ({unknown.location})" if unknown.location else ""
         yield Finding(
             UNKNOWN_RULE,
             "warning",
             (key,),
-            f"{key.split('.', 1)[1]} is {unknown.why}{origin}: cfgcheck reads the code "
-            f"without running it, so {path} is not known and the checks that need it are "
-            "left out",
+            f"{key.split('.')[-1]} is {unknown.why}{origin}: cfgcheck reads the code "
+            f"without running it, so {' and '.join(resting)} "
+            f"{'is' if len(resting) == 1 else 'are'} not known and the checks that need "
+            f"{'it' if len(resting) == 1 else 'them'} are left out",
             f"write a literal there, or give it on the command line: {key}=VALUE",
         )
 

@@ -76,12 +76,58 @@ def build(b: Builder) -> None:
         b.default("tokenizer.pad_token", "<pad>", "unsloth/tokenizer_utils.py _fix_pad_token")
     if n.gpu_name and n.gpu_location is not None:  # named by the notebook's metadata
         b.set("trainer.gpu.name", n.gpu_name, n.gpu_location)
+        b.smap.set("trainer.gpu", n.gpu_location, covering=False)
     if lightning or ("loader" in n.data and "trainer" not in notes):
         _lightning(b)
     else:
         _hf(b, unsloth)
     _data(b, unsloth, lightning)
     _peft(b, unsloth)
+    _guard(b)
+
+
+# The settings decided by several keys: each rests on any of them that is unknown.
+_DECIDED_BY = {
+    "trainer.quantization": (
+        "load",
+        "bnb",
+        "load.load_in_4bit",
+        "load.load_in_8bit",
+        "load.full_finetuning",
+        "bnb.load_in_4bit",
+        "bnb.load_in_8bit",
+        "bnb.bnb_4bit_quant_type",
+        "bnb.bnb_4bit_use_double_quant",
+    ),
+    "trainer.finetuning": ("peft", "load.full_finetuning"),
+    "trainer.precision": (
+        "args.fp16",
+        "args.bf16",
+        "load.dtype",
+        "load.torch_dtype",
+        "lightning.precision",
+    ),
+    "data.collator": ("trainer.data_collator", "loader.collate_fn", "args.packing"),
+    "data.padding": ("tokenize.padding",),
+    "data.truncation": ("tokenize.truncation",),
+    "trainer.gradient_checkpointing": (
+        "peft.use_gradient_checkpointing",
+        "args.gradient_checkpointing",
+    ),
+    "trainer.strategy": ("args.deepspeed", "args.fsdp", "lightning.strategy"),
+    "trainer.devices": ("lightning.devices",),
+}
+
+
+def _guard(b: Builder) -> None:
+    from cfgcheck.sources.python import CodeBuilder
+
+    if isinstance(b, CodeBuilder):
+        decided = b.native.get("args.fp16") is True or b.native.get("args.bf16") is True
+        for path, keys in _DECIDED_BY.items():
+            if path == "trainer.precision" and decided:
+                continue  # a literal fp16=True / bf16=True decides it whatever the dtype
+            b.guard(path, *keys)
 
 
 def _has_tokenizer_files(ref: object) -> bool:

@@ -132,6 +132,8 @@ PADDING_COLLATORS = (
     "UnslothVisionDataCollator",
 )
 STACKING_COLLATORS = ("default_data_collator", "DefaultDataCollator", "default_collate")
+# Calls whose presence decides a setting (a 4-bit load, an adapter, the precision flags).
+CONDITIONAL_GROUPS = frozenset({"load", "bnb", "peft", "args", "tokenize", "loader", "lightning"})
 # Keywords whose value is an object (a collator, a dtype, a config): named, not a literal.
 OBJECT_KEYWORDS = frozenset(
     {
@@ -175,11 +177,30 @@ class Collected:
         """Record ``call``'s arguments (keyword -> positional index or None) under ``group``."""
         self.calls.setdefault(group, call)
         self.where.setdefault(group, call.location)
+        if call.condition is not None and group in CONDITIONAL_GROUPS:
+            self.unknown.setdefault(
+                group,
+                Unknown(
+                    f"{call.written}(...), made only on one branch of the if at "
+                    f"{call.condition}",
+                    call.location,
+                ),
+            )
         section = self.data.setdefault(group, {})
         for keyword, position in keywords.items():
             key = f"{group}.{keyword}"
             arg = call.arg(keyword, position)
             self.sites[key] = Site(call, arg, keyword)
+            if call.condition is not None and group in CONDITIONAL_GROUPS:
+                # Made on one branch of an if known only when it runs: whether it happens is
+                # not known, so neither are its arguments, written or defaulted.
+                self.unknown[key] = Unknown(
+                    f"set by {call.written}(...), which runs only on one branch of the if at "
+                    f"{call.condition}",
+                    call.location,
+                )
+                self.where[key] = _arg_location(arg) if arg is not None else call.location
+                continue
             if arg is None:
                 continue
             self.where[key] = _arg_location(arg)
