@@ -181,8 +181,7 @@ class Collected:
             self.unknown.setdefault(
                 group,
                 Unknown(
-                    f"{call.written}(...), made only on one branch of the if at "
-                    f"{call.condition}",
+                    f"{call.written}(...), made only on one branch of the if at {call.condition}",
                     call.location,
                 ),
             )
