@@ -55,10 +55,14 @@ def run_native_hook(args: argparse.Namespace) -> int:
     files = list(args.files)
     if args.source == "python":
         files = python_files(files)
+    checked = len(files)
     for file in files:
         try:
             result = check_native(file, args.source, gpu=getattr(args, "gpu", None))
         except ConfigLoadError as e:
+            if type(e).__name__ == "NoTrainingRun":  # Python that only mentions a trainer
+                checked -= 1
+                continue
             print(f"{file}: cannot check: {e}")
             code = EXIT_LOAD
             continue
@@ -68,7 +72,7 @@ def run_native_hook(args: argparse.Namespace) -> int:
         if not result.ok and code == EXIT_OK:
             code = EXIT_FINDINGS
     verdict = "OK" if code == EXIT_OK else "failed"
-    print(f"cfgcheck hook: {len(files)} {args.source} config(s) checked: {verdict}")
+    print(f"cfgcheck hook: {checked} {args.source} config(s) checked: {verdict}")
     return code
 
 

@@ -356,13 +356,14 @@ def test_library_hook_and_service(tmp_path: Path) -> None:
     other = tmp_path / "utils.py"
     other.write_text("def helper():\n    return 1\n")
     (tmp_path / "notes.txt").write_text("Trainer(")
+    (tmp_path / "mentions.py").write_text('"""Build a Trainer(...) elsewhere."""\n')
+    (tmp_path / "mentions.py").write_text('"""Build a Trainer(...) elsewhere."""\n')
     # cfgcheck.check accepts a script path.
     result = cfgcheck.check(str(script))
     assert result.by_rule("ragged-batch")
     # The hook checks the files that build a trainer and skips the others.
-    hook = run_cfgcheck(
-        "hook", "--from", "python", script.name, other.name, "notes.txt", cwd=tmp_path
-    )
+    files = (script.name, other.name, "notes.txt", "mentions.py")
+    hook = run_cfgcheck("hook", "--from", "python", *files, cwd=tmp_path)
     assert hook.returncode == 1, hook.stdout + hook.stderr
     assert f"== {script.name}" in hook.stdout and "utils.py" not in hook.stdout
     assert "1 python config(s) checked: failed" in hook.stdout

@@ -51,6 +51,10 @@ UNKNOWN_RULE = "python-unknown-value"
 COLAB_GPUS = {"A100": "A100-40GB", "V100": "V100-16GB"}
 
 
+class NoTrainingRun(ConfigLoadError):
+    """The code builds no trainer: nothing to check (the hook skips such files)."""
+
+
 @dataclass
 class CodeConfig(NativeConfig):
     """A native config read from code: the keys, plus what the reader found."""
@@ -142,7 +146,7 @@ def load_code(
     program = read_program(code)
     collected = collect(program)
     if not _trains(program, collected):
-        raise ConfigLoadError(
+        raise NoTrainingRun(
             f"{code.file}: no training run found: the code builds no trainer (transformers "
             "Trainer, TRL SFTTrainer/DPOTrainer/GRPOTrainer..., Unsloth, Lightning Trainer or "
             "Fabric); nothing to check"
