@@ -453,7 +453,14 @@ def _peft(b: Builder, unsloth: bool) -> None:
         b.default("trainer.quantization", "none", "no quantization in the code")
     if n.get("load.full_finetuning") or not peft:
         b.default("trainer.finetuning", "full", "no LoRA adapter in the code")
-        if unsloth and not peft:
+        if unsloth:  # from_pretrained's use_gradient_checkpointing="unsloth" (loader.py:423)
+            b.take(
+                "trainer.gradient_checkpointing",
+                "load.use_gradient_checkpointing",
+                "unsloth",
+                f"{UNSLOTH} use_gradient_checkpointing='unsloth'",
+                _bool,
+            )
             return
         if n.is_set("args.gradient_checkpointing"):
             b.take(

@@ -285,6 +285,7 @@ def collect(program: Program) -> Collected:
                 "dtype": None,
                 "torch_dtype": None,
                 "full_finetuning": None,
+                "use_gradient_checkpointing": None,
                 "attn_implementation": None,
                 "quantization_config": None,
             },

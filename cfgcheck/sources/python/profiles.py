@@ -77,8 +77,9 @@ def profile_of(native: NativeConfig) -> Profile:
         )
     if unsloth:
         adjustments += _UNSLOTH
-        offload = native.get("peft.use_gradient_checkpointing", "unsloth")
-        if notes.get("peft") == "unsloth" and offload == "unsloth":
+        key = "peft" if notes.get("peft") == "unsloth" else "load"
+        offload = native.get(f"{key}.use_gradient_checkpointing", "unsloth")
+        if offload == "unsloth":
             adjustments.append(_OFFLOAD)
     if sft or unsloth:
         adjustments += [a for a in TRL.adjustments if a.rule != "pad-token-missing" or not unsloth]
