@@ -12,7 +12,8 @@ imported, never executed. Three layers, each usable alone:
   through a function the file defines, are followed; anything else (a call's result,
   ``os.environ``, ``input()``) is an :class:`~cfgcheck.sources.code.values.Unknown` with its
   line, never a guess.
-- :mod:`~cfgcheck.sources.code.calls`: the call matcher. It walks the units in execution
+- :mod:`~cfgcheck.sources.code.calls` (with :mod:`~cfgcheck.sources.code.expressions` and
+  :mod:`~cfgcheck.sources.code.walker`): the call matcher. It walks the units in execution
   order and records every call with its callee's dotted name as the imports spell it
   (``unsloth.FastLanguageModel.from_pretrained``), its arguments' values and locations, and
   the functions a call hands over (``dataset.map(fn)``), whose bodies are read too.

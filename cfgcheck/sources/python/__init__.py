@@ -82,14 +82,20 @@ class CodeConfig(NativeConfig):
         return None if spec is None else spec.bf16
 
 
+def code_of(b: Builder) -> CodeConfig:
+    """The code config a python-format builder works on."""
+    if not isinstance(b.native, CodeConfig):
+        raise TypeError("the python format builds only what load_code read")
+    return b.native
+
+
 class CodeBuilder(Builder):
     """A builder that remembers which native key each path came from (for code edits) and
     which paths rest on a value the code computes when it runs."""
 
     @property
     def code(self) -> CodeConfig:
-        assert isinstance(self.native, CodeConfig)
-        return self.native
+        return code_of(self)
 
     def take(self, path: str, key: str, default: Any, where: str, convert: Any = None) -> Any:
         self.code.path_keys[path] = key

@@ -34,33 +34,24 @@ Each library's own behaviour, from its source:
 
 from __future__ import annotations
 
-from typing import Any
-
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources.base import Builder
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
-from cfgcheck.sources.python.collect import TORCHTUNE_MODELS, collator_kind
-
-UNSLOTH = "unsloth/models/loader.py FastLanguageModel.from_pretrained"
-UNSLOTH_PEFT = "unsloth/models/llama.py get_peft_model"
-ARGS = "transformers TrainingArguments"
-SFT = "trl/trainer/sft_config.py SFTConfig"
-TOKENIZER = "transformers tokenizer __call__"
-LOADER = "torch DataLoader"
-LIGHTNING = "lightning Trainer"
-UNSLOTH_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def _bool(value: Any) -> bool:
-    return bool(value)
+from cfgcheck.sources.python import code_of
+from cfgcheck.sources.python.build_data import _data, _peft
+from cfgcheck.sources.python.collect import TORCHTUNE_MODELS
+from cfgcheck.sources.python.upstream import (
+    ARGS,
+    LIGHTNING,
+    LOADER,
+    SFT,
+)
 
 
 def build(b: Builder) -> None:
-    from cfgcheck.sources.python import CodeConfig
 
-    n = b.native
-    assert isinstance(n, CodeConfig)
+    n = code_of(b)
     notes = n.collected.notes
     unsloth = "unsloth" in notes.get("loader", "") or notes.get("peft") == "unsloth"
     lightning = "lightning" in notes
@@ -145,7 +136,7 @@ def _has_tokenizer_files(ref: object) -> bool:
 
 
 def _model(b: Builder, notes: dict[str, str]) -> None:
-    n = b.native
+    n = code_of(b)
     from cfgcheck.sources.python.unsloth import model_ref
 
     if n.is_set("load.model_name") or n.is_set("load.pretrained_model_name_or_path"):
@@ -166,7 +157,7 @@ def _model(b: Builder, notes: dict[str, str]) -> None:
         b.set("model.pretrained", TORCHTUNE_MODELS[builder], n.loc("load"))
         return
     for key in ("load.model_name", "load.pretrained_model_name_or_path"):
-        unknown = n.collected.unknown.get(key)  # type: ignore[attr-defined]
+        unknown = n.collected.unknown.get(key)
         if unknown is not None:
             at = n.loc(key)
             raise ConfigLoadError(
@@ -181,10 +172,7 @@ def _model(b: Builder, notes: dict[str, str]) -> None:
 
 
 def _precision_hf(b: Builder, unsloth: bool) -> None:
-    n = b.native
-    from cfgcheck.sources.python import CodeConfig
-
-    assert isinstance(n, CodeConfig)
+    n = code_of(b)
     fp16, bf16 = n.get("args.fp16"), n.get("args.bf16")
     if fp16:
         b.from_key("trainer.precision", "args.fp16", "16-mixed")
@@ -221,8 +209,8 @@ def _precision_hf(b: Builder, unsloth: bool) -> None:
 
 
 def _hf(b: Builder, unsloth: bool) -> None:
-    n = b.native
-    sft = n.get("args") is not None and "SFT" in str(b.native.collected.notes.get("args", ""))  # type: ignore[attr-defined]
+    n = code_of(b)
+    sft = n.get("args") is not None and "SFT" in n.collected.notes.get("args", "")
     b.take(
         "trainer.micro_batch_size",
         "args.per_device_train_batch_size",
@@ -282,7 +270,7 @@ _LIGHTNING_PRECISION = {
 
 
 def _lightning(b: Builder) -> None:
-    n = b.native
+    n = code_of(b)
     b.take("trainer.micro_batch_size", "loader.batch_size", 1, f"{LOADER} batch_size=1")
     b.take(
         "trainer.gradient_accumulation_steps",
@@ -315,199 +303,3 @@ def _lightning(b: Builder) -> None:
     else:
         b.default("trainer.strategy", "single", f"{LIGHTNING} strategy='auto' on one device")
     b.default("trainer.attention", "sdpa", "torch scaled_dot_product_attention")
-
-
-def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
-    n = b.native
-    from cfgcheck.sources.python import CodeConfig
-
-    assert isinstance(n, CodeConfig)
-    notes = n.collected.notes
-    # Sequence length
-    if n.is_set("load.max_seq_length") or unsloth:
-        b.take("data.max_seq_length", "load.max_seq_length", 2048, f"{UNSLOTH} max_seq_length=2048")
-    elif n.is_set("args.max_length"):
-        b.take("data.max_seq_length", "args.max_length", None, "")
-    elif n.is_set("args.max_seq_length"):
-        b.take("data.max_seq_length", "args.max_seq_length", None, "")
-    elif n.is_set("trainer.max_seq_length"):
-        b.take("data.max_seq_length", "trainer.max_seq_length", None, "")
-    elif n.is_set("dataset.max_seq_len"):
-        b.take("data.max_seq_length", "dataset.max_seq_len", None, "")
-    elif n.is_set("tokenize.max_length"):
-        b.take("data.max_seq_length", "tokenize.max_length", None, "")
-    elif "SFT" in notes.get("args", "") or "SFT" in notes.get("trainer", ""):
-        b.default("data.max_seq_length", 1024, f"{SFT} max_length=1024")
-    else:
-        b.defer(
-            "data.max_seq_length",
-            "model.block_size",
-            "(no length in the code: the model's context)",
-        )
-    # The tokenizer call in the mapped function decides padding and truncation.
-    if "tokenize" in n.collected.calls:
-        padding = n.get("tokenize.padding", False) if n.is_set("tokenize.padding") else False
-        value = {True: "longest", "longest": "longest", "max_length": "max_length"}.get(
-            padding, "do_not_pad"
-        )
-        where = f"{TOKENIZER} padding=False"
-        if n.is_set("tokenize.padding"):
-            b.from_key("data.padding", "tokenize.padding", value)
-        else:
-            b.set("data.padding", value, n.loc("tokenize") or b.default_location(where))
-        if n.is_set("tokenize.truncation"):
-            b.from_key("data.truncation", "tokenize.truncation", bool(n.get("tokenize.truncation")))
-        else:
-            b.set(
-                "data.truncation",
-                False,
-                n.loc("tokenize") or b.default_location(f"{TOKENIZER} truncation=False"),
-            )
-        if n.is_set("tokenize.max_length"):
-            b.take("data.max_length", "tokenize.max_length", None, "")
-        if n.is_set("tokenize.pad_to_multiple_of"):
-            b.take("data.pad_to_multiple_of", "tokenize.pad_to_multiple_of", None, "")
-    elif "dataset" in n.collected.calls:
-        b.set("data.padding", "do_not_pad", n.loc("dataset"))
-        b.set("data.truncation", True, n.loc("dataset"))
-    else:
-        b.default("data.padding", "longest", "the trainer tokenizes and its collator pads")
-        b.default("data.truncation", True, f"{SFT} truncates at max_length")
-    # The collator.
-    if lightning or ("loader" in n.collected.calls and "trainer" not in notes):
-        kind = (
-            collator_kind(n.get("loader.collate_fn"))
-            if n.is_set("loader.collate_fn")
-            else "default"
-        )
-        if n.is_set("loader.collate_fn") and kind is not None:
-            b.from_key("data.collator", "loader.collate_fn", kind)
-        elif not n.is_set("loader.collate_fn"):
-            b.set(
-                "data.collator",
-                "default",
-                n.loc("loader") or b.default_location(f"{LOADER} collate_fn=default_collate"),
-            )
-        else:
-            b.default(
-                "data.collator", "padded", "a collate_fn cfgcheck cannot read (assumed to pad)"
-            )
-        return
-    trainer = notes.get("trainer", "")
-    if (n.is_set("args.packing") and n.get("args.packing")) or (
-        n.is_set("trainer.packing") and n.get("trainer.packing")
-    ):
-        key = "args.packing" if n.is_set("args.packing") else "trainer.packing"
-        b.from_key("data.collator", key, "packed")
-    elif n.is_set("trainer.data_collator"):
-        kind = collator_kind(n.get("trainer.data_collator"))
-        if kind is not None:
-            b.from_key("data.collator", "trainer.data_collator", kind)
-        else:
-            b.default(
-                "data.collator", "padded", "a data_collator cfgcheck cannot read (assumed to pad)"
-            )
-    elif trainer in ("Trainer", "Seq2SeqTrainer") and not (
-        n.is_set("trainer.processing_class") or n.is_set("trainer.tokenizer")
-    ):
-        b.set(
-            "data.collator",
-            "default",
-            n.loc("trainer") or b.default_location("transformers Trainer default_data_collator"),
-        )
-    else:
-        b.default("data.collator", "padded", f"{trainer or 'the trainer'}'s default collator pads")
-
-
-def _peft(b: Builder, unsloth: bool) -> None:
-    n = b.native
-    from cfgcheck.sources.python import CodeConfig
-
-    assert isinstance(n, CodeConfig)
-    peft = "peft" in n.collected.calls
-    four = False
-    if n.get("load.full_finetuning"):
-        b.from_key("trainer.quantization", "load.full_finetuning", "none")
-    elif unsloth:
-        four = bool(n.get("load.load_in_4bit", True)) if n.is_set("load.load_in_4bit") else True
-        if four:
-            where = n.loc("load.load_in_4bit") or b.default_location(f"{UNSLOTH} load_in_4bit=True")
-            b.set("trainer.quantization", "nf4-dq", where)
-        elif n.get("load.load_in_8bit"):
-            b.from_key("trainer.quantization", "load.load_in_8bit", "int8")
-        else:
-            b.from_key("trainer.quantization", "load.load_in_4bit", "none")
-    elif n.get("bnb.load_in_4bit") or n.get("load.load_in_4bit"):
-        four = True
-        key = "bnb.load_in_4bit" if n.get("bnb.load_in_4bit") else "load.load_in_4bit"
-        kind = str(n.get("bnb.bnb_4bit_quant_type") or "nf4")
-        nested = bool(n.get("bnb.bnb_4bit_use_double_quant"))
-        b.from_key("trainer.quantization", key, f"{kind}-dq" if nested and kind == "nf4" else kind)
-    elif n.get("bnb.load_in_8bit") or n.get("load.load_in_8bit"):
-        b.from_key(
-            "trainer.quantization",
-            "bnb.load_in_8bit" if n.get("bnb.load_in_8bit") else "load.load_in_8bit",
-            "int8",
-        )
-    else:
-        b.default("trainer.quantization", "none", "no quantization in the code")
-    if n.get("load.full_finetuning") or not peft:
-        b.default("trainer.finetuning", "full", "no LoRA adapter in the code")
-        if unsloth:  # from_pretrained's use_gradient_checkpointing="unsloth" (loader.py:423)
-            b.take(
-                "trainer.gradient_checkpointing",
-                "load.use_gradient_checkpointing",
-                "unsloth",
-                f"{UNSLOTH} use_gradient_checkpointing='unsloth'",
-                _bool,
-            )
-            return
-        if n.is_set("args.gradient_checkpointing"):
-            b.take(
-                "trainer.gradient_checkpointing", "args.gradient_checkpointing", False, "", _bool
-            )
-        return
-    b.from_key("trainer.finetuning", "peft", "qlora" if four else "lora")
-    unsloth_peft = n.collected.notes.get("peft") == "unsloth"
-    b.take(
-        "trainer.lora.rank",
-        "peft.r",
-        16 if unsloth_peft else 8,
-        f"{UNSLOTH_PEFT} r=16" if unsloth_peft else "peft LoraConfig r=8",
-    )
-    b.take(
-        "trainer.lora.alpha",
-        "peft.lora_alpha",
-        16 if unsloth_peft else 8,
-        "lora_alpha default",
-        float,
-    )
-    b.take("trainer.lora.dropout", "peft.lora_dropout", 0.0, "lora_dropout default", float)
-    if n.is_set("peft.target_modules"):
-        b.take(
-            "trainer.lora.targets",
-            "peft.target_modules",
-            None,
-            "",
-            lambda v: [v] if isinstance(v, str) else list(v),
-        )
-    elif unsloth_peft:
-        b.default("trainer.lora.targets", UNSLOTH_TARGETS, f"{UNSLOTH_PEFT} target_modules")
-    if unsloth_peft:
-        gc = (
-            n.get("peft.use_gradient_checkpointing", "unsloth")
-            if n.is_set("peft.use_gradient_checkpointing")
-            else "unsloth"
-        )
-        where = n.loc("peft.use_gradient_checkpointing") or b.default_location(
-            f"{UNSLOTH_PEFT} use_gradient_checkpointing='unsloth'"
-        )
-        b.set("trainer.gradient_checkpointing", bool(gc), where)
-    elif n.is_set("args.gradient_checkpointing"):
-        b.take("trainer.gradient_checkpointing", "args.gradient_checkpointing", False, "", _bool)
-    elif "SFT" in n.collected.notes.get("args", ""):
-        b.default(
-            "trainer.gradient_checkpointing",
-            True,
-            "trl/trainer/base_config.py gradient_checkpointing=True",
-        )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CodeEdit, Finding, Fix, Location
-from cfgcheck.sources.code import Unit
+from cfgcheck.sources.code import CodeFile, Unit
 
 if TYPE_CHECKING:
     from cfgcheck.sources.native import Loaded
@@ -159,9 +159,14 @@ def _last_argument(call: ast.Call) -> ast.expr | ast.keyword | None:
     return max(nodes, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
 
 
+def _code(native: CodeConfig) -> CodeFile:
+    if native.code is None:
+        raise TypeError("a code config without its code")
+    return native.code
+
+
 def _loc(native: CodeConfig, unit: Unit, line: int) -> Location:
-    assert native.code is not None
-    return native.code.location(unit, line)
+    return _code(native).location(unit, line)
 
 
 def apply(source: str, edits: list[CodeEdit]) -> str:
@@ -178,8 +183,7 @@ def apply(source: str, edits: list[CodeEdit]) -> str:
 
 def edited_text(native: CodeConfig, edits: list[CodeEdit]) -> str:
     """The whole file (script text or notebook JSON) with ``edits`` applied."""
-    code = native.code
-    assert code is not None
+    code = _code(native)
     by_unit: dict[int | None, list[CodeEdit]] = {}
     for edit in edits:
         by_unit.setdefault(edit.location.cell, []).append(edit)
@@ -243,10 +247,9 @@ def _verified(
     from cfgcheck.sources.native import check_loaded
     from cfgcheck.sources.python import load_text
 
-    assert native.code is not None
     try:
         text = edited_text(native, edits)
-        again = load_text(text, native.code.file, native.overrides, native.cli_gpu, verify=False)
+        again = load_text(text, _code(native).file, native.overrides, native.cli_gpu, verify=False)
         result = check_loaded(again)
     except ConfigLoadError:
         return False
