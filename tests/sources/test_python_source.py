@@ -250,6 +250,21 @@ def test_unsloth_semantics(tmp_path: Path) -> None:
     assert long.config.trainer.finetuning == "qlora"
 
 
+def test_gpu_from_notebook_metadata(tmp_path: Path) -> None:
+    cells = [
+        (k, s.replace("MAX_TOKEN_COUNT = 4096", "MAX_TOKEN_COUNT = 2048"))
+        for k, s in UNSLOTH_SEED_CELLS
+    ]
+    a100 = check_native(notebook(tmp_path / "a100.ipynb", cells, gpu="A100"), "python")
+    assert a100.config is not None and a100.config.trainer.gpu is not None
+    assert a100.config.trainer.gpu.name == "A100-40GB"  # Colab's A100 runtime
+    assert a100.config.trainer.precision == "bf16-true"  # Unsloth's dtype=None on sm80
+    # --gpu wins over the metadata.
+    h100 = check_native(tmp_path / "a100.ipynb", "python", gpu="H100")
+    assert h100.config is not None and h100.config.trainer.gpu is not None
+    assert h100.config.trainer.gpu.name == "H100"
+
+
 def test_other_rules_through_the_code(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(
@@ -338,6 +353,7 @@ def test_published_code_gets_a_verdict_without_false_errors(path: Path) -> None:
         ("bad.ipynb", '{"cells": [', "is not a notebook"),
         ("plain.py", "print('hello')\n", "no training run found"),
         ("deep.py", "x = " + "[" * 200 + "]" * 200 + "\n", "nested"),
+        ("huge.py", "# " + "x" * 9_000_000 + "\n", "larger than"),
     ],
 )
 def test_unreadable_code_exits_2_with_one_line(
