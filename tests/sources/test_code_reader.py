@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources.code import Known, Unknown, parse_code, read_code, read_program
@@ -188,3 +190,41 @@ def test_nothing_is_executed(tmp_path: Path) -> None:
     text = f"open({str(marker)!r}, 'w').write('x')\nimport os\nos.system('touch {marker}')\n"
     read_program(parse_code(text, "evil.py"))
     assert not marker.exists()
+
+
+SEED_SCRIPT = (
+    Path(__file__).resolve().parent / "native" / "python" / "trainer_seed.py"
+).read_text()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mangled_code_is_read_or_refused_in_one_line(data: st.DataObject) -> None:
+    """Cut, duplicate and splice the seed script anywhere: the reader and the python source
+    either read it or raise ConfigLoadError; never another exception."""
+    from cfgcheck.sources.native import check_loaded
+    from cfgcheck.sources.python import load_text
+
+    text = SEED_SCRIPT
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(text)))
+        j = data.draw(st.integers(i, min(len(text), i + 80)))
+        action = data.draw(st.sampled_from(["cut", "dup", "junk"]))
+        if action == "cut":
+            text = text[:i] + text[j:]
+        elif action == "dup":
+            text = text[:j] + text[i:j] + text[j:]
+        else:
+            text = (
+                text[:i]
+                + data.draw(st.text(alphabet="()[]{}=*,.:\"' \nab1_%!", max_size=12))
+                + text[i:]
+            )
+    notebook = data.draw(st.booleans())
+    if notebook:
+        text = json.dumps({"cells": [{"cell_type": "code", "source": text}]})
+    try:
+        read_program(parse_code(text, "x.ipynb" if notebook else "x.py"))
+        check_loaded(load_text(text, "x.ipynb" if notebook else "x.py", verify=False))
+    except ConfigLoadError as e:
+        assert "\n" not in str(e)
