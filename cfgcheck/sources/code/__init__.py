@@ -18,8 +18,12 @@ imported, never executed. Three layers, each usable alone:
   (``unsloth.FastLanguageModel.from_pretrained``), its arguments' values and locations, and
   the functions a call hands over (``dataset.map(fn)``), whose bodies are read too.
 
-What a call *means* (which section a keyword argument fills) belongs to the source that uses
-the reader (:mod:`cfgcheck.sources.python`), not here.
+- :mod:`~cfgcheck.sources.code.datapath`: what the calls of a data path mean to every source
+  (a tokenizer call; a collator that pads or stacks).
+
+Which section a keyword argument fills belongs to the source that uses the reader
+(:mod:`cfgcheck.sources.python` for a run written as code; a launch script's entry point reads
+its argument dataclasses and data path with the same :func:`read_program`).
 """
 
 from cfgcheck.sources.code.calls import Arg, CallSite, Program, read_program

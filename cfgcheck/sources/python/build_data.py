@@ -4,8 +4,8 @@ libraries' behaviour, cited)."""
 from __future__ import annotations
 
 from cfgcheck.sources.base import Builder
+from cfgcheck.sources.code.datapath import collator_kind
 from cfgcheck.sources.python import code_of
-from cfgcheck.sources.python.collect import collator_kind
 from cfgcheck.sources.python.upstream import (
     LOADER,
     SFT,

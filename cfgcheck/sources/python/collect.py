@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from cfgcheck.findings import Location
 from cfgcheck.sources.code import Arg, CallSite, Program
+from cfgcheck.sources.code.datapath import is_tokenizer_call
 from cfgcheck.sources.code.values import (
     Entries,
     Func,
@@ -117,21 +118,6 @@ TORCHTUNE_MODELS = {
     "qwen2_5_7b_base": "Qwen/Qwen2.5-7B",
     "phi3_mini": "microsoft/Phi-3-mini-4k-instruct",
 }
-# Collators by whether they pad a batch of unequal samples (transformers data_collator.py,
-# trl/trainer/sft_trainer.py, torchtune/data/_collate.py; torch's default_collate stacks).
-PADDING_COLLATORS = (
-    "DataCollatorWithPadding",
-    "DataCollatorForSeq2Seq",
-    "DataCollatorForLanguageModeling",
-    "DataCollatorForCompletionOnlyLM",
-    "DataCollatorForTokenClassification",
-    "padded_collate",
-    "padded_collate_sft",
-    "padded_collate_dpo",
-    "padded_collate_packed",
-    "UnslothVisionDataCollator",
-)
-STACKING_COLLATORS = ("default_data_collator", "DefaultDataCollator", "default_collate")
 # Calls whose presence decides a setting (a 4-bit load, an adapter, the precision flags).
 CONDITIONAL_GROUPS = frozenset({"load", "bnb", "peft", "args", "tokenize", "loader", "lightning"})
 # Keywords whose value is an object (a collator, a dtype, a config): named, not a literal.
@@ -246,22 +232,6 @@ def _last(calls: list[CallSite]) -> CallSite | None:
 
 def _first_live(calls: list[CallSite]) -> CallSite | None:
     return calls[0] if calls else None
-
-
-def is_tokenizer_call(call: CallSite) -> bool:
-    """``tokenizer(...)``, ``processor(...)``, ``tok.apply_chat_template(..., tokenize=True)``
-    or a call of what ``AutoTokenizer.from_pretrained`` / Unsloth's loader returned."""
-    written = call.written.lower()
-    if written.endswith("apply_chat_template"):
-        tokenize = call.kwargs.get("tokenize")
-        return (
-            tokenize is not None
-            and isinstance(tokenize.value, Known)
-            and bool(tokenize.value.value)
-        )
-    if "tokenizer" in written.split(".")[-1] or written.split(".")[-1] in ("tok", "processor"):
-        return True
-    return call.name.endswith(("Tokenizer.from_pretrained()", "from_pretrained()[1]"))
 
 
 def collect(program: Program) -> Collected:
@@ -419,13 +389,3 @@ def _collect_lightning(program: Program, out: Collected) -> None:
     if datasets:
         out.put("dataset", datasets[0], {"max_seq_len": None, "packed": None})
         out.notes["torchtune_dataset"] = datasets[0].name.split(".")[-1]
-
-
-def collator_kind(symbol: object) -> str | None:
-    """ "padded" / "default" for a collator the code names; None when it cannot tell."""
-    text = str(symbol)
-    if any(name in text for name in PADDING_COLLATORS):
-        return "padded"
-    if any(name in text for name in STACKING_COLLATORS):
-        return "default"
-    return None
