@@ -49,7 +49,7 @@ def is_tokenizer_call(call: CallSite) -> bool:
 
 
 def collator_kind(symbol: object) -> str | None:
-    """ "padded" / "default" for a collator the code names; None when it cannot tell."""
+    """The kind of collator the code names: "padded", "default" (stacks), or None."""
     text = str(symbol)
     if any(name in text for name in PADDING_COLLATORS):
         return "padded"
