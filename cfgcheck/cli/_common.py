@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 
 from cfgcheck.compose import DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME
@@ -16,8 +17,12 @@ OVERRIDES = """overrides (Hydra syntax, before or after the options):
   key=value          set any schema key, spelled in the YAML or not: trainer.lora.rank=16,
                      tokenizer.path=assets/demo-tokenizer, data.paths=[a.jsonl,b.jsonl]
   group=option       pick a config group option: model=llama-3-8b, trainer=qlora
-  +key=value         add a key that is not in the schema (Hydra's append)
-  ++key=value        set or add; ~key removes a key
+  +group=option      add a group the primary does not select (+experiment=long for
+                     conf/experiment/long.yaml)
+  +key=value         Hydra's append, for a schema key no YAML file spells (plain key=value
+                     already does that); a key the YAML spells exits 2 ("Could not append"),
+                     and a key outside the schema is an unknown-key error, never a new setting
+  ++key=value        set, or add like +; ~key removes a key
   every fix cfgcheck prints is a list of such overrides, to paste as they are"""
 
 
@@ -59,3 +64,13 @@ def add_config_args(parser: argparse.ArgumentParser, formats: list[str]) -> None
         metavar="OVERRIDE",
         help="overrides: key=value for any schema key, group=option (see below)",
     )
+
+
+def say(message: str) -> None:
+    """``cfgcheck: <message>`` as one line on stderr: white space folded (a library's
+    multi-line message, a newline in a file name), other control characters shown as escapes
+    (:func:`cfgcheck.report.escape.printable`), so no line of it is written by the input."""
+    from cfgcheck.report.escape import printable
+
+    line = printable(" ".join(message.split()))
+    print(f"cfgcheck: {line or 'unknown error'}", file=sys.stderr)

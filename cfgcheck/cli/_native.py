@@ -48,6 +48,7 @@ def run_native_hook(args: argparse.Namespace) -> int:
 
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
     from cfgcheck.report import get_reporter
+    from cfgcheck.report.escape import printable
     from cfgcheck.sources import check_native
 
     report = get_reporter(args.format)
@@ -63,11 +64,11 @@ def run_native_hook(args: argparse.Namespace) -> int:
             if type(e).__name__ == "NoTrainingRun":  # Python that only mentions a trainer
                 checked -= 1
                 continue
-            print(f"{file}: cannot check: {e}")
+            print(f"{printable(file)}: cannot check: {printable(str(e))}")
             code = EXIT_LOAD
             continue
         if result.findings:
-            print(f"== {file}")
+            print(f"== {printable(file)}")
             report(result, sys.stdout)
         if not result.ok and code == EXIT_OK:
             code = EXIT_FINDINGS

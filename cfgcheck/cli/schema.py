@@ -5,7 +5,8 @@ One file per section (``model.schema.json`` ...), one for the whole composed run
 (``config.schema.json``: the run config with a Hydra ``defaults`` list and a ``hydra`` key
 allowed, every key optional since the groups supply the sections). A YAML file opts in with
 a yaml-language-server modeline, e.g.
-``# yaml-language-server: $schema=../../schemas/model.schema.json``.
+``# yaml-language-server: $schema=../../schemas/model.schema.json``. ``--markdown`` prints the
+key reference, ``docs/schema.md`` (:mod:`cfgcheck.schema_docs`).
 """
 
 from __future__ import annotations
@@ -72,7 +73,10 @@ def stale_files(out: Path) -> list[str]:
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("schema", help="write JSON Schemas for editor completion")
+    parser = sub.add_parser(
+        "schema",
+        help="write JSON Schemas for editor completion (--markdown: the key reference)",
+    )
     parser.add_argument(
         "--out", default=DEFAULT_OUT, help=f"output directory (default: ./{DEFAULT_OUT})"
     )
@@ -81,12 +85,23 @@ def register(sub: Any) -> None:
         action="store_true",
         help="write nothing; exit 1 when the files in --out are stale",
     )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="write nothing; print every key with its type, default and description as "
+        "Markdown (docs/schema.md)",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
 
+    if args.markdown:
+        from cfgcheck.schema_docs import render_markdown
+
+        sys.stdout.write(render_markdown())
+        return EXIT_OK
     out = Path(args.out)
     if args.check:
         stale = stale_files(out)

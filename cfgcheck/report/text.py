@@ -7,6 +7,7 @@ from typing import TextIO
 
 from cfgcheck.findings import CheckResult, Finding
 from cfgcheck.report import register
+from cfgcheck.report.escape import printable
 
 _COLORS = {"error": "31", "warning": "33", "info": "36", "ok": "32", "dim": "2"}
 
@@ -23,15 +24,15 @@ def _paint(text: str, style: str, color: bool) -> str:
 
 def format_finding(f: Finding, color: bool = False) -> str:
     head = _paint(f"{f.severity}[{f.rule}]", f.severity, color)
-    lines = [f"{head} {', '.join(f.paths)}"]
+    lines = [f"{head} {printable(', '.join(f.paths))}"]
     # Compiler-style `file:line: path` lines (column 0), so editors and terminals link them.
     lines += [
-        f"{loc}: {path} {_paint('set here', 'dim', color)}"
+        f"{printable(str(loc))}: {printable(path)} {_paint('set here', 'dim', color)}"
         for path, loc in f.locations.items()
         if loc is not None
     ]
-    lines.append(f"  {f.message}")
-    lines.append(f"  {_paint('fix:', 'dim', color)} {f.hint}")
+    lines.append(f"  {printable(f.message)}")
+    lines.append(f"  {_paint('fix:', 'dim', color)} {printable(f.hint)}")
     return "\n".join(lines)
 
 

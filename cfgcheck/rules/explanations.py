@@ -1,29 +1,44 @@
-"""What each finding id means: what it checks, the real failure it prevents, how to fix it.
+"""The rule catalogue: every finding id cfgcheck can emit, with what it checks, the real failure
+it prevents and how to fix it.
 
-One table keyed by finding id, for the registered rules, the schema findings and the dataset
-scan's findings alike. ``cfgcheck rules``, ``cfgcheck explain RULE``, ``docs/rules.md`` and the
-``doc`` link of every finding's JSON are generated from it. A rule without an entry still runs
-(``cfgcheck explain`` says the explanation is missing), and ``tests/test_explain.py`` fails; an
-entry for an id nothing emits is refused by the same test (:func:`unknown_ids`).
+One table, :data:`EXPLANATIONS`, keyed by finding id, is the one place an id is registered with
+its explanation: registered rules, schema findings, the model-folder and dataset-scan findings
+and the native formats' own findings (``litgpt-*``, ``axolotl-*``, ``trl-*``,
+``unknown-native-key``) alike. ``cfgcheck rules``, ``cfgcheck explain ID``, ``docs/rules.md``
+(``cfgcheck rules --format markdown``) and the ``doc`` link of every finding's JSON are generated
+from it. A registered rule without an entry still runs and is listed (``cfgcheck explain`` says
+the explanation is missing), and ``tests/test_rule_catalogue.py`` fails: it discovers the ids
+the code emits (from the source, and by running checks) and refuses an id without an entry and
+an entry nothing emits.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 DOC_FILE = "docs/rules.md"
 
-# Findings emitted outside the rule registry.
-SCHEMA_IDS = ("unknown-key", "missing-key", "invalid-value")
-# Findings of the model.pretrained expansion (cfgcheck/models/expand.py).
-MODEL_IDS = ("pretrained-shape-mismatch",)
-SCAN_IDS = (
-    "data-longer-than-block-size",
-    "data-truncated",
-    "data-padding-waste",
-    "data-unreadable",
-    "data-scan-skipped",
-)
+# Where findings come from: the sections of docs/rules.md, in this order.
+SCHEMA = "Schema"
+RULES = "Cross-field rules"
+MODEL_FOLDER = "Model folders"
+SCAN = "Dataset scan"
+NATIVE = "Native formats"
+GROUPS = (SCHEMA, RULES, MODEL_FOLDER, SCAN, NATIVE)
+
+_GROUP_INTRO = {
+    SCHEMA: "Emitted by the schema on every config: a type error in one section does not hide "
+    "the rules between the sections that passed.",
+    RULES: "Registered rules (`cfgcheck/rules/`), run on every config whose sections they read "
+    "passed the schema.",
+    MODEL_FOLDER: "Emitted when `model.pretrained` fills the model section from a model folder "
+    "([model folders](models.md#model-folders)).",
+    SCAN: "Emitted by the dataset scan (`cfgcheck data`, `cfgcheck check --scan-data`), which "
+    "tokenizes `data.paths` with the real tokenizer.",
+    NATIVE: "Emitted only for `--from litgpt | axolotl | trl FILE`: the framework's own refusals "
+    "and traps, in the format's keys ([native formats](native-formats.md)).",
+}
 
 
 @dataclass(frozen=True)
@@ -32,6 +47,7 @@ class Explanation:
     checks: str  # what is checked, in one or two sentences (the first line is the summary)
     prevents: str  # the real failure, with the error text users see
     fix: str  # how to fix it
+    group: str = RULES  # where the finding comes from (one of GROUPS)
 
 
 E = Explanation
@@ -44,6 +60,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "A misspelled setting (`trainer.lora.rnak: 16`, `data.max_seq_lenght`) is silently "
         "ignored by the training script: the run trains with the default instead.",
         "Rename it to the suggested key (`~trainer.lora.rnak trainer.lora.rank=16`) or remove it.",
+        group=SCHEMA,
     ),
     "missing-key": E(
         "error",
@@ -53,6 +70,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "`KeyError`) or builds a model of the wrong shape.",
         "Set the key in its group file or on the command line (`data.max_seq_length=2048`); "
         "model shapes come from the model's `config.json`.",
+        group=SCHEMA,
     ),
     "invalid-value": E(
         "error",
@@ -62,6 +80,103 @@ EXPLANATIONS: dict[str, Explanation] = {
         "is invalid`), or a string compares wrongly and a code path is silently skipped.",
         "Write the value as the schema's type, one of the allowed choices (the fix names the "
         "closest), or its default.",
+        group=SCHEMA,
+    ),
+    # --- Native formats (cfgcheck/sources/): the framework's own refusals and traps ----------
+    "unknown-native-key": E(
+        "error / warning",
+        "Every key of a LitGPT, Axolotl or TRL file is one the framework reads (the format's "
+        "key list, `cfgcheck/sources/keys/*.txt`, extracted from its source at a cited commit); "
+        "a key it does not know gets the closest known one and, for a renamed key, its new "
+        "name. An error where the framework refuses the file (LitGPT, TRL), a warning where it "
+        "drops the key silently (Axolotl).",
+        "LitGPT's command line (jsonargparse) and `trl sft --config` (TrlParser: `Unknown "
+        "arguments from config file`) refuse the file at start-up; Axolotl's config model "
+        "ignores the key and trains with the default (`sequence_length: 4096` trains at 512).",
+        "Spell the key as the fix says (`~sequence_length sequence_len=4096`), or remove it.",
+        group=NATIVE,
+    ),
+    "litgpt-quantize-mixed-precision": E(
+        "error",
+        "LitGPT: `quantize` goes with a `*-true` precision, not a `*-mixed` one (`bf16-mixed` "
+        "is the default when `precision` is unset).",
+        "`ValueError: Quantization and mixed precision is not supported.` in "
+        "`litgpt/finetune/lora.py` `setup()`, before training starts.",
+        "Set `precision=bf16-true` (or `16-true` / `32-true`), or drop `quantize`.",
+        group=NATIVE,
+    ),
+    "litgpt-quantize-multi-device": E(
+        "error",
+        "LitGPT: `quantize` trains on one device (`devices` x `num_nodes` = 1).",
+        "`NotImplementedError: Quantization is currently not supported for multi-GPU "
+        "training` in `litgpt/finetune/lora.py` `setup()`.",
+        "Train quantized on one device (`devices=1 num_nodes=1`), or drop `quantize`.",
+        group=NATIVE,
+    ),
+    "litgpt-quantize-optimizer": E(
+        "error",
+        "LitGPT: `quantize` trains with AdamW (LitGPT swaps in bitsandbytes' PagedAdamW).",
+        "`ValueError: The chosen quantization format only supports the AdamW optimizer.` in "
+        "`instantiate_bnb_optimizer` (`litgpt/utils.py`).",
+        "Set `optimizer=AdamW`, or drop `quantize`.",
+        group=NATIVE,
+    ),
+    "litgpt-batch-too-small": E(
+        "error",
+        "LitGPT: `train.global_batch_size` holds at least one micro batch per device "
+        "(`global_batch_size // (devices x num_nodes) // micro_batch_size` >= 1).",
+        "An `AssertionError` in `TrainArgs.gradient_accumulation_iters` (`litgpt/args.py`) "
+        "before the first step.",
+        "Raise `train.global_batch_size` to at least micro batch x devices x nodes.",
+        group=NATIVE,
+    ),
+    "axolotl-deepspeed-with-fsdp": E(
+        "error",
+        "Axolotl: `deepspeed` and `fsdp` are not both set.",
+        "Axolotl refuses the config: `deepspeed and fsdp cannot be used together.` "
+        "(`validation.py` `check_fsdp_deepspeed`).",
+        "Keep one: remove `fsdp` (and `fsdp_config`), or remove `deepspeed`.",
+        group=NATIVE,
+    ),
+    "axolotl-cross-entropy-conflict": E(
+        "error",
+        "Axolotl: at most one cross-entropy replacement is enabled (`cut_cross_entropy`, "
+        "`chunked_cross_entropy`, `liger_cross_entropy`, `liger_fused_linear_cross_entropy`).",
+        "Axolotl refuses the config: `Only one cross entropy optimization can be enabled at a "
+        "time` (`validation.py` `check_cross_entropy_conflicts`).",
+        "Keep one and set the others to `false`.",
+        group=NATIVE,
+    ),
+    "axolotl-fsdp-8bit-optimizer": E(
+        "error",
+        "Axolotl: no bitsandbytes 8-bit optimizer under FSDP2, and no 8-bit optimizer with "
+        "FSDP1 parameter offload.",
+        "Axolotl refuses the config: `FSDP2 not compatible with adamw_8bit, use "
+        "adamw_torch_8bit instead` / `FSDP Offload not compatible with ...` (`validation.py` "
+        "`check_fsdp2_w_8bit_optimizer`, `check_fsdp_offload_w_8bit_optimizer`).",
+        "Use `optimizer=adamw_torch_8bit` under FSDP2, `adamw_torch_fused` with offload.",
+        group=NATIVE,
+    ),
+    "axolotl-packing-attention": E(
+        "warning",
+        "Axolotl: `sample_packing` runs with an attention backend that isolates the packed "
+        "samples (FlashAttention 2, SDPA, flex attention).",
+        "No error: Axolotl logs that it `does not handle cross-sample decontamination` and "
+        "trains on; each packed sample attends to the samples packed before it.",
+        "Set `attn_implementation=flash_attention_2` (or `sdpa` / `flex_attention`), or turn "
+        "`sample_packing` off.",
+        group=NATIVE,
+    ),
+    "trl-max-length-truncates": E(
+        "warning",
+        "TRL: `max_length` is set when the model attends to more than SFTConfig's default of "
+        "1024 tokens (a file written before TRL 0.16 spells it `max_seq_length`, which TRL no "
+        "longer reads).",
+        "No error: `SFTTrainer` truncates every sample to 1024 tokens "
+        "(`trl/trainer/sft_config.py`), silently dropping the ends of longer samples.",
+        "Set `max_length` to the length you mean to train on (`cfgcheck data` shows how many "
+        "samples are longer).",
+        group=NATIVE,
     ),
     "seq-len-over-block-size": E(
         "error / warning",
@@ -125,6 +240,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "learned positions is an IndexError, past RoPE's trained range a quality loss.",
         "Remove the key (the folder decides it) or set the folder's value; drop a whole-shape "
         "model group with '~model' before +model.pretrained=...",
+        group=MODEL_FOLDER,
     ),
     "special-token-out-of-range": E(
         "error",
@@ -324,18 +440,21 @@ EXPLANATIONS: dict[str, Explanation] = {
         "`Cannot attend to N, block size is only M` (LitGPT) or an index error in the position "
         "embeddings, at the batch holding the longest sample.",
         "Keep `data.truncation=true` with a max length within the block size.",
+        group=SCAN,
     ),
     "data-truncated": E(
         "warning",
         "At most 5 % of samples are cut by `data.max_seq_length`.",
         "No error: the ends of the samples (often the answers) are silently dropped.",
         "Raise `data.max_seq_length` (within the block size), or filter long samples.",
+        group=SCAN,
     ),
     "data-padding-waste": E(
         "info",
         "Less than half of the positions of the configured padding scheme are padding.",
         "No error: most compute and memory go to pad tokens.",
         "Pad per batch (`data.padding=longest` with the padded collator) or pack samples.",
+        group=SCAN,
     ),
     "data-unreadable": E(
         "error",
@@ -343,37 +462,49 @@ EXPLANATIONS: dict[str, Explanation] = {
         "The training script fails reading the dataset (`FileNotFoundError`, "
         "`json.decoder.JSONDecodeError`, `pyarrow.lib.ArrowInvalid`).",
         "Fix the file named in the message, or point `data.paths` at readable files.",
+        group=SCAN,
     ),
     "data-scan-skipped": E(
         "warning",
         "`--scan-data` can run: `tokenizer.path` is set.",
         "Nothing fails; the dataset was not checked.",
         "Set `tokenizer.path`, or drop `--scan-data`.",
+        group=SCAN,
     ),
 }
 
 
 def doc_link(rule_id: str) -> str:
     """Where a finding's explanation lives: the anchor of ``docs/rules.md``."""
-    return f"{DOC_FILE}#{rule_id}"
+    return f"{DOC_FILE}#{anchor(rule_id)}"
+
+
+def anchor(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) gives a heading: lower case, word characters
+    and hyphens, spaces as hyphens."""
+    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
 
 
 def emitted_ids() -> list[str]:
-    """Every finding id cfgcheck can emit: schema findings, registered rules, scan findings."""
+    """Every finding id cfgcheck can emit, by group: the catalogue's entries, plus any
+    registered rule that has none yet (listed, so a missing entry shows)."""
     from cfgcheck.rules import all_rules
 
-    return [*SCHEMA_IDS, *MODEL_IDS, *(r.id for r in all_rules()), *SCAN_IDS]
+    ids = [*EXPLANATIONS, *(r.id for r in all_rules() if r.id not in EXPLANATIONS)]
+    order = {g: n for n, g in enumerate(GROUPS)}
+    return sorted(ids, key=lambda i: order.get(group(i), len(GROUPS)))
+
+
+def group(rule_id: str) -> str:
+    e = EXPLANATIONS.get(rule_id)
+    return e.group if e else RULES
 
 
 def missing_ids() -> list[str]:
-    """Emitted ids without an explanation (a test keeps this empty)."""
+    """Registered rules without an explanation (a test keeps this empty; ids emitted outside
+    the registry are found by tests/test_rule_catalogue.py)."""
     return [i for i in emitted_ids() if i not in EXPLANATIONS]
-
-
-def unknown_ids() -> list[str]:
-    """Explained ids that nothing emits (refused by the same test)."""
-    emitted = set(emitted_ids())
-    return [i for i in EXPLANATIONS if i not in emitted]
 
 
 def summary(rule_id: str) -> str:
@@ -382,36 +513,41 @@ def summary(rule_id: str) -> str:
 
 
 def render_markdown() -> str:
-    """``docs/rules.md``: every finding id with its explanation."""
+    """``docs/rules.md``: every finding id with its explanation, by group."""
     lines = [
         "# Rules",
         "",
         "<!-- Generated by `cfgcheck rules --format markdown`; edit "
         "cfgcheck/rules/explanations.py instead. -->",
         "",
-        "Every finding cfgcheck reports, by id. `cfgcheck explain ID` prints the same text; "
-        'each finding\'s JSON links here (`"doc"`).',
-        "",
-        "| id | severity | checks |",
-        "|---|---|---|",
+        "Every finding cfgcheck reports, by id. `cfgcheck rules` lists them, `cfgcheck explain "
+        'ID` prints the same text, and each finding\'s JSON links here (`"doc"`).',
     ]
     ids = emitted_ids()
-    lines += [f"| [`{i}`](#{i}) | {_severity(i)} | {summary(i)} |" for i in ids]
-    for i in ids:
-        e = EXPLANATIONS.get(i)
-        lines += ["", f"## {i}", ""]
-        if e is None:
-            lines.append("(no explanation yet)")
-            continue
-        lines += [
-            f"**Severity:** {e.severity}",
-            "",
-            f"**Checks:** {e.checks}",
-            "",
-            f"**Prevents:** {e.prevents}",
-            "",
-            f"**Fix:** {e.fix}",
-        ]
+    groups = [g for g in GROUPS if any(group(i) == g for i in ids)]
+    groups += sorted({group(i) for i in ids} - set(groups))
+    for g in groups:
+        members = [i for i in ids if group(i) == g]
+        lines += ["", f"## {g}", ""]
+        if g in _GROUP_INTRO:
+            lines += [_GROUP_INTRO[g], ""]
+        lines += ["| id | severity | checks |", "|---|---|---|"]
+        lines += [f"| [`{i}`](#{anchor(i)}) | {_severity(i)} | {summary(i)} |" for i in members]
+        for i in members:
+            e = EXPLANATIONS.get(i)
+            lines += ["", f"### {i}", ""]
+            if e is None:
+                lines.append("(no explanation yet)")
+                continue
+            lines += [
+                f"**Severity:** {e.severity}",
+                "",
+                f"**Checks:** {e.checks}",
+                "",
+                f"**Prevents:** {e.prevents}",
+                "",
+                f"**Fix:** {e.fix}",
+            ]
     return "\n".join(lines) + "\n"
 
 
