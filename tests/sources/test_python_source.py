@@ -225,6 +225,9 @@ def test_unsloth_seed_notebook_located_by_cell_and_line(tmp_path: Path) -> None:
     assert where["trainer.micro_batch_size"] == {"file": str(nb), "line": 6, "cell": 4}
     text = run_cfgcheck("check", "--from", "python", str(nb))
     assert f"{nb}, cell 3, line 8: data.padding set here" in text.stdout
+    github = run_cfgcheck("check", "--from", "python", str(nb), "--format", "github")
+    # An annotation names the notebook; its line would be the cell's, not the file's.
+    assert f"::error file={nb},title=cfgcheck ragged-batch::" in github.stdout
     # The fix re-read as a notebook: padding="max_length" in cell 3, line 8.
     fixes = finding["fixes"]
     assert any(
