@@ -16,7 +16,7 @@ rather than guessed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,7 +259,7 @@ def _to_native(path: str, value: str) -> str | None:
 
 FORMAT = Format(
     name="python",
-    label="the code",
+    label="the libraries",  # "default of the libraries unsloth/models/loader.py ..."
     framework="hf",
     keys=frozenset(),
     build=lambda b: _build(b),
@@ -276,7 +276,3 @@ def _build(b: Builder) -> None:
     from cfgcheck.sources.python.build import build
 
     build(b)
-
-
-def iter_keys(collected: Collected) -> Iterable[str]:
-    return collected.where.keys()

@@ -1,4 +1,4 @@
-"""Where each default of the python source comes from, as shown in "default of the code ...".
+"""Where each default of the python source comes from, as shown in "default of the libraries ...".
 
 The citations (repository, file, line) are in :mod:`cfgcheck.sources.python.build`.
 """
