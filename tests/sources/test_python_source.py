@@ -317,6 +317,48 @@ def test_unknown_values_are_findings_never_guesses(tmp_path: Path) -> None:
     assert given.by_rule("ragged-batch") and not given.by_rule("python-unknown-value")
 
 
+def test_what_the_code_does_itself_is_unknown_not_guessed(tmp_path: Path) -> None:
+    script = seed_script(tmp_path)
+    text = script.read_text()
+    # The mapped function pads the lists itself: its tokenizer call's padding is not the end.
+    manual = tmp_path / "manual.py"
+    manual.write_text(
+        text.replace(
+            '        "labels": tokens["input_ids"],\n',
+            '        "labels": [ids + [0] * (64 - len(ids)) for ids in tokens["input_ids"]],\n',
+        )
+    )
+    result = check_native(manual, "python")
+    assert not result.by_rule("ragged-batch")
+    assert any("pads or cuts the token lists itself" in f.message for f in result.findings)
+    # A collator the file defines: whether it pads is not read.
+    own = tmp_path / "own.py"
+    own.write_text(
+        text.replace(
+            "trainer = Trainer(", "def collate(batch):\n    return batch\n\n\ntrainer = Trainer("
+        ).replace("train_dataset=dataset,", "train_dataset=dataset,\n    data_collator=collate,")
+    )
+    result = check_native(own, "python")
+    assert not result.by_rule("ragged-batch")
+    assert one(result, "python-unknown-value").paths == ("trainer.data_collator",)
+    # Another adapter method than LoRA still trains adapters over the 4-bit weights.
+    rand = tmp_path / "rand.py"
+    rand.write_text(
+        "import transformers\n"
+        "from transformers import AutoModelForCausalLM, BitsAndBytesConfig\n"
+        "from peft import RandLoraConfig, get_peft_model\n"
+        "bnb = BitsAndBytesConfig(load_in_4bit=True)\n"
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf', "
+        "quantization_config=bnb)\n"
+        "model = get_peft_model(model, RandLoraConfig(r=32))\n"
+        "args = transformers.TrainingArguments(output_dir='o', per_device_train_batch_size=1)\n"
+        "transformers.Trainer(model=model, args=args, processing_class=tok).train()\n"
+    )
+    result = check_native(rand, "python", gpu="H100")
+    assert not result.by_rule("quantized-full-finetuning")
+    assert result.config is not None and result.config.trainer.finetuning == "qlora"
+
+
 def test_lightning_torchtune_seed() -> None:
     seed = HERE / "lightning_torchtune_seed.py"
     text = seed.read_text()

@@ -27,7 +27,7 @@ from typing import Any
 
 from cfgcheck.findings import Location
 from cfgcheck.sources.code.text import CodeFile, Unit
-from cfgcheck.sources.code.values import Func, Value, plain
+from cfgcheck.sources.code.values import Func, Klass, Value, plain
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +78,7 @@ class Program:
     code: CodeFile
     calls: list[CallSite] = field(default_factory=list)
     functions: dict[str, Func] = field(default_factory=dict)
+    classes: dict[str, Klass] = field(default_factory=dict)
     # Attribute assignments (``tokenizer.pad_token = tokenizer.eos_token``): target as
     # written, value, where.
     attributes: list[tuple[str, Value, Location]] = field(default_factory=list)

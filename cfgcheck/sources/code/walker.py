@@ -95,6 +95,7 @@ class Reader(Expressions):
             bases = tuple(self.dotted(b, frame) or "" for b in s.bases)
             klass = Klass(s, unit, bases)
             frame.names[s.name] = klass
+            self.program.classes.setdefault(s.name, klass)
             self.classes.append((klass, None))
         elif isinstance(s, ast.If):
             self.branch(s, frame, unit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cfgcheck.sources.base import Builder
 from cfgcheck.sources.code.datapath import collator_kind
+from cfgcheck.sources.code.values import Unknown
 from cfgcheck.sources.python import code_of
 from cfgcheck.sources.python.upstream import (
     LOADER,
@@ -36,11 +37,26 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
     elif "SFT" in notes.get("args", "") or "SFT" in notes.get("trainer", ""):
         b.default("data.max_seq_length", 1024, f"{SFT} max_length=1024")
     else:
+        # Nothing in the code bounds a sample: the longest sample of the data decides, which
+        # the code does not say. The model's context stands in, and what rests on it is left
+        # out (python-unknown-value), never reported from a guessed length.
         b.defer(
             "data.max_seq_length",
             "model.block_size",
             "(no length in the code: the model's context)",
         )
+        # The key that would bound it: the tokenizer call's max_length, the torchtune
+        # builder's max_seq_len, else the trainer config's max_length.
+        key = next((k for g, k in _LENGTH_KEYS if g in n.collected.calls), "args.max_length")
+        bound_at = n.loc(key.split(".")[0])
+        n.collected.unknown[key] = Unknown(
+            "bounded by nothing in the code (no max_length, max_seq_length or truncation): "
+            "the longest sample of the data decides",
+            bound_at,
+        )
+        if bound_at is not None and key not in n.where:
+            n.where[key] = bound_at
+        n.unknown_paths["data.max_seq_length"] = key
     # The tokenizer call in the mapped function decides padding and truncation.
     if "tokenize" in n.collected.calls:
         padding = n.get("tokenize.padding", False) if n.is_set("tokenize.padding") else False
@@ -86,9 +102,7 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
                 n.loc("loader") or b.default_location(f"{LOADER} collate_fn=default_collate"),
             )
         else:
-            b.default(
-                "data.collator", "padded", "a collate_fn cfgcheck cannot read (assumed to pad)"
-            )
+            _unread_collator(b, "loader.collate_fn")
         return
     trainer = notes.get("trainer", "")
     if (n.is_set("args.packing") and n.get("args.packing")) or (
@@ -101,9 +115,7 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
         if kind is not None:
             b.from_key("data.collator", "trainer.data_collator", kind)
         else:
-            b.default(
-                "data.collator", "padded", "a data_collator cfgcheck cannot read (assumed to pad)"
-            )
+            _unread_collator(b, "trainer.data_collator")
     elif trainer in ("Trainer", "Seq2SeqTrainer") and not (
         n.is_set("trainer.processing_class") or n.is_set("trainer.tokenizer")
     ):
@@ -114,6 +126,24 @@ def _data(b: Builder, unsloth: bool, lightning: bool) -> None:
         )
     else:
         b.default("data.collator", "padded", f"{trainer or 'the trainer'}'s default collator pads")
+
+
+_LENGTH_KEYS = (
+    ("tokenize", "tokenize.max_length"),
+    ("dataset", "dataset.max_seq_len"),
+    ("args", "args.max_length"),
+)
+
+
+def _unread_collator(b: Builder, key: str) -> None:
+    """A collator cfgcheck does not know (the file's own, another module's): whether it pads
+    is not read, so what rests on the collator is left out."""
+    n = code_of(b)
+    b.set("data.collator", "padded", n.loc(key))
+    n.collected.unknown.setdefault(
+        key, Unknown(f"{n.get(key)}, a collator cfgcheck does not know: whether it pads", None)
+    )
+    n.unknown_paths["data.collator"] = key
 
 
 def _peft(b: Builder, unsloth: bool) -> None:

@@ -30,6 +30,7 @@ lightning  Lightning ``Trainer`` / ``Fabric`` (``precision``, ``devices``, ``str
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 from cfgcheck.findings import Location
@@ -38,6 +39,7 @@ from cfgcheck.sources.code.datapath import is_tokenizer_call
 from cfgcheck.sources.code.values import (
     Entries,
     Func,
+    Klass,
     Known,
     Obj,
     Ref,
@@ -158,6 +160,13 @@ class Collected:
     unknown: dict[str, Unknown] = field(default_factory=dict)
     # What the collator is: "padded", "default", or None (not decided by the code).
     notes: dict[str, str] = field(default_factory=dict)
+    # Names of the functions and classes the file defines.
+    local: frozenset[str] = frozenset()
+
+    def _defined_here(self, value: Value) -> bool:
+        if isinstance(value, Func | Klass):
+            return True
+        return isinstance(value, Obj) and value.call.name in self.local
 
     def put(self, group: str, call: CallSite, keywords: dict[str, int | None]) -> None:
         """Record ``call``'s arguments (keyword -> positional index or None) under ``group``."""
@@ -199,6 +208,12 @@ class Collected:
                     section[keyword] = {k: _literal(v) for k, v in value.items.items()}
                 except ValueError:
                     self.unknown[key] = Unknown("a dict with values computed when it runs")
+            elif keyword in ("data_collator", "collate_fn") and self._defined_here(value):
+                self.unknown[key] = Unknown(
+                    f"{_symbol(value)}, a collator the file defines: cfgcheck does not read "
+                    "whether it pads",
+                    arg.location,
+                )
             elif keyword in OBJECT_KEYWORDS:
                 section[keyword] = _symbol(value)
             else:  # a number, a flag, a name: a call's result or an object is not known
@@ -235,7 +250,7 @@ def _first_live(calls: list[CallSite]) -> CallSite | None:
 
 
 def collect(program: Program) -> Collected:
-    out = Collected()
+    out = Collected(local=frozenset({*program.functions, *program.classes}))
     trainer = _last(program.find(*TRAINERS))
     loader = _first_live(program.find(*LOADERS))
     if loader is not None:
@@ -297,6 +312,11 @@ def collect(program: Program) -> Collected:
     elif lora is not None:
         out.put("peft", lora, lora_keys)
         out.notes["peft"] = "peft"
+    else:  # another adapter method (RandLoraConfig, LoHaConfig, VeraConfig...): trains adapters
+        config = _adapter_config(program, peft)
+        if config is not None:
+            out.put("peft", config, {"r": None, "target_modules": None})
+            out.notes["peft"] = config.name.split(".")[-1]
     args = _last(program.find(*ARGS))
     if args is not None:
         out.put(
@@ -350,6 +370,30 @@ def collect(program: Program) -> Collected:
     return out
 
 
+def _adapter_config(program: Program, peft: CallSite | None) -> CallSite | None:
+    """The peft config given to ``get_peft_model`` (or a trainer's ``peft_config``)."""
+    candidates = [peft.arg("peft_config", 1)] if peft is not None else []
+    candidates += [t.kwargs.get("peft_config") for t in program.find(*TRAINERS)]
+    for arg in candidates:
+        value = arg.value if arg is not None else None
+        if isinstance(value, Obj) and value.call.name.endswith("Config"):
+            return value.call
+    return None
+
+
+def _rewrites_samples(func: Func) -> int | None:
+    """The line where ``func`` pads or cuts token lists itself (``[pad] * n``, ``x[:n]``), so
+    what its tokenizer call's ``padding`` says is not what the samples end up as."""
+    for node in ast.walk(func.node):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            operands = (node.left, node.right)
+            if any(isinstance(o, ast.List) for o in operands):
+                return node.lineno
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+            return node.lineno
+    return None
+
+
 def _collect_map(program: Program, out: Collected) -> None:
     """The ``dataset.map(fn, ...)`` whose function tokenizes, and that tokenizer call."""
     for call in program.calls:
@@ -368,6 +412,16 @@ def _collect_map(program: Program, out: Collected) -> None:
             {"padding": None, "truncation": None, "max_length": None, "pad_to_multiple_of": None},
         )
         out.notes["map_function"] = fn.value.name
+        line = _rewrites_samples(fn.value)
+        if line is not None:
+            where = program.code.location(fn.value.unit, line)
+            for key in ("tokenize.padding", "tokenize.truncation"):
+                out.data.get("tokenize", {}).pop(key.split(".")[1], None)
+                out.unknown[key] = Unknown(
+                    f"not what the samples end up as: {fn.value.name} pads or cuts the token "
+                    f"lists itself at {where}",
+                    where,
+                )
         return
 
 
