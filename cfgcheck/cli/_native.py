@@ -8,7 +8,7 @@ import argparse
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 
-FORMATS = ("litgpt", "axolotl", "trl", "python")
+FORMATS = ("litgpt", "axolotl", "trl", "llamafactory", "python")
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Location, Severity
@@ -38,10 +39,11 @@ class NativeConfig:
     file: str
     data: dict[str, Any]
     where: dict[str, Location] = field(default_factory=dict)
+    origin: Path | None = None  # the file on disk; None when the text came over the network
 
     @classmethod
     def from_document(cls, fmt: str, doc: Document, overrides: Sequence[str]) -> NativeConfig:
-        native = cls(fmt, doc.file, copy.deepcopy(doc.data))
+        native = cls(fmt, doc.file, copy.deepcopy(doc.data), origin=doc.origin)
         native.where = {key: Location(doc.file, line) for key, line in doc.lines.items()}
         for text in overrides:
             if text.startswith("~"):  # delete a key, as in Hydra
@@ -161,6 +163,9 @@ class Format:
     unknown_behaviour: str = ""
     # Dotted prefixes whose sub-keys are free-form (optimizer init_args, deepspeed dicts...).
     open_prefixes: tuple[str, ...] = ()
+    # A fix's cfgcheck value as the native config counts it, before to_native (LLaMA-Factory's
+    # DPO batch holds each pair's chosen and rejected sequences: 2 per sample).
+    fix_value: Callable[[NativeConfig, str, str], str] | None = None
     finish: Finish | None = None
     # The format checks each fix itself (finish), so validation leaves them unverified.
     verifies_fixes: bool = False

@@ -29,9 +29,12 @@ from cfgcheck.sources.unknown import unknown_keys
 
 def formats() -> dict[str, Format]:
     """``--from`` name -> format (imported on first use)."""
-    from cfgcheck.sources import axolotl, litgpt, python, trl
+    from cfgcheck.sources import axolotl, litgpt, llamafactory, python, trl
 
-    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT, python.FORMAT)}
+    return {
+        f.name: f
+        for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT, llamafactory.FORMAT, python.FORMAT)
+    }
 
 
 def get_format(name: str) -> Format:
@@ -177,7 +180,7 @@ def _native_fixes(
             continue
         fixes: list[Fix] = []
         for fix in f.fixes:
-            rewritten = [_rewrite(o, spec) for o in fix.overrides]
+            rewritten = [_rewrite(o, spec, native) for o in fix.overrides]
             if all(r is not None for r in rewritten):
                 # "" is a change the format makes by itself; two cfgcheck keys may share one
                 # native key (data.max_seq_length and data.max_length are both sequence_len).
@@ -190,10 +193,13 @@ def _native_fixes(
         yield dataclasses.replace(f, fixes=tuple(fixes), hint=hint)
 
 
-def _rewrite(override: str, spec: Format) -> str | None:
+def _rewrite(override: str, spec: Format, native: NativeConfig) -> str | None:
     """``path=value`` in the format's keys; ``""`` when the format needs no change for it;
     None when it cannot express it."""
     key, sep, value = override.partition("=")
     if not sep:
         return None
-    return spec.to_native(key.lstrip("+~"), value)
+    path = key.lstrip("+~")
+    if spec.fix_value is not None:
+        value = spec.fix_value(native, path, value)
+    return spec.to_native(path, value)

@@ -17,6 +17,7 @@ FILES = {
     "litgpt": example("litgpt", "tiny-llama-lora.yaml"),
     "axolotl": example("axolotl", "mistral-lora.yml"),
     "trl": example("trl", "example_config.yaml"),
+    "llamafactory": example("llamafactory", "examples/train_lora/llama3_lora_sft.yaml"),
 }
 BASE = {
     "trl": [
