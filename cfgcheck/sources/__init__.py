@@ -21,7 +21,7 @@ from cfgcheck.sources.native import (
 )
 from cfgcheck.sources.reader import Document, parse_document
 
-FORMAT_NAMES: tuple[str, ...] = ("litgpt", "axolotl", "trl", "llamafactory")
+FORMAT_NAMES: tuple[str, ...] = ("litgpt", "axolotl", "trl", "llamafactory", "python")
 
 __all__ = [
     "FORMAT_NAMES",
