@@ -28,9 +28,18 @@ def check(
 ) -> CheckResult:
     """Compose a config with Hydra and validate it; findings carry source locations.
 
+    ``config_dir`` may instead be a training script or notebook (``train.py``,
+    ``finetune.ipynb``): it is read statically as ``cfgcheck check --from python`` reads it
+    (``overrides`` then in its native keys, ``args.per_device_train_batch_size=1``).
+
     Compositions are cached by content (see :mod:`cfgcheck.compose_cache`), so a repeated
     check of an unchanged tree does not import Hydra unless it has findings to locate.
     """
+    if str(config_dir).endswith((".py", ".ipynb")) and Path(config_dir).is_file():
+        # A run written as code (a script or notebook): read statically, never executed.
+        from cfgcheck.sources import check_native as check_native_file
+
+        return check_native_file(config_dir, "python", overrides)
     from cfgcheck.compose_cache import compose_cached
     from cfgcheck.locations import with_locations
 
@@ -44,7 +53,8 @@ def check_native(
     overrides: Sequence[str] = (),
     gpu: str | None = None,
 ) -> CheckResult:
-    """Validate a native framework config file (``fmt``: ``litgpt``, ``axolotl`` or ``trl``)
+    """Validate a native framework config file (``fmt``: ``litgpt``, ``axolotl``, ``trl``, or
+    ``python`` for a script or notebook)
     with overrides in that format's keys (``sequence_len=4096``); findings point at the file's
     lines and their fixes use its keys. See :mod:`cfgcheck.sources`."""
     from cfgcheck.sources import check_native as check_native_file

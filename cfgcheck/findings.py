@@ -23,13 +23,52 @@ SEVERITY_ORDER: Mapping[Severity, int] = {"error": 0, "warning": 1, "info": 2}
 
 @dataclass(frozen=True)
 class Location:
-    """Where a config value was set: a YAML file and line, or a command-line override."""
+    """Where a config value was set: a YAML file and line, a command-line override, or a
+    notebook cell (``cell``: 0-based over all cells, ``line``: 1-based within the cell)."""
 
     file: str
     line: int | None = None
+    cell: int | None = None
 
     def __str__(self) -> str:
+        if self.cell is not None:
+            where = f"{self.file}, cell {self.cell}"
+            return where if self.line is None else f"{where}, line {self.line}"
         return self.file if self.line is None else f"{self.file}:{self.line}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"file", "line"}``, plus ``"cell"`` for a notebook cell."""
+        out: dict[str, Any] = {"file": self.file, "line": self.line}
+        if self.cell is not None:
+            out["cell"] = self.cell
+        return out
+
+
+@dataclass(frozen=True)
+class CodeEdit:
+    """A fix written as code: replace ``old`` (from ``start`` to ``end``, each (line, column)
+    with 1-based lines and 0-based columns, within the file or the notebook cell of
+    ``location``) by ``new``."""
+
+    location: Location
+    start: tuple[int, int]
+    end: tuple[int, int]
+    old: str
+    new: str
+
+    def __str__(self) -> str:
+        if not self.old:
+            return f"at {self.location} insert {self.new.strip(', ')}"
+        return f"at {self.location} write {self.new} instead of {self.old}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.location.to_dict(),
+            "start": list(self.start),
+            "end": list(self.end),
+            "old": self.old,
+            "new": self.new,
+        }
 
 
 @dataclass(frozen=True)
@@ -46,6 +85,8 @@ class Fix:
     overrides: tuple[str, ...]
     summary: str
     flags: tuple[str, ...] = ()
+    # For a run written as code (``--from python``): the same change as edits of the code.
+    edits: tuple[CodeEdit, ...] = ()
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -65,6 +106,7 @@ class Fix:
             tuple(dict.fromkeys((*self.overrides, *other.overrides))),
             f"{self.summary}, and {second}",
             tuple(dict.fromkeys((*self.flags, *other.flags))) if other.flags else self.flags,
+            (*self.edits, *other.edits),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,6 +115,7 @@ class Fix:
             "summary": self.summary,
             "flags": list(self.flags),
             "shell": self.shell,
+            **({"edits": [e.to_dict() for e in self.edits]} if self.edits else {}),
         }
 
 
@@ -131,7 +174,7 @@ def _doc_link(rule: str) -> str:
 
 
 def _location_dict(location: Location | None) -> dict[str, Any] | None:
-    return None if location is None else {"file": location.file, "line": location.line}
+    return None if location is None else location.to_dict()
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:

@@ -52,6 +52,9 @@ def test_hook_definition() -> None:
     hook, *native = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
     assert [h["id"] for h in native][:3] == ["cfgcheck-litgpt", "cfgcheck-axolotl", "cfgcheck-trl"]
     assert "cfgcheck-llamafactory" in [h["id"] for h in native]
+    assert "cfgcheck-python" in [h["id"] for h in native]
+    python = next(h for h in native if h["id"] == "cfgcheck-python")
+    assert python["entry"] == "cfgcheck hook --from python"
     assert "cfgcheck-torchtune" in [h["id"] for h in native]
     assert hook["id"] == "cfgcheck" and hook["language"] == "python"
     assert hook["entry"] == "cfgcheck hook"

@@ -223,6 +223,11 @@ NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
     ("axolotl", "mistral-lora.yml", ("cut_cross_entropy=true", "chunked_cross_entropy=true")),
     ("axolotl", "mistral-lora.yml", ("~attn_implementation", "sequence_length=2048")),
     ("trl", "example_config.yaml", ("max_seq_length=4096",)),
+    (
+        "python",
+        "scripts/peft_dora_finetuning.py",
+        ("load.pretrained_model_name_or_path=meta-llama/Llama-2-7b-hf",),
+    ),
     *_TORCHTUNE_CORPUS,
 ]
 # LLaMA-Factory resolves deepspeed and dataset_dir against the folder llamafactory-cli runs in:

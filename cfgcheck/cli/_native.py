@@ -10,7 +10,7 @@ import argparse
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 
-FORMATS = ("litgpt", "axolotl", "trl", "llamafactory", "torchtune")
+FORMATS = ("litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune")
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:
@@ -80,11 +80,18 @@ def run_native_hook(args: argparse.Namespace) -> int:
 
     report = get_reporter(args.format)
     code = EXIT_OK
-    for file in args.files:
+    files = list(args.files)
+    if args.source == "python":
+        files = python_files(files)
+    checked = len(files)
+    for file in files:
         try:
             launch = {"nproc_per_node": args.nproc_per_node} if args.nproc_per_node else None
             result = check_native(file, args.source, gpu=getattr(args, "gpu", None), launch=launch)
         except ConfigLoadError as e:
+            if type(e).__name__ == "NoTrainingRun":  # Python that only mentions a trainer
+                checked -= 1
+                continue
             print(f"{printable(file)}: cannot check: {printable(str(e))}")
             code = EXIT_LOAD
             continue
@@ -94,5 +101,26 @@ def run_native_hook(args: argparse.Namespace) -> int:
         if not result.ok and code == EXIT_OK:
             code = EXIT_FINDINGS
     verdict = "OK" if code == EXIT_OK else "failed"
-    print(f"cfgcheck hook: {len(args.files)} {args.source} config(s) checked: {verdict}")
+    print(f"cfgcheck hook: {checked} {args.source} config(s) checked: {verdict}")
     return code
+
+
+def python_files(files: list[str]) -> list[str]:
+    """The ``*.py`` / ``*.ipynb`` files that build a trainer; every other file is skipped
+    after a bounded read and a text search, without parsing."""
+    from cfgcheck import safeio
+    from cfgcheck.sources.code.text import MAX_BYTES
+    from cfgcheck.sources.python import trains_text
+
+    kept = []
+    for file in files:
+        if not file.endswith((".py", ".ipynb")):
+            continue
+        try:
+            text = safeio.read_text(file, MAX_BYTES)
+        except ConfigLoadError:
+            kept.append(file)  # reported as unreadable by the check
+            continue
+        if trains_text(text):
+            kept.append(file)
+    return kept

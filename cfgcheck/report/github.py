@@ -35,7 +35,7 @@ def annotation(f: Finding) -> str:
     props: list[tuple[str, str]] = []
     if anchor is not None:
         props.append(("file", anchor.file))
-        if anchor.line is not None:
+        if anchor.line is not None and anchor.cell is None:  # a cell's line is not the file's
             props.append(("line", str(anchor.line)))
     props.append(("title", f"cfgcheck {f.rule}"))
     lines = [f.message]

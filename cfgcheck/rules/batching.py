@@ -25,13 +25,16 @@ def _ragged_fixes(cfg: RunConfig) -> tuple[Fix, ...]:
 
     d = cfg.data
     facts = tokenizer_facts(cfg.tokenizer)
-    pad: tuple[str, ...] = ()
+    pad: tuple[str, ...] | None = ()
     if not usable_pad(facts):
-        found = pad_fix(cfg, cfg.model.rows)
-        if found is None:
-            return ()
-        pad = found
-    out = [Fix(("data.collator=padded", *pad), "pad each batch to its longest sample")]
+        pad = pad_fix(cfg, cfg.model.rows)
+    out: list[Fix] = []
+    if cfg.trainer.framework != "hf":  # LitGPT's and torchtune's collates pad by position
+        out.append(Fix(("data.collator=padded",), "pad each batch to its longest sample"))
+    elif pad is not None:
+        out.append(Fix(("data.collator=padded", *pad), "pad each batch to its longest sample"))
+    if pad is None:
+        return tuple(out)
     length, multiple = d.effective_max_length, d.pad_to_multiple_of
     fits = round_up(length, multiple) <= cfg.model.block_size
     if not fits or (multiple is not None and length % multiple):

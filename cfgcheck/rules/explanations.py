@@ -453,6 +453,18 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Fix the path (relative to the folder `llamafactory-cli` runs in).",
         group=NATIVE,
     ),
+    "python-unknown-value": E(
+        "warning",
+        "A run written as code (`--from python`): every setting a check needs is a literal the "
+        "code writes, or follows from literals (constants, arithmetic, f-strings, `**dict`, "
+        "arguments passed through the file's own functions).",
+        "Nothing fails here: a value computed when the code runs (`os.environ`, `input()`, "
+        "`argparse`, a call's result, a call on one branch of an `if`) is never guessed, so "
+        "the checks that need it are left out and their failures are not caught before launch.",
+        "Write a literal in the code, or give the value on the command line in the call's "
+        "keys (`args.per_device_train_batch_size=4`).",
+        group=NATIVE,
+    ),
     "seq-len-over-block-size": E(
         "error / warning",
         "The longest sequence the pipeline feeds (packed rows: `data.max_seq_length`; else the "

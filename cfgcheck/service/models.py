@@ -42,12 +42,14 @@ class NativeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    format: Literal["litgpt", "axolotl", "trl", "llamafactory", "torchtune"] = Field(
-        description="The file's framework."
+    format: Literal["litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune"] = Field(
+        description="The file's framework; 'python' for a training script or notebook "
+        "(read statically, never run)."
     )
     config: str = Field(
         max_length=MAX_NATIVE_CHARS,
-        description="The config file's text (YAML or JSON), e.g. an Axolotl examples/*.yml.",
+        description="The config file's text (YAML or JSON), e.g. an Axolotl examples/*.yml; "
+        "with format 'python', the script's text or the notebook's JSON.",
     )
     filename: str = Field(
         "config.yaml",
@@ -80,6 +82,19 @@ class LocationOut(BaseModel):
 
     file: str
     line: int | None = None
+    cell: int | None = Field(None, description="A notebook's cell (0-based over all cells).")
+
+
+class EditOut(BaseModel):
+    """A fix written as code (a Python script or notebook): ``old`` becomes ``new``."""
+
+    file: str
+    line: int | None = None
+    cell: int | None = None
+    start: list[int]
+    end: list[int]
+    old: str
+    new: str
 
 
 class FixOut(BaseModel):
@@ -87,6 +102,9 @@ class FixOut(BaseModel):
 
     overrides: list[str]
     summary: str
+    edits: list[EditOut] | None = Field(
+        None, description="For a Python script or notebook: the fix as code edits."
+    )
 
 
 class FindingOut(BaseModel):

@@ -1,6 +1,6 @@
 """``{"format": ..., "config": ...}`` requests: a native framework config (LitGPT, Axolotl,
-TRL, torchtune) checked as ``cfgcheck check --from FORMAT FILE`` checks it
-(:mod:`cfgcheck.sources`).
+TRL, torchtune) or a training script or notebook (``python``) checked as ``cfgcheck check --from
+FORMAT FILE`` checks it (:mod:`cfgcheck.sources`).
 
 The text is read by the sources layer's bounded reader; the run config it maps to is confined
 like any submitted config (paths inside the allowed roots) before anything reads a file.
@@ -37,13 +37,18 @@ def check_native_request(payload: dict[str, Any], roots: Sequence[Path]) -> Chec
         ]
         raise RequestError(422, "invalid native request: " + "; ".join(parts)) from e
     try:
-        doc = parse_document(request.config, request.filename)
-        launch = {
-            k: v
-            for k, v in (("recipe", request.recipe), ("nproc_per_node", request.nproc_per_node))
-            if v is not None
-        }
-        loaded = load_document(doc, request.format, request.overrides, request.gpu, launch)
+        if request.format == "python":  # a script or notebook body, read statically
+            from cfgcheck.sources.python import load_text
+
+            loaded = load_text(request.config, request.filename, request.overrides, request.gpu)
+        else:
+            doc = parse_document(request.config, request.filename)
+            launch = {
+                k: v
+                for k, v in (("recipe", request.recipe), ("nproc_per_node", request.nproc_per_node))
+                if v is not None
+            }
+            loaded = load_document(doc, request.format, request.overrides, request.gpu, launch)
     except ConfigLoadError as e:
         raise RequestError(422, str(e)) from e
     refused = refused_paths(loaded.config, roots)

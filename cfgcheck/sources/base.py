@@ -27,6 +27,7 @@ from cfgcheck.sources.reader import (
 if TYPE_CHECKING:
     from cfgcheck.schema.model import ModelConfig
     from cfgcheck.schema.run import RunConfig
+    from cfgcheck.sources.native import Loaded
     from cfgcheck.sources.profiles import Profile
 
 
@@ -154,6 +155,8 @@ class Builder:
 
 
 NativeRule = Callable[[NativeConfig, "RunConfig | None"], Iterable[Finding]]
+# A format's last pass over the checked findings (the python source writes fixes as code).
+Finish = Callable[["Loaded", list[Finding]], list[Finding]]
 
 
 @dataclass(frozen=True)
@@ -180,3 +183,6 @@ class Format:
     # A fix's cfgcheck value as the native config counts it, before to_native (LLaMA-Factory's
     # DPO batch holds each pair's chosen and rejected sequences: 2 per sample).
     fix_value: Callable[[NativeConfig, str, str], str] | None = None
+    finish: Finish | None = None
+    # The format checks each fix itself (finish), so validation leaves them unverified.
+    verifies_fixes: bool = False

@@ -10,6 +10,7 @@ profile, and rewrites each fix in the format's keys.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,11 +29,18 @@ from cfgcheck.sources.unknown import unknown_keys
 
 def formats() -> dict[str, Format]:
     """``--from`` name -> format (imported on first use)."""
-    from cfgcheck.sources import axolotl, litgpt, llamafactory, torchtune, trl
+    from cfgcheck.sources import axolotl, litgpt, llamafactory, python, torchtune, trl
 
     return {
         f.name: f
-        for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT, llamafactory.FORMAT, torchtune.FORMAT)
+        for f in (
+            litgpt.FORMAT,
+            axolotl.FORMAT,
+            trl.FORMAT,
+            llamafactory.FORMAT,
+            python.FORMAT,
+            torchtune.FORMAT,
+        )
     }
 
 
@@ -71,6 +79,10 @@ def load_native(
     which no native format spells. Raises :class:`ConfigLoadError` (one line) when the file
     cannot be read or names no model cfgcheck can resolve. ``launch``: what the launch command
     says outside the file (torchtune: ``recipe``, ``nproc_per_node``)."""
+    if fmt == "python":  # code, not a document: read statically (cfgcheck.sources.code)
+        from cfgcheck.sources.python import load_python
+
+        return load_python(path, overrides, gpu)
     doc = read_document(path, display_path(Path(path)))
     return load_document(doc, fmt, overrides, gpu, launch)
 
@@ -85,7 +97,13 @@ def load_document(
     """:func:`load_native` of an already-read document (the service parses request text)."""
     spec = get_format(fmt)
     native = NativeConfig.from_document(fmt, doc, overrides, launch)
-    builder = Builder(native, spec.label)
+    loaded = build_loaded(spec, native, Builder(native, spec.label), gpu)
+    return dataclasses.replace(loaded, document=doc, overrides=tuple(overrides))
+
+
+def build_loaded(spec: Format, native: NativeConfig, builder: Builder, gpu: str | None) -> Loaded:
+    """Run ``spec``'s builder on ``native`` and resolve what follows the model (the document
+    it came from, to load it again with a fix, is the caller's to add)."""
     spec.build(builder)
     if gpu:
         where = Location(f"<--gpu {gpu}>", None)
@@ -98,7 +116,7 @@ def load_document(
     for key, location in native.where.items():
         if key.split(".")[0] not in SECTIONS and key not in smap.entries:
             smap.set(key, location, covering=False)
-    return Loaded(spec, native, builder.config, smap, builder.model_key, doc, tuple(overrides), gpu)
+    return Loaded(spec, native, builder.config, smap, builder.model_key, gpu=gpu)
 
 
 def _resolve_deferred(b: Builder) -> None:
@@ -139,27 +157,34 @@ def check_native(
 def check_loaded(loaded: Loaded, verify: bool = True) -> CheckResult:
     """Validate a loaded native config, then add the format's findings (see the module).
     With ``verify``, every fix is checked as the user would paste it: the native config loaded
-    again with the fix's native overrides and flags (:mod:`cfgcheck.sources.native_fixes`)."""
+    again with the fix's native overrides and flags (:mod:`cfgcheck.sources.native_fixes`).
+    A format that verifies its fixes end to end (the python source re-reads the edited code,
+    profile applied) gets them as the rules proposed them, and checks them in ``finish``."""
     from cfgcheck.fixcheck import expressible_only, verifying
     from cfgcheck.sources.native_fixes import native_fixes, verify_native
-    from cfgcheck.validate import validate
+    from cfgcheck.validate import validate, validate_plain
 
     spec = loaded.format
-    with (
-        native_model_errors(loaded.native, loaded.model_key),
-        expressible_only(lambda o: rewrite(o, spec) is not None),
-        verifying(False),  # checked below, in native keys, as the user pastes them
-    ):
-        result = validate(loaded.config)
+    with native_model_errors(loaded.native, loaded.model_key):
+        if spec.verifies_fixes:
+            result = validate_plain(loaded.config)
+        else:
+            with (
+                expressible_only(lambda o: rewrite(o, spec) is not None),
+                verifying(False),  # checked below, in native keys, as the user pastes them
+            ):
+                result = validate(loaded.config)
     findings: list[Finding] = list(result.findings)
     findings += unknown_keys(loaded.native, spec)
     for rule in spec.rules:
         findings += rule(loaded.native, result.config)
     findings = list(apply_profile(findings, spec.profile(loaded.native)))
     findings = list(native_fixes(findings, spec, loaded.native))
-    if verify and loaded.document is not None:
+    if verify and loaded.document is not None and not spec.verifies_fixes:
         findings = verify_native(loaded, findings)
     smap = loaded.source_map
+    if spec.finish is not None:  # the format's last word (code edits for --from python)
+        findings = spec.finish(loaded, findings)
     model_at = loaded.native.loc(loaded.model_key) if loaded.model_key else None
     if model_at is not None:  # the resolved shape comes from the model the native key names
         for f in findings:

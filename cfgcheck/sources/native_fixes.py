@@ -123,6 +123,7 @@ def recheck(loaded: Loaded, fix: Fix) -> CheckResult | None:
             loaded.format.name,
             (*loaded.overrides, *fix.overrides),
             _gpu(fix, loaded.gpu),
+            loaded.native.launch,  # torchtune: the recipe and process count of the command
         )
         return check_loaded(again, verify=False)
     except ConfigLoadError:
