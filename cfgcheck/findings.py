@@ -58,7 +58,8 @@ class CodeEdit:
 
     def __str__(self) -> str:
         if not self.old:
-            return f"at {self.location} insert {self.new.strip(', ')}"
+            new = self.new.strip(", \n")
+            return f"at {self.location} insert {new}"
         return f"at {self.location} write {self.new} instead of {self.old}"
 
     def to_dict(self) -> dict[str, Any]:

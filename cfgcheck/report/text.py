@@ -42,7 +42,9 @@ def format_finding(f: Finding, color: bool = False) -> str:
     if f.hint:
         lines.append(f"  {_paint('hint:', 'dim', color)} {printable(f.hint)}")
     for fix in f.fixes:
-        lines.append(f"  {_paint(FIX_LABEL, 'dim', color)} {printable(fix.shell)}")
+        # A run written as code is fixed by editing the code, not by a command-line fragment.
+        text = "; ".join(str(e) for e in fix.edits) if fix.edits else fix.shell
+        lines.append(f"  {_paint(FIX_LABEL, 'dim', color)} {printable(text)}")
         lines.append(f"  {' ' * len(FIX_LABEL)} {_paint(printable(fix.summary), 'dim', color)}")
     return "\n".join(lines)
 

@@ -279,7 +279,12 @@ _TO_NATIVE = {
 _OPTIM = {"adamw": "adamw_torch_fused", "adamw_8bit": "adamw_bnb_8bit"}
 # 32-true has no key: without bf16/fp16 the model still loads in bf16 where the GPU has it
 # (model/patcher.py infer_optim_dtype); only full fine-tuning then trains in fp32.
-_PRECISION = {"bf16-true": "pure_bf16=true", "bf16-mixed": "bf16=true", "16-mixed": "fp16=true"}
+# One precision at a time: the other switches off (TrainingArguments refuses fp16 with bf16).
+_PRECISION = {
+    "bf16-true": "pure_bf16=true\nfp16=false",
+    "bf16-mixed": "bf16=true\nfp16=false\npure_bf16=false",
+    "16-mixed": "fp16=true\nbf16=false\npure_bf16=false",
+}
 
 
 def to_native(path: str, value: str) -> str | None:

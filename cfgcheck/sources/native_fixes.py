@@ -71,6 +71,9 @@ def native_fixes(
                 overrides = tuple(c for c in changes if not c.startswith("--"))
                 if overrides or flags:
                     fixes.append(Fix(overrides, fix.summary, (*fix.flags, *flags)))
+        if spec.verifies_fixes:  # the format words its own hint (code edits, python)
+            yield dataclasses.replace(f, fixes=tuple(fixes))
+            continue
         hint = native_text(f.hint, spec)
         if not fixes and f.severity != "info" and (f.fixes or f.rule == "gpu-memory"):
             hint += f" [no fix in {spec.label}'s keys: " + (
