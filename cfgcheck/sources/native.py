@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +54,11 @@ class Loaded:
 
 
 def load_native(
-    path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+    path: str | Path,
+    fmt: str,
+    overrides: Sequence[str] = (),
+    gpu: str | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> Loaded:
     """Read ``path`` in format ``fmt`` (``litgpt``, ``axolotl``, ``trl``) with native
     ``key=value`` overrides; ``gpu`` (a GPU name or GiB) is the GPU the run is meant for,
@@ -64,11 +68,15 @@ def load_native(
 
 
 def load_document(
-    doc: Document, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+    doc: Document,
+    fmt: str,
+    overrides: Sequence[str] = (),
+    gpu: str | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> Loaded:
     """:func:`load_native` of an already-read document (the service parses request text)."""
     spec = get_format(fmt)
-    native = NativeConfig.from_document(fmt, doc, overrides)
+    native = NativeConfig.from_document(fmt, doc, overrides, options)
     builder = Builder(native, spec.label)
     spec.build(builder)
     if gpu:
@@ -110,10 +118,14 @@ def _resolve_deferred(b: Builder) -> None:
 
 
 def check_native(
-    path: str | Path, fmt: str, overrides: Sequence[str] = (), gpu: str | None = None
+    path: str | Path,
+    fmt: str,
+    overrides: Sequence[str] = (),
+    gpu: str | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> CheckResult:
     """Validate a native config file; findings point at its lines and fixes use its keys."""
-    return check_loaded(load_native(path, fmt, overrides, gpu))
+    return check_loaded(load_native(path, fmt, overrides, gpu, options))
 
 
 def check_loaded(loaded: Loaded) -> CheckResult:
@@ -124,7 +136,10 @@ def check_loaded(loaded: Loaded) -> CheckResult:
         result = validate(loaded.config)
     spec = loaded.format
     findings: list[Finding] = list(result.findings)
-    findings += unknown_keys(loaded.native, spec)
+    if spec.unknown is not None:
+        findings += spec.unknown(loaded.native, result.config)
+    else:
+        findings += unknown_keys(loaded.native, spec)
     for rule in spec.rules:
         findings += rule(loaded.native, result.config)
     findings = list(apply_profile(findings, spec.profile(loaded.native)))

@@ -29,6 +29,7 @@ class Document:
     file: str  # as shown to the user
     data: dict[str, Any]
     lines: dict[str, int] = field(default_factory=dict)
+    text: str = ""  # the file's text (comments such as ``# requires: trl==0.18.0``)
 
 
 def read_document(path: str | Path, display: str | None = None) -> Document:
@@ -46,7 +47,7 @@ def parse_document(text: str, shown: str) -> Document:
         data = {}
     if not isinstance(data, dict):
         raise ConfigLoadError(f"{shown}: expected a mapping of keys, got {type(data).__name__}")
-    return Document(shown, data, lines)
+    return Document(shown, data, lines, text)
 
 
 _LIMITS = safeio.Limits(max_bytes=MAX_BYTES, max_depth=MAX_DEPTH, max_nodes=MAX_VALUES)

@@ -99,7 +99,7 @@ def test_renamed_max_seq_length(tmp_path: Path) -> None:
     planted = write(tmp_path, "old.yaml", EXAMPLE.read_text() + "max_seq_length: 2048\n")
     result = check_native(planted, "trl", [TINY], gpu="H100")
     unknown = one(result, "unknown-native-key")
-    assert unknown.severity == "error" and "renamed max_seq_length to max_length" in unknown.message
+    assert unknown.severity == "error" and "renamed max_seq_length -> max_length" in unknown.message
     located_at(unknown, "max_seq_length", planted, line_of(planted, "max_seq_length"))
     cut = one(result, "trl-max-length-truncates")
     assert "max_seq_length=2048" in cut.message

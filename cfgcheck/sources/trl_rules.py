@@ -1,0 +1,141 @@
+"""What TRL and transformers really do with a config, per version (each cited), where it
+differs from cfgcheck's generic rules.
+
+* Positions past the context. transformers does not refuse a sequence longer than
+  ``max_position_embeddings``: a rotary (RoPE) model computes the angles for any position and
+  trains on (positions it never saw in pretraining); a model with *learned absolute* position
+  embeddings (GPT-2's ``wpe``, OPT, GPT-Neo, GPT-BigCode, BioGPT) indexes its position table
+  past its end and fails with ``IndexError: index out of range in self`` (CPU; a device-side
+  assert on CUDA). tests/sources/test_trl_ground_truth.py reproduces both with tiny models.
+  So the generic ``seq-len-over-block-size`` (LitGPT's "Cannot attend to" guard) does not
+  apply to TRL; this rule says the TRL verdict instead.
+* ``padding_free``. TRL >= 1.0 ``SFTTrainer.__init__`` raises ``ValueError: When
+  `padding_free=True` without packing, `max_length` is not enforced...`` (trl/trainer/
+  sft_trainer.py) when padding_free is on, packing off and max_length set (1024 by default).
+  Up to 1.9 TRL warns that padding-free "flattens batches into a single sequence" and only
+  FlashAttention-2 reliably supports it; transformers before 4.57 builds no block-diagonal mask
+  from ``position_ids`` for sdpa/eager (``find_packed_sequence_indices``, masking_utils.py,
+  absent from 4.52), so samples of one batch attend to each other. TRL 1.16 drops the warning:
+  its collator passes ``position_ids`` and ``cu_seq_lens`` and transformers 5 masks per sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.trl_run import run_of
+from cfgcheck.sources.trl_versions import _tuple
+
+if TYPE_CHECKING:
+    from cfgcheck.schema.run import RunConfig
+
+# transformers model_type values whose positions are a learned table (nn.Embedding).
+LEARNED_POSITIONS = frozenset({"gpt2", "opt", "gpt_neo", "gpt_bigcode", "biogpt", "xglm"})
+PADDING_FREE_RAISES_SINCE = (1, 0)  # the "max_length is not enforced" ValueError
+PADDING_FREE_WARNS_UNTIL = (1, 16)  # the flash-attention warning is gone in 1.16
+
+
+def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Finding]:
+    if cfg is None:
+        return
+    from cfgcheck.memory.modules import architecture_of
+
+    d, m = cfg.data, cfg.model
+    block = m.block_size
+    length = d.max_seq_length
+    multiple = d.pad_to_multiple_of
+    if multiple and d.collator != "packed" and d.truncation:
+        length = -(-length // multiple) * multiple  # the collator rounds the batch up
+    if length <= block:
+        return
+    arch = architecture_of(m)
+    run = run_of(native)
+    key = "max_length" if run.reads("max_length") else "max_completion_length"
+    fixes = (
+        (Fix((f"max_length={block}",), f"truncate to the model's {block} positions"),)
+        if key == "max_length"
+        else ()
+    )
+    if arch in LEARNED_POSITIONS:
+        yield Finding(
+            "trl-positions-past-context",
+            "error",
+            (key, "data.max_seq_length", "model.block_size"),
+            f"{run.config_class} lets sequences reach {length} tokens but {m.name} "
+            f"({arch}) has a learned table of {block} positions: the first batch longer than "
+            f"{block} tokens fails in the position embedding with \"IndexError: index out of "
+            f'range in self" (a device-side assert on CUDA)',
+            f"set {key} so that sequences stay within {block} tokens",
+            fixes=fixes,
+        )
+        return
+    yield Finding(
+        "trl-positions-past-context",
+        "warning",
+        (key, "data.max_seq_length", "model.block_size"),
+        f"{run.config_class} lets sequences reach {length} tokens, past the {block} positions "
+        f"{m.name} was pretrained on: transformers computes rotary angles for any position, so "
+        f"the run trains, but on positions the model never saw (quality), and each extra "
+        f"token costs activation memory",
+        f"set {key} so that sequences stay within {block} tokens, unless you mean to extend "
+        "the context (then scale RoPE: rope_scaling in the model's config)",
+        fixes=fixes,
+    )
+
+
+def padding_free(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Finding]:
+    if not native.get("padding_free"):
+        return
+    run = run_of(native)
+    version = _tuple(run.version.table)
+    if run.trainer.name != "sft":
+        return
+    packing = bool(native.get("packing"))
+    max_length = native.get("max_length") if "max_length" in native.data else 1024
+    if version >= PADDING_FREE_RAISES_SINCE and not packing and max_length is not None:
+        yield Finding(
+            "trl-padding-free-max-length",
+            "error",
+            ("padding_free", "max_length"),
+            f"padding_free=true without packing and max_length={max_length}: SFTTrainer "
+            f'refuses to start (TRL {run.version.table}): "ValueError: When `padding_free=True` '
+            f"without packing, `max_length` is not enforced. Either enable packing (e.g., "
+            f"`packing=True, packing_strategy='bfd'`), provide already truncated inputs, or set "
+            f'`max_length=None`." (trl/trainer/sft_trainer.py)',
+            "enable packing (packing: true), or set max_length: null with inputs already "
+            "truncated",
+            fixes=(
+                Fix(("packing=true",), "pack: padding-free with a bounded length"),
+                Fix(("max_length=null",), "no truncation (inputs already short enough)"),
+            ),
+        )
+    attention = str(native.get("attn_implementation") or "sdpa")
+    batch = native.get("per_device_train_batch_size") or run.default(
+        "per_device_train_batch_size", 8
+    )
+    if (
+        version < PADDING_FREE_WARNS_UNTIL
+        and "flash" not in attention
+        and isinstance(batch, int)
+        and batch > 1
+    ):
+        yield Finding(
+            "trl-padding-free-attention",
+            "warning",
+            ("padding_free", "attn_implementation"),
+            f"padding_free=true with attn_implementation={attention} and "
+            f"{batch} samples a batch: TRL {run.version.table} flattens the batch into one "
+            f"sequence and warns \"Padding-free training is enabled, but the attention "
+            f"implementation is not set to 'flash_attention_2'\"; without FlashAttention-2 "
+            f"(and before transformers 4.57 masks packed position_ids) the samples of a "
+            f"batch attend to each other",
+            "set attn_implementation: flash_attention_2 (flash-attn installed, Ampere or "
+            "newer GPU), or padding_free: false",
+            fixes=(Fix(("attn_implementation=flash_attention_2",), "FlashAttention-2"),),
+        )
+
+
+TRL_RULES = (positions_past_context, padding_free)
