@@ -15,7 +15,7 @@ from a git tag of huggingface/trl, from the installed trl package, or from a tra
         --transformers 4.57.1=/tmp/tf-4.57.1/transformers/training_args.py \\
         --installed-transformers \\
         --recipe open-r1=/work/.mirror/huggingface+open-r1/repo \\
-        --recipe alignment-handbook=/work/.mirror/huggingface+alignment-handbook/repo
+        --recipe alignment-handbook=/work/.mirror/huggingface+alignment-handbook/repo@HEAD,95dc472
 
 (`pip download --no-deps transformers==X` and unzip `transformers/training_args.py` for the
 older transformers; `fetch github:huggingface/trl` etc. for the git mirrors.)
@@ -250,25 +250,45 @@ def launcher() -> dict[str, Any]:
     }
 
 
-def recipe(name: str, git_dir: str, version: dict[str, Any]) -> dict[str, Any]:
-    """A recipe repository's scripts: the fields its dataclasses add to TRL's."""
+def recipe(name: str, spec: str, version: dict[str, Any], pool: dict[str, Any]) -> dict[str, Any]:
+    """A recipe repository's scripts: the fields its dataclasses add to TRL's, merged over the
+    revisions given (``GIT_DIR@REV,REV``; HEAD by default): a recipe written for an older
+    script (alignment-handbook's ``hub_model_revision``, ``dataset_mixer``) is still known."""
+    git_dir, _, revs = spec.partition("@")
+    merged: dict[str, Any] | None = None
+    for rev in (revs or "HEAD").split(","):
+        one = _recipe_at(name, git_dir, rev, version, pool)
+        if merged is None:
+            merged = one
+            continue
+        merged["source"] += f"; {one['source']}"
+        for trainer, t in one["trainers"].items():
+            into = merged["trainers"].setdefault(trainer, t)
+            if into is not t:
+                into["fields"] = dict(sorted({**t["fields"], **into["fields"]}.items()))
+    assert merged is not None
+    return merged
 
+
+def _recipe_at(
+    name: str, git_dir: str, rev: str, version: dict[str, Any], pool: dict[str, Any]
+) -> dict[str, Any]:
     def show(path: str) -> str:
         return subprocess.run(
-            ["git", f"--git-dir={git_dir}", "show", f"HEAD:{path}"],
+            ["git", f"--git-dir={git_dir}", "show", f"{rev}:{path}"],
             check=True,
             capture_output=True,
             text=True,
         ).stdout
 
     commit = subprocess.run(
-        ["git", f"--git-dir={git_dir}", "rev-parse", "HEAD"],
+        ["git", f"--git-dir={git_dir}", "rev-parse", rev],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
     files = subprocess.run(
-        ["git", f"--git-dir={git_dir}", "ls-tree", "-r", "--name-only", "HEAD"],
+        ["git", f"--git-dir={git_dir}", "ls-tree", "-r", "--name-only", rev],
         check=True,
         capture_output=True,
         text=True,
@@ -277,7 +297,6 @@ def recipe(name: str, git_dir: str, version: dict[str, Any]) -> dict[str, Any]:
     own = classes(show(config_py), config_py)
     setup = show("setup.py") if "setup.py" in files else ""
     pin = re.search(r'"trl(?:\[[^\]]*\])?([=>]=)([0-9.]+)"', setup)
-    trl_classes = version["classes"]
 
     def fields_of(cls: str, seen: frozenset[str] = frozenset()) -> dict[str, Any]:
         if cls not in own or cls in seen:
@@ -301,11 +320,11 @@ def recipe(name: str, git_dir: str, version: dict[str, Any]) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         for n in names:
             extra.update(fields_of(n))
-        trl_keys = {k for c in trl_classes.values() for k in c["fields"]}
-        trainers[Path(path).stem] = {
+        trainers[Path(path).stem.removeprefix("run_")] = {
             "script": path,
             "classes": names,
-            "fields": {k: v for k, v in sorted(extra.items()) if k not in trl_keys},
+            # every field the recipe's own classes declare (some re-declare TRL's)
+            "fields": dict(sorted(extra.items())),
         }
     return {
         "source": f"huggingface/{name} at {commit} ({config_py}, {', '.join(sorted(t['script'] for t in trainers.values()))})",
@@ -346,10 +365,6 @@ def main() -> None:
         tree, version = Tree.installed()
         versions[version] = trl_version(tree)
     newest = max(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
-    recipes = {}
-    for spec in args.recipe:
-        name, _, git_dir = spec.partition("=")
-        recipes[name] = recipe(name, git_dir, versions[newest])
     # Classes that do not change between versions are stored once, by content.
     pool: dict[str, Any] = {}
     for data in versions.values():
@@ -358,6 +373,10 @@ def main() -> None:
             digest = hashlib.sha1(text.encode()).hexdigest()[:12]
             pool[digest] = cls
             data["classes"][key] = digest
+    recipes = {}
+    for spec in args.recipe:
+        name, _, where = spec.partition("=")
+        recipes[name] = recipe(name, where, versions[newest], pool)
     data = {
         "generated_by": "scripts/trl_keys.py (do not edit by hand)",
         "transformers": tf,

@@ -63,8 +63,12 @@ def load_native(
     """Read ``path`` in format ``fmt`` (``litgpt``, ``axolotl``, ``trl``) with native
     ``key=value`` overrides; ``gpu`` (a GPU name or GiB) is the GPU the run is meant for,
     which no native format spells. Raises :class:`ConfigLoadError` (one line) when the file
-    cannot be read or names no model cfgcheck can resolve."""
-    return load_document(read_document(path, display_path(Path(path))), fmt, overrides, gpu)
+    cannot be read or names no model cfgcheck can resolve. ``options`` are what the command
+    line states about the run that the file does not spell (``trainer``,
+    ``framework_version``, ``accelerate_config``...)."""
+    return load_document(
+        read_document(path, display_path(Path(path))), fmt, overrides, gpu, options
+    )
 
 
 def load_document(

@@ -77,7 +77,7 @@ def run_of(native: NativeConfig) -> TrlRun:
     # The recipe first guess uses the newest trainer list (recipe pins are then applied).
     newest = tv.versions()[-1]
     first = tv.choose_trainer(native.file, keys, newest, opts.get("trainer"))
-    recipe = tv.recipe_for(keys, first.name, opts.get("recipe"))
+    recipe = tv.recipe_for(native.file, keys, first.name, opts.get("recipe"))
     version = tv.resolve_version(opts.get("framework_version"), native.text, recipe)
     trainer = tv.choose_trainer(native.file, keys, version.table, opts.get("trainer"))
     script = _script_fields(opts["script_args"]) if opts.get("script_args") else {}

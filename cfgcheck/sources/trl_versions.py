@@ -99,6 +99,11 @@ def versions() -> list[str]:
 
 
 def _nearest(version: str, options: list[str]) -> str:
+    """The table entry of ``version``'s release line (same major.minor), else the newest
+    below it (tables hold one patch release per minor)."""
+    same = [v for v in options if _tuple(v)[:2] == _tuple(version)[:2]]
+    if same:
+        return same[-1]
     below = [v for v in options if _tuple(v) <= _tuple(version)]
     return below[-1] if below else options[0]
 
@@ -150,9 +155,8 @@ def resolve_version(
         wanted = recipe_pin["trl"]
         origin, known = f"{recipe}'s pin trl=={wanted} (setup.py)", True
     chosen = _nearest(wanted, options)
-    return Version(
-        chosen, wanted, origin, known, _transformers_for(chosen, installed=bool(installed))
-    )
+    from_env = origin.startswith("the installed")
+    return Version(chosen, wanted, origin, known, _transformers_for(chosen, installed=from_env))
 
 
 def _own_fields(version: str, trainer: str) -> tuple[dict[str, Any], bool]:
@@ -225,14 +229,18 @@ def span(found: list[str]) -> str:
     return found[0] if len(found) == 1 else f"{found[0]} to {found[-1]}"
 
 
-def recipe_for(keys: set[str], trainer: str, flag: str | None) -> str | None:
-    """The recipe whose script fields the file uses (``--recipe``, else the one covering
-    most of the keys TRL itself does not read)."""
+def recipe_for(file: str, keys: set[str], trainer: str, flag: str | None) -> str | None:
+    """The recipe whose script reads the file: ``--recipe``, else one named in the file's
+    path (``open-r1/recipes/...``), else the one whose script fields cover most of its keys."""
     recipes = table()["recipes"]
     if flag:
         if flag not in recipes:
             raise ConfigLoadError(f"--recipe {flag!r}: use one of {', '.join(sorted(recipes))}")
         return flag
+    parts = {p.lower() for p in PurePath(file).parts}
+    for name in sorted(recipes):
+        if name in parts or name.replace("-", "_") in parts:
+            return name
     best, score = None, 0
     for name, spec in sorted(recipes.items()):
         fields = spec["trainers"].get(trainer, {}).get("fields", {})
