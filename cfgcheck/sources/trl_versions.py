@@ -244,7 +244,11 @@ def recipe_for(file: str, keys: set[str], trainer: str, flag: str | None) -> str
     best, score = None, 0
     for name, spec in sorted(recipes.items()):
         fields = spec["trainers"].get(trainer, {}).get("fields", {})
-        hits = len(keys & set(fields))
+        # only keys no TRL or transformers release reads name the recipe (torch_dtype does not)
+        hits = len(
+            {k for k in keys & set(fields) if not where_valid(k, trainer)}
+            - {k for k in keys if transformers_versions(k)}
+        )
         if hits > score:
             best, score = name, hits
     return best

@@ -211,7 +211,7 @@ def test_a_rename_is_a_rename_and_a_warning_when_the_version_is_not_known(tmp_pa
     from cfgcheck.sources import trl_versions as tv
 
     file = write(
-        tmp_path, "sft.yaml", "model_name_or_path: Qwen/Qwen2.5-1.5B\ntorch_dtype: bfloat16\n"
+        tmp_path, "sft.yaml", "model_name_or_path: Qwen/Qwen2.5-1.5B\nmax_length: 1024\ntorch_dtype: bfloat16\n"
     )
     known = one(check_native(file, "trl", gpu="H100"), "unknown-native-key")
     assert known.severity == "error" and "torch_dtype -> dtype" in known.message
