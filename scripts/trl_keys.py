@@ -50,10 +50,35 @@ from cfgcheck.sources.pydataclass import (  # noqa: E402
 OUT = ROOT / "cfgcheck" / "sources" / "keys" / "trl_versions.json"
 # The last release of each minor line people pin (and every 1.x minor in the mirror).
 TAGS = (
-    "v0.12.2 v0.13.0 v0.14.0 v0.15.2 v0.16.1 v0.17.0 v0.18.2 v0.19.1 v0.20.0 v0.21.0 "
-    "v0.22.2 v0.23.1 v0.24.0 v0.25.1 v0.26.2 v0.27.2 v0.28.0 v0.29.1 v1.0.0 v1.1.0 v1.2.0 "
-    "v1.3.0 v1.4.0 v1.5.1 v1.6.0 v1.7.1 v1.8.0 v1.9.0"
-).split()
+    "v0.12.2",
+    "v0.13.0",
+    "v0.14.0",
+    "v0.15.2",
+    "v0.16.1",
+    "v0.17.0",
+    "v0.18.2",
+    "v0.19.1",
+    "v0.20.0",
+    "v0.21.0",
+    "v0.22.2",
+    "v0.23.1",
+    "v0.24.0",
+    "v0.25.1",
+    "v0.26.2",
+    "v0.27.2",
+    "v0.28.0",
+    "v0.29.1",
+    "v1.0.0",
+    "v1.1.0",
+    "v1.2.0",
+    "v1.3.0",
+    "v1.4.0",
+    "v1.5.1",
+    "v1.6.0",
+    "v1.7.1",
+    "v1.8.0",
+    "v1.9.0",
+)
 NOT_TRAINERS = {"utils", "env", "vllm_serve", "chat", "__init__", "_hf_argparser"}
 TA = "TrainingArguments"
 
@@ -85,12 +110,14 @@ class Tree:
         ).stdout.strip()
 
         def reader(name: str) -> Callable[[], str]:
-            return lambda: subprocess.run(
-                ["git", f"--git-dir={git_dir}", "show", f"{tag}:{name}"],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
+            return lambda: (
+                subprocess.run(
+                    ["git", f"--git-dir={git_dir}", "show", f"{tag}:{name}"],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            )
 
         return cls(
             {n: reader(n) for n in names if n.endswith(".py")},
@@ -140,7 +167,7 @@ def trl_version(tree: Tree) -> dict[str, Any]:
         if _wanted(path):
             try:
                 modules[path] = classes(read(), path)
-            except Exception:  # noqa: BLE001 - a file that does not parse has no classes
+            except Exception:
                 continue
     registry: dict[str, list[tuple[int, str, ClassInfo]]] = {}
     for path, found in modules.items():
@@ -204,8 +231,10 @@ def trl_version(tree: Tree) -> dict[str, Any]:
         ):
             continue
         options = sorted(options, key=lambda t: (t[0], t[1]))
-        prio, path, info = options[0]
-        if not (path.startswith(("trl/trainer/", "trl/experimental/")) and path.endswith("_config.py")):
+        _, path, info = options[0]
+        if not (
+            path.startswith(("trl/trainer/", "trl/experimental/")) and path.endswith("_config.py")
+        ):
             continue
         _, ta = flatten(path, info, frozenset({name}))
         if not ta:
@@ -326,8 +355,9 @@ def _recipe_at(
             # every field the recipe's own classes declare (some re-declare TRL's)
             "fields": dict(sorted(extra.items())),
         }
+    scripts_read = sorted(t["script"] for t in trainers.values())
     return {
-        "source": f"huggingface/{name} at {commit} ({config_py}, {', '.join(sorted(t['script'] for t in trainers.values()))})",
+        "source": f"huggingface/{name} at {commit} ({config_py}, {', '.join(scripts_read)})",
         "trl": pin.group(2) if pin else None,
         "trl_pin": pin.group(1) if pin else None,
         "trainers": trainers,
@@ -385,7 +415,9 @@ def main() -> None:
         "classes": pool,
         "recipes": recipes,
     }
-    Path(args.out).write_text(json.dumps(data, indent=None, sort_keys=True, separators=(",", ":")) + "\n")
+    Path(args.out).write_text(
+        json.dumps(data, indent=None, sort_keys=True, separators=(",", ":")) + "\n"
+    )
     print(f"wrote {args.out} ({Path(args.out).stat().st_size} bytes)", file=sys.stderr)
 
 

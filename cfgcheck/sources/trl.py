@@ -15,15 +15,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources import launch
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
-from cfgcheck.sources import launch
 from cfgcheck.sources.names import schema_attention, schema_optimizer
 from cfgcheck.sources.profiles import TRL, TRL_DEFAULT_ATTENTION, Profile
-from cfgcheck.sources.trl_run import TrlRun, run_of
-from cfgcheck.sources.trl_versions import _tuple
 from cfgcheck.sources.trl_rules import TRL_RULES
+from cfgcheck.sources.trl_run import TrlRun, run_of
 from cfgcheck.sources.trl_unknown import unknown_rule
+from cfgcheck.sources.trl_versions import version_tuple
 from cfgcheck.sources.unknown import key_list
 
 if TYPE_CHECKING:
@@ -37,10 +37,6 @@ DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
 # SFT's loss_type "nll" computes the loss in chunks from this release on (sft_config.py of the
 # installed 1.16.0: "without materializing the full logits"; v1.9.0's has no chunking).
 CHUNKED_SINCE = (1, 16)
-
-
-
-
 
 
 def build(b: Builder) -> None:
@@ -169,7 +165,7 @@ def _trainer(b: Builder, run: TrlRun) -> None:
         b.default("trainer.attention", "sdpa", f"{MODEL} attn_implementation=None (sdpa)")
     if n.get("use_liger_kernel"):
         b.from_key("trainer.loss_chunking", "use_liger_kernel", "fused")
-    elif run.trainer.name == "sft" and _tuple(run.version.table) >= CHUNKED_SINCE:
+    elif run.trainer.name == "sft" and version_tuple(run.version.table) >= CHUNKED_SINCE:
         # TRL 1.16: loss_type "nll" (the default; "chunked_nll" is its deprecated alias)
         # computes the loss "without materializing the full logits" (sft_config.py).
         b.take(

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.base import NativeConfig
 from cfgcheck.sources.trl_run import run_of
-from cfgcheck.sources.trl_versions import _tuple
+from cfgcheck.sources.trl_versions import version_tuple
 
 if TYPE_CHECKING:
     from cfgcheck.schema.run import RunConfig
@@ -66,7 +66,7 @@ def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Itera
             (key, "data.max_seq_length", "model.block_size"),
             f"{run.config_class} lets sequences reach {length} tokens but {m.name} "
             f"({arch}) has a learned table of {block} positions: the first batch longer than "
-            f"{block} tokens fails in the position embedding with \"IndexError: index out of "
+            f'{block} tokens fails in the position embedding with "IndexError: index out of '
             f'range in self" (a device-side assert on CUDA)',
             f"set {key} so that sequences stay within {block} tokens",
             fixes=fixes,
@@ -90,7 +90,7 @@ def padding_free(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Findin
     if not native.get("padding_free"):
         return
     run = run_of(native)
-    version = _tuple(run.version.table)
+    version = version_tuple(run.version.table)
     if run.trainer.name != "sft":
         return
     packing = bool(native.get("packing"))
@@ -105,8 +105,7 @@ def padding_free(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Findin
             f"without packing, `max_length` is not enforced. Either enable packing (e.g., "
             f"`packing=True, packing_strategy='bfd'`), provide already truncated inputs, or set "
             f'`max_length=None`." (trl/trainer/sft_trainer.py)',
-            "enable packing (packing: true), or set max_length: null with inputs already "
-            "truncated",
+            "enable packing (packing: true), or set max_length: null with inputs already truncated",
             fixes=(
                 Fix(("packing=true",), "pack: padding-free with a bounded length"),
                 Fix(("max_length=null",), "no truncation (inputs already short enough)"),
@@ -128,7 +127,7 @@ def padding_free(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Findin
             ("padding_free", "attn_implementation"),
             f"padding_free=true with attn_implementation={attention} and "
             f"{batch} samples a batch: TRL {run.version.table} flattens the batch into one "
-            f"sequence and warns \"Padding-free training is enabled, but the attention "
+            f'sequence and warns "Padding-free training is enabled, but the attention '
             f"implementation is not set to 'flash_attention_2'\"; without FlashAttention-2 "
             f"(and before transformers 4.57 masks packed position_ids) the samples of a "
             f"batch attend to each other",

@@ -66,9 +66,7 @@ def _script_fields(spec: str) -> dict[str, Any]:
         out.update(found[cls].fields)
         return out
 
-    return {
-        k: (None if v == NO_DEFAULT else v) for k, v in fields(name, frozenset({name})).items()
-    }
+    return {k: (None if v == NO_DEFAULT else v) for k, v in fields(name, frozenset({name})).items()}
 
 
 def run_of(native: NativeConfig) -> TrlRun:

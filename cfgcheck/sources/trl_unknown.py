@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 BEHAVIOUR = (
     "TrlParser hands it to `accelerate launch`, which refuses it (trl/cli/commands/"
-    "training.py); run as a script, TrlParser refuses it: \"Unknown arguments from config "
+    'training.py); run as a script, TrlParser refuses it: "Unknown arguments from config '
     'file" (trl/scripts/utils.py)'
 )
 
@@ -43,10 +43,7 @@ def unknown_rule(native: NativeConfig, run_config: RunConfig | None) -> Iterator
 def _finding(native: NativeConfig, run: TrlRun, key: str, value: object) -> Finding:
     v = run.version
     trainer = run.trainer.name
-    read_as = (
-        f"read as `{run.command}` (from {run.trainer.origin}) with TRL {v.table} "
-        f"({v.origin})"
-    )
+    read_as = f"read as `{run.command}` (from {run.trainer.origin}) with TRL {v.table} ({v.origin})"
     renamed = tv.RENAMED.get(key)
     elsewhere = tv.where_valid(key, trainer)
     tf = tv.transformers_versions(key)

@@ -81,30 +81,28 @@ class KeySet:
 @cache
 def table() -> dict[str, Any]:
     text = (
-        resources.files("cfgcheck.sources")
-        .joinpath("keys", "trl_versions.json")
-        .read_text("utf-8")
+        resources.files("cfgcheck.sources").joinpath("keys", "trl_versions.json").read_text("utf-8")
     )
     data: dict[str, Any] = json.loads(text)
     return data
 
 
-def _tuple(version: str) -> tuple[int, ...]:
+def version_tuple(version: str) -> tuple[int, ...]:
     parts = re.findall(r"\d+", version)[:3]
     return tuple(int(p) for p in parts) if parts else (0,)
 
 
 def versions() -> list[str]:
-    return sorted(table()["trl"], key=_tuple)
+    return sorted(table()["trl"], key=version_tuple)
 
 
 def _nearest(version: str, options: list[str]) -> str:
     """The table entry of ``version``'s release line (same major.minor), else the newest
     below it (tables hold one patch release per minor)."""
-    same = [v for v in options if _tuple(v)[:2] == _tuple(version)[:2]]
+    same = [v for v in options if version_tuple(v)[:2] == version_tuple(version)[:2]]
     if same:
         return same[-1]
-    below = [v for v in options if _tuple(v) <= _tuple(version)]
+    below = [v for v in options if version_tuple(v) <= version_tuple(version)]
     return below[-1] if below else options[0]
 
 
@@ -121,15 +119,15 @@ _PIN = re.compile(r"#\s*requires:?[^\n]*?\btrl(?:\[[^\]]*\])?\s*==\s*([0-9][0-9.
 
 
 def _transformers_for(trl: str, installed: bool) -> str:
-    options = sorted(table()["transformers"], key=_tuple)
+    options: list[str] = sorted(table()["transformers"], key=version_tuple)
     if installed:
         have = _installed("transformers")
         if have:
             return _nearest(have, options)
     # What each TRL line was released against (its setup.cfg minimum and CI).
-    if _tuple(trl) < (0, 20):
+    if version_tuple(trl) < (0, 20):
         return _nearest("4.52", options)
-    if _tuple(trl) < (1, 0):
+    if version_tuple(trl) < (1, 0):
         return _nearest("4.57", options)
     return options[-1]
 
@@ -188,9 +186,7 @@ def _fields(version: str, trainer: str, transformers: str | None = None) -> dict
 
 def trainers(version: str) -> dict[str, bool]:
     """Trainer name -> whether `trl <name>` runs it, in ``version``."""
-    return {
-        name: spec["cli"] for name, spec in table()["trl"][version]["trainers"].items()
-    }
+    return {name: spec["cli"] for name, spec in table()["trl"][version]["trainers"].items()}
 
 
 def keyset(version: Version, trainer: str, recipe: str | None) -> KeySet:
@@ -219,7 +215,7 @@ def other_trainers(key: str, version: str) -> list[str]:
 
 def transformers_versions(key: str) -> list[str]:
     tf = table()["transformers"]
-    return [v for v in sorted(tf, key=_tuple) if key in tf[v]["fields"]]
+    return [v for v in sorted(tf, key=version_tuple) if key in tf[v]["fields"]]
 
 
 def span(found: list[str]) -> str:
@@ -240,7 +236,7 @@ def recipe_for(file: str, keys: set[str], trainer: str, flag: str | None) -> str
     parts = {p.lower() for p in PurePath(file).parts}
     for name in sorted(recipes):
         if name in parts or name.replace("-", "_") in parts:
-            return name
+            return str(name)
     best, score = None, 0
     for name, spec in sorted(recipes.items()):
         fields = spec["trainers"].get(trainer, {}).get("fields", {})

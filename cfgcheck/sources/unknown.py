@@ -40,7 +40,8 @@ def same_meaning(key: str, candidate: str) -> bool:
     if len(a) != len(b):
         return False
     return all(
-        x == y or difflib.SequenceMatcher(None, x, y).ratio() >= 0.75 for x, y in zip(a, b, strict=True)
+        x == y or difflib.SequenceMatcher(None, x, y).ratio() >= 0.75
+        for x, y in zip(a, b, strict=True)
     )
 
 

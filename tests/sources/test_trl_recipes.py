@@ -125,7 +125,9 @@ def test_the_trainer_comes_from_the_recipe_folder(name: str, trainer: str) -> No
 
 def test_grpo_lengths_are_prompt_plus_completion() -> None:
     path = TRL / "open-r1" / "Qwen2.5-1.5B-Instruct--grpo--config_demo.yaml"
-    loaded = load_native(path, "trl", ["model_name_or_path=Qwen/Qwen2.5-1.5B"], options=options(path))
+    loaded = load_native(
+        path, "trl", ["model_name_or_path=Qwen/Qwen2.5-1.5B"], options=options(path)
+    )
     assert loaded.config["data"]["max_seq_length"] == 512 + 1024
     where = loaded.source_map.lookup("data.max_seq_length")
     assert where is not None and where.line == line_of(path, "max_completion_length")
@@ -211,7 +213,9 @@ def test_a_rename_is_a_rename_and_a_warning_when_the_version_is_not_known(tmp_pa
     from cfgcheck.sources import trl_versions as tv
 
     file = write(
-        tmp_path, "sft.yaml", "model_name_or_path: Qwen/Qwen2.5-1.5B\nmax_length: 1024\ntorch_dtype: bfloat16\n"
+        tmp_path,
+        "sft.yaml",
+        "model_name_or_path: Qwen/Qwen2.5-1.5B\nmax_length: 1024\ntorch_dtype: bfloat16\n",
     )
     known = one(check_native(file, "trl", gpu="H100"), "unknown-native-key")
     assert known.severity == "error" and "torch_dtype -> dtype" in known.message
