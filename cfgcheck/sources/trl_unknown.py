@@ -49,7 +49,7 @@ def _finding(native: NativeConfig, run: TrlRun, key: str, value: object) -> Find
     tf = tv.transformers_versions(key)
     severity: str = "error"
     fixes: tuple[Fix, ...] = ()
-    if renamed and run.reads(renamed[0]):
+    if renamed and run.reads(renamed[0]) and (elsewhere or tf):
         new, since, source = renamed
         message = (
             f"{run.config_class} has no key {key} in TRL {v.table}: it was renamed {key} -> "
