@@ -137,4 +137,69 @@ def padding_free(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Findin
         )
 
 
-TRL_RULES = (positions_past_context, padding_free)
+def grpo_generation_batch(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Finding]:
+    """GRPOConfig.__post_init__ (trl/trainer/grpo_config.py): the generation batch
+    (``generation_batch_size``, else per_device_train_batch_size x processes x
+    steps_per_generation, which defaults to gradient_accumulation_steps) must hold whole
+    groups of ``num_generations`` completions, or GRPOConfig raises before training."""
+    run = run_of(native)
+    if run.trainer.name != "grpo" or cfg is None or not run.reads("num_generations"):
+        return
+    generations = native.get("num_generations") or run.default("num_generations", 8)
+    per_device = cfg.trainer.micro_batch_size
+    world = cfg.trainer.world_size
+    steps = native.get("steps_per_generation") or cfg.trainer.gradient_accumulation_steps
+    batch = native.get("generation_batch_size") or per_device * world * steps
+    if not isinstance(generations, int) or generations < 1 or batch % generations == 0:
+        return
+    if version_tuple(run.version.table) >= (0, 20):
+        quote = (
+            f'"ValueError: generation_batch_size ({batch}) must be divisible by '
+            f'num_generations ({generations})."'
+        )
+    else:
+        quote = (
+            f'"ValueError: The effective train batch size ({world} x {per_device} x {steps}) '
+            f"must be evenly divisible by the number of generations per prompt "
+            f'({generations}). ..."'
+        )
+    good = [n for n in range(2, batch + 1) if batch % n == 0]
+    fixes = (
+        (Fix((f"num_generations={max(n for n in good if n <= generations)}",), "fewer"),)
+        if any(n <= generations for n in good)
+        else ()
+    )
+    yield Finding(
+        "trl-grpo-generation-batch",
+        "error",
+        ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps"),
+        f"GRPO generates {batch} completions a step ({per_device} a device x {world} "
+        f"processes x {steps} steps per generation), not a multiple of num_generations="
+        f"{generations}: GRPOConfig refuses it (TRL {run.version.table}, "
+        f"trl/trainer/grpo_config.py __post_init__): {quote}",
+        f"make per_device_train_batch_size x processes x gradient_accumulation_steps a "
+        f"multiple of num_generations (valid num_generations here: {good[:8]})",
+        fixes=fixes,
+    )
+
+
+def fp16_and_bf16(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Finding]:
+    """transformers' TrainingArguments.__post_init__ (training_args.py): ``raise
+    ValueError("At most one of fp16 and bf16 can be True, but not both")``."""
+    if native.get("fp16") is True and native.get("bf16") is True:
+        yield Finding(
+            "trl-fp16-and-bf16",
+            "error",
+            ("fp16", "bf16"),
+            'fp16 and bf16 are both true: TrainingArguments refuses it, "ValueError: At '
+            'most one of fp16 and bf16 can be True, but not both" (transformers '
+            "training_args.py)",
+            "keep bf16: true (Ampere or newer) and drop fp16, or the reverse on older GPUs",
+            fixes=(
+                Fix(("fp16=false",), "bf16 only"),
+                Fix(("bf16=false",), "fp16 only"),
+            ),
+        )
+
+
+TRL_RULES = (positions_past_context, padding_free, grpo_generation_batch, fp16_and_bf16)

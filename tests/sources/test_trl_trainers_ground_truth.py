@@ -278,3 +278,52 @@ def test_grpo_defaults_come_from_the_installed_grpo_config(tmp_path: Path) -> No
     assert loaded.config["data"]["max_seq_length"] == grpo.max_completion_length
     assert loaded.config["trainer"]["learning_rate"] == GRPOConfig.learning_rate
     assert loaded.config["trainer"]["micro_batch_size"] == grpo.per_device_train_batch_size
+
+
+def test_grpo_generation_batch_must_hold_whole_groups(tmp_path: Path) -> None:
+    from trl import GRPOConfig
+
+    text = (
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nnum_generations: 8\n"
+        "per_device_train_batch_size: 3\ngradient_accumulation_steps: 2\n"
+    )
+    file = write(tmp_path, "grpo.yaml", text)
+    with pytest.raises(ValueError, match=r"generation_batch_size \(6\) must be divisible by"):
+        GRPOConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            num_generations=8,
+            per_device_train_batch_size=3,
+            gradient_accumulation_steps=2,
+            report_to="none",
+        )
+    found = one(check_native(file, "trl"), "trl-grpo-generation-batch")
+    assert "generation_batch_size (6) must be divisible by num_generations (8)" in found.message
+    located_at(found, "num_generations", file, line_of(file, "num_generations"))
+    fix = found.fixes[0].overrides
+    assert fix == ("num_generations=6",)
+    GRPOConfig(  # the fixed config is accepted by TRL
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        num_generations=6,
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=2,
+        report_to="none",
+    )
+    assert not check_native(file, "trl", list(fix)).by_rule("trl-grpo-generation-batch")
+
+
+def test_fp16_and_bf16_both_set_is_refused(tmp_path: Path) -> None:
+    from trl import SFTConfig
+
+    with pytest.raises(ValueError, match="At most one of fp16 and bf16 can be True"):
+        SFTConfig(output_dir=str(tmp_path), fp16=True, bf16=True, use_cpu=True, report_to="none")
+    file = write(
+        tmp_path,
+        "sft.yaml",
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_length: 512\nfp16: true\nbf16: true\n",
+    )
+    found = one(check_native(file, "trl", gpu="H100"), "trl-fp16-and-bf16")
+    located_at(found, "fp16", file, line_of(file, "fp16"))
+    for fix in found.fixes:
+        assert check_native(file, "trl", list(fix.overrides), gpu="H100").ok
