@@ -191,6 +191,22 @@ TRL = Profile(
             None,
             "TRL's collator pads the batch; see trl-positions-past-context",
         ),
+        # TRL truncates in its own dataset step (SFTTrainer._prepare_dataset, a `truncate` map over
+        # input_ids) and pads in its collator
+        # (DataCollatorForLanguageModeling: pad(..., pad_to_multiple_of=...)); the tokenizer
+        # is never called with pad_to_multiple_of, so nothing raises for a max_length that is
+        # not a multiple, and the one length key is both cfgcheck lengths.
+        Adjustment(
+            "pad-multiple-mismatch",
+            None,
+            "TRL pads to the multiple in its collator, never in the tokenizer call "
+            "(trl/trainer/sft_trainer.py DataCollatorForLanguageModeling)",
+        ),
+        Adjustment(
+            "max-length-over-max-seq-length",
+            None,
+            "TRL has one length key (max_length); its collator rounds the batch up",
+        ),
     ),
 )
 

@@ -54,8 +54,17 @@ def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Itera
     arch = architecture_of(m)
     run = run_of(native)
     key = "max_length" if run.reads("max_length") else "max_completion_length"
+    set_key = next(
+        (k for k in (key, "max_seq_length", "max_prompt_length") if k in native.data),
+        "data.max_seq_length",
+    )
     fixes = (
-        (Fix((f"max_length={block}",), f"truncate to the model's {block} positions"),)
+        (
+            Fix(
+                (*((f"~{set_key}",) if set_key == "max_seq_length" else ()), f"max_length={block}"),
+                f"truncate to the model's {block} positions",
+            ),
+        )
         if key == "max_length"
         else ()
     )
@@ -63,7 +72,7 @@ def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Itera
         yield Finding(
             "trl-positions-past-context",
             "error",
-            (key, "data.max_seq_length", "model.block_size"),
+            (set_key, "data.max_seq_length", "model.block_size"),
             f"{run.config_class} lets sequences reach {length} tokens but {m.name} "
             f"({arch}) has a learned table of {block} positions: the first batch longer than "
             f'{block} tokens fails in the position embedding with "IndexError: index out of '
@@ -75,7 +84,7 @@ def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Itera
     yield Finding(
         "trl-positions-past-context",
         "warning",
-        (key, "data.max_seq_length", "model.block_size"),
+        (set_key, "data.max_seq_length", "model.block_size"),
         f"{run.config_class} lets sequences reach {length} tokens, past the {block} positions "
         f"{m.name} was pretrained on: transformers computes rotary angles for any position, so "
         f"the run trains, but on positions the model never saw (quality), and each extra "
