@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
-from cfgcheck.sources import launch
+from cfgcheck.sources import deepspeed, launch
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -211,7 +211,11 @@ def _trainer(b: Builder, run: TrlRun) -> None:
             )
     else:
         b.default("trainer.finetuning", "full", f"{MODEL} use_peft=False")
-    if n.get("deepspeed"):
+    ds = deepspeed.load(n)
+    stage = deepspeed.strategy(ds[0]) if ds else None
+    if stage is not None:
+        b.from_key("trainer.strategy", "deepspeed", stage)
+    elif n.get("deepspeed"):  # a file cfgcheck cannot read: its name is the only clue
         b.from_key(
             "trainer.strategy",
             "deepspeed",

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources import deepspeed
 from cfgcheck.sources.base import NativeConfig
 from cfgcheck.sources.trl_run import run_of
 from cfgcheck.sources.trl_versions import version_tuple
@@ -211,4 +212,10 @@ def fp16_and_bf16(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Findi
         )
 
 
-TRL_RULES = (positions_past_context, padding_free, grpo_generation_batch, fp16_and_bf16)
+TRL_RULES = (
+    positions_past_context,
+    padding_free,
+    grpo_generation_batch,
+    fp16_and_bf16,
+    deepspeed.batch_rule,
+)

@@ -327,3 +327,67 @@ def test_fp16_and_bf16_both_set_is_refused(tmp_path: Path) -> None:
     located_at(found, "fp16", file, line_of(file, "fp16"))
     for fix in found.fixes:
         assert check_native(file, "trl", list(fix.overrides), gpu="H100").ok
+
+
+def hf_deepspeed_config(ds: dict[str, Any]) -> Any:
+    """transformers' HfTrainerDeepSpeedConfig, its methods over accelerate's HfDeepSpeedConfig
+    (transformers gives it a dummy base when the deepspeed package is not installed)."""
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+    from transformers.integrations import deepspeed as hf
+
+    methods = {
+        k: v
+        for k, v in vars(hf.HfTrainerDeepSpeedConfig).items()
+        if k in ("fill_match", "fill_only", "trainer_config_process", "is_auto")
+    }
+    config = type("TrainerDeepSpeedConfig", (HfDeepSpeedConfig,), methods)(ds)
+    config.mismatches = []
+    return config
+
+
+def test_a_deepspeed_batch_mismatch_is_what_transformers_refuses(tmp_path: Path) -> None:
+    from transformers import TrainingArguments
+
+    ds = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": "auto",
+        "train_batch_size": 64,
+        "zero_optimization": {"stage": 3},
+    }
+    (tmp_path / "ds.json").write_text(
+        '{\n  "train_micro_batch_size_per_gpu": 4,\n  "gradient_accumulation_steps": "auto",\n'
+        '  "train_batch_size": 64,\n  "zero_optimization": {"stage": 3}\n}\n'
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, report_to="none", use_cpu=True
+    )
+    real = hf_deepspeed_config(ds)
+    real.trainer_config_process(args)
+    assert "- ds train_micro_batch_size_per_gpu=4 vs hf per_device_train_batch_size=2" in (
+        real.mismatches
+    )
+    file = write(
+        tmp_path,
+        "sft.yaml",
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_length: 512\n"
+        "per_device_train_batch_size: 2\ndeepspeed: ds.json\n",
+    )
+    result = check_native(file, "trl", gpu="H100")
+    assert result.config is not None and result.config.trainer.strategy == "zero3"
+    found = one(result, "trl-deepspeed-batch-mismatch")
+    assert "- ds train_micro_batch_size_per_gpu=4 vs hf per_device_train_batch_size=2" in (
+        found.message
+    )
+    where = found.locations["deepspeed:train_micro_batch_size_per_gpu"]
+    assert where is not None and where.line == 2 and where.file.endswith("ds.json")
+    # with 8 processes stated, train_batch_size is checked the way transformers computes it
+    eight = check_native(file, "trl", ["num_processes=8", "per_device_train_batch_size=4"])
+    found = one(eight, "trl-deepspeed-batch-mismatch")
+    assert "train_batch_size=64 vs hf train_batch_size (calculated)=32" in found.message
+    args8 = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, report_to="none", use_cpu=True
+    )
+    real = hf_deepspeed_config(ds)
+    real.trainer_config_process(args8)  # one CPU process: world_size 1
+    assert real.mismatches == ["- ds train_batch_size=64 vs hf train_batch_size (calculated)=4"]
+    # (world_size x 4 x 1: the calculation cfgcheck makes with the stated process count)
