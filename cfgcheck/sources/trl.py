@@ -11,6 +11,7 @@ trl 1.16.0 by tests/sources/test_trl_ground_truth.py) over transformers' Trainin
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from cfgcheck.sources import deepspeed, launch
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
-from cfgcheck.sources.profiles import TRL, TRL_DEFAULT_ATTENTION, Profile
+from cfgcheck.sources.profiles import TRL, TRL_DEFAULT_ATTENTION, Adjustment, Profile
 from cfgcheck.sources.trl_rules import TRL_RULES
 from cfgcheck.sources.trl_run import TrlRun, run_of
 from cfgcheck.sources.trl_unknown import unknown_rule
@@ -61,6 +62,8 @@ def build(b: Builder) -> None:
         b.take("data.pad_to_multiple_of", "pad_to_multiple_of", None, "")
     if n.is_set("pad_token"):
         b.take("tokenizer.pad_token", "pad_token", None, "")
+    if n.is_set("eos_token") and run.reads("eos_token"):
+        b.take("tokenizer.eos_token", "eos_token", None, "")
     if n.is_set("dataset_text_field"):
         b.take("data.text_field", "dataset_text_field", "text", "")
     _trainer(b, run)
@@ -306,7 +309,27 @@ def max_length_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fi
 
 
 def profile(native: NativeConfig) -> Profile:
-    return TRL if native.is_set("attn_implementation") else TRL_DEFAULT_ATTENTION
+    base = TRL if native.is_set("attn_implementation") else TRL_DEFAULT_ATTENTION
+    run = run_of(native)
+    if run.trainer.name == "sft" and version_tuple(run.version.table) >= (0, 20):
+        # SFTTrainer.__init__ (trl/trainer/sft_trainer.py): convert_tokens_to_ids of the
+        # configured eos_token / pad_token is None -> "ValueError: The specified `pad_token`
+        # ('...') is not found in the vocabulary of the given `processing_class`".
+        return dataclasses.replace(
+            base,
+            adjustments=(
+                Adjustment(
+                    "special-token-not-in-vocab",
+                    "error",
+                    'SFTTrainer raises "ValueError: The specified `pad_token` (or `eos_token`) '
+                    'is not found in the vocabulary of the given `processing_class`" '
+                    "(trl/trainer/sft_trainer.py)",
+                    "warning",
+                ),
+                *base.adjustments,
+            ),
+        )
+    return base
 
 
 FORMAT = Format(

@@ -212,7 +212,51 @@ def fp16_and_bf16(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Findi
         )
 
 
+def sft_refusals(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Finding]:
+    """What SFTTrainer itself refuses at start (trl/trainer/sft_trainer.py):
+
+    * ``packing`` with ``max_length: null``: "When packing is enabled, `max_length` can't be
+      `None`." (_prepare_dataset; TRL >= 0.20);
+    * PEFT on ``lm_head``: "Applying a PEFT adapter to `lm_head` is not supported: the
+      log-probabilities are computed from `lm_head.weight` directly..." (__init__; TRL 1.16,
+      absent from 1.9)."""
+    run = run_of(native)
+    if run.trainer.name != "sft":
+        return
+    version = version_tuple(run.version.table)
+    if native.get("packing") and "max_length" in native.data and native.get("max_length") is None:
+        if version >= (0, 20):
+            yield Finding(
+                "trl-packing-without-max-length",
+                "error",
+                ("packing", "max_length"),
+                'packing=true with max_length=null: SFTTrainer refuses to start, "ValueError: '
+                "When packing is enabled, `max_length` can't be `None`.\" (trl/trainer/"
+                f"sft_trainer.py _prepare_dataset, TRL {run.version.table})",
+                "set max_length to the packed sequence length",
+                fixes=(Fix(("max_length=1024",), "pack into 1024-token rows (the default)"),),
+            )
+    targets = native.get("lora_target_modules")
+    names = [targets] if isinstance(targets, str) else targets or []
+    if native.get("use_peft") and "lm_head" in names and version >= (1, 16):
+        rest = [t for t in names if t != "lm_head"]
+        yield Finding(
+            "trl-peft-lm-head",
+            "error",
+            ("lora_target_modules",),
+            'lora_target_modules names lm_head: SFTTrainer refuses to start, "ValueError: '
+            "Applying a PEFT adapter to `lm_head` is not supported: the log-probabilities are "
+            'computed from `lm_head.weight` directly, so the adapter would never be trained." '
+            f"(trl/trainer/sft_trainer.py, TRL {run.version.table})",
+            "remove lm_head from lora_target_modules",
+            fixes=(Fix((f"lora_target_modules=[{','.join(rest)}]",), "without lm_head"),)
+            if rest
+            else (),
+        )
+
+
 TRL_RULES = (
+    sft_refusals,
     positions_past_context,
     padding_free,
     grpo_generation_batch,

@@ -391,3 +391,60 @@ def test_a_deepspeed_batch_mismatch_is_what_transformers_refuses(tmp_path: Path)
     real.trainer_config_process(args8)  # one CPU process: world_size 1
     assert real.mismatches == ["- ds train_batch_size=64 vs hf train_batch_size (calculated)=4"]
     # (world_size x 4 x 1: the calculation cfgcheck makes with the stated process count)
+
+
+def test_sft_refusals_are_what_sft_trainer_raises(tmp_path: Path, tiny_llama: Path) -> None:
+    # packing without a length
+    with pytest.raises(ValueError, match="When packing is enabled, `max_length` can't be `None`"):
+        sft_trainer(tiny_llama, tmp_path, packing=True, max_length=None)
+    file = write(
+        tmp_path,
+        "pack.yaml",
+        f"model_name_or_path: {tiny_llama}\npacking: true\nmax_length: null\n",
+    )
+    found = one(check_native(file, "trl"), "trl-packing-without-max-length")
+    located_at(found, "packing", file, line_of(file, "packing"))
+    assert not check_native(file, "trl", list(found.fixes[0].overrides)).by_rule(found.rule)
+    # a pad token the tokenizer does not have
+    with pytest.raises(ValueError, match="is not found in the vocabulary"):
+        sft_trainer(tiny_llama, tmp_path, pad_token="<nope>", max_length=32)
+    pad = write(
+        tmp_path,
+        "pad.yaml",
+        f"model_name_or_path: {tiny_llama}\nmax_length: 32\npad_token: <nope>\n",
+    )
+    found = one(check_native(pad, "trl"), "special-token-not-in-vocab")
+    assert found.severity == "error" and "SFTTrainer raises" in found.message
+    located_at(found, "tokenizer.pad_token", pad, line_of(pad, "pad_token"))
+
+
+def test_a_lora_adapter_on_lm_head_is_refused(tmp_path: Path, tiny_llama: Path) -> None:
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import SFTConfig, SFTTrainer
+
+    lora = write(
+        tmp_path,
+        "lora.yaml",
+        f"model_name_or_path: {tiny_llama}\nmax_length: 32\nuse_peft: true\n"
+        "lora_target_modules: [q_proj, lm_head]\n",
+    )
+    found = one(check_native(lora, "trl"), "trl-peft-lm-head")
+    located_at(found, "lora_target_modules", lora, line_of(lora, "lora_target_modules"))
+    assert found.fixes[0].overrides == ("lora_target_modules=[q_proj]",)
+    args = SFTConfig(
+        output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, max_length=32, report_to="none"
+    )
+    try:
+        trainer = SFTTrainer(
+            model=str(tiny_llama),
+            args=args,
+            train_dataset=Dataset.from_dict({"text": texts(2, 8)}),
+            peft_config=LoraConfig(target_modules=["q_proj", "lm_head"], r=4),
+        )
+    except ImportError as e:  # peft refuses this venv's torchao before TRL's check runs
+        pytest.skip(f"peft cannot wrap a model here: {e}")
+    except ValueError as e:
+        assert "Applying a PEFT adapter to `lm_head` is not supported" in str(e)
+    else:
+        raise AssertionError(f"SFTTrainer accepted an adapter on lm_head: {trainer}")
