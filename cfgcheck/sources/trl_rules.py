@@ -224,18 +224,18 @@ def sft_refusals(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Findin
     if run.trainer.name != "sft":
         return
     version = version_tuple(run.version.table)
-    if native.get("packing") and "max_length" in native.data and native.get("max_length") is None:
-        if version >= (0, 20):
-            yield Finding(
-                "trl-packing-without-max-length",
-                "error",
-                ("packing", "max_length"),
-                'packing=true with max_length=null: SFTTrainer refuses to start, "ValueError: '
-                "When packing is enabled, `max_length` can't be `None`.\" (trl/trainer/"
-                f"sft_trainer.py _prepare_dataset, TRL {run.version.table})",
-                "set max_length to the packed sequence length",
-                fixes=(Fix(("max_length=1024",), "pack into 1024-token rows (the default)"),),
-            )
+    unbounded = "max_length" in native.data and native.get("max_length") is None
+    if native.get("packing") and unbounded and version >= (0, 20):
+        yield Finding(
+            "trl-packing-without-max-length",
+            "error",
+            ("packing", "max_length"),
+            'packing=true with max_length=null: SFTTrainer refuses to start, "ValueError: '
+            "When packing is enabled, `max_length` can't be `None`.\" (trl/trainer/"
+            f"sft_trainer.py _prepare_dataset, TRL {run.version.table})",
+            "set max_length to the packed sequence length",
+            fixes=(Fix(("max_length=1024",), "pack into 1024-token rows (the default)"),),
+        )
     targets = native.get("lora_target_modules")
     names = [targets] if isinstance(targets, str) else targets or []
     if native.get("use_peft") and "lm_head" in names and version >= (1, 16):

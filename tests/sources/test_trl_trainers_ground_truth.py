@@ -419,9 +419,10 @@ def test_sft_refusals_are_what_sft_trainer_raises(tmp_path: Path, tiny_llama: Pa
 
 
 def test_a_lora_adapter_on_lm_head_is_refused(tmp_path: Path, tiny_llama: Path) -> None:
-    from datasets import Dataset
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
+
+    from datasets import Dataset
 
     lora = write(
         tmp_path,
