@@ -49,8 +49,9 @@ def _finding(native: NativeConfig, run: TrlRun, key: str, value: object) -> Find
     tf = tv.transformers_versions(key)
     severity: str = "error"
     fixes: tuple[Fix, ...] = ()
-    if renamed and run.reads(renamed[0]) and (elsewhere or tf):
-        new, since, source = renamed
+    applies = renamed is not None and (renamed[3] is None or trainer in renamed[3])
+    if renamed and applies and run.reads(renamed[0]):
+        new, since, source, _ = renamed
         message = (
             f"{run.config_class} has no key {key} in TRL {v.table}: it was renamed {key} -> "
             f"{new} (since {since}; {source})"

@@ -31,19 +31,27 @@ from cfgcheck.errors import ConfigLoadError
 PREFERRED = ("sft", "dpo", "grpo", "kto", "reward", "rloo", "orpo", "cpo", "ppo")
 ALIASES = {"online_dpo": "onlinedpo", "online-dpo": "onlinedpo", "rm": "reward"}
 
-# Keys TRL (or transformers, for TrainingArguments) renamed: old -> (new, since, source).
-RENAMED: dict[str, tuple[str, str, str]] = {
+# Keys TRL (or transformers, for TrainingArguments) renamed: old -> (new, since, source, the
+# trainers it applies to or None for all). Where each name is valid comes from the tables.
+RENAMED: dict[str, tuple[str, str, str, frozenset[str] | None]] = {
     "max_seq_length": (
         "max_length",
         "0.20",
-        "SFTConfig, huggingface/trl#3600 (deprecated since 0.16, removed in 0.20)",
+        "SFTConfig (deprecated since 0.16, removed in 0.20)",
+        frozenset({"sft"}),
     ),
     "torch_dtype": (
         "dtype",
         "0.26",
         "ModelConfig, following transformers' from_pretrained(dtype=...)",
+        None,
     ),
-    "evaluation_strategy": ("eval_strategy", "transformers 4.46", "TrainingArguments"),
+    "evaluation_strategy": (
+        "eval_strategy",
+        "transformers 4.46",
+        "TrainingArguments (deprecated in 4.41, removed in 4.46)",
+        None,
+    ),
 }
 
 
