@@ -31,7 +31,8 @@ def key_list(fmt: str) -> frozenset[str]:
 
 def same_meaning(key: str, candidate: str) -> bool:
     """A did-you-mean only for a misspelling: the same words, each close to its pair
-    (``lerning_rate`` -> ``learning_rate``, ``lora_target_module`` -> ``lora_target_modules``),
+    or abbreviated (``lerning_rate`` -> ``learning_rate``, ``lora_target_module`` ->
+    ``lora_target_modules``, ``sequence_length`` -> ``sequence_len``),
     never a key with a word more or less, which names another setting
     (``hub_model_revision`` is not ``model_revision``, ``chat_template`` is not
     ``chat_template_path``, ``warmup_ratio`` is not ``warmup_steps``)."""
@@ -40,7 +41,9 @@ def same_meaning(key: str, candidate: str) -> bool:
     if len(a) != len(b):
         return False
     return all(
-        x == y or difflib.SequenceMatcher(None, x, y).ratio() >= 0.75
+        x == y
+        or (min(len(x), len(y)) >= 3 and (x.startswith(y) or y.startswith(x)))  # len/length
+        or difflib.SequenceMatcher(None, x, y).ratio() >= 0.75
         for x, y in zip(a, b, strict=True)
     )
 
