@@ -62,8 +62,14 @@ def _finding(native: NativeConfig, run: TrlRun, key: str, value: object) -> Find
         fixes = (Fix((f"~{key}", f"{new}={shown(value)}"), f"rename {key} to {new}"),)
         severity = "error" if v.known else "warning"
     elif elsewhere or tf:
-        where = f"TRL {tv.span(elsewhere)}" if elsewhere else f"transformers {tv.span(tf)}"
-        message = f"{key} is read by {where}, not by {run.config_class} of TRL {v.table}"
+        where = (
+            f"TRL {tv.span(elsewhere)}"
+            if elsewhere
+            else f"TrainingArguments of transformers {tv.span(tf)}"
+        )
+        message = f"{key} is read by {where}, not by {run.config_class} of TRL {v.table}" + (
+            "" if elsewhere else f" with transformers {v.transformers}"
+        )
         hint = (
             f"run it with {where} (pin it: `# requires: trl==X` or --framework-version), "
             f"or drop {key} knowing what it set"

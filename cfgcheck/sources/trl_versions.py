@@ -46,6 +46,12 @@ RENAMED: dict[str, tuple[str, str, str, frozenset[str] | None]] = {
         "ModelConfig, following transformers' from_pretrained(dtype=...)",
         None,
     ),
+    "warmup_ratio": (
+        "warmup_steps",
+        "transformers 5.0",
+        "TrainingArguments: warmup_steps takes a float in [0, 1) as a ratio of total steps",
+        None,
+    ),
     "evaluation_strategy": (
         "eval_strategy",
         "transformers 4.46",
@@ -213,8 +219,8 @@ def keyset(version: Version, trainer: str, recipe: str | None) -> KeySet:
 
 
 def where_valid(key: str, trainer: str) -> list[str]:
-    """The table versions in which ``trainer`` reads ``key``."""
-    return [v for v in versions() if key in _fields(v, trainer)]
+    """The table versions in which ``trainer``'s own TRL dataclasses declare ``key``."""
+    return [v for v in versions() if key in _own_fields(v, trainer)[0]]
 
 
 def other_trainers(key: str, version: str) -> list[str]:

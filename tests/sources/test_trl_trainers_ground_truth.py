@@ -449,3 +449,28 @@ def test_a_lora_adapter_on_lm_head_is_refused(tmp_path: Path, tiny_llama: Path) 
         assert "Applying a PEFT adapter to `lm_head` is not supported" in str(e)
     else:
         raise AssertionError(f"SFTTrainer accepted an adapter on lm_head: {trainer}")
+
+
+def test_renames_across_versions_keep_the_meaning(tmp_path: Path) -> None:
+    """warmup_ratio (transformers 4) is warmup_steps as a ratio in transformers 5; torch_dtype
+    is ModelConfig.dtype: the fixes rename, and the renamed file means the same."""
+    text = (
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_length: 512\nwarmup_ratio: 0.1\n"
+        "torch_dtype: bfloat16\n"
+    )
+    old = write(tmp_path, "old.yaml", text)
+    with pytest.raises(ValueError, match="Unknown arguments from config file"):
+        parse("sft", old)
+    result = check_native(old, "trl", gpu="H100")
+    fixes = [f.fixes[0].overrides for f in result.by_rule("unknown-native-key")]
+    assert ("~warmup_ratio", "warmup_steps=0.1") in fixes
+    assert ("~torch_dtype", "dtype=bfloat16") in fixes
+    new = write(
+        tmp_path,
+        "new.yaml",
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_length: 512\nwarmup_steps: 0.1\n"
+        "dtype: bfloat16\n",
+    )
+    _, sft, model, _ = parse("sft", new)
+    assert sft.get_warmup_steps(100) == 10 and model.dtype == "bfloat16"
+    assert not check_native(new, "trl", gpu="H100").by_rule("unknown-native-key")
