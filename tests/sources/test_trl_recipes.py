@@ -100,6 +100,23 @@ def test_published_recipe_has_no_false_error(path: Path) -> None:
     assert result.ok, [(f.rule, f.message) for f in result.errors]  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    ("keys", "trainer"),
+    [
+        ("max_length: 512\n", "sft"),
+        ("beta: 0.1\nmax_length: 512\nloss_type: [sigmoid]\n", "dpo"),
+        ("num_generations: 8\nmax_completion_length: 256\n", "grpo"),
+        ("desirable_weight: 1.0\nundesirable_weight: 1.0\n", "kto"),
+    ],
+)
+def test_the_trainer_comes_from_the_keys(tmp_path: Path, keys: str, trainer: str) -> None:
+    from cfgcheck.sources.trl_run import run_of
+
+    file = write(tmp_path, "config.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\n" + keys)
+    run = run_of(load_native(file, "trl", options={"framework_version": "1.16.0"}).native)
+    assert (run.trainer.name, run.trainer.origin) == (trainer, "its keys")
+
+
 def test_there_are_a_few_dozen() -> None:
     assert len(recipes()) >= 30
 
@@ -217,11 +234,17 @@ def test_a_rename_is_a_rename_and_a_warning_when_the_version_is_not_known(tmp_pa
         "sft.yaml",
         "model_name_or_path: Qwen/Qwen2.5-1.5B\nmax_length: 1024\ntorch_dtype: bfloat16\n",
     )
-    known = one(check_native(file, "trl", gpu="H100"), "unknown-native-key")
+    stated = {"framework_version": "1.16.0"}
+    known = one(check_native(file, "trl", gpu="H100", options=stated), "unknown-native-key")
     assert known.severity == "error" and "torch_dtype -> dtype" in known.message
     assert known.fixes[0].overrides == ("~torch_dtype", "dtype=bfloat16")  # never "remove"
     # no trl installed, no flag, no pin: the newest is assumed, and that is only a warning
     version = tv.resolve_version(None, "", None, installed="")
     assert version.known is False
+    with pytest.MonkeyPatch.context() as mp:  # as on a machine without trl
+        mp.setattr(tv, "_installed", lambda dist: None)
+        assumed = one(check_native(file, "trl", gpu="H100"), "unknown-native-key")
+    assert assumed.severity == "warning" and "no version stated" in assumed.message
+    assert assumed.fixes == known.fixes
     pinned = tv.resolve_version(None, "# requires: trl==0.18.2\n", None, installed="")
     assert (pinned.table, pinned.known) == ("0.18.2", True)
