@@ -102,7 +102,11 @@ def _lengths(b: Builder, run: TrlRun) -> None:
         f"{run.config_class} max_prompt_length + max_completion_length "
         f"({prompt} + {completion}, TRL {run.version.table})"
     )
-    b.set("data.max_seq_length", int(prompt) + int(completion), where)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (prompt, completion)):
+        bad = completion if not isinstance(completion, int) else prompt
+        b.set("data.max_seq_length", bad, where)  # the schema names the invalid value
+        return
+    b.set("data.max_seq_length", prompt + completion, where)
     b.set("data.truncation", True, where)
 
 

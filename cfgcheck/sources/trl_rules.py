@@ -160,7 +160,22 @@ def grpo_generation_batch(native: NativeConfig, cfg: RunConfig | None) -> Iterat
     world = cfg.trainer.world_size
     steps = native.get("steps_per_generation") or cfg.trainer.gradient_accumulation_steps
     batch = native.get("generation_batch_size") or per_device * world * steps
-    if not isinstance(generations, int) or generations < 1 or batch % generations == 0:
+    if not isinstance(generations, int) or not isinstance(batch, int) or batch < 1:
+        return
+    if generations < 2:
+        yield Finding(
+            "trl-grpo-generation-batch",
+            "error",
+            ("num_generations",),
+            f'num_generations={generations}: GRPOConfig refuses it, "ValueError: GRPO requires '
+            f"at least 2 generations per prompt to calculate the advantages. You provided "
+            f'{generations}, which is less than the minimum required." '
+            "(trl/trainer/grpo_config.py __post_init__)",
+            "set num_generations to 2 or more (a divisor of the generation batch)",
+            fixes=(Fix(("num_generations=2",), "the fewest GRPO accepts"),),
+        )
+        return
+    if batch % generations == 0:
         return
     if version_tuple(run.version.table) >= (0, 20):
         quote = (

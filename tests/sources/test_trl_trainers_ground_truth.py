@@ -474,3 +474,23 @@ def test_renames_across_versions_keep_the_meaning(tmp_path: Path) -> None:
     _, sft, model, _ = parse("sft", new)
     assert sft.get_warmup_steps(100) == 10 and model.dtype == "bfloat16"
     assert not check_native(new, "trl", gpu="H100").by_rule("unknown-native-key")
+
+
+def test_grpo_needs_two_generations(tmp_path: Path) -> None:
+    from trl import GRPOConfig
+
+    with pytest.raises(ValueError, match="GRPO requires at least 2 generations per prompt"):
+        GRPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=1, report_to="none")
+    file = write(
+        tmp_path, "grpo.yaml", "model_name_or_path: Qwen/Qwen2.5-0.5B\nnum_generations: 1\n"
+    )
+    found = one(check_native(file, "trl"), "trl-grpo-generation-batch")
+    assert "at least 2 generations" in found.message
+    located_at(found, "num_generations", file, line_of(file, "num_generations"))
+    # a length that is not a number is the schema's one-line finding, not a crash
+    bad = write(
+        tmp_path,
+        "bad.yaml",
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\nnum_generations: 4\nmax_completion_length: abc\n",
+    )
+    assert one(check_native(bad, "trl"), "invalid-value").severity == "error"
