@@ -50,9 +50,23 @@ def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Itera
     multiple = d.pad_to_multiple_of
     if multiple and d.collator != "packed" and d.truncation:
         length = -(-length // multiple) * multiple  # the collator rounds the batch up
+    arch = architecture_of(m)
+    if not d.truncation and arch in LEARNED_POSITIONS and "max_length" in native.data:
+        # max_length: null keeps every token: the data decides
+        yield Finding(
+            "trl-positions-past-context",
+            "warning",
+            ("max_length", "model.block_size"),
+            f"max_length=null keeps every token, and {m.name} ({arch}) has a learned table "
+            f"of {block} positions: the first sample longer than {block} tokens fails with "
+            f'"IndexError: index out of range in self"; run `cfgcheck data` (or --scan-data) '
+            "to know whether any is",
+            f"set max_length<={block} to truncate",
+            fixes=(Fix((f"max_length={block}",), f"truncate to {block} tokens"),),
+        )
+        return
     if length <= block:
         return
-    arch = architecture_of(m)
     run = run_of(native)
     key = "max_length" if run.reads("max_length") else "max_completion_length"
     set_key = next(

@@ -494,3 +494,37 @@ def test_grpo_needs_two_generations(tmp_path: Path) -> None:
         "model_name_or_path: Qwen/Qwen2.5-0.5B\nnum_generations: 4\nmax_completion_length: abc\n",
     )
     assert one(check_native(bad, "trl"), "invalid-value").severity == "error"
+
+
+def test_no_truncation_on_learned_positions_is_a_warning(tmp_path: Path) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path / "tiny-gpt2"
+    GPT2LMHeadModel(
+        GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=4)
+    ).save_pretrained(folder)
+    tokenizer_files(folder, 64, pad_token="<unk>")
+    file = write(tmp_path, "g.yaml", f"model_name_or_path: {folder}\nmax_length: null\n")
+    found = one(check_native(file, "trl"), "trl-positions-past-context")
+    assert found.severity == "warning" and "first sample longer than 16" in found.message
+    # a sample of 24 tokens through SFTTrainer with no truncation: the IndexError it warns of
+    from trl import SFTConfig, SFTTrainer
+
+    from datasets import Dataset
+
+    args = SFTConfig(
+        output_dir=str(tmp_path / "o"),
+        use_cpu=True,
+        bf16=False,
+        max_length=None,
+        max_steps=1,
+        per_device_train_batch_size=1,
+        report_to="none",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(
+            model=str(folder), args=args, train_dataset=Dataset.from_dict({"text": texts(2, 24)})
+        )
+    with pytest.raises(IndexError, match="index out of range in self"):
+        trainer.train()
