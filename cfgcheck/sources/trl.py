@@ -38,6 +38,9 @@ DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
 # SFT's loss_type "nll" computes the loss in chunks from this release on (sft_config.py of the
 # installed 1.16.0: "without materializing the full logits"; v1.9.0's has no chunking).
 CHUNKED_SINCE = (1, 16)
+# The trainers that refuse a pad/eos token missing from the vocabulary, since (grep of each
+# tag's trainer for "is not found in the vocabulary": SFT from 0.16, DPO from 0.24).
+CHECKS_SPECIAL_TOKENS = {"sft": (0, 16), "dpo": (0, 24)}
 
 
 def build(b: Builder) -> None:
@@ -315,19 +318,21 @@ def max_length_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fi
 def profile(native: NativeConfig) -> Profile:
     base = TRL if native.is_set("attn_implementation") else TRL_DEFAULT_ATTENTION
     run = run_of(native)
-    if run.trainer.name == "sft" and version_tuple(run.version.table) >= (0, 20):
-        # SFTTrainer.__init__ (trl/trainer/sft_trainer.py): convert_tokens_to_ids of the
-        # configured eos_token / pad_token is None -> "ValueError: The specified `pad_token`
-        # ('...') is not found in the vocabulary of the given `processing_class`".
+    since = CHECKS_SPECIAL_TOKENS.get(run.trainer.name)
+    if since is not None and version_tuple(run.version.table) >= since:
+        # SFTTrainer / DPOTrainer.__init__ (trl/trainer/sft_trainer.py, dpo_trainer.py):
+        # convert_tokens_to_ids of the configured pad_token (and SFT's eos_token) is None ->
+        # "ValueError: The specified `pad_token` ('...') is not found in the vocabulary of
+        # the given `processing_class`".
         return dataclasses.replace(
             base,
             adjustments=(
                 Adjustment(
                     "special-token-not-in-vocab",
                     "error",
-                    'SFTTrainer raises "ValueError: The specified `pad_token` (or `eos_token`) '
-                    'is not found in the vocabulary of the given `processing_class`" '
-                    "(trl/trainer/sft_trainer.py)",
+                    f'{run.config_class.removesuffix("Config")}Trainer raises "ValueError: '
+                    "The specified `pad_token` (or `eos_token`) is not found in the vocabulary "
+                    f'of the given `processing_class`" (trl/trainer/{run.trainer.name}_trainer.py)',
                     "warning",
                 ),
                 *base.adjustments,
