@@ -1,10 +1,10 @@
-"""Differential test on TRL's native path: random `trl sft` configs over tiny models saved
-with ``save_pretrained`` (a RoPE Llama and a learned-position GPT-2), real word-level
-tokenizers and text datasets with lengths around ``max_length`` and the model's positions.
-The real side parses each file with TRL's own `trl sft` parser and trains one step with
-SFTTrainer on CPU; the verdicts must agree: no miss (cfgcheck ok, TRL fails) and no false
-alarm (cfgcheck error, TRL trains). A failure that depends on the data alone (no truncation on
-learned positions) must at least be warned of.
+"""Differential test on TRL's native path: random `trl sft` and `trl dpo` configs over tiny
+models saved with ``save_pretrained`` (a RoPE Llama and a learned-position GPT-2), real
+word-level tokenizers and text datasets with lengths around ``max_length`` and the model's
+positions. The real side parses each file with TRL's own `trl sft` / `trl dpo` parser and
+trains one step with SFTTrainer / DPOTrainer on CPU; the verdicts must agree: no miss
+(cfgcheck ok, TRL fails) and no false alarm (cfgcheck error, TRL trains). A failure that
+depends on the data alone (no truncation on learned positions) must at least be warned of.
 
 A few configs run in CI; ``CFGCHECK_TRL_DIFF_N=200 CFGCHECK_TRL_DIFF_SEEDS=0,1,2,3`` runs more.
 """
@@ -33,6 +33,7 @@ POSITIONS = 64
 
 @dataclass(frozen=True)
 class Draw:
+    trainer: str
     arch: str
     max_length: int | None
     words: int
@@ -44,7 +45,8 @@ class Draw:
     def yaml(self, folder: Path) -> str:
         lines = [f"model_name_or_path: {folder}", "bf16: false"]
         lines.append(f"max_length: {'null' if self.max_length is None else self.max_length}")
-        lines.append(f"packing: {str(self.packing).lower()}")
+        if self.trainer == "sft":
+            lines.append(f"packing: {str(self.packing).lower()}")
         if self.padding_free:
             lines.append("padding_free: true")
         if self.pad_token is not None:
@@ -59,6 +61,7 @@ def draw(rng: random.Random) -> Draw:
     around = max_length or POSITIONS
     words = max(4, around + rng.choice([-20, -2, 8, 30]))
     return Draw(
+        trainer=rng.choice(["sft", "sft", "dpo"]),
         arch=rng.choice(["llama", "gpt2"]),
         max_length=max_length,
         words=words,
@@ -101,22 +104,37 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def real(file: Path, d: Draw, out: Path) -> str | None:
     """None when TRL trains a step, else the error it raised."""
-    from trl import SFTTrainer
-    from trl.scripts.sft import make_parser
+    import importlib
+
+    from trl import DPOTrainer, SFTTrainer
 
     from datasets import Dataset
 
-    text = [" ".join(f"w{3 + (i * 7 + j) % 60}" for j in range(d.words)) for i in range(4)]
+    make_parser = importlib.import_module(f"trl.scripts.{d.trainer}").make_parser
+
+    def words(i: int, n: int) -> str:
+        return " ".join(f"w{3 + (i * 7 + j) % 60}" for j in range(n))
+
+    if d.trainer == "sft":
+        data = {"text": [words(i, d.words) for i in range(4)]}
+    else:  # a prompt of half the words, completions of the rest
+        half = d.words // 2
+        data = {
+            "prompt": [words(i, half) for i in range(4)],
+            "chosen": [words(i + 1, d.words - half) for i in range(4)],
+            "rejected": [words(i + 2, d.words - half) for i in range(4)],
+        }
     argv = ["--config", str(file), "--output_dir", str(out), "--use_cpu", "true"]
     argv += ["--max_steps", "1", "--report_to", "none", "--save_strategy", "no"]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _, args, model_args, _ = make_parser().parse_args_and_config(argv)
-            trainer = SFTTrainer(
+            cls = SFTTrainer if d.trainer == "sft" else DPOTrainer
+            trainer = cls(
                 model=model_args.model_name_or_path,
                 args=args,
-                train_dataset=Dataset.from_dict({"text": text}),
+                train_dataset=Dataset.from_dict(data),
             )
             trainer.train()
     except Exception as e:
@@ -129,18 +147,26 @@ def test_cfgcheck_agrees_with_trl(tmp_path: Path, folders: dict[str, Path], seed
     rng = random.Random(seed)
     misses: list[Any] = []
     false_alarms: list[Any] = []
+    refused = warned_only = 0
     for i in range(N):
         d = draw(rng)
-        file = tmp_path / f"c{seed}-{i}.yaml"
+        file = tmp_path / f"{d.trainer}-{seed}-{i}.yaml"
         file.write_text(d.yaml(folders[d.arch]))
         result = check_native(file, "trl")
         errors = [(f.rule, f.message[:160]) for f in result.errors]
         failed = real(file, d, tmp_path / f"out{i}")
+        refused += bool(failed)
         if failed and not errors:
             warned = result.by_rule("trl-positions-past-context")
-            if not (d.max_length is None and warned):  # data-dependent: warned is the verdict
+            if d.max_length is None and warned:  # data-dependent: warned is the verdict
+                warned_only += 1
+            else:
                 misses.append((d, failed, [(f.rule, f.severity) for f in result.findings]))
         elif errors and not failed:
             false_alarms.append((d, errors))
+    print(
+        f"seed {seed}: {N} configs, {refused} refused by TRL ({warned_only} warned of, "
+        f"data-dependent), {len(misses)} misses, {len(false_alarms)} false alarms"
+    )
     assert not misses, misses
     assert not false_alarms, false_alarms
