@@ -27,6 +27,32 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
         metavar="NAME|GIB",
         help="with --from: the GPU the run is meant for (H100, A100-80GB, or GiB per GPU)",
     )
+    for flag, text in NATIVE_OPTIONS.items():
+        parser.add_argument(flag, default=None, help=text)
+
+
+# What the command line states about a native run that the file itself does not spell.
+NATIVE_OPTIONS = {
+    "--trainer": "with --from trl: the trainer (sft, dpo, grpo, kto, reward, rloo, orpo, ...); "
+    "default: from the file's name or folders, else from its keys",
+    "--framework-version": "with --from: the framework version the run uses (default: the "
+    "installed one, else a `# requires: trl==X` comment, else the recipe's pin, else newest)",
+    "--recipe": "with --from trl: the recipe whose script reads the file (alignment-handbook, "
+    "open-r1); default: inferred from its script-only keys",
+    "--script-args": "with --from trl: FILE.py:Class, the dataclass the training script adds "
+    "to TRL's (read with ast, never run)",
+    "--accelerate-config": "with --from trl: the accelerate config YAML the run is launched "
+    "with (num_processes, DeepSpeed ZeRO stage, FSDP)",
+}
+
+
+def native_options(args: argparse.Namespace) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for flag in NATIVE_OPTIONS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value:
+            out[flag.lstrip("-").replace("-", "_")] = str(value)
+    return out
 
 
 def native_result(args: argparse.Namespace) -> CheckResult:
@@ -39,7 +65,7 @@ def native_result(args: argparse.Namespace) -> CheckResult:
             f"{args.source} FILE [KEY=VALUE ...]"
         )
     file, *overrides = args.overrides
-    return check_native(file, args.source, overrides, gpu=args.gpu)
+    return check_native(file, args.source, overrides, gpu=args.gpu, options=native_options(args))
 
 
 def run_native_hook(args: argparse.Namespace) -> int:
@@ -59,7 +85,12 @@ def run_native_hook(args: argparse.Namespace) -> int:
     checked = len(files)
     for file in files:
         try:
-            result = check_native(file, args.source, gpu=getattr(args, "gpu", None))
+            result = check_native(
+                file,
+                args.source,
+                gpu=getattr(args, "gpu", None),
+                options=native_options(args),
+            )
         except ConfigLoadError as e:
             if type(e).__name__ == "NoTrainingRun":  # Python that only mentions a trainer
                 checked -= 1

@@ -30,6 +30,7 @@ class Document:
     data: dict[str, Any]
     lines: dict[str, int] = field(default_factory=dict)
     origin: Path | None = None  # the file on disk (None for text a service request sent)
+    text: str = ""  # the file's text (comments such as ``# requires: trl==0.18.0``)
 
 
 def read_document(path: str | Path, display: str | None = None) -> Document:
@@ -38,7 +39,7 @@ def read_document(path: str | Path, display: str | None = None) -> Document:
     mapping."""
     shown = display or str(path)
     doc = parse_document(safeio.read_text(path, MAX_BYTES), shown)
-    return Document(doc.file, doc.data, doc.lines, Path(path))
+    return Document(doc.file, doc.data, doc.lines, origin=Path(path), text=doc.text)
 
 
 def parse_document(text: str, shown: str) -> Document:
@@ -48,7 +49,7 @@ def parse_document(text: str, shown: str) -> Document:
         data = {}
     if not isinstance(data, dict):
         raise ConfigLoadError(f"{shown}: expected a mapping of keys, got {type(data).__name__}")
-    return Document(shown, data, lines)
+    return Document(shown, data, lines, text=text)
 
 
 _LIMITS = safeio.Limits(max_bytes=MAX_BYTES, max_depth=MAX_DEPTH, max_nodes=MAX_VALUES)
