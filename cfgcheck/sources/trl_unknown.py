@@ -20,7 +20,7 @@ from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources import trl_versions as tv
 from cfgcheck.sources.base import NativeConfig
 from cfgcheck.sources.trl_run import TrlRun, run_of
-from cfgcheck.sources.unknown import RULE, same_meaning, shown
+from cfgcheck.sources.unknown import same_meaning, shown
 
 if TYPE_CHECKING:
     from cfgcheck.schema.run import RunConfig
@@ -96,7 +96,7 @@ def _finding(native: NativeConfig, run: TrlRun, key: str, value: object) -> Find
                     "(--script-args FILE.py:Class, --recipe)"
                 )
     message += f": {BEHAVIOUR} [{read_as}]"
-    return Finding(RULE, severity, (key,), message, hint, fixes=fixes)  # type: ignore[arg-type]
+    return Finding("unknown-native-key", severity, (key,), message, hint, fixes=fixes)  # type: ignore[arg-type]
 
 
 def _close(key: str, run: TrlRun) -> str | None:
