@@ -18,9 +18,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 from cfgcheck.findings import CheckResult
 from cfgcheck.rules import all_rules, explanations
@@ -230,6 +232,22 @@ NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
     ),
     *_TORCHTUNE_CORPUS,
 ]
+# TRL: (file under tests/sources/native/trl, overrides, command-line options).
+TRL_ZERO3 = {"accelerate_config": str(NATIVE / "trl" / "accelerate" / "ah-zero3.yaml")}
+TRL_GRPO = "open-r1/Qwen2.5-1.5B-Instruct--grpo--config_demo.yaml"
+TRL_CORPUS: list[tuple[str, tuple[str, ...], dict[str, str]]] = [
+    ("example_config.yaml", ("padding_free=true",), {}),
+    ("example_config.yaml", ("padding_free=true",), {"framework_version": "0.20.0"}),
+    ("example_config.yaml", ("max_length=65536",), {}),
+    ("example_config.yaml", ("fp16=true", "bf16=true"), {}),
+    ("example_config.yaml", ("packing=true", "max_length=null"), {}),
+    ("example_config.yaml", ("use_peft=true", "lora_target_modules=[q_proj,lm_head]"), {}),
+    (
+        TRL_GRPO,
+        ("model_name_or_path=Qwen/Qwen2.5-1.5B", "num_generations=24"),
+        {"framework_version": "0.18.0", **TRL_ZERO3},
+    ),
+]
 # LLaMA-Factory resolves deepspeed and dataset_dir against the folder llamafactory-cli runs in:
 # these run from tests/sources/native/llamafactory, LLaMA-Factory's own layout.
 LF_SFT = "examples/train_lora/llama3_lora_sft.yaml"
@@ -268,6 +286,18 @@ def _run_corpus() -> Iterator[tuple[str, CheckResult]]:
         yield name, validate(compose_cached(CONF, "config", overrides))
     for fmt, file, overrides in NATIVE_CORPUS:
         yield f"{fmt} {file} {overrides}", check_native(NATIVE / fmt / file, fmt, overrides)
+    for file, overrides, options in TRL_CORPUS:
+        result = check_native(NATIVE / "trl" / file, "trl", overrides, options=options)
+        yield f"trl {file} {overrides} {options}", result
+    with tempfile.TemporaryDirectory() as tmp:  # a DeepSpeed JSON whose batch disagrees
+        ds = Path(tmp) / "ds.json"
+        ds.write_text('{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3}}')
+        sft = Path(tmp) / "sft.yaml"
+        sft.write_text(
+            "model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_length: 512\n"
+            f"per_device_train_batch_size: 2\ndeepspeed: {ds}\n"
+        )
+        yield "trl deepspeed", check_native(sft, "trl", gpu="H100")
     with contextlib.chdir(NATIVE / "llamafactory"):
         for file, overrides in LLAMAFACTORY_CORPUS:
             yield f"llamafactory {file} {overrides}", check_native(file, "llamafactory", overrides)

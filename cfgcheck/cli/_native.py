@@ -1,5 +1,5 @@
 """``--from FORMAT FILE``: the commands that validate a config read a native framework file
-(LitGPT, Axolotl, TRL, LLaMA-Factory, torchtune) instead of composing ``conf/`` (see
+(LitGPT, Axolotl, TRL, LLaMA-Factory, torchtune, Python) instead of composing ``conf/`` (see
 :mod:`cfgcheck.sources`). ``--from torchtune FILE [RECIPE]`` also takes the recipe ``tune run``
 would run."""
 
@@ -30,15 +30,35 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
         metavar="NAME|GIB",
         help="with --from: the GPU the run is meant for (H100, A100-80GB, or GiB per GPU)",
     )
-    parser.add_argument(
-        "--nproc-per-node",
-        dest="nproc_per_node",
-        type=int,
-        default=None,
-        metavar="N",
-        help="with --from torchtune: the processes `tune run --nproc_per_node N` starts "
-        "(default: the file's `tune run` comment, else 1)",
-    )
+    for flag, text in NATIVE_OPTIONS.items():
+        parser.add_argument(flag, default=None, help=text)
+
+
+# What the command line states about a native run that the file itself does not spell.
+NATIVE_OPTIONS = {
+    "--trainer": "with --from trl: the trainer (sft, dpo, grpo, kto, reward, rloo, orpo, ...); "
+    "default: from the file's name or folders, else from its keys",
+    "--framework-version": "with --from: the framework version the run uses (default: the "
+    "installed one, else a `# requires: trl==X` comment, else the recipe's pin, else newest)",
+    "--recipe": "with --from trl: the recipe whose script reads the file (alignment-handbook, "
+    "open-r1); default: inferred from its script-only keys. With --from torchtune: the recipe "
+    "`tune run` runs (also FILE RECIPE); default: the file's `tune run` comment",
+    "--nproc-per-node": "with --from torchtune: the processes `tune run --nproc_per_node N` "
+    "starts; default: the file's `tune run` comment, else 1",
+    "--script-args": "with --from trl: FILE.py:Class, the dataclass the training script adds "
+    "to TRL's (read with ast, never run)",
+    "--accelerate-config": "with --from trl: the accelerate config YAML the run is launched "
+    "with (num_processes, DeepSpeed ZeRO stage, FSDP)",
+}
+
+
+def native_options(args: argparse.Namespace) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for flag in NATIVE_OPTIONS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value:
+            out[flag.lstrip("-").replace("-", "_")] = str(value)
+    return out
 
 
 def native_result(args: argparse.Namespace) -> CheckResult:
@@ -50,23 +70,14 @@ def native_result(args: argparse.Namespace) -> CheckResult:
             f"--from {args.source} needs the config FILE: cfgcheck {args.command} --from "
             f"{args.source} FILE [KEY=VALUE ...]"
         )
-    launch = launch_args(args)
-    file, *overrides = args.overrides
-    return check_native(file, args.source, overrides, gpu=args.gpu, launch=launch)
-
-
-def launch_args(args: argparse.Namespace) -> dict[str, object]:
-    """``--from torchtune FILE [RECIPE]``: the recipe ``tune run`` would run (a second
-    argument without ``=``), and ``--nproc-per-node``."""
-    launch: dict[str, object] = {}
-    if getattr(args, "nproc_per_node", None) is not None:
-        launch["nproc_per_node"] = args.nproc_per_node
     if args.source == "torchtune" and len(args.overrides) > 1:
+        # `--from torchtune FILE RECIPE`: the recipe as `tune run RECIPE --config FILE` names it
         second = args.overrides[1]
-        if "=" not in second and not second.startswith("~"):
-            launch["recipe"] = second
+        if "=" not in second and not second.startswith("~") and not args.recipe:
+            args.recipe = second
             del args.overrides[1]
-    return launch
+    file, *overrides = args.overrides
+    return check_native(file, args.source, overrides, gpu=args.gpu, options=native_options(args))
 
 
 def run_native_hook(args: argparse.Namespace) -> int:
@@ -86,8 +97,12 @@ def run_native_hook(args: argparse.Namespace) -> int:
     checked = len(files)
     for file in files:
         try:
-            launch = {"nproc_per_node": args.nproc_per_node} if args.nproc_per_node else None
-            result = check_native(file, args.source, gpu=getattr(args, "gpu", None), launch=launch)
+            result = check_native(
+                file,
+                args.source,
+                gpu=getattr(args, "gpu", None),
+                options=native_options(args),
+            )
         except ConfigLoadError as e:
             if type(e).__name__ == "NoTrainingRun":  # Python that only mentions a trainer
                 checked -= 1

@@ -465,6 +465,75 @@ EXPLANATIONS: dict[str, Explanation] = {
         "keys (`args.per_device_train_batch_size=4`).",
         group=NATIVE,
     ),
+    "trl-positions-past-context": E(
+        "error / warning",
+        "TRL (`--from trl`): the sequence length (`max_length`, or `max_seq_length` in older "
+        "releases) against the model's `max_position_embeddings`.",
+        'Learned absolute positions (GPT-2, OPT) fail on the first longer sample: "IndexError: '
+        'index out of range in self" (an error). RoPE models compute rotary angles for any '
+        "position and train, on positions they never saw (a warning).",
+        "Lower `max_length` to the model's context, or use a model with a longer one.",
+        group=NATIVE,
+    ),
+    "trl-padding-free-max-length": E(
+        "error",
+        "`padding_free: true` comes with `packing: true` (TRL 1.0 and later).",
+        'SFTTrainer refuses to start: "When `padding_free=True` without packing, `max_length` is '
+        'not enforced" (`trl/trainer/sft_trainer.py`).',
+        "`packing=true`, or `padding_free=false`.",
+        group=NATIVE,
+    ),
+    "trl-padding-free-attention": E(
+        "warning",
+        "`padding_free: true` with an attention other than flash attention, in TRL releases "
+        "before 1.16.",
+        "TRL warns that `attn_implementation` \"is not set to 'flash_attention_2'\": padding-free "
+        "batches then attend across samples (cross-contamination) on sdpa and eager.",
+        "`attn_implementation=flash_attention_2`, or `padding_free=false`.",
+        group=NATIVE,
+    ),
+    "trl-fp16-and-bf16": E(
+        "error",
+        "At most one of `fp16` and `bf16` is true.",
+        '`TrainingArguments.__post_init__` raises: "At most one of fp16 and bf16 can be True, but '
+        'not both".',
+        "Keep one: `fp16=false` on a bf16 GPU.",
+        group=NATIVE,
+    ),
+    "trl-grpo-generation-batch": E(
+        "error",
+        "GRPO: the generation batch is a multiple of `num_generations`, and `num_generations` is "
+        "at least 2.",
+        'GRPOConfig refuses to start: the generation batch size "must be evenly divisible by the '
+        'number of generations per prompt".',
+        "Set `num_generations` to a divisor of the generation batch (the fix names one).",
+        group=NATIVE,
+    ),
+    "trl-packing-without-max-length": E(
+        "error",
+        "`packing: true` comes with a `max_length`.",
+        'SFTTrainer refuses to start: "When packing is enabled, `max_length` can\'t be `None`".',
+        "Set `max_length` to the packed sequence length.",
+        group=NATIVE,
+    ),
+    "trl-peft-lm-head": E(
+        "error",
+        "`lora_target_modules` does not name `lm_head`.",
+        'SFTTrainer refuses to start: "Applying a PEFT adapter to `lm_head` is not supported".',
+        "Remove `lm_head` from `lora_target_modules`.",
+        group=NATIVE,
+    ),
+    "trl-deepspeed-batch-mismatch": E(
+        "error",
+        "The DeepSpeed JSON's batch sizes agree with the trainer's "
+        "(`train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`, `train_batch_size` "
+        "against the per-device batch, the accumulation and the process count).",
+        "transformers' DeepSpeed integration refuses to start "
+        '(`HfTrainerDeepSpeedConfig.trainer_config_process`): "Please correct the following '
+        'DeepSpeed config values that mismatch TrainingArguments values".',
+        "Set the JSON's values to `\"auto\"`, or to the trainer's values.",
+        group=NATIVE,
+    ),
     "seq-len-over-block-size": E(
         "error / warning",
         "The longest sequence the pipeline feeds (packed rows: `data.max_seq_length`; else the "

@@ -43,12 +43,12 @@ def check_native_request(payload: dict[str, Any], roots: Sequence[Path]) -> Chec
             loaded = load_text(request.config, request.filename, request.overrides, request.gpu)
         else:
             doc = parse_document(request.config, request.filename)
-            launch = {
-                k: v
+            options = {
+                k: str(v)
                 for k, v in (("recipe", request.recipe), ("nproc_per_node", request.nproc_per_node))
                 if v is not None
             }
-            loaded = load_document(doc, request.format, request.overrides, request.gpu, launch)
+            loaded = load_document(doc, request.format, request.overrides, request.gpu, options)
     except ConfigLoadError as e:
         raise RequestError(422, str(e)) from e
     refused = refused_paths(loaded.config, roots)

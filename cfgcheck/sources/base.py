@@ -9,7 +9,7 @@ framework fills itself (each such default cites the upstream code in its adapter
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,9 +40,10 @@ class NativeConfig:
     data: dict[str, Any]
     where: dict[str, Location] = field(default_factory=dict)
     origin: Path | None = None  # the file on disk; None when the text came over the network
-    text: str = ""  # the file's source (comments such as torchtune's `tune run ...` line)
-    # What the launch command says outside the file (torchtune: recipe, nproc_per_node).
-    launch: dict[str, Any] = field(default_factory=dict)
+    text: str = ""  # the file's text, for comments (a `# requires:` pin)
+    # What the command line says about the run that no native key spells (--trainer,
+    # --framework-version, --recipe, --script-args, --accelerate-config): option -> value.
+    options: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_document(
@@ -50,16 +51,10 @@ class NativeConfig:
         fmt: str,
         doc: Document,
         overrides: Sequence[str],
-        launch: dict[str, Any] | None = None,
+        options: Mapping[str, str] | None = None,
     ) -> NativeConfig:
-        native = cls(
-            fmt,
-            doc.file,
-            copy.deepcopy(doc.data),
-            origin=doc.origin,
-            text=doc.text,
-            launch=launch or {},
-        )
+        native = cls(fmt, doc.file, copy.deepcopy(doc.data), origin=doc.origin, text=doc.text)
+        native.options = {k: v for k, v in (options or {}).items() if v}
         native.where = {key: Location(doc.file, line) for key, line in doc.lines.items()}
         for text in overrides:
             if text.startswith("~"):  # delete a key, as in Hydra
@@ -186,3 +181,6 @@ class Format:
     finish: Finish | None = None
     # The format checks each fix itself (finish), so validation leaves them unverified.
     verifies_fixes: bool = False
+    # The format's own unknown-key check, where the keys depend on the config (TRL: the
+    # trainer and the version); None: the shared one against ``keys``.
+    unknown: NativeRule | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,19 +72,21 @@ def load_native(
     fmt: str,
     overrides: Sequence[str] = (),
     gpu: str | None = None,
-    launch: dict[str, Any] | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> Loaded:
     """Read ``path`` in format ``fmt`` (``litgpt``, ``axolotl``, ``trl``) with native
     ``key=value`` overrides; ``gpu`` (a GPU name or GiB) is the GPU the run is meant for,
     which no native format spells. Raises :class:`ConfigLoadError` (one line) when the file
-    cannot be read or names no model cfgcheck can resolve. ``launch``: what the launch command
-    says outside the file (torchtune: ``recipe``, ``nproc_per_node``)."""
+    cannot be read or names no model cfgcheck can resolve. ``options`` are what the command
+    line states about the run that the file does not spell (``trainer``,
+    ``framework_version``, ``accelerate_config``...)."""
     if fmt == "python":  # code, not a document: read statically (cfgcheck.sources.code)
         from cfgcheck.sources.python import load_python
 
         return load_python(path, overrides, gpu)
-    doc = read_document(path, display_path(Path(path)))
-    return load_document(doc, fmt, overrides, gpu, launch)
+    return load_document(
+        read_document(path, display_path(Path(path))), fmt, overrides, gpu, options
+    )
 
 
 def load_document(
@@ -92,11 +94,11 @@ def load_document(
     fmt: str,
     overrides: Sequence[str] = (),
     gpu: str | None = None,
-    launch: dict[str, Any] | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> Loaded:
     """:func:`load_native` of an already-read document (the service parses request text)."""
     spec = get_format(fmt)
-    native = NativeConfig.from_document(fmt, doc, overrides, launch)
+    native = NativeConfig.from_document(fmt, doc, overrides, options)
     loaded = build_loaded(spec, native, Builder(native, spec.label), gpu)
     return dataclasses.replace(loaded, document=doc, overrides=tuple(overrides))
 
@@ -148,10 +150,10 @@ def check_native(
     fmt: str,
     overrides: Sequence[str] = (),
     gpu: str | None = None,
-    launch: dict[str, Any] | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> CheckResult:
     """Validate a native config file; findings point at its lines and fixes use its keys."""
-    return check_loaded(load_native(path, fmt, overrides, gpu, launch))
+    return check_loaded(load_native(path, fmt, overrides, gpu, options))
 
 
 def check_loaded(loaded: Loaded, verify: bool = True) -> CheckResult:
@@ -175,7 +177,10 @@ def check_loaded(loaded: Loaded, verify: bool = True) -> CheckResult:
             ):
                 result = validate(loaded.config)
     findings: list[Finding] = list(result.findings)
-    findings += unknown_keys(loaded.native, spec)
+    if spec.unknown is not None:
+        findings += spec.unknown(loaded.native, result.config)
+    else:
+        findings += unknown_keys(loaded.native, spec)
     for rule in spec.rules:
         findings += rule(loaded.native, result.config)
     findings = list(apply_profile(findings, spec.profile(loaded.native)))

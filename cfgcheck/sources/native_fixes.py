@@ -126,7 +126,7 @@ def recheck(loaded: Loaded, fix: Fix) -> CheckResult | None:
             loaded.format.name,
             (*loaded.overrides, *fix.overrides),
             _gpu(fix, loaded.gpu),
-            loaded.native.launch,  # torchtune: the recipe and process count of the command
+            loaded.native.options,  # --trainer, --framework-version...: the same command line
         )
         return check_loaded(again, verify=False)
     except ConfigLoadError:

@@ -246,6 +246,50 @@ TRL = Profile(
             None,
             "TRL takes the device count from the launcher (accelerate/torchrun)",
         ),
+        # transformers never refuses a length past max_position_embeddings: the TRL rule
+        # trl-positions-past-context (sources/trl_rules.py) gives the verdict per architecture.
+        Adjustment(
+            "seq-len-over-block-size",
+            None,
+            "transformers has no block-size guard; see trl-positions-past-context",
+        ),
+        Adjustment(
+            "pad-multiple-over-block-size",
+            None,
+            "TRL's collator pads the batch; see trl-positions-past-context",
+        ),
+        # TRL truncates in its own dataset step (SFTTrainer._prepare_dataset, a `truncate` map over
+        # input_ids) and pads in its collator
+        # (DataCollatorForLanguageModeling: pad(..., pad_to_multiple_of=...)); the tokenizer
+        # is never called with pad_to_multiple_of, so nothing raises for a max_length that is
+        # not a multiple, and the one length key is both cfgcheck lengths.
+        Adjustment(
+            "pad-multiple-mismatch",
+            None,
+            "TRL pads to the multiple in its collator, never in the tokenizer call "
+            "(trl/trainer/sft_trainer.py DataCollatorForLanguageModeling)",
+        ),
+        Adjustment(
+            "max-length-over-max-seq-length",
+            None,
+            "TRL has one length key (max_length); its collator rounds the batch up",
+        ),
+    ),
+)
+
+# No attn_implementation: transformers picks sdpa where the class supports it and falls back
+# to eager where it does not (PreTrainedModel._check_and_adjust_attn_implementation,
+# modeling_utils.py: "from None to sdpa (to potentially eager)"), so Gemma 2 trains.
+TRL_DEFAULT_ATTENTION = dataclasses.replace(
+    TRL,
+    adjustments=(
+        *TRL.adjustments,
+        Adjustment(
+            "attention-unsupported",
+            None,
+            "no attn_implementation: transformers falls back to eager (modeling_utils.py "
+            "_check_and_adjust_attn_implementation)",
+        ),
     ),
 )
 

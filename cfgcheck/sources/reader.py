@@ -30,7 +30,7 @@ class Document:
     data: dict[str, Any]
     lines: dict[str, int] = field(default_factory=dict)
     origin: Path | None = None  # the file on disk (None for text a service request sent)
-    text: str = field(default="", repr=False)  # the source, for its comments (a launch line)
+    text: str = ""  # the file's text (comments such as ``# requires: trl==0.18.0``)
 
 
 def read_document(path: str | Path, display: str | None = None) -> Document:
@@ -39,7 +39,7 @@ def read_document(path: str | Path, display: str | None = None) -> Document:
     mapping."""
     shown = display or str(path)
     doc = parse_document(safeio.read_text(path, MAX_BYTES), shown)
-    return Document(doc.file, doc.data, doc.lines, Path(path), text=doc.text)
+    return Document(doc.file, doc.data, doc.lines, origin=Path(path), text=doc.text)
 
 
 def parse_document(text: str, shown: str) -> Document:

@@ -221,15 +221,19 @@ def _this_file(run: _RunLine, file: str) -> bool:
 
 
 def launch(native: NativeConfig) -> Launch:
-    """The recipe and process counts: the launch argument, else the file's ``tune run ...``
-    comment (torchtune's configs document their command there; with several, the one whose
-    ``--config`` is this file, else the one running the recipe of the opening "Config for ...
-    in X.py" line, else the first), else the recipe torchtune's registry ships the file with."""
-    given = native.launch
+    """The recipe and process counts: the command line (``options``: ``recipe``,
+    ``nproc_per_node``), else the file's ``tune run ...`` comment (torchtune's configs document
+    their command there; with several, the one whose ``--config`` is this file, else the one
+    running the recipe of the opening "Config for ... in X.py" line, else the first), else the
+    recipe torchtune's registry ships the file with."""
+    # what the command line states (--recipe / FILE RECIPE, --nproc-per-node)
+    given = {k: v for k, v in native.options.items() if k in ("recipe", "nproc_per_node")}
     recipe = given.get("recipe")
-    nproc, nnodes = given.get("nproc_per_node"), given.get("nnodes")
+    nproc, nnodes = given.get("nproc_per_node"), None
     where: Location | None = (
-        Location(f"<argument {' '.join(f'{k}={v}' for k, v in given.items())}>", None)
+        Location(
+            "<" + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in given.items()) + ">", None
+        )
         if given
         else None
     )

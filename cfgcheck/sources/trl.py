@@ -11,14 +11,20 @@ trl 1.16.0 by tests/sources/test_trl_ground_truth.py) over transformers' Trainin
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources import deepspeed, launch
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
-from cfgcheck.sources.profiles import TRL, Profile
+from cfgcheck.sources.profiles import TRL, TRL_DEFAULT_ATTENTION, Adjustment, Profile
+from cfgcheck.sources.trl_rules import TRL_RULES
+from cfgcheck.sources.trl_run import TrlRun, run_of
+from cfgcheck.sources.trl_unknown import unknown_rule
+from cfgcheck.sources.trl_versions import version_tuple
 from cfgcheck.sources.unknown import key_list
 
 if TYPE_CHECKING:
@@ -29,78 +35,139 @@ BASE = "trl/trainer/base_config.py"
 MODEL = "trl/trainer/model_config.py ModelConfig"
 ARGS = "transformers TrainingArguments"
 DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
+# SFT's loss_type "nll" computes the loss in chunks from this release on (sft_config.py of the
+# installed 1.16.0: "without materializing the full logits"; v1.9.0's has no chunking).
+CHUNKED_SINCE = (1, 16)
+# The trainers that refuse a pad/eos token missing from the vocabulary, since (grep of each
+# tag's trainer for "is not found in the vocabulary": SFT from 0.16, DPO from 0.24).
+CHECKS_SPECIAL_TOKENS = {"sft": (0, 16), "dpo": (0, 24)}
 
 
 def build(b: Builder) -> None:
     n = b.native
+    run = run_of(n)
     b.default("trainer.framework", "hf", "(TRL trains with transformers' Trainer)")
     set_model(b, "model_name_or_path", n.get("model_name_or_path"))
-
-    if n.is_set("max_length"):
-        b.take("data.max_seq_length", "max_length", None, "")
-        b.from_key("data.truncation", "max_length", True)
-    elif "max_length" in n.data:  # max_length: null -> "no truncation is applied"
-        b.defer("data.max_seq_length", "model.block_size", f"{SFT} max_length=None")
-        b.from_key("data.truncation", "max_length", False)
+    _lengths(b, run)
+    collator = f"{run.config_class}: the collator pads each batch to its longest sample"
+    if run.reads("packing"):
+        b.take(
+            "data.collator",
+            "packing",
+            run.default("packing", False),
+            run.where("packing"),
+            lambda v: "packed" if v else "padded",
+        )
     else:
-        b.default("data.max_seq_length", DEFAULT_MAX_LENGTH, f"{SFT} max_length=1024")
-        b.smap.set("max_length", b.default_location(f"{SFT} max_length=1024"), True)
-        b.default("data.truncation", True, f"{SFT} max_length=1024 (truncation_mode keep_start)")
-    b.take(
-        "data.collator",
-        "packing",
-        False,
-        f"{SFT} packing=False",
-        lambda v: "packed" if v else "padded",
-    )
-    collator = "trl/trainer/sft_trainer.py DataCollatorForLanguageModeling: pads to the longest"
+        b.default("data.collator", "padded", collator)
     b.default("data.padding", "longest", collator)
     if n.is_set("pad_to_multiple_of"):
         b.take("data.pad_to_multiple_of", "pad_to_multiple_of", None, "")
     if n.is_set("pad_token"):
         b.take("tokenizer.pad_token", "pad_token", None, "")
+    if n.is_set("eos_token") and run.reads("eos_token"):
+        b.take("tokenizer.eos_token", "eos_token", None, "")
     if n.is_set("dataset_text_field"):
         b.take("data.text_field", "dataset_text_field", "text", "")
+    _trainer(b, run)
+    launch.apply(b, n.options.get("accelerate_config"))
 
+
+def _lengths(b: Builder, run: TrlRun) -> None:
+    """The longest sequence a step sees: ``max_length`` (SFT, DPO, KTO, ORPO, reward: prompt
+    and completion together, truncated to it), or a prompt plus ``max_completion_length``
+    generated tokens (GRPO, RLOO, online trainers)."""
+    n = b.native
+    key = "max_length"
+    if not n.is_set("max_length") and n.is_set("max_seq_length") and run.reads("max_seq_length"):
+        key = "max_seq_length"  # SFTConfig before 0.20 still read it (deprecated alias)
+    if run.reads("max_length") or not run.reads("max_completion_length"):
+        default = run.default("max_length")
+        if n.is_set(key):
+            b.take("data.max_seq_length", key, None, "")
+            b.from_key("data.truncation", key, True)
+        elif key in n.data or default is None:  # null -> "no truncation is applied"
+            b.defer("data.max_seq_length", "model.block_size", run.where("max_length"))
+            b.from_key("data.truncation", key, False) if key in n.data else b.default(
+                "data.truncation", False, run.where("max_length")
+            )
+        else:
+            b.default("data.max_seq_length", default, run.where("max_length"))
+            b.smap.set("max_length", b.default_location(run.where("max_length")), True)
+            b.default("data.truncation", True, f"{run.where('max_length')} (truncates)")
+        return
+    completion = n.get("max_completion_length") or run.default("max_completion_length") or 0
+    prompt = 0
+    if run.reads("max_prompt_length"):
+        prompt = n.get("max_prompt_length") or run.default("max_prompt_length") or 0
+    at = n.loc("max_completion_length") or n.loc("max_prompt_length")
+    where = at or b.default_location(
+        f"{run.config_class} max_prompt_length + max_completion_length "
+        f"({prompt} + {completion}, TRL {run.version.table})"
+    )
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (prompt, completion)):
+        bad = completion if not isinstance(completion, int) else prompt
+        b.set("data.max_seq_length", bad, where)  # the schema names the invalid value
+        return
+    b.set("data.max_seq_length", prompt + completion, where)
+    b.set("data.truncation", True, where)
+
+
+def _trainer(b: Builder, run: TrlRun) -> None:
+    n = b.native
     b.take(
         "trainer.micro_batch_size",
         "per_device_train_batch_size",
-        8,
-        f"{ARGS} per_device_train_batch_size=8",
+        run.default("per_device_train_batch_size", 8),
+        run.where("per_device_train_batch_size"),
     )
     b.take(
         "trainer.gradient_accumulation_steps",
         "gradient_accumulation_steps",
-        1,
-        f"{ARGS} gradient_accumulation_steps=1",
+        run.default("gradient_accumulation_steps", 1),
+        run.where("gradient_accumulation_steps"),
     )
     b.take(
         "trainer.gradient_checkpointing",
         "gradient_checkpointing",
-        True,
-        f"{BASE} gradient_checkpointing=True (TrainingArguments: False)",
+        run.default("gradient_checkpointing", False),
+        run.where("gradient_checkpointing"),
         bool,
     )
-    # bf16=None -> `not fp16` (base_config.py __post_init__); the weights load in
-    # ModelConfig.dtype (float32 by default), so bf16 is autocast over fp32 weights unless
-    # dtype is bfloat16.
+    # bf16=None -> `not fp16` (base_config.py __post_init__ since TRL 0.19; TrainingArguments'
+    # False before); the weights load in ModelConfig.dtype (torch_dtype before 0.26; float32
+    # by default), so bf16 is autocast over fp32 weights unless dtype is bfloat16.
     fp16 = bool(n.get("fp16"))
-    bf16 = n.get("bf16")
+    bf16 = n.get("bf16") if "bf16" in n.data else run.default("bf16", False)
     bf16 = (not fp16) if bf16 is None else bool(bf16)
     dtype = str(n.get("dtype") or n.get("torch_dtype") or "float32")
     if fp16:
         b.from_key("trainer.precision", "fp16", "16-mixed")
     elif bf16:
         precision = "bf16-true" if dtype in ("bfloat16", "auto") else "bf16-mixed"
-        key = "dtype" if n.is_set("dtype") else "bf16"
+        key = "dtype" if n.is_set("dtype") else "torch_dtype" if n.is_set("torch_dtype") else "bf16"
         where = n.loc(key) or b.default_location(
-            f"{BASE} bf16=None -> not fp16; {MODEL} dtype='float32'"
+            f"{run.where('bf16')} -> not fp16; {MODEL} dtype='float32'"
         )
         b.set("trainer.precision", precision, where)
-    else:
+    elif n.loc("bf16"):
         b.from_key("trainer.precision", "bf16", "32-true")
-    b.take("trainer.learning_rate", "learning_rate", 2e-5, f"{SFT} learning_rate=2e-5", float)
-    b.take("trainer.optimizer", "optim", "adamw_torch_fused", f"{ARGS} optim", schema_optimizer)
+    else:
+        b.default("trainer.precision", "32-true", run.where("bf16"))
+    b.take(
+        "trainer.learning_rate",
+        "learning_rate",
+        run.default("learning_rate", 5e-5),
+        run.where("learning_rate"),
+        float,
+    )
+    b.take(
+        "trainer.optimizer",
+        "optim",
+        run.default("optim", "adamw_torch"),
+        run.where("optim"),
+        schema_optimizer,
+    )
     if n.is_set("attn_implementation"):
         impl = schema_attention(n.get("attn_implementation"))
         b.from_key("trainer.attention", "attn_implementation", impl)
@@ -108,7 +175,7 @@ def build(b: Builder) -> None:
         b.default("trainer.attention", "sdpa", f"{MODEL} attn_implementation=None (sdpa)")
     if n.get("use_liger_kernel"):
         b.from_key("trainer.loss_chunking", "use_liger_kernel", "fused")
-    else:
+    elif run.trainer.name == "sft" and version_tuple(run.version.table) >= CHUNKED_SINCE:
         # TRL 1.16: loss_type "nll" (the default; "chunked_nll" is its deprecated alias)
         # computes the loss "without materializing the full logits" (sft_config.py).
         b.take(
@@ -117,6 +184,12 @@ def build(b: Builder) -> None:
             "nll",
             f"{SFT} loss_type='nll' (lm_head and loss in chunks, TRL 1.16)",
             lambda v: "chunked" if v in ("nll", "chunked_nll") else "none",
+        )
+    else:
+        b.default(
+            "trainer.loss_chunking",
+            "none",
+            f"{run.config_class}: full logits for the loss (TRL {run.version.table})",
         )
 
     peft = bool(n.get("use_peft"))
@@ -148,7 +221,11 @@ def build(b: Builder) -> None:
             )
     else:
         b.default("trainer.finetuning", "full", f"{MODEL} use_peft=False")
-    if n.get("deepspeed"):
+    ds = deepspeed.load(n)
+    stage = deepspeed.strategy(ds[0]) if ds else None
+    if stage is not None:
+        b.from_key("trainer.strategy", "deepspeed", stage)
+    elif n.get("deepspeed"):  # a file cfgcheck cannot read: its name is the only clue
         b.from_key(
             "trainer.strategy",
             "deepspeed",
@@ -158,7 +235,7 @@ def build(b: Builder) -> None:
         b.from_key("trainer.strategy", "fsdp", "fsdp")
     else:
         b.default("trainer.strategy", "single", "one process unless launched with accelerate")
-    b.take("seed", "seed", 42, f"{ARGS} seed=42")
+    b.take("seed", "seed", run.default("seed", 42), run.where("seed"))
     if n.is_set("output_dir"):
         b.take("output_dir", "output_dir", None, "", str)
 
@@ -204,17 +281,23 @@ def max_length_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fi
     config written for older TRL loses its length and every sample is cut at 1024."""
     if "max_length" in native.data or run is None:
         return
+    trl = run_of(native)
+    default = trl.default("max_length")
+    if not trl.reads("max_length") or not isinstance(default, int):
+        return
+    if native.is_set("max_seq_length") and trl.reads("max_seq_length"):
+        return  # SFTConfig before 0.20 still reads the old name
     block = run.model.block_size
-    if block <= DEFAULT_MAX_LENGTH:
+    if block <= default:
         return
     old = native.get("max_seq_length")
     renamed = (
-        f" The file sets max_seq_length={old}, the name TRL used before v0.16: TRL no longer "
+        f" The file sets max_seq_length={old}, the name TRL read before 0.20: TRL no longer "
         "reads it."
         if old is not None
         else ""
     )
-    value = old if isinstance(old, int) and old > 0 else DEFAULT_MAX_LENGTH
+    value = old if isinstance(old, int) and old > 0 else default
     fixes = (
         (
             Fix(
@@ -223,14 +306,14 @@ def max_length_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fi
             ),
         )
         if old is not None
-        else (Fix((f"max_length={DEFAULT_MAX_LENGTH}",), "keep 1024 tokens, explicitly"),)
+        else (Fix((f"max_length={default}",), f"keep {default} tokens, explicitly"),)
     )
     yield Finding(
         "trl-max-length-truncates",
         "warning",
         ("max_length", "model.block_size"),
-        f"max_length is not set, so TRL truncates every sample to {DEFAULT_MAX_LENGTH} tokens "
-        f"(SFTConfig.max_length default; trl/trainer/sft_config.py) although "
+        f"max_length is not set, so TRL truncates every sample to {default} tokens "
+        f"({trl.where('max_length')}) although "
         f"{run.model.name} attends to {block}.{renamed}",
         f"set max_length to the length you mean to train on (at most {block}); "
         "`cfgcheck data` shows how many samples are longer",
@@ -239,7 +322,29 @@ def max_length_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fi
 
 
 def profile(native: NativeConfig) -> Profile:
-    return TRL
+    base = TRL if native.is_set("attn_implementation") else TRL_DEFAULT_ATTENTION
+    run = run_of(native)
+    since = CHECKS_SPECIAL_TOKENS.get(run.trainer.name)
+    if since is not None and version_tuple(run.version.table) >= since:
+        # SFTTrainer / DPOTrainer.__init__ (trl/trainer/sft_trainer.py, dpo_trainer.py):
+        # convert_tokens_to_ids of the configured pad_token (and SFT's eos_token) is None ->
+        # "ValueError: The specified `pad_token` ('...') is not found in the vocabulary of
+        # the given `processing_class`".
+        return dataclasses.replace(
+            base,
+            adjustments=(
+                Adjustment(
+                    "special-token-not-in-vocab",
+                    "error",
+                    f'{run.config_class.removesuffix("Config")}Trainer raises "ValueError: '
+                    "The specified `pad_token` (or `eos_token`) is not found in the vocabulary "
+                    f'of the given `processing_class`" (trl/trainer/{run.trainer.name}_trainer.py)',
+                    "warning",
+                ),
+                *base.adjustments,
+            ),
+        )
+    return base
 
 
 FORMAT = Format(
@@ -250,8 +355,9 @@ FORMAT = Format(
     build=build,
     to_native=to_native,
     profile=profile,
-    rules=(max_length_rules,),
+    rules=(max_length_rules, *TRL_RULES),
     renamed={"max_seq_length": "max_length"},
+    unknown=unknown_rule,
     unknown_severity="error",
     unknown_behaviour="`trl sft --config` refuses it (trl/scripts/utils.py TrlParser: "
     '"Unknown arguments from config file"), and SFTConfig(**kwargs) raises TypeError',

@@ -129,7 +129,7 @@ def test_the_recipe_and_process_count_come_from_the_tune_run_comment() -> None:
     single = load_native(LORA_1B, "torchtune").config["trainer"]
     assert (single["devices"], single["strategy"]) == (1, "single")
     launched = load_native(
-        LORA_1B, "torchtune", launch={"recipe": "lora_finetune_distributed", "nproc_per_node": 2}
+        LORA_1B, "torchtune", options={"recipe": "lora_finetune_distributed", "nproc_per_node": "2"}
     ).config["trainer"]
     assert (launched["devices"], launched["strategy"]) == (2, "fsdp")
 
@@ -147,10 +147,10 @@ def test_the_tune_run_line_of_this_config_wins_over_others() -> None:
 
 
 def test_a_single_device_recipe_under_torchrun_is_refused() -> None:
-    result = check_native(LORA_1B, "torchtune", launch={"nproc_per_node": 2})
+    result = check_native(LORA_1B, "torchtune", options={"nproc_per_node": "2"})
     finding = one(result, "torchtune-recipe-not-distributed")
     assert "does not support distributed training" in finding.message
-    assert str(finding.locations["tune run --nproc_per_node"]) == "<argument nproc_per_node=2>"
+    assert str(finding.locations["tune run --nproc_per_node"]) == "<--nproc-per-node 2>"
 
 
 def test_memory_savings_the_estimate_does_not_model_make_it_a_bound() -> None:

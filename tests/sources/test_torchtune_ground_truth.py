@@ -225,7 +225,7 @@ def test_a_single_device_recipe_under_torchrun_is_refused_by_tune_run(
     from torchtune._cli.tune import TuneCLIParser
 
     finding = one(
-        check_native(LORA_1B, "torchtune", launch={"nproc_per_node": 2}),
+        check_native(LORA_1B, "torchtune", options={"nproc_per_node": "2"}),
         "torchtune-recipe-not-distributed",
     )
     argv = ["tune", "run", "--nproc_per_node", "2", "lora_finetune_single_device"]

@@ -26,6 +26,7 @@ EXAMPLE = example("trl", "example_config.yaml")
 CLIS = example("trl", "clis-sft_config.yaml")
 # A model the registry knows today, for the tests of mappings (the examples use Qwen2.5-0.5B).
 TINY = "model_name_or_path=TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"
+V116 = {"framework_version": "1.16.0"}
 
 
 @pytest.mark.parametrize(
@@ -97,9 +98,10 @@ def test_max_length_default_silently_cuts() -> None:
 
 def test_renamed_max_seq_length(tmp_path: Path) -> None:
     planted = write(tmp_path, "old.yaml", EXAMPLE.read_text() + "max_seq_length: 2048\n")
-    result = check_native(planted, "trl", [TINY], gpu="H100")
+    # the version stated (installed or not, TRL 1.16 has no max_seq_length): an error
+    result = check_native(planted, "trl", [TINY], gpu="H100", options=V116)
     unknown = one(result, "unknown-native-key")
-    assert unknown.severity == "error" and "renamed max_seq_length to max_length" in unknown.message
+    assert unknown.severity == "error" and "renamed max_seq_length -> max_length" in unknown.message
     located_at(unknown, "max_seq_length", planted, line_of(planted, "max_seq_length"))
     cut = one(result, "trl-max-length-truncates")
     assert "max_seq_length=2048" in cut.message

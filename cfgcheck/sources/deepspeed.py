@@ -1,0 +1,114 @@
+"""A DeepSpeed config (``deepspeed: ds_config.json`` in TrainingArguments, or an inline dict):
+its ZeRO stage decides the sharding, and its batch keys must agree with the trainer's.
+
+transformers' ``HfTrainerDeepSpeedConfig.trainer_config_process`` (transformers/integrations/
+deepspeed.py) fills every ``"auto"`` value from TrainingArguments and records each value that
+is set and differs: ``train_micro_batch_size_per_gpu`` vs ``per_device_train_batch_size``,
+``gradient_accumulation_steps``, and ``train_batch_size`` vs world_size x
+per_device_train_batch_size x gradient_accumulation_steps; ``trainer_config_finalize`` then
+raises ``ValueError: Please correct the following DeepSpeed config values that mismatch
+TrainingArguments values: - ds train_batch_size=... vs hf train_batch_size (calculated)=...``.
+(DeepSpeed's own ``_batch_assertion`` makes the same train_batch_size check when launched
+without the Trainer.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import Finding, Fix, Location
+from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.reader import Document, read_document
+
+if TYPE_CHECKING:
+    from cfgcheck.schema.run import RunConfig
+
+STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
+
+
+def load(native: NativeConfig, key: str = "deepspeed") -> tuple[Document, bool] | None:
+    """The DeepSpeed config ``key`` names: (document, whether it is a separate file). A path
+    is opened as TrainingArguments does (relative to the working directory), else next to the
+    config file; None when the key is unset or the file cannot be found."""
+    value = native.get(key)
+    if isinstance(value, dict):
+        lines = {
+            k.removeprefix(key + "."): loc.line or 0
+            for k, loc in native.where.items()
+            if k.startswith(key + ".") and loc.line
+        }
+        return Document(native.file, value, lines), False
+    if not isinstance(value, str) or not value.endswith(".json"):
+        return None
+    for candidate in (Path(value), Path(native.file).parent / value):
+        if candidate.is_file():
+            try:
+                return read_document(candidate), True
+            except ConfigLoadError:
+                return None
+    return None
+
+
+def strategy(doc: Document) -> str | None:
+    zero = doc.data.get("zero_optimization")
+    stage = zero.get("stage") if isinstance(zero, dict) else None
+    return STAGES.get(stage) if isinstance(stage, int) else None
+
+
+def _set(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def batch_rule(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Finding]:
+    loaded = load(native)
+    if loaded is None or cfg is None:
+        return
+    doc, separate = loaded
+    t = cfg.trainer
+    prefix = "" if separate else "deepspeed."
+    stated_world = bool(
+        native.is_set("num_processes")
+        or native.options.get("accelerate_config")
+        or native.is_set("accelerate_config")
+    )
+    checks = [
+        ("train_micro_batch_size_per_gpu", t.micro_batch_size, "per_device_train_batch_size"),
+        (
+            "gradient_accumulation_steps",
+            t.gradient_accumulation_steps,
+            "gradient_accumulation_steps",
+        ),
+    ]
+    if stated_world:
+        checks.append(("train_batch_size", t.effective_batch_size, "train_batch_size (calculated)"))
+    for ds_key, hf_value, hf_key in checks:
+        ds_value = _set(doc.data.get(ds_key))
+        if ds_value is None or ds_value == hf_value:
+            continue
+        line = doc.lines.get(ds_key)
+        where = Location(doc.file, line) if separate else native.loc(prefix + ds_key)
+        fixes: tuple[Fix, ...] = ()
+        if not separate:
+            fixes = (Fix((f"{prefix}{ds_key}=auto",), "let the Trainer fill it"),)
+        yield Finding(
+            "trl-deepspeed-batch-mismatch",
+            "error",
+            (prefix + ds_key if not separate else f"deepspeed:{ds_key}",),
+            f"the DeepSpeed config sets {ds_key}={ds_value} but the Trainer runs "
+            f"{hf_key}={hf_value}"
+            + (
+                f" ({t.world_size} processes x {t.micro_batch_size} x "
+                f"{t.gradient_accumulation_steps})"
+                if ds_key == "train_batch_size"
+                else ""
+            )
+            + ': transformers refuses to start, "ValueError: Please correct the following '
+            f"DeepSpeed config values that mismatch TrainingArguments values: - ds {ds_key}="
+            f'{ds_value} vs hf {hf_key}={hf_value}" (transformers/integrations/deepspeed.py)',
+            f'set {ds_key} to "auto" in {doc.file} (the Trainer fills it), or make it {hf_value}',
+            locations={(prefix + ds_key if not separate else f"deepspeed:{ds_key}"): where},
+            fixes=fixes,
+        )
