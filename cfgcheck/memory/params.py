@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from cfgcheck.memory.modules import (
     EMBEDDING,
+    LINEAR,
+    NORM,
     ROLES,
     Linear,
     architecture_of,
@@ -23,7 +25,9 @@ from cfgcheck.memory.modules import (
     matches_any,
     module_tree,
     roles_of,
+    traced,
 )
+from cfgcheck.memory.traced import Trace
 from cfgcheck.schema.model import ModelConfig
 
 __all__ = ["Linear", "ParamCount", "block_linears", "count_params", "lora_params"]
@@ -60,14 +64,26 @@ class ParamCount:
     final_norm: int
     n_layer: int
     position_embedding: int = 0  # GPT-2's learned positions (wpe); RoPE models have none
+    # A traced architecture (memory/traced.py): the parameters outside the uniform
+    # linears-and-norms layout of the fields above (routed experts, routers, attention sinks,
+    # layers that differ from the average, a vision tower), of which ``expert`` are the routed
+    # experts' and ``active_expert`` those one token runs through.
+    other: int = 0
+    expert: int = 0
+    active_expert: int = 0
 
     @property
     def per_block(self) -> int:
-        return self.block_linear + self.block_norms
+        return self.block_linear + self.block_norms + self.other // max(self.n_layer, 1)
+
+    @property
+    def active(self) -> int:
+        """Parameters one token runs through (the total for a dense model)."""
+        return self.total - self.expert + self.active_expert
 
     @property
     def blocks(self) -> int:
-        return self.per_block * self.n_layer
+        return (self.block_linear + self.block_norms) * self.n_layer + self.other
 
     @property
     def total(self) -> int:
@@ -88,6 +104,9 @@ class ParamCount:
 
 def count_params(m: ModelConfig) -> ParamCount:
     """Exact parameter count of a model shape."""
+    tr = traced(m)
+    if tr is not None:
+        return _traced_count(tr)
     linears = block_linears(m)
     head = 0 if m.tie_embeddings else m.rows * m.n_embd + (m.rows if m.lm_head_bias else 0)
     positions = m.block_size * m.n_embd if architecture_of(m) == "gpt2" else 0
@@ -100,6 +119,38 @@ def count_params(m: ModelConfig) -> ParamCount:
         final_norm=norm_params(m),
         n_layer=m.n_layer,
         position_embedding=positions,
+    )
+
+
+def _traced_count(tr: Trace) -> ParamCount:
+    """The trace's counts in the fields above: the decoder layers' linears and norms averaged
+    (floor) over the layers, everything else of the layers in ``other``, the lm_head and the
+    final norm outside them; ``total`` is the meta model's exact sum."""
+    n = max(tr.n_layer, 1)
+    in_layers = [p for p in tr.params if tr.layer_of(p) is not None]
+    linear = sum(tr.params[p] for p in in_layers if tr.tree.get(p) == LINEAR)
+    weights = sum(
+        x.in_features * x.out_features for p, x in tr.linears.items() if tr.layer_of(p) is not None
+    )
+    norms = sum(tr.params[p] for p in in_layers if tr.tree.get(p) == NORM)
+    embedding = tr.rows * tr.hidden
+    head = 0 if tr.tied or tr.lm_head is None else tr.params.get(tr.lm_head, 0)
+    final = sum(
+        n_ for p, n_ in tr.params.items() if tr.layer_of(p) is None and tr.tree.get(p) == NORM
+    )
+    blocks = linear // n * n + norms // n * n
+    other = tr.total - embedding - head - final - blocks
+    return ParamCount(
+        embedding=embedding,
+        lm_head=head,
+        block_linear=linear // n,
+        block_linear_weight_elems=weights // n,
+        block_norms=norms // n,
+        final_norm=final,
+        n_layer=tr.n_layer,
+        other=other,
+        expert=tr.expert_params,
+        active_expert=sum(e.active for e in tr.experts),
     )
 
 
@@ -152,6 +203,9 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     name of ``NAME_ROLES``, by the projections it stands for; so is a shape whose architecture
     cfgcheck does not know (both in :mod:`cfgcheck.memory.modules`).
     """
+    tr = traced(m)
+    if tr is not None and framework == "hf":
+        return _traced_adapted(m, tr, targets)
     # One layer's tree names every module kind (embeddings are outside the layers).
     tree = module_tree(m.model_copy(update={"n_layer": 1})) if framework == "hf" else None
     if tree is None:
@@ -174,6 +228,37 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
         if kind == EMBEDDING and matches_any(path, wanted)
     )
     return Adapted(tuple(counts), "lm_head" in wanted, rows)
+
+
+def _traced_adapted(m: ModelConfig, tr: Trace, targets: list[str]) -> Adapted:
+    """PEFT's matching on the traced model's own paths: each adapted linear of the
+    representative block with the number of layers that adapt it (by its path inside the
+    block), the lm_head, the embeddings."""
+    wanted = frozenset(targets)
+    every = is_all_linear(targets)
+    counts: dict[str, int] = {}
+    head = False
+    for path in tr.linears:
+        if path == tr.lm_head:
+            head = not every and matches_any(path, wanted)
+            continue
+        if every or matches_any(path, wanted):
+            layer = tr.layer_of(path)
+            inner = path if layer is None else path[len(f"{tr.layers}.{layer}.") :]
+            counts[inner] = counts.get(inner, 0) + 1
+    block = {x.path: x for x in block_linears(m)}
+    picked = [(x, counts.pop(x.path, 0)) for x in block.values()]
+    # adapted linears outside the representative block (a dense layer's MLP, a vision tower)
+    for inner, n in counts.items():
+        x = next(tr.linears[p] for p in tr.linears if p.endswith("." + inner) or p == inner)
+        name = inner.rsplit(".", 1)[-1]
+        picked.append((Linear(name, x.in_features, x.out_features, x.bias, "mlp_in", inner), n))
+    rows = tuple(
+        tr.rows
+        for path, kind in tr.tree.items()
+        if kind == EMBEDDING and not every and matches_any(path, wanted)
+    )
+    return Adapted(tuple(picked), head, rows)
 
 
 def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = "hf") -> int:

@@ -258,12 +258,10 @@ def hf_model(data: Mapping[str, Any], where: str) -> dict[str, Value]:
     """cfgcheck ``model`` keys from a config.json's mapping. ``where`` names the file."""
     model_type = data.get("model_type")
     arch = ARCHS.get(model_type) if isinstance(model_type, str) else None
-    if arch is None:
-        known = ", ".join(sorted(ARCHS))
-        raise ModelFolderError(
-            f"{where}: model_type {model_type!r} is not mapped by cfgcheck (known: {known}); "
-            f"write the model section by hand instead of model.pretrained"
-        )
+    if arch is None:  # every other family transformers ships: built on the meta device
+        from cfgcheck.models.generic import generic_model
+
+        return generic_model(data, where, ", ".join(sorted(ARCHS)))
     reader = _Reader(arch, data, where)
     out: dict[str, Value] = {}
     hidden = reader.int("hidden_size")

@@ -126,6 +126,25 @@ class ModelConfig(Section):
         "vocabulary-wide tensor per token. No parameters.",
     )
 
+    n_expert: int | None = Field(
+        None,
+        gt=0,
+        description="Routed experts per mixture-of-experts layer (Mixtral: 8, Qwen3-30B-A3B: "
+        "128; LitGPT's n_expert). None: a dense model. Read from model.pretrained.",
+    )
+    n_expert_per_token: int | None = Field(
+        None,
+        gt=0,
+        description="Experts each token runs through (the router's top-k; Mixtral: 2).",
+    )
+    hf_config: dict[str, Any] | None = Field(
+        None,
+        description="The Hugging Face config.json of an architecture cfgcheck reads "
+        "generically: transformers builds it on the meta device (no weights, never "
+        "trust_remote_code) for its exact modules and parameter counts. Filled by "
+        "model.pretrained and the presets of such families.",
+    )
+
     @model_validator(mode="after")
     def _derive(self) -> ModelConfig:
         """Fill the derived fields. Raises only when neither vocab_size nor the embedding rows
