@@ -203,7 +203,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         # when its weight trains the normalized tensor (in the q/k dtype) that multiplies it
         total += 4 * (a + kv) * d + 4 * (a + kv) + (p * (a + kv) * d if full else 0)
     core = _attention_core(m, t, s, masked)
-    total += core.per_token + _mlp_bytes(m, s)
+    total += core.per_token + _mlp_bytes(m, s) + _router_bytes(m, s)
     scores = core.attention_scores
     if _gpt2_dropout(m, s):  # masks of the two residual dropouts; eager attention's dropout
         total += 2 * h  # keeps its mask, and the matmul with v keeps its output instead of
@@ -259,6 +259,23 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
 def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
     """What the MLP keeps between its projections, per token."""
     return s.act * m.mlp_width * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
+
+
+def _router_bytes(m: ModelConfig, s: Stack) -> int:
+    """A mixture-of-experts layer's router and token dispatch, per token, as transformers 5
+    runs them (models/mixtral/modeling_mixtral.py, the same in qwen2_moe, qwen3_moe, olmoe,
+    deepseek_v2/v3, gpt_oss): ``MixtralTopKRouter.forward`` keeps the router logits
+    (``F.linear``, n_expert wide) and the fp32 ``softmax(router_logits.float())``, and
+    ``topk`` its int64 indices and the renormalised fp32 weights (top_k wide);
+    ``MixtralExperts.forward`` gathers each routed token (``hidden_states[token_idx]``, hidden
+    wide, top_k copies) and scales each expert output by its weight before ``index_add_``
+    (hidden wide, top_k copies). The expert MLP itself is the MLP term over
+    ``intermediate_size = top_k * expert width`` (plus shared experts). Counted from the
+    source, not traced: the estimate of a MoE model carries the uncalibrated margin."""
+    e, k = m.n_expert, m.n_expert_per_token
+    if not e or not k:
+        return 0
+    return e * (s.act + 4) + k * (8 + 4) + 2 * k * s.act * m.n_embd
 
 
 def first_layer_without_grad(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:

@@ -42,6 +42,11 @@ def _model_gaps(m: ModelConfig, seq: int) -> list[str]:
     gaps = []
     if m.architecture not in ARCHITECTURES:
         gaps.append(f"model.architecture={m.architecture}")
+    if m.n_expert:
+        gaps.append(
+            "mixture-of-experts router and per-expert dispatch (counted from transformers' "
+            "source, not traced or measured)"
+        )
     if m.norm_qk:
         gaps.append("model.norm_qk (q/k norms)")
     if m.post_attention_norm or m.post_mlp_norm:

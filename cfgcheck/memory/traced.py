@@ -136,7 +136,8 @@ def _trace(key: str) -> Trace:
         )
     try:
         config: Any = CONFIG_MAPPING[model_type].from_dict(data)
-        config.pad_token_id = None if _bad_id(config, "pad_token_id") else config.pad_token_id
+        if _bad_id(config, "pad_token_id"):  # a pad id past a config's own vocabulary
+            config.pad_token_id = None
         with torch.device("meta"):
             model: Any = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
     except Exception as e:

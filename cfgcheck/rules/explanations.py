@@ -257,6 +257,16 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Use the architecture's names (Phi-3: `qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj`; "
         "Phi-1.5/2: `dense`, `fc1`, `fc2`; GPT-2: `c_attn`, `c_proj`, `c_fc`) or `[all-linear]`.",
     ),
+    "lora-target-experts": E(
+        "warning",
+        "On a mixture-of-experts model, MLP targets (or `[all-linear]`) reach the routed "
+        "experts.",
+        "transformers 5 stores each layer's experts as fused 3D parameters (`MixtralExperts."
+        "gate_up_proj`), not `nn.Linear`: PEFT's `target_modules` silently adapts only the "
+        "attention (and shared-expert) linears.",
+        "Adapt the experts with PEFT's `target_parameters` in the training script, or accept "
+        "attention-only LoRA.",
+    ),
     "attention-unsupported": E(
         "error",
         "The architecture's transformers class implements `trainer.attention`.",

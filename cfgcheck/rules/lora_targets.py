@@ -203,3 +203,41 @@ def lora_target_unknown(cfg: RunConfig) -> Iterator[Problem]:
             f"use {names}{shorthand}; e.g. {_override(fixed)}",
             fixes=(fix,),
         )
+
+
+_MLP_ROLES = frozenset({"gate_proj", "up_proj", "down_proj"})
+
+
+@rule("lora-target-experts", requires=("model", "trainer"))
+def lora_target_experts(cfg: RunConfig) -> Iterator[Problem]:
+    """MLP targets on a mixture-of-experts model whose routed experts are fused parameters:
+    transformers 5 stores each layer's experts as 3D ``nn.Parameter`` tensors of one
+    ``*Experts`` module (``MixtralExperts.gate_up_proj`` / ``down_proj``,
+    models/mixtral/modeling_mixtral.py), not ``nn.Linear``, so PEFT's ``target_modules``
+    (names or ``all-linear``) never reaches them; only ``target_parameters`` (LoRA on
+    parameters, ``peft/tuners/lora/layer.py`` ``ParamWrapper``) does."""
+    m, t = cfg.model, cfg.trainer
+    if t.finetuning == "full" or t.framework not in ("hf",) or not t.lora.targets:
+        return
+    from cfgcheck.memory.modules import traced
+
+    tr = traced(m)
+    if tr is None or not tr.experts:
+        return
+    targets = list(t.lora.targets)
+    mlp = is_all_linear(targets) or any(set(roles_of(x)) & _MLP_ROLES for x in targets)
+    mlp = mlp or any(x in ("experts", "mlp", "feed_forward", "block_sparse_moe") for x in targets)
+    if not mlp:
+        return
+    e = tr.experts[0]
+    inner = e.path[len(f"{tr.layers}.") :].split(".", 1)[-1]
+    yield Problem(
+        "warning",
+        PATHS,
+        f"the routed experts of {m.name} ({e.n_expert} per layer, {inner}) are fused 3D "
+        f"parameters in transformers, not nn.Linear: PEFT's target_modules adapts none of them, "
+        f"so trainer.lora.targets trains only the attention (and any shared-expert or dense "
+        f"MLP) linears",
+        f"to adapt the experts use PEFT's target_parameters (e.g. {inner}.gate_up_proj, "
+        f"{inner}.down_proj) in the training script, or accept attention-only LoRA",
+    )
