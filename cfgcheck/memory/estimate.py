@@ -129,6 +129,7 @@ class MemoryEstimate:
         return {
             "phase": self.phase,
             "params": self.params.total,
+            "active_params": self.params.active,
             "trainable_params": self.trainable,
             "world_size": self.world_size,
             "seq_len": self.seq_len,

@@ -27,7 +27,7 @@ from cfgcheck.memory.modules import (
     roles_of,
     traced,
 )
-from cfgcheck.memory.traced import Trace
+from cfgcheck.memory.traced import PEFT_MOE_NAMES, Trace
 from cfgcheck.schema.model import ModelConfig
 
 __all__ = ["Linear", "ParamCount", "block_linears", "count_params", "lora_params"]
@@ -166,6 +166,10 @@ class Adapted:
     linears: tuple[tuple[Linear, int], ...]
     lm_head: bool
     embedding_rows: tuple[int, ...] = ()
+    # LoRA on parameters (PEFT's target_parameters, converted from MoE expert names): the
+    # trainable parameters per rank unit, and the parameter names adapted
+    param_adapters: int = 0
+    param_names: frozenset[str] = frozenset()
 
     @property
     def embedding(self) -> bool:
@@ -234,8 +238,14 @@ def _traced_adapted(m: ModelConfig, tr: Trace, targets: list[str]) -> Adapted:
     """PEFT's matching on the traced model's own paths: each adapted linear of the
     representative block with the number of layers that adapt it (by its path inside the
     block), the lm_head, the embeddings."""
-    wanted = frozenset(targets)
     every = is_all_linear(targets)
+    per_rank, params = _moe_param_adapters(tr, targets)
+    converted = PEFT_MOE_NAMES.get(tr.peft_moe or "", {})
+    if every and converted:  # PEFT resolves all-linear to leaf names, then converts
+        leaves = {p.rsplit(".", 1)[-1] for p in tr.linears if p != tr.lm_head}
+        wanted, every = frozenset(leaves - set(converted)), False
+    else:
+        wanted = frozenset(t for t in targets if t not in converted)
     counts: dict[str, int] = {}
     head = False
     for path in tr.linears:
@@ -258,7 +268,29 @@ def _traced_adapted(m: ModelConfig, tr: Trace, targets: list[str]) -> Adapted:
         for path, kind in tr.tree.items()
         if kind == EMBEDDING and not every and matches_any(path, wanted)
     )
-    return Adapted(tuple(picked), head, rows)
+    return Adapted(tuple(picked), head, rows, per_rank, params)
+
+
+def _moe_param_adapters(tr: Trace, targets: list[str]) -> tuple[int, frozenset[str]]:
+    """PEFT's conversion of transformers-4 expert names (:data:`PEFT_MOE_NAMES`): the LoRA
+    parameters per unit of rank of the expert and router parameters it adapts. A 3D expert
+    parameter ``(E, a, b)`` gets ``lora_A`` (in x r*E) and ``lora_B`` (r*E x out), the fused
+    gate_up_proj twice the rank (peft/tuners/lora/layer.py, ``ParamWrapper.update_layer``);
+    the router's 2D weight ``(E, hidden)`` one ordinary adapter."""
+    if tr.peft_moe is None:
+        return 0, frozenset()
+    names = PEFT_MOE_NAMES[tr.peft_moe]
+    hit = set(names) if is_all_linear(targets) else {t for t in targets if t in names}
+    params = frozenset(names[t] for t in hit)
+    total = 0
+    for e in tr.experts:
+        if "gate_up_proj" in params:
+            total += 2 * e.n_expert * (tr.hidden + 2 * e.width)
+        if "down_proj" in params:
+            total += e.n_expert * (tr.hidden + e.width)
+        if "gate.weight" in params:
+            total += tr.hidden + e.n_expert
+    return total, params
 
 
 def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = "hf") -> int:
@@ -269,4 +301,4 @@ def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = 
     if adapted.lm_head:
         total += rank * (m.n_embd + m.rows)
     total += sum(rank * (m.n_embd + rows) for rows in adapted.embedding_rows)
-    return total
+    return total + rank * adapted.param_adapters

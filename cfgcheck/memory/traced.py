@@ -30,6 +30,33 @@ LINEAR, EMBEDDING, NORM, OTHER = "linear", "embedding", "norm", "other"
 _NOT_SHAPE = ("quantization_config", "auto_map", "architectures", "transformers_version")
 
 
+# PEFT (peft/utils/transformers_weight_conversion.py, 0.21: _MOE_TARGET_MODULE_MAPPING and
+# _MOE_FUSED_TARGETS): for a model whose transformers conversion pattern is mixtral or qwen2_moe
+# (transformers.conversion_mapping._MODEL_TO_CONVERSION_PATTERN, PEFT adding mixtral itself),
+# get_peft_model turns these transformers-4 names in target_modules into target_parameters on
+# the fused experts (LoRA on a 3D parameter, lora.ParamWrapper: rank r per expert, doubled on
+# the fused gate_up_proj) and on the router's weight; naming one of a fused pair raises
+# "Cannot convert PEFT target(s) ... because they are fused into gate_up_proj".
+PEFT_MOE_NAMES: dict[str, dict[str, str]] = {
+    "mixtral": {
+        "gate": "gate.weight",
+        "w1": "gate_up_proj",
+        "w3": "gate_up_proj",
+        "w2": "down_proj",
+    },
+    "qwen2_moe": {
+        "gate": "gate.weight",
+        "gate_proj": "gate_up_proj",
+        "up_proj": "gate_up_proj",
+        "down_proj": "down_proj",
+    },
+}
+PEFT_MOE_FUSED: dict[str, tuple[str, ...]] = {
+    "mixtral": ("w1", "w3"),
+    "qwen2_moe": ("gate_proj", "up_proj"),
+}
+
+
 class TraceError(ValueError):
     """The architecture cannot be built by the installed transformers. One-line message."""
 
@@ -73,6 +100,7 @@ class Trace:
     tied: bool
     lm_head: str | None  # path of the output embedding
     experts: tuple[Experts, ...] = ()
+    peft_moe: str | None = None  # the PEFT_MOE_NAMES table PEFT converts targets with
 
     @property
     def expert_params(self) -> int:
@@ -208,6 +236,11 @@ def _read(model: Any, config: Any, model_type: str) -> Trace:
         width = next((int(s) for s in down.shape[1:] if s != hidden), hidden)
         experts.append(Experts(path, n, k, params[path], width))
     total = int(sum(p.numel() for p in model.parameters()))
+    try:
+        from transformers.conversion_mapping import _MODEL_TO_CONVERSION_PATTERN as patterns
+    except ImportError:  # pragma: no cover - transformers < 5 has no conversions
+        patterns = {}
+    peft_moe = "mixtral" if model_type == "mixtral" else patterns.get(model_type)
     return Trace(
         model_type=model_type,
         cls=type(model).__name__,
@@ -222,6 +255,7 @@ def _read(model: Any, config: Any, model_type: str) -> Trace:
         tied=tied,
         lm_head=head_path,
         experts=tuple(experts),
+        peft_moe=peft_moe if peft_moe in PEFT_MOE_NAMES and experts else None,
     )
 
 
