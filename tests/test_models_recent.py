@@ -238,10 +238,11 @@ def test_experts_peft_cannot_reach_are_a_warning() -> None:
     """gpt-oss: no target name reaches its fused experts; all-linear trains attention only."""
     data = TINY["gpt_oss"]
     m = tiny(data)
-    attention = 2 * 4 * (32 + 128 + 32 + 32 + 32 + 32 + 128 + 32)  # q, k, v, o per layer
-    assert peft_trainable(data, "all-linear") == lora_params(m, 4, ["all-linear"]) == attention
+    assert peft_trainable(data, "all-linear") == lora_params(m, 4, ["all-linear"])
+    assert lora_params(m, 4, ["all-linear"]) == lora_params(m, 4, ["q_proj", "k_proj", "v_proj",
+                                                                  "o_proj"])  # fmt: skip
     found = cfgcheck.validate(run_config(m, ["all-linear"])).by_rule("lora-target-experts")
-    assert found and found[0].severity == "warning" and "target_parameters" in found[0].message
+    assert found and found[0].severity == "warning" and "target_parameters" in found[0].hint
 
 
 # --- memory estimate, CLI, failures --------------------------------------------------------
@@ -259,15 +260,13 @@ def test_memory_estimate_of_a_moe_counts_all_experts_and_states_its_margin(
     import json
 
     report = json.loads(proc.stdout)
-    text = json.dumps(report)
-    assert (
-        "6,919" in text or "6919" in text or str(count_params(tiny_olmoe(tmp_path)).total) in text
-    )
-    assert "mixture-of-experts" in text and report["margin"] == 0.25
-
-
-def tiny_olmoe(tmp_path: Path) -> ModelConfig:
-    return model_of(tmp_path, "allenai/OLMoE-1B-7B-0924")
+    m = model_of(tmp_path, "allenai/OLMoE-1B-7B-0924")
+    pc = count_params(m)
+    assert report["estimate"]["params"] == pc.total and report["estimate"]["margin"] == 0.25
+    assert report["estimate"]["active_params"] == pc.active < pc.total
+    assert "mixture-of-experts" in proc.stdout
+    weights = next(c for c in report["estimate"]["components"] if c["key"] == "weights")
+    assert weights["bytes"] == 2 * pc.total  # every expert, bf16-true (the default)
 
 
 def test_an_architecture_transformers_does_not_ship_is_one_line_exit_2(tmp_path: Path) -> None:
