@@ -51,8 +51,12 @@ def generic_model(data: Mapping[str, Any], where: str, known: str) -> dict[str, 
     hidden = val("hidden_size", "n_embd", "d_model")
     heads = val("num_attention_heads", "n_head")
     for name, v in (("n_embd", hidden), ("n_head", heads)):
-        if not isinstance(v.value, int) or v.value <= 0:
-            raise ModelFolderError(f"{where}: {v.key} must be a positive integer")
+        if not isinstance(v.value, int) or v.value <= 0 or not tr.n_layer:
+            raise ModelFolderError(
+                f"{where}: model_type {model_type!r} ({tr.cls}) has no {v.key} and decoder "
+                f"layers cfgcheck can read: it models decoder transformers; write the model "
+                f"section by hand instead of model.pretrained"
+            )
         out[name] = v
     out["n_layer"] = Value(tr.n_layer, prefix + "num_hidden_layers")
     out["padded_vocab_size"] = Value(tr.rows, prefix + "vocab_size")
