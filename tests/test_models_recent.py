@@ -201,7 +201,9 @@ def lora_errors(result: cfgcheck.CheckResult) -> list[str]:
 
 @requires("peft")
 @pytest.mark.parametrize("family", sorted(TINY))
-@pytest.mark.parametrize("targets", TARGETS, ids=lambda t: "-".join(t) if isinstance(t, list) else t)
+@pytest.mark.parametrize(
+    "targets", TARGETS, ids=lambda t: "-".join(t) if isinstance(t, list) else t
+)
 def test_lora_targets_as_peft_resolves_them(family: str, targets: Any) -> None:
     """Ground truth: PEFT's get_peft_model on the tiny random-weight model. Where PEFT raises
     (a name it cannot find, a router or experts module it cannot wrap, half of a fused pair),
@@ -257,7 +259,6 @@ def test_memory_estimate_of_a_moe_counts_all_experts_and_states_its_margin(
         "--format", "json", timeout=180,
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
-    import json
 
     report = json.loads(proc.stdout)
     m = model_of(tmp_path, "allenai/OLMoE-1B-7B-0924")

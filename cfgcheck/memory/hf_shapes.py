@@ -83,7 +83,7 @@ def hf_config(m: ModelConfig) -> Any:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
         kind = m.hf_config.get("model_type")
-        if kind not in CONFIG_MAPPING:
+        if not isinstance(kind, str) or kind not in CONFIG_MAPPING:
             raise ShapeNotMappableError(f"{m.name}: transformers has no model_type {kind!r}")
         return CONFIG_MAPPING[kind].from_dict(dict(m.hf_config))
     arch = architecture_of(m)

@@ -24,7 +24,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from cfgcheck.memory.traced import EMBEDDING, LINEAR, NORM, OTHER, Trace, trace
+from cfgcheck.memory.traced import EMBEDDING as EMBEDDING
+from cfgcheck.memory.traced import LINEAR as LINEAR
+from cfgcheck.memory.traced import NORM as NORM
+from cfgcheck.memory.traced import OTHER as OTHER
+from cfgcheck.memory.traced import Trace, trace
 from cfgcheck.schema.model import ModelConfig
 
 # The llama names of the seven block projections, the "roles" every layout maps onto.

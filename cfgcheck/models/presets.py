@@ -616,16 +616,19 @@ _add(
     architecture="llama",
 )
 
-# --- Recent families, read generically (hf_config: transformers builds them on the meta device) ---
+# --- Recent families, read generically (hf_config: transformers builds them on the meta device)
 # Shapes from each config.json (URL in source), cross-checked with LitGPT's litgpt/config.py
-# (Lightning-AI/litgpt @ 26857050fe3f) where it has the model; counts in tests/test_models_recent.py.
+# (Lightning-AI/litgpt @ 26857050fe3f) where it has the model; counts checked in
+# tests/test_models_recent.py.
 _add(
     (
         "mistralai/Mixtral-8x7B-v0.1",
         "mistralai/Mixtral-8x7B-Instruct-v0.1",
         "unsloth/Mixtral-8x7B-v0.1",
     ),
-    "8 experts of width 14336 per layer, 2 per token (intermediate_size is what a token runs through: 2 x 14336); 46.7B parameters, 12.9B active. transformers 5 fuses the experts (MixtralExperts): PEFT adapts them through the names w1/w3/w2 and the router through gate.",
+    "8 experts of width 14336 per layer, 2 per token (intermediate_size is what a token runs "
+    "through: 2 x 14336); 46.7B parameters, 12.9B active. transformers 5 fuses the experts "
+    "(MixtralExperts): PEFT adapts them through the names w1/w3/w2 and the router through gate.",
     name="mixtral-8x7b",
     source=_hf("mistralai/Mixtral-8x7B-v0.1"),
     n_embd=4096,
@@ -660,7 +663,8 @@ _add(
 )
 _add(
     ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base", "unsloth/Qwen3-30B-A3B"),
-    "128 experts of width 768 per layer, 8 per token; 30.5B parameters, 3.3B active. PEFT adapts the fused experts through gate_proj+up_proj / down_proj and the router through gate.",
+    "128 experts of width 768 per layer, 8 per token; 30.5B parameters, 3.3B active. PEFT adapts "
+    "the fused experts through gate_proj+up_proj / down_proj and the router through gate.",
     name="qwen3-30b-a3b",
     source=_hf("Qwen/Qwen3-30B-A3B"),
     n_embd=2048,
@@ -700,7 +704,10 @@ _add(
 )
 _add(
     ("openai/gpt-oss-20b", "unsloth/gpt-oss-20b", "unsloth/gpt-oss-20b-BF16"),
-    "32 experts of width 2880, 4 per token; layers 0, 2, 4, ... attend through a 128-token window; attention sinks; 20.9B parameters, 4.2B active (3.6B without the input embedding, as OpenAI counts). The released checkpoint stores experts in MXFP4; no target name reaches its fused experts in PEFT.",
+    "32 experts of width 2880, 4 per token; layers 0, 2, 4, ... attend through a 128-token window;"
+    " attention sinks; 20.9B parameters, 4.2B active (3.6B without the input embedding, as OpenAI "
+    "counts). The released checkpoint stores experts in MXFP4; no target name reaches its fused "
+    "experts in PEFT.",
     name="gpt-oss-20b",
     source=_hf("openai/gpt-oss-20b"),
     n_embd=2880,
@@ -768,7 +775,8 @@ _add(
 )
 _add(
     ("google/gemma-3-1b-it", "google/gemma-3-1b-pt", "unsloth/gemma-3-1b-it"),
-    "Five local layers (512-token window) for every global one; q/k norms; four norms per layer; 262k vocabulary, tied lm_head.",
+    "Five local layers (512-token window) for every global one; q/k norms; four norms per layer; "
+    "262k vocabulary, tied lm_head.",
     name="gemma-3-1b",
     source=_hf("google/gemma-3-1b-it"),
     n_embd=1152,
@@ -806,7 +814,8 @@ _add(
 )
 _add(
     ("google/gemma-3-4b-it", "google/gemma-3-4b-pt", "unsloth/gemma-3-4b-it"),
-    "Gemma3ForConditionalGeneration: the language model under text_config and a SigLIP vision tower (counted: 4.3B parameters); five local layers (1024-token window) for every global one.",
+    "Gemma3ForConditionalGeneration: the language model under text_config and a SigLIP vision "
+    "tower (counted: 4.3B parameters); five local layers (1024-token window) for every global one.",
     name="gemma-3-4b",
     source=_hf("google/gemma-3-4b-it"),
     n_embd=2560,
@@ -854,7 +863,8 @@ _add(
 )
 _add(
     ("google/gemma-3-12b-it", "google/gemma-3-12b-pt", "unsloth/gemma-3-12b-it"),
-    "Gemma3ForConditionalGeneration (language model and SigLIP vision tower, 12.2B parameters); five local layers (1024-token window) for every global one.",
+    "Gemma3ForConditionalGeneration (language model and SigLIP vision tower, 12.2B parameters); "
+    "five local layers (1024-token window) for every global one.",
     name="gemma-3-12b",
     source=_hf("google/gemma-3-12b-it"),
     n_embd=3840,
@@ -902,7 +912,8 @@ _add(
 )
 _add(
     ("HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base"),
-    "Llama-like with GQA (4 KV heads); every 4th layer has no RoPE (no_rope_layer_interval); tied lm_head.",
+    "Llama-like with GQA (4 KV heads); every 4th layer has no RoPE (no_rope_layer_interval); tied "
+    "lm_head.",
     name="smollm3-3b",
     source=_hf("HuggingFaceTB/SmolLM3-3B"),
     n_embd=2048,
@@ -932,7 +943,8 @@ _add(
 )
 _add(
     ("allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-Instruct"),
-    "Norms after attention and MLP (no input norms), q/k RMSNorm over the whole projection; len(tokenizer) 100278, 100352 embedding rows.",
+    "Norms after attention and MLP (no input norms), q/k RMSNorm over the whole projection; "
+    "len(tokenizer) 100278, 100352 embedding rows.",
     name="olmo-2-7b",
     source=_hf("allenai/OLMo-2-1124-7B"),
     n_embd=4096,
