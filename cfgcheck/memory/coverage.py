@@ -47,6 +47,8 @@ def _model_gaps(m: ModelConfig, seq: int) -> list[str]:
             "mixture-of-experts router and per-expert dispatch (counted from transformers' "
             "source, not traced or measured)"
         )
+    if m.weight_format is not None:
+        gaps.append(f"a pre-quantized checkpoint ({m.weight_format}), counted from its format")
     if m.norm_qk:
         gaps.append("model.norm_qk (q/k norms)")
     if m.post_attention_norm or m.post_mlp_norm:

@@ -255,7 +255,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [
-        Component("weights", "weights", w, _weights_note(t, st.kbit_upcast)),
+        Component("weights", "weights", w, _weights_note(m, t, st.kbit_upcast)),
         Component("adapters", "LoRA adapters", adapters, f"{8 * st.adapter}-bit") if lora else None,
         Component("optimizer_states", "optimizer states", states, t.optimizer) if states else None,
         Component("sharding_buffers", "sharding buffers", buffers - gather, t.strategy)
@@ -353,7 +353,9 @@ def _backward_front(
     return max(first, last, key=sum)
 
 
-def _weights_note(t: TrainerConfig, upcast: bool) -> str:
+def _weights_note(m: ModelConfig, t: TrainerConfig, upcast: bool) -> str:
+    if weights.prequantized_bytes(m) is not None and t.quantization == "none":
+        return f"{m.weight_format} block linears (the checkpoint's quantization_config)"
     if t.quantization != "none" and t.finetuning != "full":
         rest = ", the rest fp32 (prepare_model_for_kbit_training)" if upcast else ""
         return f"{t.quantization} block linears{rest}"

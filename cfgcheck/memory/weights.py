@@ -30,6 +30,33 @@ QUANT_BYTES: dict[str, float] = {
 }
 
 
+def prequantized_bytes(m: ModelConfig) -> float | None:
+    """Bytes per block linear weight element of a pre-quantized checkpoint
+    (``model.weight_format``), as the layers that load it store it; None when its linears
+    are 16/32-bit (MXFP4 is dequantized to train: transformers' Mxfp4HfQuantizer.is_trainable
+    is False, so the run loads it with ``Mxfp4Config(dequantize=True)``).
+
+    * GPTQ / AWQ of ``b`` bits, group ``g`` (gptqmodel's QuantLinear buffers, which
+      transformers' GPTQ and AWQ quantizers load): ``qweight`` packs ``b`` bits per element in
+      int32, ``scales`` one fp16 and ``qzeros`` ``b`` bits per group of ``g`` inputs and
+      output: ``b/8 + (2 + b/8)/g``;
+    * bitsandbytes 4-bit / 8-bit: :data:`QUANT_BYTES` (the same storage as a run's own
+      bitsandbytes quantization), the int8 row scales added by the caller;
+    * FP8 (``FineGrainedFP8Config``, transformers/integrations/finegrained_fp8.py): one byte
+      per element and an fp32 scale per 128 x 128 block; fbgemm FP8: one byte, a row scale.
+    """
+    fmt = m.weight_format
+    if fmt is None or fmt == "mxfp4":
+        return None
+    if fmt.startswith(("gptq", "awq")):
+        bits = int(fmt.split("-")[1].removesuffix("bit"))
+        g = m.quant_group_size or 128
+        return bits / 8 + (2 + bits / 8) / g
+    if fmt.startswith("bnb-"):
+        return QUANT_BYTES[fmt.removeprefix("bnb-")]
+    return 1 + 4 / (128 * 128) if fmt == "fp8" else 1.0
+
+
 def master_bytes(t: TrainerConfig) -> int:
     """Bytes per stored (trainable) parameter: fp32 unless ``bf16-true``."""
     return 2 if t.precision == "bf16-true" else 4
@@ -55,6 +82,12 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     """The base model's weights (adapters not included), quantized block linears included."""
     pc = count_params(m)
     stored = master_bytes(t)
+    per = prequantized_bytes(m)
+    if per is not None and t.quantization == "none":  # a GPTQ / AWQ / bnb / FP8 checkpoint
+        quant = pc.linear_weights * per
+        if m.weight_format in ("bnb-int8", "fbgemm-fp8"):  # one fp32 scale per output row
+            quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
+        return int(quant) + pc.unquantized * stored
     if t.quantization not in QUANT_BYTES or t.finetuning == "full":
         return pc.total * stored
     from cfgcheck.memory.stack import stack

@@ -100,11 +100,25 @@ def _merge(
             if key != "block_size":  # a longer block is the run's setting: warned, kept
                 merged[key] = value.value
                 locations[path] = where
-    # A folder given as a path is named after it; one found in the Hub cache by its id.
+    # A folder given as a path is named after it; one found in the Hub cache by its id, and a
+    # Hub cache snapshot given as a path (models--ORG--NAME/snapshots/<commit>) by its repo id.
     local = source.folder is not None and source.folder.name == Path(source.ref).name
-    merged.setdefault("name", source.folder.name if local and source.folder else source.ref)
+    name = source.folder.name if local and source.folder else source.ref
+    if source.folder is not None and local:
+        name = snapshot_repo_id(source.folder) or name
+    merged.setdefault("name", name)
     merged.setdefault("source", source.file)
     return merged, locations, findings
+
+
+def snapshot_repo_id(folder: Path) -> str | None:
+    """``ORG/NAME`` of a Hub cache snapshot folder (``models--ORG--NAME/snapshots/<commit>``,
+    as huggingface_hub lays it out), else None."""
+    repo = folder.parent.parent.name
+    if folder.parent.name != "snapshots" or not repo.startswith("models--"):
+        return None
+    parts = repo.removeprefix("models--").split("--")
+    return "/".join(parts) if len(parts) == 2 and all(parts) else None
 
 
 def _mismatch(

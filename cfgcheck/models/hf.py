@@ -261,7 +261,24 @@ def hf_model(data: Mapping[str, Any], where: str) -> dict[str, Value]:
     if arch is None:  # every other family transformers ships: built on the meta device
         from cfgcheck.models.generic import generic_model
 
-        return generic_model(data, where, ", ".join(sorted(ARCHS)))
+        return {**generic_model(data, where, ", ".join(sorted(ARCHS))), **_quant(data, where)}
+    return {**_shape(arch, data, where, model_type), **_quant(data, where)}
+
+
+def _quant(data: Mapping[str, Any], where: str) -> dict[str, Value]:
+    """``model.weight_format`` (and the GPTQ / AWQ group size) of a pre-quantized checkpoint."""
+    from cfgcheck.models.quant import group_size, weight_format
+
+    fmt = weight_format(data, where)
+    if fmt is None:
+        return {}
+    out = {"weight_format": Value(fmt, "quantization_config.quant_method")}
+    if fmt.startswith(("gptq", "awq")):
+        out["quant_group_size"] = Value(group_size(data), "quantization_config.group_size")
+    return out
+
+
+def _shape(arch: Arch, data: Mapping[str, Any], where: str, model_type: Any) -> dict[str, Value]:
     reader = _Reader(arch, data, where)
     out: dict[str, Value] = {}
     hidden = reader.int("hidden_size")

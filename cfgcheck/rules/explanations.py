@@ -281,6 +281,16 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Please attach trainable adapters on top of the quantized model`.",
         "Use `trainer.finetuning=qlora` / `lora`, or `trainer.quantization=none`.",
     ),
+    "prequantized-training": E(
+        "error",
+        "A pre-quantized checkpoint (GPTQ, AWQ, bitsandbytes, FP8, MXFP4 in its config.json) "
+        "trains through adapters, with a method transformers can train.",
+        "transformers: `ValueError: You cannot perform fine-tuning on purely quantized models` "
+        "(full fine-tuning); `... quantized with mxfp4 but that quantization method do not "
+        "support training` (gpt-oss's MXFP4 experts).",
+        "Use `trainer.finetuning=lora`; load MXFP4 with `Mxfp4Config(dequantize=True)` and set "
+        "`model.weight_format=null`.",
+    ),
     "flash-attention-precision": E(
         "error",
         "FlashAttention runs in fp16 or bf16.",

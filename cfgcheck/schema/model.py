@@ -137,6 +137,31 @@ class ModelConfig(Section):
         gt=0,
         description="Experts each token runs through (the router's top-k; Mixtral: 2).",
     )
+    weight_format: (
+        Literal[
+            "gptq-2bit",
+            "gptq-3bit",
+            "gptq-4bit",
+            "gptq-8bit",
+            "awq-4bit",
+            "bnb-nf4",
+            "bnb-nf4-dq",
+            "bnb-fp4",
+            "bnb-int8",
+            "mxfp4",
+            "fp8",
+            "fbgemm-fp8",
+        ]
+        | None
+    ) = Field(
+        None,
+        description="How a pre-quantized checkpoint stores its weights (its config.json "
+        "quantization_config: GPTQ, AWQ, bitsandbytes, gpt-oss's MXFP4 experts, FP8). None: "
+        "16/32-bit weights. Read from model.pretrained; the memory estimate counts it.",
+    )
+    quant_group_size: int | None = Field(
+        None, gt=0, description="GPTQ / AWQ group size (one scale and zero per group)."
+    )
     hf_config: dict[str, Any] | None = Field(
         None,
         description="The Hugging Face config.json of an architecture cfgcheck reads "
