@@ -88,8 +88,11 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
     p = compute_bytes(t)
     mixed = t.precision.endswith("-mixed")
     if t.framework == "hf":
-        # prepare_model_for_kbit_training upcasts after a 4-bit or an 8-bit load alike
-        upcast = quantized(t)
+        # prepare_model_for_kbit_training upcasts after a 4-bit or an 8-bit load alike, a
+        # pre-quantized bitsandbytes checkpoint included (is_loaded_in_4bit / _8bit); not a
+        # GPTQ one (peft/utils/other.py skips the cast for gptq, aqlm, eetq, hqq, torchao)
+        prequantized = (m.weight_format or "").startswith("bnb-") and t.finetuning != "full"
+        upcast = quantized(t) or prequantized
         if upcast:  # fp32 stream, fp32 adapters, nothing cast
             act, residual, cast, saved, copy = 4, 4, False, 4, False
         elif mixed:

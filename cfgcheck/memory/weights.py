@@ -87,6 +87,10 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
         quant = pc.linear_weights * per
         if m.weight_format in ("bnb-int8", "fbgemm-fp8"):  # one fp32 scale per output row
             quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
+        from cfgcheck.memory.stack import stack
+
+        if stack(m, t).kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
+            stored = 4
         return int(quant) + pc.unquantized * stored
     if t.quantization not in QUANT_BYTES or t.finetuning == "full":
         return pc.total * stored

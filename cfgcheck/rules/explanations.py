@@ -259,8 +259,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "lora-target-experts": E(
         "warning",
-        "On a mixture-of-experts model, MLP targets (or `[all-linear]`) reach the routed "
-        "experts.",
+        "On a mixture-of-experts model, MLP targets (or `[all-linear]`) reach the routed experts.",
         "transformers 5 stores each layer's experts as fused 3D parameters (`MixtralExperts."
         "gate_up_proj`), not `nn.Linear`: PEFT's `target_modules` silently adapts only the "
         "attention (and shared-expert) linears.",
