@@ -160,3 +160,61 @@ def test_a_hub_snapshot_folder_is_named_by_its_repo_id(
     result = cfgcheck.validate(run(snapshot, finetuning="lora"))
     assert result.config is not None
     assert result.config.model.name == "meta-llama/Llama-2-7b-hf"
+
+
+# --- PEFT adapter folders --------------------------------------------------------------------
+
+
+def peft_adapter(folder: Path, base: str, **lora: Any) -> Path:
+    """adapter_config.json as PEFT itself writes it (LoraConfig.save_pretrained)."""
+    from peft import LoraConfig
+
+    config = LoraConfig(base_model_name_or_path=base, task_type="CAUSAL_LM", **lora)
+    config.save_pretrained(str(folder))
+    return folder
+
+
+@requires("peft")
+def test_an_adapter_folder_resolves_its_base_and_fills_lora(
+    tmp_path: Path, empty_hub_cache: Path
+) -> None:
+    hub_cache(empty_hub_cache, "meta-llama/Llama-2-7b-hf", LLAMA2_7B, "d" * 40)
+    adapter = peft_adapter(
+        tmp_path / "my-adapter",
+        "meta-llama/Llama-2-7b-hf",
+        r=32,
+        lora_alpha=64,
+        lora_dropout=0.1,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+    )
+    cfg = run(adapter)
+    del cfg["trainer"]["lora"]
+    result = cfgcheck.validate(cfg)
+    assert result.config is not None, [f.message for f in result.errors]
+    m, lora = result.config.model, result.config.trainer.lora
+    assert (m.n_layer, m.n_embd, m.rows) == (32, 4096, 32000)
+    assert (lora.rank, lora.alpha, lora.dropout) == (32, 64, 0.1)
+    assert lora.targets == ["k_proj", "o_proj", "q_proj", "v_proj"]  # PEFT saves a set
+    assert result.config.trainer.finetuning == "lora"
+    # the config's own settings win
+    mine = run(adapter, finetuning="lora")
+    mine["trainer"]["lora"] = {"rank": 8}
+    kept = cfgcheck.validate(mine)
+    assert kept.config is not None and kept.config.trainer.lora.rank == 8
+    assert kept.config.trainer.lora.alpha == 64
+
+
+@requires("peft")
+def test_an_adapter_on_a_preset_base_and_one_without_a_base(tmp_path: Path) -> None:
+    adapter = peft_adapter(tmp_path / "a", "Qwen/Qwen3-30B-A3B", r=16, target_modules="all-linear")
+    cfg = run(adapter)
+    del cfg["trainer"]["lora"]
+    result = cfgcheck.validate(cfg)
+    assert result.config is not None
+    assert result.config.model.n_expert == 128 and result.config.trainer.lora.targets == [
+        "all-linear"
+    ]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "adapter_config.json").write_text('{"r": 8}')
+    with pytest.raises(cfgcheck.ConfigLoadError, match="base_model_name_or_path"):
+        cfgcheck.validate(run(tmp_path / "b"))

@@ -61,12 +61,38 @@ def expand_pretrained(raw: Any) -> Expanded:
         raise ConfigLoadError(str(e)) from e
     merged, locations, findings = _merge(model, source)
     config = {**raw, "model": merged}
+    if source.adapter is not None:
+        _adapter_settings(config, source, locations)
     tokenizer = raw.get("tokenizer")
     unset = tokenizer is None or (isinstance(tokenizer, Mapping) and tokenizer.get("path") is None)
     if source.tokenizer is not None and unset:
         config["tokenizer"] = {**(tokenizer or {}), "path": str(source.tokenizer)}
         locations["tokenizer.path"] = Location(_shown(source.tokenizer))
     return Expanded(config, source, locations, tuple(findings))
+
+
+def _adapter_settings(
+    config: dict[str, Any], source: ModelSource, locations: dict[str, Location]
+) -> None:
+    """A PEFT adapter folder's r, lora_alpha, target_modules and lora_dropout fill
+    ``trainer.lora`` where the config does not set them (and ``trainer.finetuning`` is lora
+    unless set)."""
+    adapter = source.adapter
+    assert adapter is not None  # checked by the caller
+    trainer = config.get("trainer")
+    trainer = dict(trainer) if isinstance(trainer, Mapping) else {}
+    lora = trainer.get("lora")
+    lora = dict(lora) if isinstance(lora, Mapping) else {}
+    shown = _shown(Path(adapter.file))
+    for key, value in adapter.values.items():
+        if lora.get(key) is None:
+            lora[key] = value.value
+            locations[f"trainer.lora.{key}"] = Location(shown, adapter.lines.get(value.key))
+    trainer["lora"] = lora
+    if trainer.get("finetuning") is None:
+        trainer["finetuning"] = "lora"
+        locations["trainer.finetuning"] = Location(shown)
+    config["trainer"] = trainer
 
 
 def value_location(source: ModelSource, value: Value) -> Location:
