@@ -218,3 +218,35 @@ def test_an_adapter_on_a_preset_base_and_one_without_a_base(tmp_path: Path) -> N
     (tmp_path / "b" / "adapter_config.json").write_text('{"r": 8}')
     with pytest.raises(cfgcheck.ConfigLoadError, match="base_model_name_or_path"):
         cfgcheck.validate(run(tmp_path / "b"))
+
+
+# --- classification heads ----------------------------------------------------------------------
+
+
+@requires("torch", "transformers")
+@pytest.mark.parametrize("kind", ["ForSequenceClassification", "ForTokenClassification"])
+@pytest.mark.parametrize("family", ["qwen3", "stablelm"])
+def test_a_classification_head_is_counted_as_that_head(
+    tmp_path: Path, kind: str, family: str
+) -> None:
+    """Qwen3 (a tied lm_head) and a traced family (StableLM) as classifiers: the score layer has
+    num_labels rows (bias only for token classification), not the vocabulary; the count is
+    transformers' own for that class."""
+    import torch
+    import transformers
+
+    shape = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 151936,
+             "max_position_embeddings": 512, "tie_word_embeddings": family == "qwen3",
+             "model_type": family, "pad_token_id": 0}  # fmt: skip
+    name = {"qwen3": "Qwen3", "stablelm": "StableLm"}[family] + kind
+    data = {**shape, "architectures": [name], "id2label": {"0": "neg", "1": "neu", "2": "pos"}}
+    m = model(write_config(tmp_path / family, data))
+    assert m.head_rows == 3 and m.head != "causal_lm"
+    config = transformers.AutoConfig.for_model(**data)
+    with torch.device("meta"):
+        built = getattr(transformers, f"AutoModel{kind}").from_config(config)
+    assert count_params(m).total == sum(p.numel() for p in built.parameters())
+    causal = model(write_config(tmp_path / "lm", {**shape, "tie_word_embeddings": False}))
+    score = 3 * 256 + (3 if kind == "ForTokenClassification" else 0)
+    assert count_params(causal).total - count_params(m).total == 151936 * 256 - score

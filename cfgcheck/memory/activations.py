@@ -421,7 +421,7 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     s = stack(m, t)
     p = s.act
     tokens = batch * seq
-    v = m.rows
+    v = m.head_rows
     if t.loss_chunking == "fused":
         return fused_loss_bytes(m, s, tokens)
     if t.loss_chunking == "chunked":
@@ -434,7 +434,7 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
         # alive next to all logits and all their gradients (CPU-traced on LitGPT's loop).
         q = held_logits_bytes(t, s)
         capped = p if m.final_logit_softcapping else 0
-        head = s.dequant_bytes * m.rows * m.n_embd if s.quantized_head else 0
+        head = s.dequant_bytes * m.head_rows * m.n_embd if s.quantized_head else 0
         chunk = 2 * q * v * batch * min(seq, LM_HEAD_CHUNK)
         return (2 * q + capped) * v * tokens + chunk + head
     held = 0 if s.framework == "hf" else p
@@ -459,7 +459,7 @@ def litgpt_forward_end_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: 
     s = stack(m, t)
     q = held_logits_bytes(t, s)
     capped = s.act if m.final_logit_softcapping else 0
-    return (2 * q + s.act + capped) * m.rows * batch * seq
+    return (2 * q + s.act + capped) * m.head_rows * batch * seq
 
 
 def liger_chunk_size(vocab: int, hidden: int, tokens: int) -> int:
@@ -480,7 +480,7 @@ def fused_loss_bytes(m: ModelConfig, s: Stack, tokens: int) -> int:
     ``grad_input``, the fp32 per-token loss, the ignore mask and the shifted int64 labels
     (liger_kernel/transformers/model/loss_utils.py). A trained lm_head's ``grad_weight`` is the
     gradient counted with the others."""
-    v, h = m.rows, m.n_embd
+    v, h = m.head_rows, m.n_embd
     chunk = min(liger_chunk_size(v, h, tokens), tokens)
     logits = s.act  # the lm_head matmul's dtype (autocast: 16-bit)
     return s.residual * h * tokens + logits * chunk * (v + h) + (4 + 1 + 2 * 8) * tokens
@@ -518,4 +518,4 @@ def logits_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int)
     if t.loss_chunking != "none" or s.framework != "hf":
         return logits_bytes(m, t, batch, seq)
     capped = s.act if m.final_logit_softcapping else 0
-    return (s.act + 8 + capped) * m.rows * batch * seq
+    return (s.act + 8 + capped) * m.head_rows * batch * seq

@@ -205,7 +205,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         # lm_head's cast is saved; inside the forward (log-softmax of the loss) autocast's
         # cache still holds the casts of every weight that trains (torch caches casts of
         # leaves that require grad only: a frozen base's casts are transient)
-        head_cast = 2 * m.rows * m.n_embd // div.weights
+        head_cast = 2 * m.head_rows * m.n_embd // div.weights
         cached = auto if t.finetuning == "full" else head_cast + 2 * lora // div.weights
         in_forward = cached + act.logits_forward_bytes(m, t, b, seq)
         fwd_auto, fwd_logits = max((head_cast, logits), (cached, in_forward - cached), key=sum)
@@ -225,7 +225,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         # by then the lm_head's backward has made its gradient
         head_grad = 0
         if t.finetuning == "full" and t.gradient_accumulation_steps == 1:
-            head_grad = m.rows * m.n_embd * weights.master_bytes(t) // div.gradients
+            head_grad = m.head_rows * m.n_embd * weights.master_bytes(t) // div.gradients
         if backward + head_grad > fwd_logits:
             fwd_logits, loss_note = backward, f"{t.loss_chunking}; then the last layer's backward"
             fwd_grads += head_grad
@@ -307,7 +307,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     allocated = sum(c.bytes for c in comps)
     if t.gradient_checkpointing and not layer:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
-    cache = allocator.cached_bytes(t, st, allocated, m.rows * tokens, layer, grads)
+    cache = allocator.cached_bytes(t, st, allocated, m.head_rows * tokens, layer, grads)
     comps.append(Component("fragmentation", "allocator cache", cache.bytes, cache.note))
     comps.append(
         Component("cuda_context", "CUDA context", int(CUDA_CONTEXT_GIB * GIB), CONTEXT_NOTE)

@@ -108,7 +108,8 @@ def count_params(m: ModelConfig) -> ParamCount:
     if tr is not None:
         return _traced_count(tr)
     linears = block_linears(m)
-    head = 0 if m.tie_embeddings else m.rows * m.n_embd + (m.rows if m.lm_head_bias else 0)
+    tied = m.tie_embeddings and m.head == "causal_lm"  # a classification score is its own
+    head = 0 if tied else m.head_rows * m.n_embd + (m.head_rows if m.head_bias else 0)
     positions = m.block_size * m.n_embd if architecture_of(m) == "gpt2" else 0
     return ParamCount(
         embedding=m.rows * m.n_embd,
@@ -299,6 +300,6 @@ def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = 
     adapted = adapted_modules(m, targets, framework)
     total = sum(rank * (x.in_features + x.out_features) * n for x, n in adapted.linears)
     if adapted.lm_head:
-        total += rank * (m.n_embd + m.rows)
+        total += rank * (m.n_embd + m.head_rows)
     total += sum(rank * (m.n_embd + rows) for rows in adapted.embedding_rows)
     return total + rank * adapted.param_adapters

@@ -27,7 +27,7 @@ from typing import Any
 LINEAR, EMBEDDING, NORM, OTHER = "linear", "embedding", "norm", "other"
 # config.json keys that describe files, not the shape (and quantization_config, which
 # from_config would hand to a quantizer; the stored format is read separately).
-_NOT_SHAPE = ("quantization_config", "auto_map", "architectures", "transformers_version")
+_NOT_SHAPE = ("quantization_config", "auto_map", "transformers_version")
 
 
 # PEFT (peft/utils/transformers_weight_conversion.py, 0.21: _MOE_TARGET_MODULE_MAPPING and
@@ -150,7 +150,7 @@ def _trace(key: str) -> Trace:
     model_type = data.get("model_type")
     try:
         import torch
-        from transformers import AutoModelForCausalLM
+        import transformers
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     except ImportError as e:
         raise TraceError(
@@ -167,11 +167,22 @@ def _trace(key: str) -> Trace:
         if _bad_id(config, "pad_token_id"):  # a pad id past a config's own vocabulary
             config.pad_token_id = None
         with torch.device("meta"):
-            model: Any = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+            model: Any = _auto_class(transformers, data).from_config(config)
     except Exception as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TraceError(f"transformers cannot build model_type {model_type!r}: {reason}") from e
     return _read(model, config, model_type)
+
+
+def _auto_class(transformers: Any, data: Mapping[str, Any]) -> Any:
+    """The Auto class of the checkpoint's head (its ``architectures``): a classification
+    checkpoint is built with its score layer, anything else as a causal LM."""
+    names = data.get("architectures")
+    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+    for suffix in ("ForSequenceClassification", "ForTokenClassification"):
+        if name.endswith(suffix):
+            return getattr(transformers, f"AutoModel{suffix}")
+    return transformers.AutoModelForCausalLM
 
 
 def _bad_id(config: Any, name: str) -> bool:

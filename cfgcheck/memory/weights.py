@@ -98,11 +98,11 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 
     st = stack(m, t)
     # LitGPT under Fabric's bitsandbytes plugin quantizes the (untied) lm_head too
-    head = m.rows * m.n_embd if st.quantized_head and pc.lm_head else 0
+    head = m.head_rows * m.n_embd if st.quantized_head and pc.lm_head else 0
     quant = (pc.linear_weights + head) * QUANT_BYTES[t.quantization]
     if t.quantization == "int8":
         quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
-        quant += 4 * m.rows if head else 0
+        quant += 4 * m.head_rows if head else 0
     if st.kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
         stored = 4
     return int(quant) + (pc.unquantized - head) * stored
@@ -119,7 +119,7 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 
     pc: ParamCount = count_params(m)
     linear = 0 if quantized(t) else pc.linear_weights
-    head = m.rows * m.n_embd
+    head = m.head_rows * m.n_embd
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t)
     uncast = sum(x.in_features * x.out_features for x in first_layer_frozen_linears(m, t))
     return 2 * (linear + head + adapters - uncast)
@@ -177,7 +177,7 @@ def trainable_tensors(m: ModelConfig, t: TrainerConfig) -> list[tuple[int, int]]
         out = [(r * x.in_features, n) for x, n in adapted.linears if n]
         out += [(r * x.out_features, n) for x, n in adapted.linears if n]
         if adapted.lm_head:
-            out += [(r * m.n_embd, 1), (r * m.rows, 1)]
+            out += [(r * m.n_embd, 1), (r * m.head_rows, 1)]
         out += [(r * rows, 1) for rows in adapted.embedding_rows]
         out += [(r * m.n_embd, 1) for _ in adapted.embedding_rows]
         return [x for x in out if x[0]]
@@ -187,9 +187,9 @@ def trainable_tensors(m: ModelConfig, t: TrainerConfig) -> list[tuple[int, int]]
     if pc.position_embedding:
         out.append((pc.position_embedding, 1))
     if pc.lm_head:
-        out.append((m.rows * m.n_embd, 1))
-        if pc.lm_head > m.rows * m.n_embd:
-            out.append((m.rows, 1))
+        out.append((m.head_rows * m.n_embd, 1))
+        if pc.lm_head > m.head_rows * m.n_embd:
+            out.append((m.head_rows, 1))
     for x in block_linears(m):
         out.append((x.in_features * x.out_features, m.n_layer))
         if x.bias:
@@ -271,7 +271,7 @@ def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
         return 4 * (n_adapted + r * n_mats)
     per_block = sum(x.in_features + x.out_features for x in block_linears(m))
     vectors = pc.total - pc.linear_weights - pc.embedding - pc.lm_head
-    head = 0 if m.tie_embeddings else m.rows + m.n_embd
+    head = 0 if m.tie_embeddings and m.head == "causal_lm" else m.head_rows + m.n_embd
     return 4 * (per_block * m.n_layer + m.rows + m.n_embd + head + vectors)
 
 

@@ -261,8 +261,31 @@ def hf_model(data: Mapping[str, Any], where: str) -> dict[str, Value]:
     if arch is None:  # every other family transformers ships: built on the meta device
         from cfgcheck.models.generic import generic_model
 
-        return {**generic_model(data, where, ", ".join(sorted(ARCHS))), **_quant(data, where)}
-    return {**_shape(arch, data, where, model_type), **_quant(data, where)}
+        shape = generic_model(data, where, ", ".join(sorted(ARCHS)))
+    else:
+        shape = _shape(arch, data, where, model_type)
+    return {**shape, **_quant(data, where), **_head(data)}
+
+
+def _head(data: Mapping[str, Any]) -> dict[str, Value]:
+    """A ``*ForSequenceClassification`` / ``*ForTokenClassification`` checkpoint (its
+    ``architectures``) and its labels (``id2label``, else ``num_labels``, else transformers'
+    default of 2: ``PretrainedConfig.num_labels``)."""
+    names = data.get("architectures")
+    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+    kinds = {"ForSequenceClassification": "sequence_classification",
+             "ForTokenClassification": "token_classification"}  # fmt: skip
+    kind = next((v for k, v in kinds.items() if name.endswith(k)), None)
+    if kind is None:
+        return {}
+    labels = data.get("id2label")
+    if isinstance(labels, Mapping) and labels:
+        n = Value(len(labels), "id2label")
+    elif isinstance(data.get("num_labels"), int) and data["num_labels"] > 0:
+        n = Value(data["num_labels"], "num_labels")
+    else:
+        n = Value(2, "num_labels", "transformers PretrainedConfig.num_labels")
+    return {"head": Value(kind, "architectures"), "num_labels": n}
 
 
 def _quant(data: Mapping[str, Any], where: str) -> dict[str, Value]:

@@ -126,6 +126,16 @@ class ModelConfig(Section):
         "vocabulary-wide tensor per token. No parameters.",
     )
 
+    head: Literal["causal_lm", "sequence_classification", "token_classification"] = Field(
+        "causal_lm",
+        description="The output head: the lm_head over the vocabulary, or the classification "
+        "score layer of *ForSequenceClassification (num_labels rows, no bias) / "
+        "*ForTokenClassification (num_labels rows and a bias), transformers' "
+        "GenericFor*Classification (modeling_layers.py). Read from config.json architectures.",
+    )
+    num_labels: int | None = Field(
+        None, gt=0, description="Classes of a classification head (default 2, as transformers)."
+    )
     n_expert: int | None = Field(
         None,
         gt=0,
@@ -214,6 +224,18 @@ class ModelConfig(Section):
         """Embedding rows (``padded_vocab_size``)."""
         assert self.padded_vocab_size is not None  # set by _derive
         return self.padded_vocab_size
+
+    @property
+    def head_rows(self) -> int:
+        """Output rows: the vocabulary for a causal LM, the labels for a classification head."""
+        return self.rows if self.head == "causal_lm" else (self.num_labels or 2)
+
+    @property
+    def head_bias(self) -> bool:
+        """Whether the output layer has a bias (token classification's score does)."""
+        if self.head == "causal_lm":
+            return self.lm_head_bias
+        return self.head == "token_classification"
 
     @property
     def kv_heads(self) -> int:
