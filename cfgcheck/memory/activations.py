@@ -203,7 +203,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         # when its weight trains the normalized tensor (in the q/k dtype) that multiplies it
         total += 4 * (a + kv) * d + 4 * (a + kv) + (p * (a + kv) * d if full else 0)
     core = _attention_core(m, t, s, masked)
-    total += core.per_token + _mlp_bytes(m, s) + _router_bytes(m, s)
+    total += core.per_token + _mlp_bytes(m, s) + _router_bytes(m, t, s)
     scores = core.attention_scores
     if _gpt2_dropout(m, s):  # masks of the two residual dropouts; eager attention's dropout
         total += 2 * h  # keeps its mask, and the matmul with v keeps its output instead of
@@ -261,21 +261,32 @@ def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
     return s.act * m.mlp_width * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
 
 
-def _router_bytes(m: ModelConfig, s: Stack) -> int:
+def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     """A mixture-of-experts layer's router and token dispatch, per token, as transformers 5
     runs them (models/mixtral/modeling_mixtral.py, the same in qwen2_moe, qwen3_moe, olmoe,
-    deepseek_v2/v3, gpt_oss): ``MixtralTopKRouter.forward`` keeps the router logits
-    (``F.linear``, n_expert wide) and the fp32 ``softmax(router_logits.float())``, and
-    ``topk`` its int64 indices and the renormalised fp32 weights (top_k wide);
-    ``MixtralExperts.forward`` gathers each routed token (``hidden_states[token_idx]``, hidden
-    wide, top_k copies) and scales each expert output by its weight before ``index_add_``
-    (hidden wide, top_k copies). The expert MLP itself is the MLP term over
-    ``intermediate_size = top_k * expert width`` (plus shared experts). Counted from the
-    source, not traced: the estimate of a MoE model carries the uncalibrated margin."""
+    deepseek_v2/v3, gpt_oss): ``MixtralTopKRouter.forward`` keeps the fp32
+    ``softmax(router_logits.float())`` (n_expert wide) and the router logits, ``topk`` its
+    indices and renormalised weights (top_k wide); ``MixtralExperts.forward`` scales each
+    expert's output by its routing weight (``current_hidden_states * top_k_weights``: the
+    output is kept, hidden wide, top_k per token). When the experts train (full fine-tuning)
+    the linears also keep their inputs: the router's (the MoE input, hidden wide), each routed
+    token's gathered ``hidden_states[token_idx]`` (hidden wide) and the down projection's
+    input (one expert width). The gate/up output and its activation are the MLP term over
+    ``intermediate_size = top_k * expert width``. CPU-traced on tiny Mixtral, Qwen3-MoE and
+    OLMoE (tests/test_memory_tracer_moe.py), not measured on a GPU: the estimate carries the
+    uncalibrated margin."""
     e, k = m.n_expert, m.n_expert_per_token
     if not e or not k:
         return 0
-    return e * (s.act + 4) + k * (8 + 4) + 2 * k * s.act * m.n_embd
+    p, h = s.act, m.n_embd
+    total = e * (p + 4) + k * (8 + 4) + k * p * h
+    if t.finetuning == "full":
+        from cfgcheck.memory.modules import traced
+
+        tr = traced(m)
+        width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
+        total += p * h + k * p * h + k * p * width
+    return total
 
 
 def first_layer_without_grad(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
