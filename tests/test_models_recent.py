@@ -311,3 +311,20 @@ def test_native_configs_naming_a_moe_need_no_model_section(
     assert result.config is not None, [(f.rule, f.message) for f in result.findings]
     assert result.config.model.n_expert == 64 and result.config.model.architecture == "olmoe"
     assert result.config.model.name == "allenai/OLMoE-1B-7B-0924"
+
+
+def test_gpt_oss_has_no_sdpa_path_and_runs_eager(tmp_path: Path) -> None:
+    """GptOssPreTrainedModel sets _supports_sdpa = False (its attention sinks): transformers
+    raises for attn_implementation="sdpa"; the rule says so and the estimate counts eager."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    data = {**TINY["gpt_oss"]}
+    with pytest.raises(ValueError, match="scaled_dot_product_attention"):
+        AutoModelForCausalLM.from_config(AutoConfig.for_model(**data), attn_implementation="sdpa")
+    m = tiny(data)
+    cfg = run_config(m, ["q_proj"])
+    cfg["trainer"]["attention"] = "sdpa"
+    found = cfgcheck.validate(cfg).by_rule("attention-unsupported")
+    assert found and "GptOssForCausalLM" in found[0].message
+    cfg["trainer"]["attention"] = "eager"
+    assert not cfgcheck.validate(cfg).by_rule("attention-unsupported")

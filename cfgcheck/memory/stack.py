@@ -212,9 +212,12 @@ def attention(m: ModelConfig, t: TrainerConfig) -> str:
     if t.attention != "sdpa":
         return t.attention
     if t.framework == "hf":
-        from cfgcheck.memory.modules import architecture_of
+        from cfgcheck.memory.modules import architecture_of, traced
 
         if m.attention_logit_softcapping or architecture_of(m) == "gemma2":
+            return "eager"
+        tr = traced(m)
+        if tr is not None and not tr.supports_sdpa:  # gpt-oss: _supports_sdpa = False
             return "eager"
     if t.framework == "litgpt" and m.attention_logit_softcapping:
         return "eager"

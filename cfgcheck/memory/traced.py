@@ -101,6 +101,7 @@ class Trace:
     lm_head: str | None  # path of the output embedding
     experts: tuple[Experts, ...] = ()
     peft_moe: str | None = None  # the PEFT_MOE_NAMES table PEFT converts targets with
+    supports_sdpa: bool = True  # the class's _supports_sdpa (modeling_utils.py checks it)
 
     @property
     def expert_params(self) -> int:
@@ -267,6 +268,7 @@ def _read(model: Any, config: Any, model_type: str) -> Trace:
         lm_head=head_path,
         experts=tuple(experts),
         peft_moe=peft_moe if peft_moe in PEFT_MOE_NAMES and experts else None,
+        supports_sdpa=bool(getattr(type(model), "_supports_sdpa", True)),
     )
 
 

@@ -81,6 +81,10 @@ def generic_model(data: Mapping[str, Any], where: str, known: str) -> dict[str, 
     out["norm_qk"] = Value(
         any(p.endswith(("q_norm", "k_norm", "q_layernorm")) for p in tr.tree), "model_type"
     )
+    if any(p.endswith(".pre_feedforward_layernorm") for p in tr.tree):
+        # Gemma 2/3's sandwich: norms on the attention and MLP outputs besides their inputs
+        out["post_attention_norm"] = Value(True, "model_type")
+        out["post_mlp_norm"] = Value(True, "model_type")
     factor = getattr(cfg, "partial_rotary_factor", None)
     if factor is None and isinstance(getattr(cfg, "rope_parameters", None), Mapping):
         factor = cfg.rope_parameters.get("partial_rotary_factor")
