@@ -328,3 +328,30 @@ def test_gpt_oss_has_no_sdpa_path_and_runs_eager(tmp_path: Path) -> None:
     assert found and "GptOssForCausalLM" in found[0].message
     cfg["trainer"]["attention"] = "eager"
     assert not cfgcheck.validate(cfg).by_rule("attention-unsupported")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "arch"),
+    [
+        ("litgpt", "checkpoint_dir: checkpoints/Qwen/Qwen3-30B-A3B\nprecision: bf16-true\n",
+         "qwen3_moe"),
+        ("axolotl", "base_model: mistralai/Mixtral-8x7B-Instruct-v0.1\nadapter: lora\nlora_r: 8\n"
+         "lora_target_modules:\n  - q_proj\n  - v_proj\n", "mixtral"),
+        ("trl", "model_name_or_path: google/gemma-3-4b-it\nmax_length: 1024\n", "gemma3"),
+        ("trl", "model_name_or_path: HuggingFaceTB/SmolLM3-3B\nmax_length: 1024\n", "smollm3"),
+        ("axolotl", "base_model: microsoft/phi-4\nadapter: qlora\nload_in_4bit: true\n"
+         "lora_r: 16\nlora_target_linear: true\n", "phi3"),
+    ],
+)  # fmt: skip
+def test_native_configs_naming_a_preset_model_need_no_model_section(
+    tmp_path: Path, fmt: str, text: str, arch: str
+) -> None:
+    """The native adapters' model key resolves to a preset offline (empty Hub cache)."""
+    from cfgcheck.sources import check_native
+
+    file = write(tmp_path, "run.yaml", text)
+    result = check_native(file, fmt, gpu="H100")
+    assert result.config is not None, [(f.rule, f.message) for f in result.findings]
+    assert result.config.model.architecture == arch
+    loads = [f for f in result.findings if f.rule in ("missing-key", "invalid-value")]
+    assert not loads, [(f.rule, f.message) for f in loads]
