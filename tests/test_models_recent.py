@@ -355,3 +355,20 @@ def test_native_configs_naming_a_preset_model_need_no_model_section(
     assert result.config.model.architecture == arch
     loads = [f for f in result.findings if f.rule in ("missing-key", "invalid-value")]
     assert not loads, [(f.rule, f.message) for f in loads]
+
+
+@requires("peft")
+def test_peft_conversion_tables_are_peft_and_transformers_own() -> None:
+    """cfgcheck's copy of PEFT's MoE name conversion, and the families it applies to, equal
+    PEFT's and transformers' own tables (a new release that changes them fails here)."""
+    from peft.utils import transformers_weight_conversion as conv
+
+    from cfgcheck.memory.traced import PEFT_MOE_FUSED, PEFT_MOE_NAMES, trace
+
+    assert conv._MOE_TARGET_MODULE_MAPPING == PEFT_MOE_NAMES
+    assert {k: tuple(v["gate_up_proj"]) for k, v in conv._MOE_FUSED_TARGETS.items()} == (
+        PEFT_MOE_FUSED
+    )
+    for family, data in TINY.items():
+        expected = conv._MODEL_TO_CONVERSION_PATTERN.get(family)
+        assert trace(data).peft_moe == (expected if expected in PEFT_MOE_NAMES else None)
