@@ -157,6 +157,73 @@ RECENT: dict[str, dict[str, Any]] = {
         "v_head_dim": 128,
         "vocab_size": 102400,
     },
+    # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (MLA with a q LoRA,
+    # 256 routed + 1 shared expert, 3 dense layers; the multi-token-prediction layer,
+    # num_nextn_predict_layers, is not part of transformers' model)
+    "deepseek-ai/DeepSeek-V3": {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "first_k_dense_replace": 3,
+        "hidden_act": "silu",
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "kv_lora_rank": 512,
+        "max_position_embeddings": 163840,
+        "model_type": "deepseek_v3",
+        "moe_intermediate_size": 2048,
+        "moe_layer_freq": 1,
+        "n_group": 8,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_attention_heads": 128,
+        "num_experts_per_tok": 8,
+        "num_hidden_layers": 61,
+        "num_key_value_heads": 128,
+        "num_nextn_predict_layers": 1,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "tie_word_embeddings": False,
+        "topk_group": 4,
+        "v_head_dim": 128,
+        "vocab_size": 129280,
+    },
+    # https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E/blob/main/config.json (shape keys;
+    # AutoModelForCausalLM builds the text model, Llama4ForCausalLM, without the vision tower)
+    "meta-llama/Llama-4-Scout-17B-16E": {
+        "architectures": ["Llama4ForConditionalGeneration"],
+        "model_type": "llama4",
+        "text_config": {
+            "head_dim": 128,
+            "hidden_size": 5120,
+            "interleave_moe_layer_step": 1,
+            "intermediate_size": 8192,
+            "intermediate_size_mlp": 16384,
+            "max_position_embeddings": 10485760,
+            "model_type": "llama4_text",
+            "num_attention_heads": 40,
+            "num_experts_per_tok": 1,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 8,
+            "num_local_experts": 16,
+            "tie_word_embeddings": False,
+            "use_qk_norm": True,
+            "vocab_size": 202048,
+        },
+        "vision_config": {
+            "hidden_size": 1408,
+            "image_size": 336,
+            "intermediate_size": 5632,
+            "model_type": "llama4_vision_model",
+            "num_attention_heads": 16,
+            "num_hidden_layers": 34,
+            "patch_size": 14,
+            "pixel_shuffle_ratio": 0.5,
+            "projector_input_dim": 4096,
+            "projector_output_dim": 4096,
+            "vision_output_dim": 4096,
+        },
+        "tie_word_embeddings": False,
+    },
     # https://huggingface.co/google/gemma-3-1b-it/blob/main/config.json
     "google/gemma-3-1b-it": {
         "architectures": ["Gemma3ForCausalLM"],
@@ -340,6 +407,10 @@ PUBLISHED_PARAMS: dict[str, tuple[float, float | None, float]] = {
     "openai/gpt-oss-20b": (21.0, 3.6, 0.5),  # model card: 21B total, 3.6B active
     "allenai/OLMoE-1B-7B-0924": (6.9, 1.3, 0.05),  # OLMoE paper: 6.9B total, 1.3B active
     "deepseek-ai/DeepSeek-V2-Lite": (15.7, 2.4, 0.05),  # model card: 15.7B, 2.4B activated
+    "deepseek-ai/DeepSeek-V3": (671.0, 37.0, 0.6),  # model card: 671B total, 37B activated
+    # model card: 109B total (the vision encoder included, which the text model leaves out),
+    # 17B active
+    "meta-llama/Llama-4-Scout-17B-16E": (109.0, 17.0, 1.5),
     "google/gemma-3-1b-it": (1.0, None, 0.05),
     "google/gemma-3-4b-it": (4.3, None, 0.05),  # the Hub's safetensors count: 4.3B
     "HuggingFaceTB/SmolLM3-3B": (3.1, None, 0.05),  # the Hub's safetensors count: 3.08B
