@@ -379,3 +379,21 @@ def test_peft_conversion_tables_are_peft_and_transformers_own() -> None:
     for family, data in TINY.items():
         expected = conv._MODEL_TO_CONVERSION_PATTERN.get(family)
         assert trace(data).peft_moe == (expected if expected in PEFT_MOE_NAMES else None)
+
+
+def test_a_traced_preset_without_transformers_is_one_line_exit_2() -> None:
+    """conf/model/mixtral-8x7b.yaml carries its config.json; without transformers the check
+    stops with one line naming the extra, exit 2 (never a rule's traceback)."""
+    import subprocess
+
+    code = (
+        "import sys; sys.modules['transformers'] = None; "
+        "sys.argv = ['cfgcheck', 'check', 'model=mixtral-8x7b']; "
+        "from cfgcheck.cli import main; raise SystemExit(main())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cfgcheck[transformers]" in lines[0], proc.stderr
