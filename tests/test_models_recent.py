@@ -397,3 +397,12 @@ def test_a_traced_preset_without_transformers_is_one_line_exit_2() -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cfgcheck[transformers]" in lines[0], proc.stderr
+
+
+def test_a_config_asking_for_unbounded_build_work_is_refused(tmp_path: Path) -> None:
+    """A hostile config.json (or hf_config in a service request) cannot make the meta build
+    run for ever: layers and experts are bounded before transformers builds anything."""
+    for change in ({"num_hidden_layers": 10**7}, {"num_local_experts": 10**6}):
+        folder = write_config(tmp_path / str(len(change)), {**TINY_MIXTRAL, **change})
+        with pytest.raises(ModelFolderError, match="is beyond"):
+            resolve_pretrained(str(folder))

@@ -167,12 +167,36 @@ def _trace(key: str) -> Trace:
         config: Any = CONFIG_MAPPING[model_type].from_dict(data)
         if _bad_id(config, "pad_token_id"):  # a pad id past a config's own vocabulary
             config.pad_token_id = None
+        _bounded(config, model_type)
         with torch.device("meta"):
             model: Any = _auto_class(transformers, data).from_config(config)
+    except TraceError:
+        raise
     except Exception as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TraceError(f"transformers cannot build model_type {model_type!r}: {reason}") from e
     return _read(model, config, model_type)
+
+
+# Bounds on what a config may ask the meta build for (the build's time grows with the modules:
+# layers, and experts where they are separate modules); published models stay far below.
+MAX_LAYERS = 1024
+MAX_EXPERTS = 4096
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def _bounded(config: Any, model_type: str) -> None:
+    """Refuse a config whose meta build would be unbounded work (an untrusted config.json)."""
+    subs = [config, config.get_text_config()]
+    subs += [getattr(config, name, None) for name in getattr(config, "sub_configs", {}) or {}]
+    for sub in subs:
+        layers = getattr(sub, "num_hidden_layers", None)
+        if isinstance(layers, int) and not 0 <= layers <= MAX_LAYERS:
+            raise TraceError(f"{model_type}: num_hidden_layers={layers} is beyond {MAX_LAYERS}")
+        for key in _EXPERT_KEYS:
+            n = getattr(sub, key, None)
+            if isinstance(n, int) and not 0 <= n <= MAX_EXPERTS:
+                raise TraceError(f"{model_type}: {key}={n} is beyond {MAX_EXPERTS}")
 
 
 def _auto_class(transformers: Any, data: Mapping[str, Any]) -> Any:
