@@ -38,10 +38,11 @@ MOE: dict[str, dict[str, Any]] = {
 UNDER, OVER = -0.03, 0.05
 
 
-def run_of(family: str, finetuning: str) -> dict[str, dict[str, Any]]:
+def run_of(family: str, finetuning: str, aux: bool = False) -> dict[str, dict[str, Any]]:
+    """``aux``: the router's load-balancing loss on (output_router_logits)."""
     from cfgcheck.models.generic import generic_model
 
-    data = {**SMALL, **MOE[family]}
+    data = {**SMALL, **MOE[family], "output_router_logits": aux}
     model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
     trainer: dict[str, Any] = {
         "micro_batch_size": 2,
@@ -61,22 +62,23 @@ def run_of(family: str, finetuning: str) -> dict[str, dict[str, Any]]:
     }
 
 
+@pytest.mark.parametrize("aux", [False, True], ids=["", "aux-loss"])
 @pytest.mark.parametrize("seq", [128, 512])
 @pytest.mark.parametrize("finetuning", ["full", "lora"])
 @pytest.mark.parametrize("family", sorted(MOE))
-def test_moe_step_matches_the_trace(family: str, finetuning: str, seq: int) -> None:
+def test_moe_step_matches_the_trace(family: str, finetuning: str, seq: int, aux: bool) -> None:
     import torch
 
     from tests.alloc_tracer import compare
 
     torch.set_num_threads(1)
-    run = run_of(family, finetuning)
+    run = run_of(family, finetuning, aux)
     run["data"]["max_seq_length"] = seq
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         c = compare(run)
     label = (
-        f"{family} {finetuning}: traced {c.traced.peak.bytes} at {c.traced.peak.phase}, estimate "
+        f"{family} {finetuning} {seq} aux={aux}: traced {c.traced.peak.bytes} at {c.traced.peak.phase}, estimate "
         f"{c.estimated} at {c.phase} ({100 * c.error:+.1f}%)"
     )
     print(label)

@@ -280,6 +280,11 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
         return 0
     p, h = s.act, m.n_embd
     total = e * (p + 4) + k * (8 + 4) + k * p * h
+    if _aux_loss(m):
+        # output_router_logits: load_balancing_loss_func's softmax over each layer's returned
+        # router logits is kept for its backward: one more n_expert-wide tensor per token
+        # and layer (the logits themselves are the router's, already counted; CPU-traced)
+        total += e * p
     if t.finetuning == "full":
         from cfgcheck.memory.modules import traced
 
@@ -287,6 +292,15 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
         width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
         total += p * h + k * p * h + k * p * width
     return total
+
+
+def _aux_loss(m: ModelConfig) -> bool:
+    """The router's auxiliary load-balancing loss is on (``output_router_logits`` in the
+    config.json: transformers' MoE ``*ForCausalLM.forward`` then adds
+    ``router_aux_loss_coef * load_balancing_loss_func(...)``)."""
+    from cfgcheck.memory.traced import text_config
+
+    return bool(m.hf_config and text_config(m.hf_config).get("output_router_logits"))
 
 
 def first_layer_without_grad(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
