@@ -78,8 +78,8 @@ def test_moe_step_matches_the_trace(family: str, finetuning: str, seq: int, aux:
         warnings.simplefilter("ignore")
         c = compare(run)
     label = (
-        f"{family} {finetuning} {seq} aux={aux}: traced {c.traced.peak.bytes} at {c.traced.peak.phase}, estimate "
-        f"{c.estimated} at {c.phase} ({100 * c.error:+.1f}%)"
+        f"{family} {finetuning} {seq} aux={aux}: traced {c.traced.peak.bytes} at "
+        f"{c.traced.peak.phase}, estimate {c.estimated} at {c.phase} ({100 * c.error:+.1f}%)"
     )
     print(label)
     assert UNDER <= c.error <= OVER, label
