@@ -406,3 +406,46 @@ def test_a_config_asking_for_unbounded_build_work_is_refused(tmp_path: Path) -> 
         folder = write_config(tmp_path / str(len(change)), {**TINY_MIXTRAL, **change})
         with pytest.raises(ModelFolderError, match="is beyond"):
             resolve_pretrained(str(folder))
+
+
+DENSE_TINY: dict[str, dict[str, Any]] = {
+    "falcon": {"model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 2},
+    "gpt_neox": {"model_type": "gpt_neox"},
+    "starcoder2": {"model_type": "starcoder2", "sliding_window": None},
+    "olmo2": {"model_type": "olmo2"},
+    "gemma3_text": {"model_type": "gemma3_text", "head_dim": 16},
+    "cohere": {"model_type": "cohere"},
+}
+DENSE_TARGETS = [
+    "all-linear",
+    ["q_proj", "v_proj"],
+    ["query_key_value"],
+    ["dense", "dense_h_to_4h"],
+    ["c_fc", "c_proj", "q_proj"],
+    ["lm_head", "q_proj"],
+    ["embed_tokens", "q_proj"],
+    ["q_norm", "q_proj"],
+]
+
+
+@requires("peft")
+@pytest.mark.parametrize("family", sorted(DENSE_TINY))
+@pytest.mark.parametrize(
+    "targets", DENSE_TARGETS, ids=lambda t: "-".join(t) if isinstance(t, list) else t
+)
+def test_dense_traced_lora_targets_as_peft_resolves_them(family: str, targets: Any) -> None:
+    """The traced module tree against PEFT itself on the tiny dense families: an error where
+    PEFT raises (nothing matches, a norm matched), else PEFT's exact trainable count."""
+    data = {**SMALL, **DENSE_TINY[family]}
+    m = tiny(data)
+    listed = [targets] if isinstance(targets, str) else targets
+    try:
+        expected: int | None = peft_trainable(data, targets)
+    except ValueError:
+        expected = None
+    errors = lora_errors(cfgcheck.validate(run_config(m, listed)))
+    if expected is None:
+        assert errors, f"PEFT raises for {targets} on {family}, cfgcheck says nothing"
+    else:
+        assert not errors, errors
+        assert lora_params(m, 4, listed) == expected
