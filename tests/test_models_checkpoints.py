@@ -250,3 +250,18 @@ def test_a_classification_head_is_counted_as_that_head(
     causal = model(write_config(tmp_path / "lm", {**shape, "tie_word_embeddings": False}))
     score = 3 * 256 + (3 if kind == "ForTokenClassification" else 0)
     assert count_params(causal).total - count_params(m).total == 151936 * 256 - score
+
+
+@requires("peft")
+def test_an_adapter_hub_id_in_the_cache_resolves(tmp_path: Path, empty_hub_cache: Path) -> None:
+    """An adapter repo in the Hub cache (snapshots/<commit>/adapter_config.json) names its
+    base, itself in the cache."""
+    hub_cache(empty_hub_cache, "meta-llama/Llama-2-7b-hf", LLAMA2_7B, "e" * 40)
+    repo = empty_hub_cache / "models--someone--llama2-lora"
+    snapshot = repo / "snapshots" / ("f" * 40)
+    peft_adapter(snapshot, "meta-llama/Llama-2-7b-hf", r=4, target_modules=["q_proj"])
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("f" * 40)
+    source = resolve_pretrained("someone/llama2-lora")
+    assert source.adapter is not None and source.adapter.values["rank"].value == 4
+    assert source.values["n_layer"].value == 32

@@ -6,6 +6,11 @@ transformers 5.x) and the fixed layout of its modeling file (which linears carry
 norms exist). ``vocab_size`` of a config.json is the number of embedding rows (the
 ``nn.Embedding`` / ``lm_head`` size), so it becomes ``padded_vocab_size``; the length of the
 tokenizer the checkpoint was trained with is not in the file and stays unknown.
+
+Every other ``model_type`` is read from the model transformers builds from the file
+(:mod:`cfgcheck.models.generic`). For all of them, ``quantization_config`` sets the stored
+weight format (:mod:`cfgcheck.models.quant`) and a ``*ForSequenceClassification`` /
+``*ForTokenClassification`` in ``architectures`` the output head.
 """
 
 from __future__ import annotations

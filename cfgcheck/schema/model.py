@@ -64,7 +64,12 @@ class ModelConfig(Section):
         None, gt=0, description="Key/value heads (GQA). Defaults to n_head."
     )
     head_size: int | None = Field(None, gt=0, description="Defaults to n_embd // n_head.")
-    intermediate_size: int | None = Field(None, gt=0, description="MLP width; default 4*n_embd.")
+    intermediate_size: int | None = Field(
+        None,
+        gt=0,
+        description="MLP width; default 4*n_embd. For a mixture-of-experts model, the width "
+        "one token runs through: n_expert_per_token x the expert width, plus shared experts.",
+    )
     mlp: MlpKind = "swiglu"
     norm: NormKind = "rmsnorm"
     bias: bool = Field(False, description="Bias on every linear layer.")
