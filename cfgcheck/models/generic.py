@@ -10,10 +10,13 @@ estimate and the LoRA-target rule read the exact modules and parameter counts fr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cfgcheck.models.files import ModelFolderError
 from cfgcheck.models.hf import _GELU, Value
+
+if TYPE_CHECKING:  # the tracer (and torch) load only for a file that needs them
+    from cfgcheck.memory.traced import Trace
 
 _N_EXPERT = ("num_local_experts", "num_experts", "n_routed_experts")
 _TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_topk")
@@ -124,7 +127,7 @@ def _first(cfg: Any, *names: str) -> str | None:
     return None
 
 
-def _mlp_width(tr: Any, cfg: Any) -> Value | None:
+def _mlp_width(tr: Trace, cfg: Any) -> Value | None:
     """The MLP width one token runs through: the dense MLP's, or for a MoE layer the routed
     experts' ``top_k * width`` plus the shared experts' (what its activations scale with)."""
     if tr.experts:
@@ -142,7 +145,7 @@ def _mlp_width(tr: Any, cfg: Any) -> Value | None:
     return None
 
 
-def _mlp(cfg: Any, tr: Any, prefix: str) -> Value:
+def _mlp(cfg: Any, tr: Trace, prefix: str) -> Value:
     act = getattr(cfg, "hidden_act", None) or getattr(cfg, "hidden_activation", None)
     gated = bool(tr.experts) or any(
         p.rsplit(".", 1)[-1] in ("gate_proj", "gate_up_proj", "w1", "w3") for p in tr.linears
@@ -152,19 +155,13 @@ def _mlp(cfg: Any, tr: Any, prefix: str) -> Value:
     return Value(kind, prefix + "hidden_act")
 
 
-def _norm(tr: Any) -> str:
-    """LayerNorm when the first layer's norms carry a bias (a weight and a bias per feature)."""
+def _norm(tr: Trace) -> str:
+    """LayerNorm when a hidden-wide norm of the first layer owns a weight and a bias (GPT-NeoX,
+    Falcon, StableLM, StarCoder2); RMSNorm otherwise (a bias-free LayerNorm such as Cohere's
+    keeps the same fp32 statistics as an RMSNorm)."""
     layer = f"{tr.layers}.0."
     norms = [p for p, k in tr.tree.items() if k == "norm" and p.startswith(layer)]
-    sizes = [tr.params.get(p, 0) for p in norms]
-    names = " ".join(norms)
-    if "layernorm" in names.lower() and any(s and s % 2 == 0 for s in sizes):
-        return "layernorm" if _has_bias(tr, norms) else "rmsnorm"
-    return "rmsnorm"
-
-
-def _has_bias(tr: Any, norms: list[str]) -> bool:
-    return any(tr.params.get(p, 0) == 2 * tr.hidden for p in norms)
+    return "layernorm" if any(tr.params.get(p, 0) == 2 * tr.hidden for p in norms) else "rmsnorm"
 
 
 def _pattern(types: Any) -> int | None:
