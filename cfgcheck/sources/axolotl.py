@@ -73,6 +73,10 @@ def attention_impl(native: NativeConfig) -> tuple[str | None, str | None]:
     return None, None
 
 
+
+
+
+
 def _deepspeed_strategy(value: Any) -> str:
     text = str(value).lower()
     for stage in ("3", "2", "1"):

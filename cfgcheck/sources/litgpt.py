@@ -66,6 +66,8 @@ def optimizer_name(value: Any) -> str:
     return str(value).rsplit(".", 1)[-1]
 
 
+
+
 def _targets_by_architecture(b: Builder, model: ModelConfig) -> None:
     """The LoRA targets (roles) as the resolved architecture names its modules."""
     from cfgcheck.memory.modules import architecture_of, block_linears

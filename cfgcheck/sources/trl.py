@@ -31,6 +31,10 @@ ARGS = "transformers TrainingArguments"
 DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
 
 
+
+
+
+
 def build(b: Builder) -> None:
     n = b.native
     b.default("trainer.framework", "hf", "(TRL trains with transformers' Trainer)")
