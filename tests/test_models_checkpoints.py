@@ -196,6 +196,7 @@ def test_an_adapter_folder_resolves_its_base_and_fills_lora(
     assert (lora.rank, lora.alpha, lora.dropout) == (32, 64, 0.1)
     assert lora.targets == ["k_proj", "o_proj", "q_proj", "v_proj"]  # PEFT saves a set
     assert result.config.trainer.finetuning == "lora"
+    assert m.name == "my-adapter"
     # the config's own settings win
     mine = run(adapter, finetuning="lora")
     mine["trainer"]["lora"] = {"rank": 8}

@@ -132,6 +132,9 @@ def _merge(
     name = source.folder.name if local and source.folder else source.ref
     if source.folder is not None and local:
         name = snapshot_repo_id(source.folder) or name
+    if source.adapter is not None:  # named after the adapter, its folder or its Hub id
+        folder = Path(source.adapter.file).parent
+        name = snapshot_repo_id(folder) or (folder.name if Path(source.ref).is_dir() else name)
     merged.setdefault("name", name)
     merged.setdefault("source", source.file)
     return merged, locations, findings
