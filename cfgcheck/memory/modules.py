@@ -83,7 +83,19 @@ def traced(m: ModelConfig) -> Trace | None:
     layout (None: a hand-written one, or no config.json to build)."""
     if m.hf_config is None or architecture_of(m) in ARCHITECTURES:
         return None
-    return trace(m.hf_config)
+    # by the mapping's identity (model_copy shares it), holding it so the id stays its own
+    hit = _TRACED.get(id(m.hf_config))
+    if hit is not None and hit[0] is m.hf_config:
+        return hit[1]
+    tr = trace(m.hf_config)
+    if len(_TRACED) >= 64:
+        _TRACED.clear()
+    _TRACED[id(m.hf_config)] = (m.hf_config, tr)
+    return tr
+
+
+_TRACED: dict[int, tuple[object, Trace]] = {}
+_BLOCKS: dict[int, tuple[Trace, tuple[Linear, ...]]] = {}
 
 
 def _traced_source(path: str, roles: tuple[str, ...]) -> str:
@@ -108,6 +120,15 @@ def _traced_roles(path: str) -> tuple[str, ...]:
 def traced_block(tr: Trace) -> list[Linear]:
     """The linears of the decoder layer with the most parameters (a MoE layer where some
     layers are dense), as :class:`Linear` with their llama roles."""
+    hit = _BLOCKS.get(id(tr))
+    if hit is None or hit[0] is not tr:
+        if len(_BLOCKS) >= 64:
+            _BLOCKS.clear()
+        hit = _BLOCKS[id(tr)] = (tr, tuple(_traced_block(tr)))
+    return list(hit[1])
+
+
+def _traced_block(tr: Trace) -> list[Linear]:
     if not tr.n_layer:
         return []
     sizes = [0] * tr.n_layer

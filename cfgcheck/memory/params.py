@@ -12,7 +12,9 @@ or a weight and a bias (LayerNorm). Soft-capping and sliding windows have no par
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from cfgcheck.memory.modules import (
     EMBEDDING,
@@ -29,6 +31,8 @@ from cfgcheck.memory.modules import (
 )
 from cfgcheck.memory.traced import PEFT_MOE_NAMES, Trace
 from cfgcheck.schema.model import ModelConfig
+
+T = TypeVar("T")
 
 __all__ = ["Linear", "ParamCount", "block_linears", "count_params", "lora_params"]
 
@@ -106,7 +110,7 @@ def count_params(m: ModelConfig) -> ParamCount:
     """Exact parameter count of a model shape."""
     tr = traced(m)
     if tr is not None:
-        return _traced_count(tr)
+        return _memo(("count", id(tr)), tr, lambda: _traced_count(tr))
     linears = block_linears(m)
     tied = m.tie_embeddings and m.head == "causal_lm"  # a classification score is its own
     head = 0 if tied else m.head_rows * m.n_embd + (m.head_rows if m.head_bias else 0)
@@ -121,6 +125,21 @@ def count_params(m: ModelConfig) -> ParamCount:
         n_layer=m.n_layer,
         position_embedding=positions,
     )
+
+
+_MEMO: dict[tuple[object, ...], tuple[Trace, Any]] = {}
+
+
+def _memo(key: tuple[object, ...], tr: Trace, make: Callable[[], T]) -> T:
+    """A traced model's derived counts, computed once per trace (the estimate and the fix
+    search ask for them hundreds of times); the entry holds the trace, so its id stays its."""
+    hit = _MEMO.get(key)
+    if hit is None or hit[0] is not tr:
+        if len(_MEMO) >= 512:
+            _MEMO.clear()
+        hit = _MEMO[key] = (tr, make())
+    result: T = hit[1]
+    return result
 
 
 def _traced_count(tr: Trace) -> ParamCount:
@@ -210,7 +229,8 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     """
     tr = traced(m)
     if tr is not None and framework == "hf":
-        return _traced_adapted(m, tr, targets)
+        key = ("adapted", id(tr), tuple(targets))
+        return _memo(key, tr, lambda: _traced_adapted(m, tr, targets))
     # One layer's tree names every module kind (embeddings are outside the layers).
     tree = module_tree(m.model_copy(update={"n_layer": 1})) if framework == "hf" else None
     if tree is None:
