@@ -118,7 +118,9 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     from cfgcheck.memory.stack import quantized
 
     pc: ParamCount = count_params(m)
-    linear = 0 if quantized(t) else pc.linear_weights
+    # a traced model's other matmul weights (fused experts, routers) are cast the same way:
+    # F.linear on a slice of an fp32 parameter under autocast (MixtralExperts.forward)
+    linear = 0 if quantized(t) else pc.linear_weights + pc.other
     head = m.head_rows * m.n_embd
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t)
     uncast = sum(x.in_features * x.out_features for x in first_layer_frozen_linears(m, t))
@@ -133,7 +135,7 @@ def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     from cfgcheck.memory.stack import quantized
 
     pc = count_params(m)
-    linear = 0 if quantized(t) else pc.block_linear_weight_elems
+    linear = 0 if quantized(t) else pc.block_linear_weight_elems + pc.other // m.n_layer
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t) // m.n_layer
     return 2 * (linear + adapters)
 
