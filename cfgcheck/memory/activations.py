@@ -266,9 +266,13 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     runs them (models/mixtral/modeling_mixtral.py, the same in qwen2_moe, qwen3_moe, olmoe,
     deepseek_v2/v3, gpt_oss): ``MixtralTopKRouter.forward`` keeps the fp32
     ``softmax(router_logits.float())`` (n_expert wide) and the router logits, ``topk`` its
-    indices and renormalised weights (top_k wide); ``MixtralExperts.forward`` scales each
-    expert's output by its routing weight (``current_hidden_states * top_k_weights``: the
-    output is kept, hidden wide, top_k per token). When the experts train (full fine-tuning)
+    indices and renormalised weights (top_k wide). The experts run through
+    ``integrations/moe.py`` ``grouped_mm_experts_forward`` (the default
+    ``experts_implementation``, ``PreTrainedModel.get_correct_experts_implementation``; the
+    per-expert loop of ``MixtralExperts.forward`` is the eager fallback and keeps the same
+    shapes): the routed copies of each token sorted by expert (``hidden_states[perm //
+    top_k]``), two grouped linears, and each output scaled by its routing weight (kept, hidden
+    wide, top_k per token). When the experts train (full fine-tuning)
     the linears also keep their inputs: the router's (the MoE input, hidden wide), each routed
     token's gathered ``hidden_states[token_idx]`` (hidden wide) and the down projection's
     input (one expert width). The gate/up output and its activation are the MLP term over
