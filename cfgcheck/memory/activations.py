@@ -272,13 +272,12 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     per-expert loop of ``MixtralExperts.forward`` is the eager fallback and keeps the same
     shapes): the routed copies of each token sorted by expert (``hidden_states[perm //
     top_k]``), two grouped linears, and each output scaled by its routing weight (kept, hidden
-    wide, top_k per token). When the experts train (full fine-tuning)
-    the linears also keep their inputs: the router's (the MoE input, hidden wide), each routed
-    token's gathered ``hidden_states[token_idx]`` (hidden wide) and the down projection's
-    input (one expert width). The gate/up output and its activation are the MLP term over
-    ``intermediate_size = top_k * expert width``. CPU-traced on tiny Mixtral, Qwen3-MoE and
-    OLMoE (tests/test_memory_tracer_moe.py), not measured on a GPU: the estimate carries the
-    uncalibrated margin."""
+    wide, top_k per token). When the experts train (full fine-tuning) the linears also keep
+    their inputs: the router's (the MoE input, hidden wide), each routed token's gathered copy
+    (hidden wide) and the down projection's input (one expert width). The gate/up output and
+    its activation are the MLP term over ``intermediate_size = top_k * expert width``.
+    CPU-traced on tiny Mixtral, Qwen3-MoE and OLMoE (tests/test_memory_tracer_moe.py), not
+    measured on a GPU: the estimate carries the uncalibrated margin."""
     e, k = m.n_expert, m.n_expert_per_token
     if not e or not k:
         return 0
