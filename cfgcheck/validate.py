@@ -93,7 +93,22 @@ def _validate(raw: Any) -> CheckResult:
         partial = RunConfig.model_construct(**valid)
         findings += run_rules(partial, valid)
         return CheckResult(sort_findings(findings))
+    _build_traced(run)
     return CheckResult(sort_findings(run_rules(run, SECTIONS)), config=run)
+
+
+def _build_traced(run: RunConfig) -> None:
+    """A model read generically (``model.hf_config``) is built before any rule needs it: a
+    missing transformers or an unbuildable config is one load error, not a rule's crash."""
+    if run.model.hf_config is None:
+        return
+    from cfgcheck.memory.modules import traced
+    from cfgcheck.memory.traced import TraceError
+
+    try:
+        traced(run.model)
+    except TraceError as e:
+        raise ConfigLoadError(f"model.hf_config of {run.model.name}: {e}") from e
 
 
 def _schema_findings(

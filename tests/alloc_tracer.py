@@ -185,7 +185,13 @@ def build(m: dict[str, Any], t: dict[str, Any], gm: Any) -> Any:
     prec = t["precision"]
     wdtype = torch.bfloat16 if prec == "bf16-true" else torch.float32
     torch.manual_seed(0)
-    cfg = gm.hf_config(m)
+    if m.get("hf_config"):  # a family cfgcheck reads generically: its own config.json
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        hf = m["hf_config"]
+        cfg = CONFIG_MAPPING[hf["model_type"]].from_dict(dict(hf))
+    else:
+        cfg = gm.hf_config(m)
     model = tf.AutoModelForCausalLM.from_config(
         cfg, dtype=wdtype, attn_implementation=t["attention"]
     )

@@ -384,7 +384,8 @@ def test_the_callers_config_is_not_modified(qwen_folder: Path) -> None:
         ("[" * 100 + "]" * 100, "nested deeper"),
         ("{not json", "malformed JSON"),
         ("[1, 2]", "must hold a JSON object"),
-        ('{"model_type": "mamba"}', "is not mapped by cfgcheck"),
+        ('{"model_type": "mamba"}', "write the model section by hand"),  # not a transformer
+        ('{"model_type": "no_such_arch"}', "not an architecture the installed transformers"),
         ('{"model_type": "llama", "hidden_size": "big"}', "must be a positive integer"),
     ],
 )

@@ -51,7 +51,7 @@ def test_an_int64_size_is_refused_naming_its_bound(path: str) -> None:
     proc = run_cfgcheck("check", f"{path}={INT64}", timeout=60)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert_bounded(proc.stdout, OVERRIDES[path])
-    assert f"fix: set {path} to the real value, at most {OVERRIDES[path].maximum}" in proc.stdout
+    assert f"hint: set {path} to the real value, at most {OVERRIDES[path].maximum}" in proc.stdout
 
 
 @pytest.mark.parametrize("command", ["memory", "check"])

@@ -74,8 +74,10 @@ def _text(p: dict[str, Any]) -> str:
     lines = [f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]}".rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    active = e.get("active_params", e["params"])
+    moe = f"active {active:,}, " if active != e["params"] else ""
     head = (
-        f"parameters {e['params']:,} (trainable {e['trainable_params']:,}), "
+        f"parameters {e['params']:,} ({moe}trainable {e['trainable_params']:,}), "
         f"{e['world_size']} GPU(s), sequence length {e['seq_len']}"
     )
     lines.insert(0, head)

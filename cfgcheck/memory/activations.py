@@ -203,7 +203,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         # when its weight trains the normalized tensor (in the q/k dtype) that multiplies it
         total += 4 * (a + kv) * d + 4 * (a + kv) + (p * (a + kv) * d if full else 0)
     core = _attention_core(m, t, s, masked)
-    total += core.per_token + _mlp_bytes(m, s)
+    total += core.per_token + _mlp_bytes(m, s) + _router_bytes(m, t, s)
     scores = core.attention_scores
     if _gpt2_dropout(m, s):  # masks of the two residual dropouts; eager attention's dropout
         total += 2 * h  # keeps its mask, and the matmul with v keeps its output instead of
@@ -259,6 +259,51 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
 def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
     """What the MLP keeps between its projections, per token."""
     return s.act * m.mlp_width * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
+
+
+def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
+    """A mixture-of-experts layer's router and token dispatch, per token, as transformers 5
+    runs them (models/mixtral/modeling_mixtral.py, the same in qwen2_moe, qwen3_moe, olmoe,
+    deepseek_v2/v3, gpt_oss): ``MixtralTopKRouter.forward`` keeps the fp32
+    ``softmax(router_logits.float())`` (n_expert wide) and the router logits, ``topk`` its
+    indices and renormalised weights (top_k wide). The experts run through
+    ``integrations/moe.py`` ``grouped_mm_experts_forward`` (the default
+    ``experts_implementation``, ``PreTrainedModel.get_correct_experts_implementation``; the
+    per-expert loop of ``MixtralExperts.forward`` is the eager fallback and keeps the same
+    shapes): the routed copies of each token sorted by expert (``hidden_states[perm //
+    top_k]``), two grouped linears, and each output scaled by its routing weight (kept, hidden
+    wide, top_k per token). When the experts train (full fine-tuning) the linears also keep
+    their inputs: the router's (the MoE input, hidden wide), each routed token's gathered copy
+    (hidden wide) and the down projection's input (one expert width). The gate/up output and
+    its activation are the MLP term over ``intermediate_size = top_k * expert width``.
+    CPU-traced on tiny Mixtral, Qwen3-MoE and OLMoE (tests/test_memory_tracer_moe.py), not
+    measured on a GPU: the estimate carries the uncalibrated margin."""
+    e, k = m.n_expert, m.n_expert_per_token
+    if not e or not k:
+        return 0
+    p, h = s.act, m.n_embd
+    total = e * (p + 4) + k * (8 + 4) + k * p * h
+    if _aux_loss(m):
+        # output_router_logits: load_balancing_loss_func's softmax over each layer's returned
+        # router logits is kept for its backward: one more n_expert-wide tensor per token
+        # and layer (the logits themselves are the router's, already counted; CPU-traced)
+        total += e * p
+    if t.finetuning == "full":
+        from cfgcheck.memory.modules import traced
+
+        tr = traced(m)
+        width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
+        total += p * h + k * p * h + k * p * width
+    return total
+
+
+def _aux_loss(m: ModelConfig) -> bool:
+    """The router's auxiliary load-balancing loss is on (``output_router_logits`` in the
+    config.json: transformers' MoE ``*ForCausalLM.forward`` then adds
+    ``router_aux_loss_coef * load_balancing_loss_func(...)``)."""
+    from cfgcheck.memory.traced import text_config
+
+    return bool(m.hf_config and text_config(m.hf_config).get("output_router_logits"))
 
 
 def first_layer_without_grad(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
@@ -404,7 +449,7 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
     s = stack(m, t)
     p = s.act
     tokens = batch * seq
-    v = m.rows
+    v = m.head_rows
     if t.loss_chunking == "fused":
         return fused_loss_bytes(m, s, tokens)
     if t.loss_chunking == "chunked":
@@ -417,7 +462,7 @@ def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
         # alive next to all logits and all their gradients (CPU-traced on LitGPT's loop).
         q = held_logits_bytes(t, s)
         capped = p if m.final_logit_softcapping else 0
-        head = s.dequant_bytes * m.rows * m.n_embd if s.quantized_head else 0
+        head = s.dequant_bytes * m.head_rows * m.n_embd if s.quantized_head else 0
         chunk = 2 * q * v * batch * min(seq, LM_HEAD_CHUNK)
         return (2 * q + capped) * v * tokens + chunk + head
     held = 0 if s.framework == "hf" else p
@@ -442,7 +487,7 @@ def litgpt_forward_end_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: 
     s = stack(m, t)
     q = held_logits_bytes(t, s)
     capped = s.act if m.final_logit_softcapping else 0
-    return (2 * q + s.act + capped) * m.rows * batch * seq
+    return (2 * q + s.act + capped) * m.head_rows * batch * seq
 
 
 def liger_chunk_size(vocab: int, hidden: int, tokens: int) -> int:
@@ -463,7 +508,7 @@ def fused_loss_bytes(m: ModelConfig, s: Stack, tokens: int) -> int:
     ``grad_input``, the fp32 per-token loss, the ignore mask and the shifted int64 labels
     (liger_kernel/transformers/model/loss_utils.py). A trained lm_head's ``grad_weight`` is the
     gradient counted with the others."""
-    v, h = m.rows, m.n_embd
+    v, h = m.head_rows, m.n_embd
     chunk = min(liger_chunk_size(v, h, tokens), tokens)
     logits = s.act  # the lm_head matmul's dtype (autocast: 16-bit)
     return s.residual * h * tokens + logits * chunk * (v + h) + (4 + 1 + 2 * 8) * tokens
@@ -501,4 +546,4 @@ def logits_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int)
     if t.loss_chunking != "none" or s.framework != "hf":
         return logits_bytes(m, t, batch, seq)
     capped = s.act if m.final_logit_softcapping else 0
-    return (s.act + 8 + capped) * m.rows * batch * seq
+    return (s.act + 8 + capped) * m.head_rows * batch * seq

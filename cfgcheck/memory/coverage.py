@@ -16,6 +16,10 @@ from cfgcheck.schema.trainer import TrainerConfig
 CALIBRATED_MARGIN = 0.10
 # stated margin when any setting of the run was not measured
 UNCALIBRATED_MARGIN = 0.25
+# A mixture-of-experts step with gradient checkpointing or mixed precision: the CPU trace of
+# tiny Mixtral / Qwen3-MoE (tests/test_memory_tracer_moe.py) finds the estimate up to 25 %
+# under (the backward of the per-expert dispatch), so the stated margin is wider.
+MOE_BACKWARD_MARGIN = 0.40
 
 ARCHITECTURES = (None, "llama", "mistral", "qwen2", "gemma", "phi")
 CALIBRATED: dict[str, tuple[object, ...]] = {
@@ -42,6 +46,13 @@ def _model_gaps(m: ModelConfig, seq: int) -> list[str]:
     gaps = []
     if m.architecture not in ARCHITECTURES:
         gaps.append(f"model.architecture={m.architecture}")
+    if m.n_expert:
+        gaps.append(
+            "mixture-of-experts router and per-expert dispatch (counted from transformers' "
+            "source, not traced or measured)"
+        )
+    if m.weight_format is not None:
+        gaps.append(f"a pre-quantized checkpoint ({m.weight_format}), counted from its format")
     if m.norm_qk:
         gaps.append("model.norm_qk (q/k norms)")
     if m.post_attention_norm or m.post_mlp_norm:
@@ -65,9 +76,16 @@ def coverage(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Coverage:
         gaps.append(f"trainer.strategy={t.strategy} on {t.world_size} GPUs")
     if not gaps:
         return Coverage(CALIBRATED_MARGIN, (), ())
+    margin = UNCALIBRATED_MARGIN
+    if m.n_expert and (t.gradient_checkpointing or t.precision.endswith("-mixed")):
+        margin = MOE_BACKWARD_MARGIN
+        gaps.append(
+            "mixture-of-experts with gradient checkpointing or mixed precision (CPU-traced up "
+            "to 25 % above the estimate)"
+        )
     note = (
         "not calibrated on measured runs: "
         + ", ".join(gaps)
-        + f"; the estimate carries a +/-{UNCALIBRATED_MARGIN:.0%} margin"
+        + f"; the estimate carries a +/-{margin:.0%} margin"
     )
-    return Coverage(UNCALIBRATED_MARGIN, tuple(gaps), (note,))
+    return Coverage(margin, tuple(gaps), (note,))

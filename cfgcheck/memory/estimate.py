@@ -129,6 +129,7 @@ class MemoryEstimate:
         return {
             "phase": self.phase,
             "params": self.params.total,
+            "active_params": self.params.active,
             "trainable_params": self.trainable,
             "world_size": self.world_size,
             "seq_len": self.seq_len,
@@ -204,7 +205,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         # lm_head's cast is saved; inside the forward (log-softmax of the loss) autocast's
         # cache still holds the casts of every weight that trains (torch caches casts of
         # leaves that require grad only: a frozen base's casts are transient)
-        head_cast = 2 * m.rows * m.n_embd // div.weights
+        head_cast = 2 * m.head_rows * m.n_embd // div.weights
         cached = auto if t.finetuning == "full" else head_cast + 2 * lora // div.weights
         in_forward = cached + act.logits_forward_bytes(m, t, b, seq)
         fwd_auto, fwd_logits = max((head_cast, logits), (cached, in_forward - cached), key=sum)
@@ -224,7 +225,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         # by then the lm_head's backward has made its gradient
         head_grad = 0
         if t.finetuning == "full" and t.gradient_accumulation_steps == 1:
-            head_grad = m.rows * m.n_embd * weights.master_bytes(t) // div.gradients
+            head_grad = m.head_rows * m.n_embd * weights.master_bytes(t) // div.gradients
         if backward + head_grad > fwd_logits:
             fwd_logits, loss_note = backward, f"{t.loss_chunking}; then the last layer's backward"
             fwd_grads += head_grad
@@ -254,7 +255,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [
-        Component("weights", "weights", w, _weights_note(t, st.kbit_upcast)),
+        Component("weights", "weights", w, _weights_note(m, t, st.kbit_upcast)),
         Component("adapters", "LoRA adapters", adapters, f"{8 * st.adapter}-bit") if lora else None,
         Component("optimizer_states", "optimizer states", states, t.optimizer) if states else None,
         Component("sharding_buffers", "sharding buffers", buffers - gather, t.strategy)
@@ -306,7 +307,7 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     allocated = sum(c.bytes for c in comps)
     if t.gradient_checkpointing and not layer:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
-    cache = allocator.cached_bytes(t, st, allocated, m.rows * tokens, layer, grads)
+    cache = allocator.cached_bytes(t, st, allocated, m.head_rows * tokens, layer, grads)
     comps.append(Component("fragmentation", "allocator cache", cache.bytes, cache.note))
     comps.append(
         Component("cuda_context", "CUDA context", int(CUDA_CONTEXT_GIB * GIB), CONTEXT_NOTE)
@@ -352,7 +353,9 @@ def _backward_front(
     return max(first, last, key=sum)
 
 
-def _weights_note(t: TrainerConfig, upcast: bool) -> str:
+def _weights_note(m: ModelConfig, t: TrainerConfig, upcast: bool) -> str:
+    if weights.prequantized_bytes(m) is not None and t.quantization == "none":
+        return f"{m.weight_format} block linears (the checkpoint's quantization_config)"
     if t.quantization != "none" and t.finetuning != "full":
         rest = ", the rest fp32 (prepare_model_for_kbit_training)" if upcast else ""
         return f"{t.quantization} block linears{rest}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cfgcheck.memory.modules import architecture_of
+from cfgcheck.memory.modules import ARCHITECTURES, architecture_of
 from cfgcheck.schema.model import ModelConfig
 
 
@@ -78,6 +78,14 @@ def hf_config(m: ModelConfig) -> Any:
             "building a model needs transformers: install cfgcheck[transformers]"
         ) from e
     transformers: Any = _transformers  # typed config dataclasses; kwargs are checked at runtime
+    if m.hf_config is not None and architecture_of(m) not in ARCHITECTURES:
+        # a family read generically: its own config.json (cfgcheck.memory.traced)
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        kind = m.hf_config.get("model_type")
+        if not isinstance(kind, str) or kind not in CONFIG_MAPPING:
+            raise ShapeNotMappableError(f"{m.name}: transformers has no model_type {kind!r}")
+        return CONFIG_MAPPING[kind].from_dict(dict(m.hf_config))
     arch = architecture_of(m)
     if arch is None:
         raise ShapeNotMappableError(f"{m.name}: no transformers architecture with this layout")

@@ -13,6 +13,10 @@ checks every tree against transformers on the meta device):
 * ``phi3``: fused ``self_attn.qkv_proj`` and ``mlp.gate_up_proj``, ``o_proj``, ``down_proj``;
 * ``gpt2``: ``transformer.h.N.attn.{c_attn,c_proj}``, ``mlp.{c_fc,c_proj}`` (``Conv1D``),
   learned position embeddings ``transformer.wpe``.
+
+Every other family (``ModelConfig.hf_config`` set, e.g. mixtral, qwen3_moe, gemma3, olmo2,
+falcon) is read off the real model built on the meta device (:mod:`cfgcheck.memory.traced`):
+its tree is ``named_modules()`` itself, its block linears those of its largest decoder layer.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from cfgcheck.memory.traced import EMBEDDING as EMBEDDING
+from cfgcheck.memory.traced import LINEAR as LINEAR
+from cfgcheck.memory.traced import NORM as NORM
+from cfgcheck.memory.traced import OTHER as OTHER
+from cfgcheck.memory.traced import Trace, trace
 from cfgcheck.schema.model import ModelConfig
 
 # The llama names of the seven block projections, the "roles" every layout maps onto.
@@ -69,8 +78,82 @@ def architecture_of(m: ModelConfig) -> str | None:
     return "mistral" if m.sliding_window_size else "llama"
 
 
+def traced(m: ModelConfig) -> Trace | None:
+    """The meta-device trace of ``m.hf_config`` for an architecture without a hand-written
+    layout (None: a hand-written one, or no config.json to build)."""
+    if m.hf_config is None or architecture_of(m) in ARCHITECTURES:
+        return None
+    # by the mapping's identity (model_copy shares it), holding it so the id stays its own
+    hit = _TRACED.get(id(m.hf_config))
+    if hit is not None and hit[0] is m.hf_config:
+        return hit[1]
+    tr = trace(m.hf_config)
+    if len(_TRACED) >= 64:
+        _TRACED.clear()
+    _TRACED[id(m.hf_config)] = (m.hf_config, tr)
+    return tr
+
+
+_TRACED: dict[int, tuple[object, Trace]] = {}
+_BLOCKS: dict[int, tuple[Trace, tuple[Linear, ...]]] = {}
+
+
+def _traced_source(path: str, roles: tuple[str, ...]) -> str:
+    if "o_proj" in roles:
+        return "attn_out"
+    if "down_proj" in roles:
+        return "mlp_act"
+    if {"gate_proj", "up_proj"} & set(roles):
+        return "mlp_in"
+    if roles:
+        return "attn_in"
+    return "mlp_in" if any(k in path for k in ("mlp", "feed_forward", "moe")) else "attn_in"
+
+
+def _traced_roles(path: str) -> tuple[str, ...]:
+    name = path.rsplit(".", 1)[-1]
+    if name in ("c_proj", "dense") and any(k in path for k in ("mlp", "feed_forward")):
+        return (DOWN,) if name == "c_proj" else (UP,)
+    return NAME_ROLES.get(name, ())
+
+
+def traced_block(tr: Trace) -> list[Linear]:
+    """The linears of the decoder layer with the most parameters (a MoE layer where some
+    layers are dense), as :class:`Linear` with their llama roles."""
+    hit = _BLOCKS.get(id(tr))
+    if hit is None or hit[0] is not tr:
+        if len(_BLOCKS) >= 64:
+            _BLOCKS.clear()
+        hit = _BLOCKS[id(tr)] = (tr, tuple(_traced_block(tr)))
+    return list(hit[1])
+
+
+def _traced_block(tr: Trace) -> list[Linear]:
+    if not tr.n_layer:
+        return []
+    sizes = [0] * tr.n_layer
+    for p, n in tr.params.items():
+        i = tr.layer_of(p)
+        if i is not None:
+            sizes[i] += n
+    layer = max(range(tr.n_layer), key=lambda i: (sizes[i], -i))
+    prefix = f"{tr.layers}.{layer}."
+    out = []
+    for p, x in tr.linears.items():
+        if p.startswith(prefix):
+            inner = p[len(prefix) :]
+            roles = _traced_roles(p)
+            src = _traced_source(p, roles)
+            name = inner.rsplit(".", 1)[-1]
+            out.append(Linear(name, x.in_features, x.out_features, x.bias, src, inner, roles))
+    return out
+
+
 def block_linears(m: ModelConfig) -> list[Linear]:
     """The linear layers of one transformer block, in forward order, by their real names."""
+    tr = traced(m)
+    if tr is not None:
+        return traced_block(tr)
     arch = architecture_of(m)
     h, q_out, kv_out, inter = m.n_embd, m.n_head * m.head_dim, m.kv_heads * m.head_dim, m.mlp_width
     qkv_bias = m.bias or m.attn_bias
@@ -111,10 +194,6 @@ def block_linears(m: ModelConfig) -> list[Linear]:
     return layers
 
 
-# Module kinds: what PEFT's LoRA can wrap ("linear", "embedding") and what it refuses.
-LINEAR, EMBEDDING, NORM, OTHER = "linear", "embedding", "norm", "other"
-
-
 def _block_others(m: ModelConfig, arch: str) -> list[tuple[str, str]]:
     """The non-linear modules of one block (paths inside the block), by architecture."""
     if arch == "gpt2":
@@ -137,7 +216,12 @@ def _block_others(m: ModelConfig, arch: str) -> list[tuple[str, str]]:
 
 def module_tree(m: ModelConfig) -> dict[str, str] | None:
     """Every module path of the transformers model (``named_modules()``, the root excluded)
-    with its kind, or None when the architecture is not one cfgcheck knows."""
+    with its kind, or None when the architecture is not one cfgcheck knows. A traced model
+    asked for fewer layers than it has gets every layer's modules under the first ones (the
+    union: a one-layer tree answers for an entry that names no layer)."""
+    tr = traced(m)
+    if tr is not None:
+        return _traced_tree(tr, m.n_layer)
     arch = architecture_of(m)
     if arch not in ARCHITECTURES:
         return None
@@ -159,6 +243,20 @@ def module_tree(m: ModelConfig) -> dict[str, str] | None:
         tree.update({f"{layers}.{i}.{path}": kind for path, kind in block})
     tree["lm_head"] = LINEAR
     return tree
+
+
+def _traced_tree(tr: Trace, n_layer: int) -> dict[str, str]:
+    if n_layer >= tr.n_layer:
+        return dict(tr.tree)
+    out: dict[str, str] = {}
+    prefix = tr.layers + "."
+    for path, kind in tr.tree.items():
+        i = tr.layer_of(path)
+        if i is not None and i >= n_layer:
+            rest = path[len(prefix) :].split(".", 1)
+            path = f"{prefix}{i % n_layer}" + (f".{rest[1]}" if len(rest) > 1 else "")
+        out.setdefault(path, kind)
+    return out
 
 
 def lora_names(m: ModelConfig) -> tuple[str, ...]:
@@ -189,6 +287,19 @@ NAME_ROLES: dict[str, tuple[str, ...]] = {
     "fc1": (UP,),
     "fc2": (DOWN,),
     "c_attn": (Q, K, V),
+    # GPT-NeoX / Falcon (query_key_value, dense, dense_h_to_4h, dense_4h_to_h), DeepSeek's
+    # multi-head latent attention (q_a/q_b, kv_a_proj_with_mqa, kv_b_proj), Mixtral v0 (w1-w3)
+    "query_key_value": (Q, K, V),
+    "dense_h_to_4h": (UP,),
+    "dense_4h_to_h": (DOWN,),
+    "q_a_proj": (Q,),
+    "q_b_proj": (Q,),
+    "kv_a_proj_with_mqa": (K, V),
+    "kv_b_proj": (K, V),
+    "out_proj": (OUT,),
+    "w1": (GATE,),
+    "w3": (UP,),
+    "w2": (DOWN,),
     "c_fc": (UP,),
     "c_proj": (OUT, DOWN),
     # LitGPT modules (litgpt/model.py: attn.qkv, attn.proj, mlp.fc_1 / fc_2 / proj, mlp.fc)

@@ -12,10 +12,14 @@ or a weight and a bias (LayerNorm). Soft-capping and sliding windows have no par
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from cfgcheck.memory.modules import (
     EMBEDDING,
+    LINEAR,
+    NORM,
     ROLES,
     Linear,
     architecture_of,
@@ -23,8 +27,12 @@ from cfgcheck.memory.modules import (
     matches_any,
     module_tree,
     roles_of,
+    traced,
 )
+from cfgcheck.memory.traced import PEFT_MOE_NAMES, Trace
 from cfgcheck.schema.model import ModelConfig
+
+T = TypeVar("T")
 
 __all__ = ["Linear", "ParamCount", "block_linears", "count_params", "lora_params"]
 
@@ -60,14 +68,26 @@ class ParamCount:
     final_norm: int
     n_layer: int
     position_embedding: int = 0  # GPT-2's learned positions (wpe); RoPE models have none
+    # A traced architecture (memory/traced.py): the parameters outside the uniform
+    # linears-and-norms layout of the fields above (routed experts, routers, attention sinks,
+    # layers that differ from the average, a vision tower), of which ``expert`` are the routed
+    # experts' and ``active_expert`` those one token runs through.
+    other: int = 0
+    expert: int = 0
+    active_expert: int = 0
 
     @property
     def per_block(self) -> int:
-        return self.block_linear + self.block_norms
+        return self.block_linear + self.block_norms + self.other // max(self.n_layer, 1)
+
+    @property
+    def active(self) -> int:
+        """Parameters one token runs through (the total for a dense model)."""
+        return self.total - self.expert + self.active_expert
 
     @property
     def blocks(self) -> int:
-        return self.per_block * self.n_layer
+        return (self.block_linear + self.block_norms) * self.n_layer + self.other
 
     @property
     def total(self) -> int:
@@ -88,8 +108,12 @@ class ParamCount:
 
 def count_params(m: ModelConfig) -> ParamCount:
     """Exact parameter count of a model shape."""
+    tr = traced(m)
+    if tr is not None:
+        return _memo(("count", id(tr)), tr, lambda: _traced_count(tr))
     linears = block_linears(m)
-    head = 0 if m.tie_embeddings else m.rows * m.n_embd + (m.rows if m.lm_head_bias else 0)
+    tied = m.tie_embeddings and m.head == "causal_lm"  # a classification score is its own
+    head = 0 if tied else m.head_rows * m.n_embd + (m.head_rows if m.head_bias else 0)
     positions = m.block_size * m.n_embd if architecture_of(m) == "gpt2" else 0
     return ParamCount(
         embedding=m.rows * m.n_embd,
@@ -100,6 +124,53 @@ def count_params(m: ModelConfig) -> ParamCount:
         final_norm=norm_params(m),
         n_layer=m.n_layer,
         position_embedding=positions,
+    )
+
+
+_MEMO: dict[tuple[object, ...], tuple[Trace, Any]] = {}
+
+
+def _memo(key: tuple[object, ...], tr: Trace, make: Callable[[], T]) -> T:
+    """A traced model's derived counts, computed once per trace (the estimate and the fix
+    search ask for them hundreds of times); the entry holds the trace, so its id stays its."""
+    hit = _MEMO.get(key)
+    if hit is None or hit[0] is not tr:
+        if len(_MEMO) >= 512:
+            _MEMO.clear()
+        hit = _MEMO[key] = (tr, make())
+    result: T = hit[1]
+    return result
+
+
+def _traced_count(tr: Trace) -> ParamCount:
+    """The trace's counts in the fields above: the decoder layers' linears and norms averaged
+    (floor) over the layers, everything else of the layers in ``other``, the lm_head and the
+    final norm outside them; ``total`` is the meta model's exact sum."""
+    n = max(tr.n_layer, 1)
+    in_layers = [p for p in tr.params if tr.layer_of(p) is not None]
+    linear = sum(tr.params[p] for p in in_layers if tr.tree.get(p) == LINEAR)
+    weights = sum(
+        x.in_features * x.out_features for p, x in tr.linears.items() if tr.layer_of(p) is not None
+    )
+    norms = sum(tr.params[p] for p in in_layers if tr.tree.get(p) == NORM)
+    embedding = tr.rows * tr.hidden
+    head = 0 if tr.tied or tr.lm_head is None else tr.params.get(tr.lm_head, 0)
+    final = sum(
+        n_ for p, n_ in tr.params.items() if tr.layer_of(p) is None and tr.tree.get(p) == NORM
+    )
+    blocks = linear // n * n + norms // n * n
+    other = tr.total - embedding - head - final - blocks
+    return ParamCount(
+        embedding=embedding,
+        lm_head=head,
+        block_linear=linear // n,
+        block_linear_weight_elems=weights // n,
+        block_norms=norms // n,
+        final_norm=final,
+        n_layer=tr.n_layer,
+        other=other,
+        expert=tr.expert_params,
+        active_expert=sum(e.active for e in tr.experts),
     )
 
 
@@ -115,6 +186,10 @@ class Adapted:
     linears: tuple[tuple[Linear, int], ...]
     lm_head: bool
     embedding_rows: tuple[int, ...] = ()
+    # LoRA on parameters (PEFT's target_parameters, converted from MoE expert names): the
+    # trainable parameters per rank unit, and the parameter names adapted
+    param_adapters: int = 0
+    param_names: frozenset[str] = frozenset()
 
     @property
     def embedding(self) -> bool:
@@ -152,6 +227,10 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     name of ``NAME_ROLES``, by the projections it stands for; so is a shape whose architecture
     cfgcheck does not know (both in :mod:`cfgcheck.memory.modules`).
     """
+    tr = traced(m)
+    if tr is not None and framework == "hf":
+        key = ("adapted", id(tr), tuple(targets))
+        return _memo(key, tr, lambda: _traced_adapted(m, tr, targets))
     # One layer's tree names every module kind (embeddings are outside the layers).
     tree = module_tree(m.model_copy(update={"n_layer": 1})) if framework == "hf" else None
     if tree is None:
@@ -176,12 +255,71 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     return Adapted(tuple(counts), "lm_head" in wanted, rows)
 
 
+def _traced_adapted(m: ModelConfig, tr: Trace, targets: list[str]) -> Adapted:
+    """PEFT's matching on the traced model's own paths: each adapted linear of the
+    representative block with the number of layers that adapt it (by its path inside the
+    block), the lm_head, the embeddings."""
+    every = is_all_linear(targets)
+    per_rank, params = _moe_param_adapters(tr, targets)
+    converted = PEFT_MOE_NAMES.get(tr.peft_moe or "", {})
+    if every and converted:  # PEFT resolves all-linear to leaf names, then converts
+        leaves = {p.rsplit(".", 1)[-1] for p in tr.linears if p != tr.lm_head}
+        wanted, every = frozenset(leaves - set(converted)), False
+    else:
+        wanted = frozenset(t for t in targets if t not in converted)
+    counts: dict[str, int] = {}
+    head = False
+    for path in tr.linears:
+        if path == tr.lm_head:
+            head = not every and matches_any(path, wanted)
+            continue
+        if every or matches_any(path, wanted):
+            layer = tr.layer_of(path)
+            inner = path if layer is None else path[len(f"{tr.layers}.{layer}.") :]
+            counts[inner] = counts.get(inner, 0) + 1
+    block = {x.path: x for x in block_linears(m)}
+    picked = [(x, counts.pop(x.path, 0)) for x in block.values()]
+    # adapted linears outside the representative block (a dense layer's MLP, a vision tower)
+    for inner, n in counts.items():
+        x = next(tr.linears[p] for p in tr.linears if p.endswith("." + inner) or p == inner)
+        name = inner.rsplit(".", 1)[-1]
+        picked.append((Linear(name, x.in_features, x.out_features, x.bias, "mlp_in", inner), n))
+    rows = tuple(
+        tr.rows
+        for path, kind in tr.tree.items()
+        if kind == EMBEDDING and not every and matches_any(path, wanted)
+    )
+    return Adapted(tuple(picked), head, rows, per_rank, params)
+
+
+def _moe_param_adapters(tr: Trace, targets: list[str]) -> tuple[int, frozenset[str]]:
+    """PEFT's conversion of transformers-4 expert names (:data:`PEFT_MOE_NAMES`): the LoRA
+    parameters per unit of rank of the expert and router parameters it adapts. A 3D expert
+    parameter ``(E, a, b)`` gets ``lora_A`` (in x r*E) and ``lora_B`` (r*E x out), the fused
+    gate_up_proj twice the rank (peft/tuners/lora/layer.py, ``ParamWrapper.update_layer``);
+    the router's 2D weight ``(E, hidden)`` one ordinary adapter."""
+    if tr.peft_moe is None:
+        return 0, frozenset()
+    names = PEFT_MOE_NAMES[tr.peft_moe]
+    hit = set(names) if is_all_linear(targets) else {t for t in targets if t in names}
+    params = frozenset(names[t] for t in hit)
+    total = 0
+    for e in tr.experts:
+        if "gate_up_proj" in params:
+            total += 2 * e.n_expert * (tr.hidden + 2 * e.width)
+        if "down_proj" in params:
+            total += e.n_expert * (tr.hidden + e.width)
+        if "gate.weight" in params:
+            total += tr.hidden + e.n_expert
+    return total, params
+
+
 def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = "hf") -> int:
     """Trainable LoRA parameters: ``rank * (in + out)`` per adapted linear (a fused projection
     gets one adapter), the lm_head and the token embedding included when targeted."""
     adapted = adapted_modules(m, targets, framework)
     total = sum(rank * (x.in_features + x.out_features) * n for x, n in adapted.linears)
     if adapted.lm_head:
-        total += rank * (m.n_embd + m.rows)
+        total += rank * (m.n_embd + m.head_rows)
     total += sum(rank * (m.n_embd + rows) for rows in adapted.embedding_rows)
-    return total
+    return total + rank * adapted.param_adapters

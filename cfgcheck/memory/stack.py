@@ -88,8 +88,11 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
     p = compute_bytes(t)
     mixed = t.precision.endswith("-mixed")
     if t.framework == "hf":
-        # prepare_model_for_kbit_training upcasts after a 4-bit or an 8-bit load alike
-        upcast = quantized(t)
+        # prepare_model_for_kbit_training upcasts after a 4-bit or an 8-bit load alike, a
+        # pre-quantized bitsandbytes checkpoint included (is_loaded_in_4bit / _8bit); not a
+        # GPTQ one (peft/utils/other.py skips the cast for gptq, aqlm, eetq, hqq, torchao)
+        prequantized = (m.weight_format or "").startswith("bnb-") and t.finetuning != "full"
+        upcast = quantized(t) or prequantized
         if upcast:  # fp32 stream, fp32 adapters, nothing cast
             act, residual, cast, saved, copy = 4, 4, False, 4, False
         elif mixed:
@@ -209,9 +212,12 @@ def attention(m: ModelConfig, t: TrainerConfig) -> str:
     if t.attention != "sdpa":
         return t.attention
     if t.framework == "hf":
-        from cfgcheck.memory.modules import architecture_of
+        from cfgcheck.memory.modules import architecture_of, traced
 
         if m.attention_logit_softcapping or architecture_of(m) == "gemma2":
+            return "eager"
+        tr = traced(m)
+        if tr is not None and not tr.supports_sdpa:  # gpt-oss: _supports_sdpa = False
             return "eager"
     if t.framework == "litgpt" and m.attention_logit_softcapping:
         return "eager"

@@ -30,6 +30,33 @@ QUANT_BYTES: dict[str, float] = {
 }
 
 
+def prequantized_bytes(m: ModelConfig) -> float | None:
+    """Bytes per block linear weight element of a pre-quantized checkpoint
+    (``model.weight_format``), as the layers that load it store it; None when its linears
+    are 16/32-bit (MXFP4 is dequantized to train: transformers' Mxfp4HfQuantizer.is_trainable
+    is False, so the run loads it with ``Mxfp4Config(dequantize=True)``).
+
+    * GPTQ / AWQ of ``b`` bits, group ``g`` (gptqmodel's QuantLinear buffers, which
+      transformers' GPTQ and AWQ quantizers load): ``qweight`` packs ``b`` bits per element in
+      int32, ``scales`` one fp16 and ``qzeros`` ``b`` bits per group of ``g`` inputs and
+      output: ``b/8 + (2 + b/8)/g``;
+    * bitsandbytes 4-bit / 8-bit: :data:`QUANT_BYTES` (the same storage as a run's own
+      bitsandbytes quantization), the int8 row scales added by the caller;
+    * FP8 (``FineGrainedFP8Config``, transformers/integrations/finegrained_fp8.py): one byte
+      per element and an fp32 scale per 128 x 128 block; fbgemm FP8: one byte, a row scale.
+    """
+    fmt = m.weight_format
+    if fmt is None or fmt == "mxfp4":
+        return None
+    if fmt.startswith(("gptq", "awq")):
+        bits = int(fmt.split("-")[1].removesuffix("bit"))
+        g = m.quant_group_size or 128
+        return bits / 8 + (2 + bits / 8) / g
+    if fmt.startswith("bnb-"):
+        return QUANT_BYTES[fmt.removeprefix("bnb-")]
+    return 1 + 4 / (128 * 128) if fmt == "fp8" else 1.0
+
+
 def master_bytes(t: TrainerConfig) -> int:
     """Bytes per stored (trainable) parameter: fp32 unless ``bf16-true``."""
     return 2 if t.precision == "bf16-true" else 4
@@ -55,17 +82,27 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     """The base model's weights (adapters not included), quantized block linears included."""
     pc = count_params(m)
     stored = master_bytes(t)
+    per = prequantized_bytes(m)
+    if per is not None and t.quantization == "none":  # a GPTQ / AWQ / bnb / FP8 checkpoint
+        quant = pc.linear_weights * per
+        if m.weight_format in ("bnb-int8", "fbgemm-fp8"):  # one fp32 scale per output row
+            quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
+        from cfgcheck.memory.stack import stack
+
+        if stack(m, t).kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
+            stored = 4
+        return int(quant) + pc.unquantized * stored
     if t.quantization not in QUANT_BYTES or t.finetuning == "full":
         return pc.total * stored
     from cfgcheck.memory.stack import stack
 
     st = stack(m, t)
     # LitGPT under Fabric's bitsandbytes plugin quantizes the (untied) lm_head too
-    head = m.rows * m.n_embd if st.quantized_head and pc.lm_head else 0
+    head = m.head_rows * m.n_embd if st.quantized_head and pc.lm_head else 0
     quant = (pc.linear_weights + head) * QUANT_BYTES[t.quantization]
     if t.quantization == "int8":
         quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
-        quant += 4 * m.rows if head else 0
+        quant += 4 * m.head_rows if head else 0
     if st.kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
         stored = 4
     return int(quant) + (pc.unquantized - head) * stored
@@ -81,8 +118,10 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     from cfgcheck.memory.stack import quantized
 
     pc: ParamCount = count_params(m)
-    linear = 0 if quantized(t) else pc.linear_weights
-    head = m.rows * m.n_embd
+    # a traced model's other matmul weights (fused experts, routers) are cast the same way:
+    # F.linear on a slice of an fp32 parameter under autocast (MixtralExperts.forward)
+    linear = 0 if quantized(t) else pc.linear_weights + pc.other
+    head = m.head_rows * m.n_embd
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t)
     uncast = sum(x.in_features * x.out_features for x in first_layer_frozen_linears(m, t))
     return 2 * (linear + head + adapters - uncast)
@@ -96,7 +135,7 @@ def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     from cfgcheck.memory.stack import quantized
 
     pc = count_params(m)
-    linear = 0 if quantized(t) else pc.block_linear_weight_elems
+    linear = 0 if quantized(t) else pc.block_linear_weight_elems + pc.other // m.n_layer
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t) // m.n_layer
     return 2 * (linear + adapters)
 
@@ -140,7 +179,7 @@ def trainable_tensors(m: ModelConfig, t: TrainerConfig) -> list[tuple[int, int]]
         out = [(r * x.in_features, n) for x, n in adapted.linears if n]
         out += [(r * x.out_features, n) for x, n in adapted.linears if n]
         if adapted.lm_head:
-            out += [(r * m.n_embd, 1), (r * m.rows, 1)]
+            out += [(r * m.n_embd, 1), (r * m.head_rows, 1)]
         out += [(r * rows, 1) for rows in adapted.embedding_rows]
         out += [(r * m.n_embd, 1) for _ in adapted.embedding_rows]
         return [x for x in out if x[0]]
@@ -150,9 +189,9 @@ def trainable_tensors(m: ModelConfig, t: TrainerConfig) -> list[tuple[int, int]]
     if pc.position_embedding:
         out.append((pc.position_embedding, 1))
     if pc.lm_head:
-        out.append((m.rows * m.n_embd, 1))
-        if pc.lm_head > m.rows * m.n_embd:
-            out.append((m.rows, 1))
+        out.append((m.head_rows * m.n_embd, 1))
+        if pc.lm_head > m.head_rows * m.n_embd:
+            out.append((m.head_rows, 1))
     for x in block_linears(m):
         out.append((x.in_features * x.out_features, m.n_layer))
         if x.bias:
@@ -234,7 +273,7 @@ def _adafactor_bytes(m: ModelConfig, t: TrainerConfig) -> int:
         return 4 * (n_adapted + r * n_mats)
     per_block = sum(x.in_features + x.out_features for x in block_linears(m))
     vectors = pc.total - pc.linear_weights - pc.embedding - pc.lm_head
-    head = 0 if m.tie_embeddings else m.rows + m.n_embd
+    head = 0 if m.tie_embeddings and m.head == "causal_lm" else m.head_rows + m.n_embd
     return 4 * (per_block * m.n_layer + m.rows + m.n_embd + head + vectors)
 
 

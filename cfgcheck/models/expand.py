@@ -61,12 +61,38 @@ def expand_pretrained(raw: Any) -> Expanded:
         raise ConfigLoadError(str(e)) from e
     merged, locations, findings = _merge(model, source)
     config = {**raw, "model": merged}
+    if source.adapter is not None:
+        _adapter_settings(config, source, locations)
     tokenizer = raw.get("tokenizer")
     unset = tokenizer is None or (isinstance(tokenizer, Mapping) and tokenizer.get("path") is None)
     if source.tokenizer is not None and unset:
         config["tokenizer"] = {**(tokenizer or {}), "path": str(source.tokenizer)}
         locations["tokenizer.path"] = Location(_shown(source.tokenizer))
     return Expanded(config, source, locations, tuple(findings))
+
+
+def _adapter_settings(
+    config: dict[str, Any], source: ModelSource, locations: dict[str, Location]
+) -> None:
+    """A PEFT adapter folder's r, lora_alpha, target_modules and lora_dropout fill
+    ``trainer.lora`` where the config does not set them (and ``trainer.finetuning`` is lora
+    unless set)."""
+    adapter = source.adapter
+    assert adapter is not None  # checked by the caller
+    trainer = config.get("trainer")
+    trainer = dict(trainer) if isinstance(trainer, Mapping) else {}
+    lora = trainer.get("lora")
+    lora = dict(lora) if isinstance(lora, Mapping) else {}
+    shown = _shown(Path(adapter.file))
+    for key, value in adapter.values.items():
+        if lora.get(key) is None:
+            lora[key] = value.value
+            locations[f"trainer.lora.{key}"] = Location(shown, adapter.lines.get(value.key))
+    trainer["lora"] = lora
+    if trainer.get("finetuning") is None:
+        trainer["finetuning"] = "lora"
+        locations["trainer.finetuning"] = Location(shown)
+    config["trainer"] = trainer
 
 
 def value_location(source: ModelSource, value: Value) -> Location:
@@ -100,11 +126,28 @@ def _merge(
             if key != "block_size":  # a longer block is the run's setting: warned, kept
                 merged[key] = value.value
                 locations[path] = where
-    # A folder given as a path is named after it; one found in the Hub cache by its id.
+    # A folder given as a path is named after it; one found in the Hub cache by its id, and a
+    # Hub cache snapshot given as a path (models--ORG--NAME/snapshots/<commit>) by its repo id.
     local = source.folder is not None and source.folder.name == Path(source.ref).name
-    merged.setdefault("name", source.folder.name if local and source.folder else source.ref)
+    name = source.folder.name if local and source.folder else source.ref
+    if source.folder is not None and local:
+        name = snapshot_repo_id(source.folder) or name
+    if source.adapter is not None:  # named after the adapter, its folder or its Hub id
+        folder = Path(source.adapter.file).parent
+        name = snapshot_repo_id(folder) or (folder.name if Path(source.ref).is_dir() else name)
+    merged.setdefault("name", name)
     merged.setdefault("source", source.file)
     return merged, locations, findings
+
+
+def snapshot_repo_id(folder: Path) -> str | None:
+    """``ORG/NAME`` of a Hub cache snapshot folder (``models--ORG--NAME/snapshots/<commit>``,
+    as huggingface_hub lays it out), else None."""
+    repo = folder.parent.parent.name
+    if folder.parent.name != "snapshots" or not repo.startswith("models--"):
+        return None
+    parts = repo.removeprefix("models--").split("--")
+    return "/".join(parts) if len(parts) == 2 and all(parts) else None
 
 
 def _mismatch(

@@ -6,6 +6,11 @@ transformers 5.x) and the fixed layout of its modeling file (which linears carry
 norms exist). ``vocab_size`` of a config.json is the number of embedding rows (the
 ``nn.Embedding`` / ``lm_head`` size), so it becomes ``padded_vocab_size``; the length of the
 tokenizer the checkpoint was trained with is not in the file and stays unknown.
+
+Every other ``model_type`` is read from the model transformers builds from the file
+(:mod:`cfgcheck.models.generic`). For all of them, ``quantization_config`` sets the stored
+weight format (:mod:`cfgcheck.models.quant`) and a ``*ForSequenceClassification`` /
+``*ForTokenClassification`` in ``architectures`` the output head.
 """
 
 from __future__ import annotations
@@ -279,12 +284,50 @@ def hf_model(data: Mapping[str, Any], where: str) -> dict[str, Value]:
     """cfgcheck ``model`` keys from a config.json's mapping. ``where`` names the file."""
     model_type = data.get("model_type")
     arch = ARCHS.get(model_type) if isinstance(model_type, str) else None
-    if arch is None:
-        known = ", ".join(sorted(ARCHS))
-        raise ModelFolderError(
-            f"{where}: model_type {model_type!r} is not mapped by cfgcheck (known: {known}); "
-            f"write the model section by hand instead of model.pretrained"
-        )
+    if arch is None:  # every other family transformers ships: built on the meta device
+        from cfgcheck.models.generic import generic_model
+
+        shape = generic_model(data, where, ", ".join(sorted(ARCHS)))
+    else:
+        shape = _shape(arch, data, where, model_type)
+    return {**shape, **_quant(data, where), **_head(data)}
+
+
+def _head(data: Mapping[str, Any]) -> dict[str, Value]:
+    """A ``*ForSequenceClassification`` / ``*ForTokenClassification`` checkpoint (its
+    ``architectures``) and its labels (``id2label``, else ``num_labels``, else transformers'
+    default of 2: ``PretrainedConfig.num_labels``)."""
+    names = data.get("architectures")
+    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+    kinds = {"ForSequenceClassification": "sequence_classification",
+             "ForTokenClassification": "token_classification"}  # fmt: skip
+    kind = next((v for k, v in kinds.items() if name.endswith(k)), None)
+    if kind is None:
+        return {}
+    labels = data.get("id2label")
+    if isinstance(labels, Mapping) and labels:
+        n = Value(len(labels), "id2label")
+    elif isinstance(data.get("num_labels"), int) and data["num_labels"] > 0:
+        n = Value(data["num_labels"], "num_labels")
+    else:
+        n = Value(2, "num_labels", "transformers PretrainedConfig.num_labels")
+    return {"head": Value(kind, "architectures"), "num_labels": n}
+
+
+def _quant(data: Mapping[str, Any], where: str) -> dict[str, Value]:
+    """``model.weight_format`` (and the GPTQ / AWQ group size) of a pre-quantized checkpoint."""
+    from cfgcheck.models.quant import group_size, weight_format
+
+    fmt = weight_format(data, where)
+    if fmt is None:
+        return {}
+    out = {"weight_format": Value(fmt, "quantization_config.quant_method")}
+    if fmt.startswith(("gptq", "awq")):
+        out["quant_group_size"] = Value(group_size(data), "quantization_config.group_size")
+    return out
+
+
+def _shape(arch: Arch, data: Mapping[str, Any], where: str, model_type: Any) -> dict[str, Value]:
     reader = _Reader(arch, data, where)
     out: dict[str, Value] = {}
     hidden = reader.int("hidden_size")

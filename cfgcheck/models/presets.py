@@ -350,6 +350,35 @@ _add(
     architecture="llama",
 )
 _add(
+    ("meta-llama/Llama-3.3-70B-Instruct", "unsloth/Llama-3.3-70B-Instruct"),
+    "Llama 3.1 70B's shape: 80 layers, 8192 wide, 8 KV heads; 131072-token context (RoPE scaled).",
+    name="llama-3.3-70b",
+    source=_hf("meta-llama/Llama-3.3-70B-Instruct"),
+    block_size=131072,
+    vocab_size=128256,
+    n_layer=80,
+    n_embd=8192,
+    n_head=64,
+    n_query_groups=8,
+    intermediate_size=28672,
+    architecture="llama",
+)
+_add(
+    ("microsoft/phi-4", "unsloth/phi-4"),
+    "Phi3ForCausalLM (fused qkv_proj and gate_up_proj) with 40 heads, 10 KV heads, no sliding "
+    "window; 100352 embedding rows.",
+    name="phi-4",
+    source=_hf("microsoft/phi-4"),
+    block_size=16384,
+    vocab_size=100352,
+    n_layer=40,
+    n_embd=5120,
+    n_head=40,
+    n_query_groups=10,
+    intermediate_size=17920,
+    architecture="phi3",
+)
+_add(
     (
         "meta-llama/Llama-3.2-1B",
         "meta-llama/Llama-3.2-1B-Instruct",
@@ -587,6 +616,370 @@ _add(
     architecture="llama",
 )
 
+# --- Recent families, read generically (hf_config: transformers builds them on the meta device)
+# Shapes from each config.json (URL in source), cross-checked with LitGPT's litgpt/config.py
+# (Lightning-AI/litgpt @ 26857050fe3f) where it has the model; counts checked in
+# tests/test_models_recent.py.
+_add(
+    (
+        "mistralai/Mixtral-8x7B-v0.1",
+        "mistralai/Mixtral-8x7B-Instruct-v0.1",
+        "unsloth/Mixtral-8x7B-v0.1",
+    ),
+    "8 experts of width 14336 per layer, 2 per token (intermediate_size is what a token runs "
+    "through: 2 x 14336); 46.7B parameters, 12.9B active. transformers 5 fuses the experts "
+    "(MixtralExperts): PEFT adapts them through the names w1/w3/w2 and the router through gate.",
+    name="mixtral-8x7b",
+    source=_hf("mistralai/Mixtral-8x7B-v0.1"),
+    n_embd=4096,
+    n_head=32,
+    n_layer=32,
+    padded_vocab_size=32000,
+    vocab_size=32000,
+    block_size=32768,
+    n_query_groups=8,
+    intermediate_size=28672,
+    n_expert=8,
+    n_expert_per_token=2,
+    architecture="mixtral",
+    hf_config={
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "max_position_embeddings": 32768,
+        "model_type": "mixtral",
+        "num_attention_heads": 32,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000.0,
+        "router_aux_loss_coef": 0.02,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "vocab_size": 32000,
+    },
+)
+_add(
+    ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base", "unsloth/Qwen3-30B-A3B"),
+    "128 experts of width 768 per layer, 8 per token; 30.5B parameters, 3.3B active. PEFT adapts "
+    "the fused experts through gate_proj+up_proj / down_proj and the router through gate.",
+    name="qwen3-30b-a3b",
+    source=_hf("Qwen/Qwen3-30B-A3B"),
+    n_embd=2048,
+    n_head=32,
+    n_layer=48,
+    padded_vocab_size=151936,
+    vocab_size=151669,
+    block_size=40960,
+    n_query_groups=4,
+    head_size=128,
+    intermediate_size=6144,
+    norm_qk=True,
+    n_expert=128,
+    n_expert_per_token=8,
+    architecture="qwen3_moe",
+    hf_config={
+        "decoder_sparse_step": 1,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "max_position_embeddings": 40960,
+        "mlp_only_layers": [],
+        "model_type": "qwen3_moe",
+        "moe_intermediate_size": 768,
+        "norm_topk_prob": True,
+        "num_attention_heads": 32,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "num_hidden_layers": 48,
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "tie_word_embeddings": False,
+        "vocab_size": 151936,
+    },
+)
+_add(
+    ("openai/gpt-oss-20b", "unsloth/gpt-oss-20b", "unsloth/gpt-oss-20b-BF16"),
+    "32 experts of width 2880, 4 per token; layers 0, 2, 4, ... attend through a 128-token window;"
+    " attention sinks; 20.9B parameters, 4.2B active (3.6B without the input embedding, as OpenAI "
+    "counts). The released checkpoint stores experts in MXFP4; no target name reaches its fused "
+    "experts in PEFT.",
+    name="gpt-oss-20b",
+    source=_hf("openai/gpt-oss-20b"),
+    n_embd=2880,
+    n_head=64,
+    n_layer=24,
+    padded_vocab_size=201088,
+    vocab_size=201088,
+    block_size=131072,
+    n_query_groups=8,
+    head_size=64,
+    intermediate_size=11520,
+    sliding_window_size=128,
+    sliding_window_pattern=2,
+    n_expert=32,
+    n_expert_per_token=4,
+    architecture="gpt_oss",
+    hf_config={
+        "attention_bias": True,
+        "experts_per_token": 4,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "hidden_size": 2880,
+        "intermediate_size": 2880,
+        "layer_types": [
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+        ],
+        "max_position_embeddings": 131072,
+        "model_type": "gpt_oss",
+        "num_attention_heads": 64,
+        "num_experts_per_tok": 4,
+        "num_hidden_layers": 24,
+        "num_key_value_heads": 8,
+        "num_local_experts": 32,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 150000,
+        "router_aux_loss_coef": 0.9,
+        "sliding_window": 128,
+        "swiglu_limit": 7.0,
+        "tie_word_embeddings": False,
+        "vocab_size": 201088,
+    },
+)
+_add(
+    ("google/gemma-3-1b-it", "google/gemma-3-1b-pt", "unsloth/gemma-3-1b-it"),
+    "Five local layers (512-token window) for every global one; q/k norms; four norms per layer; "
+    "262k vocabulary, tied lm_head.",
+    name="gemma-3-1b",
+    source=_hf("google/gemma-3-1b-it"),
+    n_embd=1152,
+    n_head=4,
+    n_layer=26,
+    padded_vocab_size=262144,
+    vocab_size=262144,
+    block_size=32768,
+    n_query_groups=1,
+    head_size=256,
+    intermediate_size=6912,
+    mlp="geglu",
+    tie_embeddings=True,
+    norm_qk=True,
+    post_attention_norm=True,
+    post_mlp_norm=True,
+    sliding_window_size=512,
+    sliding_window_pattern=6,
+    architecture="gemma3_text",
+    hf_config={
+        "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 1152,
+        "intermediate_size": 6912,
+        "max_position_embeddings": 32768,
+        "model_type": "gemma3_text",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 26,
+        "num_key_value_heads": 1,
+        "query_pre_attn_scalar": 256,
+        "rope_local_base_freq": 10000,
+        "rope_theta": 1000000,
+        "sliding_window": 512,
+        "sliding_window_pattern": 6,
+        "vocab_size": 262144,
+    },
+)
+_add(
+    ("google/gemma-3-4b-it", "google/gemma-3-4b-pt", "unsloth/gemma-3-4b-it"),
+    "Gemma3ForConditionalGeneration: the language model under text_config and a SigLIP vision "
+    "tower (counted: 4.3B parameters); five local layers (1024-token window) for every global one.",
+    name="gemma-3-4b",
+    source=_hf("google/gemma-3-4b-it"),
+    n_embd=2560,
+    n_head=8,
+    n_layer=34,
+    padded_vocab_size=262208,
+    vocab_size=262208,
+    block_size=131072,
+    n_query_groups=4,
+    head_size=256,
+    intermediate_size=10240,
+    mlp="geglu",
+    tie_embeddings=True,
+    norm_qk=True,
+    post_attention_norm=True,
+    post_mlp_norm=True,
+    sliding_window_size=1024,
+    sliding_window_pattern=6,
+    architecture="gemma3",
+    hf_config={
+        "boi_token_index": 255999,
+        "eoi_token_index": 256000,
+        "image_token_index": 262144,
+        "mm_tokens_per_image": 256,
+        "model_type": "gemma3",
+        "text_config": {
+            "hidden_size": 2560,
+            "intermediate_size": 10240,
+            "model_type": "gemma3_text",
+            "num_attention_heads": 8,
+            "num_hidden_layers": 34,
+            "num_key_value_heads": 4,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": 1024,
+        },
+        "vision_config": {
+            "hidden_size": 1152,
+            "image_size": 896,
+            "intermediate_size": 4304,
+            "model_type": "siglip_vision_model",
+            "num_attention_heads": 16,
+            "num_hidden_layers": 27,
+            "patch_size": 14,
+            "vision_use_head": False,
+        },
+    },
+)
+_add(
+    ("google/gemma-3-12b-it", "google/gemma-3-12b-pt", "unsloth/gemma-3-12b-it"),
+    "Gemma3ForConditionalGeneration (language model and SigLIP vision tower, 12.2B parameters); "
+    "five local layers (1024-token window) for every global one.",
+    name="gemma-3-12b",
+    source=_hf("google/gemma-3-12b-it"),
+    n_embd=3840,
+    n_head=16,
+    n_layer=48,
+    padded_vocab_size=262208,
+    vocab_size=262208,
+    block_size=131072,
+    n_query_groups=8,
+    head_size=256,
+    intermediate_size=15360,
+    mlp="geglu",
+    tie_embeddings=True,
+    norm_qk=True,
+    post_attention_norm=True,
+    post_mlp_norm=True,
+    sliding_window_size=1024,
+    sliding_window_pattern=6,
+    architecture="gemma3",
+    hf_config={
+        "boi_token_index": 255999,
+        "eoi_token_index": 256000,
+        "image_token_index": 262144,
+        "mm_tokens_per_image": 256,
+        "model_type": "gemma3",
+        "text_config": {
+            "hidden_size": 3840,
+            "intermediate_size": 15360,
+            "model_type": "gemma3_text",
+            "num_attention_heads": 16,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 8,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": 1024,
+        },
+        "vision_config": {
+            "hidden_size": 1152,
+            "image_size": 896,
+            "intermediate_size": 4304,
+            "model_type": "siglip_vision_model",
+            "num_attention_heads": 16,
+            "num_hidden_layers": 27,
+            "patch_size": 14,
+            "vision_use_head": False,
+        },
+    },
+)
+_add(
+    ("HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base"),
+    "Llama-like with GQA (4 KV heads); every 4th layer has no RoPE (no_rope_layer_interval); tied "
+    "lm_head.",
+    name="smollm3-3b",
+    source=_hf("HuggingFaceTB/SmolLM3-3B"),
+    n_embd=2048,
+    n_head=16,
+    n_layer=36,
+    padded_vocab_size=128256,
+    vocab_size=128256,
+    block_size=65536,
+    n_query_groups=4,
+    intermediate_size=11008,
+    tie_embeddings=True,
+    architecture="smollm3",
+    hf_config={
+        "hidden_act": "silu",
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "max_position_embeddings": 65536,
+        "model_type": "smollm3",
+        "no_rope_layer_interval": 4,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 36,
+        "num_key_value_heads": 4,
+        "rope_theta": 5000000.0,
+        "tie_word_embeddings": True,
+        "vocab_size": 128256,
+    },
+)
+_add(
+    ("allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-Instruct"),
+    "Norms after attention and MLP (no input norms), q/k RMSNorm over the whole projection; "
+    "len(tokenizer) 100278, 100352 embedding rows.",
+    name="olmo-2-7b",
+    source=_hf("allenai/OLMo-2-1124-7B"),
+    n_embd=4096,
+    n_head=32,
+    n_layer=32,
+    padded_vocab_size=100352,
+    vocab_size=100278,
+    block_size=4096,
+    n_query_groups=32,
+    intermediate_size=11008,
+    norm_qk=True,
+    architecture="olmo2",
+    hf_config={
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "max_position_embeddings": 4096,
+        "model_type": "olmo2",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 32,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 500000,
+        "tie_word_embeddings": False,
+        "vocab_size": 100352,
+    },
+)
+
+
 # --- conf/model/<name>.yaml, generated ----------------------------------------------------------
 _SCHEMA_LINE = "# yaml-language-server: $schema=../../schemas/model.schema.json"
 _GENERATED_LINE = "# Generated from cfgcheck/models/presets.py: edit there, then run the module."
@@ -594,6 +987,9 @@ _PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_.:/+-]*\Z")
 
 
 def _scalar(value: Any) -> str:
+    if isinstance(value, dict):  # hf_config: a YAML flow mapping
+        items = (f"{json.dumps(k)}: {_flow(v)}" for k, v in sorted(value.items()))
+        return "{" + ", ".join(items) + "}"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -601,6 +997,21 @@ def _scalar(value: Any) -> str:
     text = str(value)
     plain = _PLAIN.match(text) and text.lower() not in {"true", "false", "null", "yes", "no"}
     return text if plain else json.dumps(text)
+
+
+def _flow(value: Any) -> str:
+    """JSON, except floats as YAML 1.1 reads them (``1.0e-05``: a dot and a signed exponent)."""
+    if isinstance(value, dict):
+        return _scalar(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, float):
+        text = repr(value)
+        if "e" in text and "." not in text.split("e")[0]:
+            mantissa, exp = text.split("e")
+            text = f"{mantissa}.0e{exp if exp[0] in '+-' else '+' + exp}"
+        return text
+    return json.dumps(value)
 
 
 def _comment(text: str, width: int = 98) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -31,11 +31,26 @@ from cfgcheck.models.litgpt import litgpt_model
 
 HF_CONFIG = "config.json"
 LITGPT_CONFIG = "model_config.yaml"
+# A PEFT adapter (peft/config.py PeftConfigMixin.save_pretrained writes adapter_config.json):
+# base_model_name_or_path names the base model, r / lora_alpha / target_modules / lora_dropout
+# its LoRA settings (peft/tuners/lora/config.py LoraConfig).
+ADAPTER_CONFIG = "adapter_config.json"
+_ADAPTER_KEYS = {"rank": "r", "alpha": "lora_alpha", "targets": "target_modules",
+                 "dropout": "lora_dropout"}  # fmt: skip
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 GENERATION_CONFIG = "generation_config.json"
 # huggingface_hub's repo id grammar (validate_repo_id): ORG/NAME of word characters, . and -.
 _HUB_ID = re.compile(r"^[\w.-]{1,96}/[\w.-]{1,96}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class AdapterSource:
+    """A PEFT adapter folder's LoRA settings (``trainer.lora`` keys) and where they are."""
+
+    file: str
+    values: Mapping[str, Value]
+    lines: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,7 @@ class ModelSource:
     lines: Mapping[str, int] = field(default_factory=dict)  # file key -> line
     folder: Path | None = None
     tokenizer: Path | None = None  # the folder, when it holds tokenizer files
+    adapter: AdapterSource | None = None  # model.pretrained named a PEFT adapter folder
 
     @property
     def trained_vocab_declared(self) -> bool:
@@ -127,7 +143,7 @@ def _short(ref: str) -> str:
 
 def _folder_source(ref: str, folder: Path) -> ModelSource:
     try:
-        names = (HF_CONFIG, LITGPT_CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES)
+        names = (HF_CONFIG, LITGPT_CONFIG, GENERATION_CONFIG, ADAPTER_CONFIG, *TOKENIZER_FILES)
         stamp = tuple(_mtime(folder / n) for n in names)
     except OSError as e:
         raise ModelFolderError(f"cannot read {folder}: {e.strerror or e}") from e
@@ -157,8 +173,12 @@ def _read_folder(ref: str, folder: Path, stamp: tuple[int, ...]) -> ModelSource:
         values = hf_model(parsed.data, str(hf))
         _generation_ids(folder / GENERATION_CONFIG, values)
         return ModelSource(ref, "hf", str(hf), values, parsed.lines, folder, tokenizer)
+    adapter = folder / ADAPTER_CONFIG
+    if adapter.is_file():
+        return _adapter_source(ref, adapter, tokenizer)
     raise ModelFolderError(
-        f"model.pretrained={ref}: {folder} holds neither {HF_CONFIG} nor {LITGPT_CONFIG}"
+        f"model.pretrained={ref}: {folder} holds neither {HF_CONFIG} nor {LITGPT_CONFIG} "
+        f"(nor a PEFT {ADAPTER_CONFIG})"
     )
 
 
@@ -181,6 +201,36 @@ def _generation_ids(path: Path, values: dict[str, Value]) -> None:
 
 def _ids(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
+
+
+def _adapter_source(ref: str, path: Path, tokenizer: Path | None) -> ModelSource:
+    """An adapter folder: its base model (``base_model_name_or_path``, resolved as any
+    model.pretrained: a folder, the local Hub cache, a preset) and its LoRA settings."""
+    parsed = read_json(path)
+    base = parsed.data.get("base_model_name_or_path")
+    if not isinstance(base, str) or not base.strip():
+        raise ModelFolderError(f"{path}: base_model_name_or_path must name the base model")
+    try:
+        source = resolve_pretrained(base.strip())
+    except ModelFolderError as e:
+        raise ModelFolderError(f"{path}: base_model_name_or_path={base}: {e}") from e
+    if source.adapter is not None:
+        raise ModelFolderError(f"{path}: base_model_name_or_path={base} is itself an adapter")
+    values: dict[str, Value] = {}
+    for ours, theirs in _ADAPTER_KEYS.items():
+        v = parsed.data.get(theirs)
+        if ours == "targets":
+            if isinstance(v, str) and v.lower() == "all-linear":
+                v = ["all-linear"]
+            elif isinstance(v, list) and all(isinstance(x, str) for x in v):
+                v = sorted(v)  # PEFT keeps a set (saved in no particular order)
+            else:
+                continue  # a regex string: PEFT's full match, not a cfgcheck target list
+        elif isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        values[ours] = Value(v, theirs)
+    adapter = AdapterSource(str(path), values, parsed.lines)
+    return replace(source, ref=ref, adapter=adapter, tokenizer=tokenizer or source.tokenizer)
 
 
 def _preset_source(ref: str) -> ModelSource | None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from cfgcheck.findings import Fix
 from cfgcheck.memory import devices
 from cfgcheck.memory.estimate import estimate
-from cfgcheck.memory.modules import architecture_of
+from cfgcheck.memory.modules import architecture_of, traced
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
 
@@ -40,7 +40,10 @@ def attention_unsupported(cfg: RunConfig) -> Iterator[Problem]:
     """The architecture's transformers class must implement trainer.attention."""
     m, t = cfg.model, cfg.trainer
     arch = architecture_of(m)
-    if t.framework != "hf" or t.attention != "sdpa" or arch not in NO_SDPA:
+    if t.framework != "hf" or t.attention != "sdpa":
+        return
+    tr = traced(m) if arch not in NO_SDPA else None
+    if arch not in NO_SDPA and (tr is None or tr.supports_sdpa):
         return
     candidates: list[tuple[tuple[str, ...], dict[str, object], str]] = [
         (("trainer.attention=eager",), {"attention": "eager"}, "eager attention"),
@@ -62,6 +65,19 @@ def attention_unsupported(cfg: RunConfig) -> Iterator[Problem]:
     )
     if not fixes:
         hint += "; eager attention does not fit this GPU even with gradient checkpointing"
+    if tr is not None:  # a traced class without an sdpa path (gpt-oss: its attention sinks)
+        yield Problem(
+            "error",
+            ("trainer.attention", "model.architecture"),
+            f"trainer.attention=sdpa but transformers' {tr.cls} has no sdpa path "
+            f'(_supports_sdpa = False): from_pretrained raises "ValueError: {tr.cls} does not '
+            f"support an attention implementation through "
+            f'torch.nn.functional.scaled_dot_product_attention yet."',
+            "set trainer.attention=eager (it keeps the seq x seq scores: more memory), or "
+            "trainer.attention=flash where the architecture supports it",
+            fixes=fixes,
+        )
+        return
     yield Problem(
         "error",
         ("trainer.attention", "model.architecture"),

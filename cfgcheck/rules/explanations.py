@@ -743,6 +743,15 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Use the architecture's names (Phi-3: `qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj`; "
         "Phi-1.5/2: `dense`, `fc1`, `fc2`; GPT-2: `c_attn`, `c_proj`, `c_fc`) or `[all-linear]`.",
     ),
+    "lora-target-experts": E(
+        "warning",
+        "On a mixture-of-experts model, MLP targets (or `[all-linear]`) reach the routed experts.",
+        "transformers 5 stores each layer's experts as fused 3D parameters (`MixtralExperts."
+        "gate_up_proj`), not `nn.Linear`: PEFT's `target_modules` silently adapts only the "
+        "attention (and shared-expert) linears.",
+        "Adapt the experts with PEFT's `target_parameters` in the training script, or accept "
+        "attention-only LoRA.",
+    ),
     "attention-unsupported": E(
         "error",
         "The architecture's transformers class implements `trainer.attention`.",
@@ -756,6 +765,16 @@ EXPLANATIONS: dict[str, Explanation] = {
         "transformers: `ValueError: You cannot perform fine-tuning on purely quantized models. "
         "Please attach trainable adapters on top of the quantized model`.",
         "Use `trainer.finetuning=qlora` / `lora`, or `trainer.quantization=none`.",
+    ),
+    "prequantized-training": E(
+        "error",
+        "A pre-quantized checkpoint (GPTQ, AWQ, bitsandbytes, FP8, MXFP4 in its config.json) "
+        "trains through adapters, with a method transformers can train.",
+        "transformers: `ValueError: You cannot perform fine-tuning on purely quantized models` "
+        "(full fine-tuning); `... quantized with mxfp4 but that quantization method do not "
+        "support training` (gpt-oss's MXFP4 experts).",
+        "Use `trainer.finetuning=lora`; load MXFP4 with `Mxfp4Config(dequantize=True)` and set "
+        "`model.weight_format=null`.",
     ),
     "flash-attention-precision": E(
         "error",

@@ -167,3 +167,40 @@ def learning_rate_range(cfg: RunConfig) -> Iterator[Problem]:
             ),
         ),
     )
+
+
+# transformers' quantizers whose ``is_trainable`` is False (quantizers/quantizer_mxfp4.py,
+# quantizer_fbgemm_fp8.py): trainer_utils.validate_quantization_for_training raises for them.
+_NOT_TRAINABLE = {"mxfp4": "Mxfp4Config(dequantize=True)", "fbgemm-fp8": "dequantize=True"}
+
+
+@rule("prequantized-training", requires=("model", "trainer"))
+def prequantized_training(cfg: RunConfig) -> Iterator[Problem]:
+    """A pre-quantized checkpoint (config.json ``quantization_config``) trains only through
+    adapters, and only with a quantization method transformers can train."""
+    m, t = cfg.model, cfg.trainer
+    fmt = m.weight_format
+    if fmt is None:
+        return
+    if fmt in _NOT_TRAINABLE:
+        yield Problem(
+            "error",
+            ("model.weight_format", "trainer.finetuning"),
+            f"model.pretrained stores its weights as {fmt}: transformers' quantizer cannot train "
+            f'it ("The model you are trying to fine-tune is quantized with {fmt.split("-")[-1]} '
+            f'but that quantization method do not support training", '
+            f"trainer_utils.validate_quantization_for_training)",
+            f"load it dequantized ({_NOT_TRAINABLE[fmt]} in from_pretrained) and set "
+            f"model.weight_format=null, or start from the 16-bit checkpoint",
+            fixes=(Fix(("model.weight_format=null",), "train the dequantized weights"),),
+        )
+    elif t.finetuning == "full":
+        yield Problem(
+            "error",
+            ("trainer.finetuning", "model.weight_format"),
+            f"trainer.finetuning=full on a {fmt} checkpoint: quantized weights take no "
+            f'gradients (transformers: "You cannot perform fine-tuning on purely quantized '
+            f'models. Please attach trainable adapters on top of the quantized model")',
+            "train adapters (trainer.finetuning=lora) or start from the 16-bit checkpoint",
+            fixes=(Fix(_adapters(t, "lora"), "train adapters on the quantized base"),),
+        )

@@ -35,8 +35,10 @@ from cfgcheck.memory.modules import (
     module_tree,
     roles_of,
     suffix_index,
+    traced,
 )
 from cfgcheck.memory.params import is_all_linear
+from cfgcheck.memory.traced import PEFT_MOE_FUSED, PEFT_MOE_NAMES
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.run import RunConfig
@@ -132,6 +134,11 @@ def lora_target_unknown(cfg: RunConfig) -> Iterator[Problem]:
         return
     if is_all_linear(targets):
         return
+    tr = traced(m)
+    if tr is not None and tr.peft_moe is not None:  # names PEFT converts to expert parameters
+        targets = [x for x in targets if x not in PEFT_MOE_NAMES[tr.peft_moe]]
+        if not targets:
+            return
     # An entry without a digit matches the same modules in every layer: one layer's tree
     # answers for it (bounded work however deep the model or long the list).
     tree = module_tree(m.model_copy(update={"n_layer": 1}))
@@ -203,3 +210,73 @@ def lora_target_unknown(cfg: RunConfig) -> Iterator[Problem]:
             f"use {names}{shorthand}; e.g. {_override(fixed)}",
             fixes=(fix,),
         )
+
+
+_MLP_ROLES = frozenset({"gate_proj", "up_proj", "down_proj"})
+
+
+@rule("lora-target-experts", requires=("model", "trainer"))
+def lora_target_experts(cfg: RunConfig) -> Iterator[Problem]:
+    """LoRA targets on a mixture-of-experts model whose routed experts are fused parameters.
+
+    transformers 5 stores each layer's experts as 3D ``nn.Parameter`` tensors of one
+    ``*Experts`` module (``MixtralExperts.gate_up_proj`` / ``down_proj``,
+    models/mixtral/modeling_mixtral.py), not ``nn.Linear``. For the families whose checkpoint
+    conversion is Mixtral's or Qwen2-MoE's, PEFT converts the transformers-4 names (``w1``,
+    ``w3``, ``w2``, ``gate``; ``gate_proj``, ``up_proj``, ``down_proj``, ``gate``) into LoRA on
+    those parameters (:data:`cfgcheck.memory.traced.PEFT_MOE_NAMES`); such an adapter
+    (``lora.ParamWrapper``) refuses ``lora_dropout != 0`` and one name of a fused pair alone.
+    For the others (gpt-oss, Llama 4, Qwen2-MoE itself) ``target_modules`` never reaches the
+    experts: only the attention and shared-expert linears train."""
+    m, t = cfg.model, cfg.trainer
+    if t.finetuning == "full" or t.framework != "hf" or not t.lora.targets:
+        return
+    tr = traced(m)
+    if tr is None or not tr.experts:
+        return
+    targets = list(t.lora.targets)
+    e = tr.experts[0]
+    inner = e.path[len(f"{tr.layers}.") :].split(".", 1)[-1]
+    if tr.peft_moe is not None:
+        names = PEFT_MOE_NAMES[tr.peft_moe]
+        hit = set(names) if is_all_linear(targets) else {x for x in targets if x in names}
+        pair = PEFT_MOE_FUSED[tr.peft_moe]
+        if 0 < len(hit & set(pair)) < len(pair):
+            have = sorted(hit & set(pair))
+            need = sorted(set(pair) - hit)
+            fixed = list(dict.fromkeys([*targets, *need]))
+            yield Problem(
+                "error",
+                ("trainer.lora.targets",),
+                f"trainer.lora.targets names {', '.join(have)} without {', '.join(need)}: on "
+                f"{m.name} PEFT converts them to LoRA on the fused {inner}.gate_up_proj and raises "
+                f'"ValueError: Cannot convert PEFT target(s) {", ".join(have)} without also '
+                f'targeting {", ".join(need)} because they are fused into gate_up_proj."',
+                f"target both halves, e.g. {_override(fixed)}",
+                fixes=(Fix((_override(fixed),), f"adapt {', '.join(fixed)}"),),
+            )
+        if hit and t.lora.dropout > 0:
+            yield Problem(
+                "error",
+                ("trainer.lora.dropout", "trainer.lora.targets"),
+                f"trainer.lora.dropout={t.lora.dropout} with expert/router targets "
+                f"({', '.join(sorted(hit))}) on {m.name}: PEFT adapts those parameters with "
+                f'lora.ParamWrapper, which raises "ValueError: lora.ParamWrapper does not work '
+                f'with lora_dropout != 0."',
+                "set trainer.lora.dropout=0, or target only the attention projections",
+                fixes=(Fix(("trainer.lora.dropout=0",), "no LoRA dropout"),),
+            )
+        return
+    mlp = is_all_linear(targets) or any(set(roles_of(x)) & _MLP_ROLES for x in targets)
+    if not mlp:
+        return
+    yield Problem(
+        "warning",
+        PATHS,
+        f"the routed experts of {m.name} ({e.n_expert} per layer, {inner}) are fused 3D "
+        f"parameters in transformers, not nn.Linear, and PEFT converts no target name to them "
+        f"for {tr.model_type}: trainer.lora.targets trains only the attention (and any "
+        f"shared-expert or dense MLP) linears",
+        f"to adapt the experts use PEFT's target_parameters (e.g. {inner}.gate_up_proj, "
+        f"{inner}.down_proj) in the training script, or accept attention-only LoRA",
+    )

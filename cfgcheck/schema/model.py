@@ -16,7 +16,16 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from cfgcheck.schema._base import Section
-from cfgcheck.schema.bounds import Heads, HeadSize, Layers, MlpWidth, Tokens, Vocab, Width
+from cfgcheck.schema.bounds import (
+    Experts,
+    Heads,
+    HeadSize,
+    Layers,
+    MlpWidth,
+    Tokens,
+    Vocab,
+    Width,
+)
 
 MlpKind = Literal["gelu", "swiglu", "geglu"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -64,7 +73,11 @@ class ModelConfig(Section):
         None, description="Key/value heads (GQA). Defaults to n_head."
     )
     head_size: HeadSize | None = Field(None, description="Defaults to n_embd // n_head.")
-    intermediate_size: MlpWidth | None = Field(None, description="MLP width; default 4*n_embd.")
+    intermediate_size: MlpWidth | None = Field(
+        None,
+        description="MLP width; default 4*n_embd. For a mixture-of-experts model, the width "
+        "one token runs through: n_expert_per_token x the expert width, plus shared experts.",
+    )
     mlp: MlpKind = Field(
         "swiglu", description="MLP kind: swiglu (Llama), geglu (Gemma), gelu (GPT-2, Phi)."
     )
@@ -150,6 +163,58 @@ class ModelConfig(Section):
         "model.pretrained).",
     )
 
+    head: Literal["causal_lm", "sequence_classification", "token_classification"] = Field(
+        "causal_lm",
+        description="The output head: the lm_head over the vocabulary, or the classification "
+        "score layer of *ForSequenceClassification (num_labels rows, no bias) / "
+        "*ForTokenClassification (num_labels rows and a bias), transformers' "
+        "GenericFor*Classification (modeling_layers.py). Read from config.json architectures.",
+    )
+    num_labels: Vocab | None = Field(
+        None, description="Classes of a classification head (default 2, as transformers)."
+    )
+    n_expert: Experts | None = Field(
+        None,
+        description="Routed experts per mixture-of-experts layer (Mixtral: 8, Qwen3-30B-A3B: "
+        "128; LitGPT's n_expert). None: a dense model. Read from model.pretrained.",
+    )
+    n_expert_per_token: Experts | None = Field(
+        None,
+        description="Experts each token runs through (the router's top-k; Mixtral: 2).",
+    )
+    weight_format: (
+        Literal[
+            "gptq-2bit",
+            "gptq-3bit",
+            "gptq-4bit",
+            "gptq-8bit",
+            "awq-4bit",
+            "bnb-nf4",
+            "bnb-nf4-dq",
+            "bnb-fp4",
+            "bnb-int8",
+            "mxfp4",
+            "fp8",
+            "fbgemm-fp8",
+        ]
+        | None
+    ) = Field(
+        None,
+        description="How a pre-quantized checkpoint stores its weights (its config.json "
+        "quantization_config: GPTQ, AWQ, bitsandbytes, gpt-oss's MXFP4 experts, FP8). None: "
+        "16/32-bit weights. Read from model.pretrained; the memory estimate counts it.",
+    )
+    quant_group_size: int | None = Field(
+        None, gt=0, description="GPTQ / AWQ group size (one scale and zero per group)."
+    )
+    hf_config: dict[str, Any] | None = Field(
+        None,
+        description="The Hugging Face config.json of an architecture cfgcheck reads "
+        "generically: transformers builds it on the meta device (no weights, never "
+        "trust_remote_code) for its exact modules and parameter counts. Filled by "
+        "model.pretrained and the presets of such families.",
+    )
+
     @model_validator(mode="after")
     def _derive(self) -> ModelConfig:
         """Fill the derived fields. Raises only when neither vocab_size nor the embedding rows
@@ -194,6 +259,18 @@ class ModelConfig(Section):
         """Embedding rows (``padded_vocab_size``)."""
         assert self.padded_vocab_size is not None  # set by _derive
         return self.padded_vocab_size
+
+    @property
+    def head_rows(self) -> int:
+        """Output rows: the vocabulary for a causal LM, the labels for a classification head."""
+        return self.rows if self.head == "causal_lm" else (self.num_labels or 2)
+
+    @property
+    def head_bias(self) -> bool:
+        """Whether the output layer has a bias (token classification's score does)."""
+        if self.head == "causal_lm":
+            return self.lm_head_bias
+        return self.head == "token_classification"
 
     @property
     def kv_heads(self) -> int:

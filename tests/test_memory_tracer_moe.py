@@ -1,0 +1,199 @@
+"""The CPU allocation tracer (tests/alloc_tracer.py) on tiny random-weight mixture-of-experts
+models: the whole training step transformers runs (router, per-expert dispatch of
+``MixtralExperts.forward``, backward, AdamW) against cfgcheck's estimate, which counts the
+router and dispatch from the source (cfgcheck/memory/activations.py ``_router_bytes``) and
+states the uncalibrated margin for it."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+from tests.conftest import requires
+
+pytestmark = [requires("torch", "transformers", "peft"), pytest.mark.slow]
+
+SMALL: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 256,
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "pad_token_id": None,
+}
+MOE: dict[str, dict[str, Any]] = {
+    "mixtral": {"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen3_moe": {"model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 48, "head_dim": 16},
+    "olmoe": {"model_type": "olmoe", "num_experts": 8, "num_experts_per_tok": 2},
+}  # fmt: skip
+# The dense differential test's tolerance (tests/test_memory_tracer.py), well inside the
+# margin the estimate states for a MoE (coverage.py: not measured on a GPU).
+UNDER, OVER = -0.03, 0.05
+
+
+def run_of(family: str, finetuning: str, aux: bool = False) -> dict[str, dict[str, Any]]:
+    """``aux``: the router's load-balancing loss on (output_router_logits)."""
+    from cfgcheck.models.generic import generic_model
+
+    data = {**SMALL, **MOE[family], "output_router_logits": aux}
+    model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
+    trainer: dict[str, Any] = {
+        "micro_batch_size": 2,
+        "finetuning": finetuning,
+        "precision": "bf16-true",
+        "attention": "sdpa",
+        "optimizer": "adamw",
+        "gradient_checkpointing": False,
+    }
+    if finetuning == "lora":
+        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0,
+                           "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}  # fmt: skip
+    return {
+        "model": {"name": f"tiny-{family}", "vocab_size": 256, **model},
+        "trainer": trainer,
+        "data": {"max_seq_length": 128},
+    }
+
+
+@pytest.mark.parametrize("aux", [False, True], ids=["", "aux-loss"])
+@pytest.mark.parametrize("seq", [128, 512])
+@pytest.mark.parametrize("finetuning", ["full", "lora"])
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_moe_step_matches_the_trace(family: str, finetuning: str, seq: int, aux: bool) -> None:
+    import torch
+
+    from tests.alloc_tracer import compare
+
+    torch.set_num_threads(1)
+    run = run_of(family, finetuning, aux)
+    run["data"]["max_seq_length"] = seq
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = compare(run)
+    label = (
+        f"{family} {finetuning} {seq} aux={aux}: traced {c.traced.peak.bytes} at "
+        f"{c.traced.peak.phase}, estimate {c.estimated} at {c.phase} ({100 * c.error:+.1f}%)"
+    )
+    print(label)
+    assert UNDER <= c.error <= OVER, label
+
+
+# --- the dense families read generically ---------------------------------------------------------
+
+DENSE: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"head_dim": 16, "sliding_window": 32,
+                    "layer_types": ["sliding_attention", "full_attention"]},
+    "smollm3": {},
+    "olmo2": {},
+    "granite": {},
+    "starcoder2": {"sliding_window": None},
+    "stablelm": {},
+    "gpt_neox": {},
+    "falcon": {"num_kv_heads": 2, "new_decoder_architecture": True},
+    "cohere": {},
+}  # fmt: skip
+# The margin the estimate states for an architecture it reads generically (coverage.py): the
+# layout of a traced family is approximated by the nearest hand-written one (measured errors
+# on this trace are listed in docs/models.md).
+STATED = 0.25
+
+
+@pytest.mark.parametrize("family", sorted(DENSE))
+def test_traced_dense_family_is_within_the_stated_margin(family: str) -> None:
+    import torch
+
+    from cfgcheck.models.generic import generic_model
+    from tests.alloc_tracer import compare
+
+    torch.set_num_threads(1)
+    data = {**SMALL, "model_type": family, **DENSE[family]}
+    model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
+    run = {
+        "model": {"name": family, "vocab_size": 256, **model},
+        "trainer": {"micro_batch_size": 2, "finetuning": "full", "precision": "bf16-true",
+                    "attention": "sdpa", "optimizer": "adamw", "gradient_checkpointing": False},
+        "data": {"max_seq_length": 256},
+    }  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = compare(run)
+    print(f"{family}: traced {c.traced.peak.bytes}, estimate {c.estimated} ({c.error:+.3f})")
+    assert -STATED <= c.error <= STATED
+
+
+@pytest.mark.parametrize("finetuning", ["full", "lora"])
+@pytest.mark.parametrize("family", ["gpt_oss", "qwen2_moe"])
+def test_gpt_oss_and_shared_experts_are_not_under_counted(family: str, finetuning: str) -> None:
+    """gpt-oss (eager attention with sinks, sliding layers, biased experts) and Qwen2-MoE
+    (a gated shared expert): not under-counted beyond the dense tolerance. gpt-oss is
+    over-counted (+23 % full, +35 % LoRA on this trace: eager attention counted as the
+    Llama-like kernel keeps it), on the safe side."""
+    import torch
+
+    from cfgcheck.models.generic import generic_model
+    from tests.alloc_tracer import compare
+
+    torch.set_num_threads(1)
+    extra = {
+        "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2, "head_dim": 16,
+                    "sliding_window": 32, "layer_types": ["sliding_attention", "full_attention"]},
+        "qwen2_moe": {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+                      "shared_expert_intermediate_size": 96},
+    }[family]  # fmt: skip
+    data = {**SMALL, "model_type": family, **extra}
+    model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
+    trainer: dict[str, Any] = {
+        "micro_batch_size": 2, "finetuning": finetuning, "precision": "bf16-true",
+        "attention": "eager" if family == "gpt_oss" else "sdpa", "optimizer": "adamw",
+        "gradient_checkpointing": False,
+    }  # fmt: skip
+    if finetuning == "lora":
+        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": ["q_proj", "v_proj"]}
+    run = {"model": {"name": family, "vocab_size": 256, **model}, "trainer": trainer,
+           "data": {"max_seq_length": 256}}  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = compare(run)
+    print(f"{family} {finetuning}: traced {c.traced.peak.bytes}, estimate {c.estimated}")
+    assert -0.05 <= c.error <= 0.40, c.error
+
+
+@pytest.mark.parametrize(
+    ("checkpointing", "precision"),
+    [(True, "bf16-true"), (False, "bf16-mixed"), (True, "bf16-mixed")],
+)
+@pytest.mark.parametrize("finetuning", ["full", "lora"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_moe_with_checkpointing_or_autocast_is_within_its_wider_margin(
+    family: str, finetuning: str, checkpointing: bool, precision: str
+) -> None:
+    """Gradient checkpointing and mixed precision on a MoE: the estimate is under the trace
+    (up to 25 % here: the backward of the per-expert dispatch is not modelled), so it states
+    the wider MOE_BACKWARD_MARGIN, and the trace stays inside it."""
+    import torch
+
+    from cfgcheck.memory.coverage import MOE_BACKWARD_MARGIN, coverage
+    from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
+    from tests.alloc_tracer import compare
+
+    torch.set_num_threads(1)
+    run = run_of(family, finetuning)
+    run["data"]["max_seq_length"] = 256
+    run["trainer"].update(gradient_checkpointing=checkpointing, precision=precision)
+    cov = coverage(
+        ModelConfig(**run["model"]), DataConfig(**run["data"]), TrainerConfig(**run["trainer"])
+    )
+    assert cov.margin == MOE_BACKWARD_MARGIN
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = compare(run)
+    print(f"{family} {finetuning} {checkpointing} {precision}: {c.error:+.3f}")
+    assert c.traced.peak.bytes <= c.estimated * (1 + cov.margin)
+    assert c.error <= 0.05  # never the other way beyond the dense tolerance
