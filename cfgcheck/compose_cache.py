@@ -43,8 +43,9 @@ from typing import Any
 from cfgcheck.compose import compose, primary_config
 
 # Bump when the stored layout changes, or what a composition must pass (2: the safeio screen,
-# so entries composed before it are not reused).
-FORMAT = 2
+# so entries composed before it are not reused; 3: a tree with a ``cfgcheck:`` mapping node
+# keeps its interpolations, which locate its values).
+FORMAT = 3
 MAX_ENTRIES = 256  # stores prune the least recently used entries beyond this
 _RESOLVER_CALL = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
 _FOREIGN_RESOLVER = re.compile(r"\$\{\s*(?!oc\.)[A-Za-z_][\w.]*\s*:")
@@ -179,7 +180,14 @@ def _entry(cfg: Any) -> dict[str, Any] | None:
         return None
     if _FOREIGN_RESOLVER.search(text) or not _survives_json(container):
         return None
-    if _needs_omegaconf(text) and not _RESOLVER_CALL.search(text) and '"???"' not in text:
+    # A mapping node's interpolations say which team key holds each value: keep them.
+    mapped = isinstance(container, dict) and "cfgcheck" in container
+    if (
+        _needs_omegaconf(text)
+        and not mapped
+        and not _RESOLVER_CALL.search(text)
+        and '"???"' not in text
+    ):
         try:  # only references between keys: resolve them once, here
             resolved = OmegaConf.to_container(cfg, resolve=True)
         except OmegaConfBaseException:

@@ -185,7 +185,9 @@ def test_target_in_body_is_data_not_code(
     r = client.post("/v1/validate", json=cfg)
     assert r.status_code == 200
     unknown = {p for f in r.json()["findings"] if f["rule"] == "unknown-key" for p in f["paths"]}
-    assert {"_target_", "trainer.lora._target_"} <= unknown
+    # A top-level _target_ is a section cfgcheck does not own (it passes unchecked); inside a
+    # section it is an unknown key. Neither is ever called.
+    assert "trainer.lora._target_" in unknown
     assert not marker.exists()
 
 
