@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cfgcheck.compose import compose, load_yaml
 from cfgcheck.errors import ConfigError, ConfigLoadError
 from cfgcheck.findings import CheckResult, Finding, Fix
+from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema import RunConfig
 from cfgcheck.validate import validate
 
@@ -22,20 +23,36 @@ __version__ = "0.1.0"
 
 
 def check(
-    config_dir: str | Path = "conf",
-    config_name: str = "config",
+    config_dir: str | Path | None = None,
+    config_name: str | None = None,
     overrides: Sequence[str] = (),
+    *,
+    schema: type[RunConfig] | str | None = None,
+    settings: "Settings | None" = None,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
 ) -> CheckResult:
     """Compose a config with Hydra and validate it; findings carry source locations.
+
+    The project's settings (``[tool.cfgcheck]`` of the nearest ``pyproject.toml`` or a
+    ``.cfgcheck.toml``, searched from ``config_dir``, else the current directory) supply the
+    config directory, name, schema, GPU and rule selection the arguments leave out; pass
+    ``settings=cfgcheck.project.settings.NONE`` to ignore them. ``schema``: a
+    :class:`RunConfig` subclass (or ``"pkg.mod:Class"``); ``select`` / ``ignore``: rule ids,
+    winning over the settings'. Inline ``# cfgcheck: ignore[rule-id]`` suppressions apply.
 
     Compositions are cached by content (see :mod:`cfgcheck.compose_cache`), so a repeated
     check of an unchanged tree does not import Hydra unless it has findings to locate.
     """
     from cfgcheck.compose_cache import compose_cached
-    from cfgcheck.locations import with_locations
+    from cfgcheck.project.context import project
 
-    result = validate(compose_cached(config_dir, config_name, overrides))
-    return with_locations(result, config_dir, config_name, overrides)
+    p = project(
+        config_dir, config_name, schema=schema, settings=settings, select=select, ignore=ignore
+    )
+    composed = compose_cached(p.config_dir, p.config_name, overrides)
+    result = validate(composed, p.schema, gpu=p.settings.default_gpu)
+    return p.finish(result, overrides)
 
 
 def check_native(
@@ -63,6 +80,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from cfgcheck.hydra import main
+    from cfgcheck.project.settings import Settings
 
 __all__ = [
     "CheckResult",
@@ -70,11 +88,13 @@ __all__ = [
     "ConfigLoadError",
     "Finding",
     "Fix",
+    "Problem",
     "RunConfig",
     "check",
     "check_native",
     "compose",
     "load_yaml",
     "main",
+    "rule",
     "validate",
 ]

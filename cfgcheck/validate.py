@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
@@ -16,6 +16,9 @@ from cfgcheck.findings import CheckResult, Finding, sort_findings
 from cfgcheck.models.expand import Expanded, expand_pretrained
 from cfgcheck.rules import run_rules
 from cfgcheck.schema.run import SECTIONS, RunConfig
+
+if TYPE_CHECKING:
+    from cfgcheck.project.settings import DefaultGpu
 
 
 def to_plain(config: Any) -> Any:
@@ -38,7 +41,9 @@ def _one_edit(a: str, b: str) -> bool:
     if len(a) == len(b):
         diff = [i for i in range(len(a)) if a[i] != b[i]]
         return len(diff) == 1 or (
-            len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
             and a[diff[1]] == b[diff[0]]
         )
     short, long = (a, b) if len(a) < len(b) else (b, a)
@@ -91,7 +96,10 @@ def owned(config: Any, schema: type[RunConfig] = RunConfig) -> Any:
 
 
 def validate(
-    config: Mapping[str, Any] | Any, schema: type[RunConfig] | None = None
+    config: Mapping[str, Any] | Any,
+    schema: type[RunConfig] | None = None,
+    *,
+    gpu: DefaultGpu | None = None,
 ) -> CheckResult:
     """Validate a composed run config (plain mapping or ``DictConfig``) and run every rule.
 
@@ -104,7 +112,8 @@ def validate(
     Top-level sections the schema does not own pass unchecked (:func:`owned_keys`). A config
     with a top-level ``cfgcheck:`` node is validated through it, in the team's keys (see
     :mod:`cfgcheck.project.mapping`). ``schema``: a team's subclass of
-    :class:`~cfgcheck.RunConfig` (default: the built-in one).
+    :class:`~cfgcheck.RunConfig` (default: the built-in one). ``gpu``: the GPU a project's
+    settings name, used when the config names none.
     """
     from cfgcheck.fixcheck import verified
     from cfgcheck.project.mapping import has_node
@@ -112,9 +121,13 @@ def validate(
     if has_node(config):
         from cfgcheck.project.mapping import validate_mapped
 
-        return validate_mapped(config, schema)
+        return validate_mapped(config, schema, gpu)
     raw = owned(config, schema or RunConfig)
-    result = validate_plain(raw, schema)
+    filled = gpu.fill(raw) if gpu is not None else raw
+    result = validate_plain(filled, schema)
+    if filled is not raw and gpu is not None:
+        result = at_default_gpu(result, gpu)
+        raw = filled
     if not isinstance(raw, Mapping):
         return result
     if schema is None or schema is RunConfig:
@@ -124,6 +137,25 @@ def validate(
         return validate_plain(fixed, schema).findings
 
     return verified(raw, result, revalidate=revalidate)
+
+
+def at_default_gpu(result: CheckResult, gpu: DefaultGpu) -> CheckResult:
+    """Locate ``trainer.gpu`` values at the settings that supplied them."""
+    findings = [
+        dataclasses.replace(
+            f,
+            locations={
+                **{
+                    p: gpu.location()
+                    for p in f.paths
+                    if p == "trainer.gpu" or p.startswith("trainer.gpu.")
+                },
+                **f.locations,
+            },
+        )
+        for f in result.findings
+    ]
+    return dataclasses.replace(result, findings=findings)
 
 
 def validate_plain(raw: Any, schema: type[RunConfig] | None = None) -> CheckResult:

@@ -47,7 +47,14 @@ def run(args: argparse.Namespace) -> int:
 
         result = native_result(args)
     else:
-        result = check(args.config_dir, args.config_name, args.overrides)
+        result = check(
+            args.config_dir,
+            args.config_name,
+            args.overrides,
+            schema=args.schema,
+            select=args.select,
+            ignore=args.ignore,
+        )
     if getattr(args, "scan_data", False):
         from cfgcheck.data.check import with_scan_findings
 

@@ -36,6 +36,7 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult, Finding, Fix, Location
 
 if TYPE_CHECKING:
+    from cfgcheck.project.settings import DefaultGpu
     from cfgcheck.schema.run import RunConfig
 
 NODE = "cfgcheck"
@@ -49,10 +50,10 @@ MAX_CHAIN = 64
 
 def has_node(config: Any) -> bool:
     """Whether a composed config (plain mapping or ``DictConfig``) carries the mapping node."""
+    if not (isinstance(config, Mapping) or type(config).__module__.startswith("omegaconf")):
+        return False
     try:
-        return isinstance(config, Mapping) and NODE in config or (
-            type(config).__module__.startswith("omegaconf") and NODE in config
-        )
+        return NODE in config
     except Exception:  # a DictConfig in a bad state: validation reports it
         return False
 
@@ -250,27 +251,40 @@ class Mapped:
                 known = f.locations.get(p)
                 if known is not None:
                     locations[self.team_path(p)] = known
-            findings.append(dataclasses.replace(f, paths=paths, locations=locations))
+            hint = f.hint
+            if f.fixes:
+                hint += f" (in your keys: {' '.join(f.fixes[0].overrides)})"
+            findings.append(dataclasses.replace(f, paths=paths, locations=locations, hint=hint))
         return dataclasses.replace(result, findings=findings)
 
 
-def validate_mapped(config: Any, schema: type[RunConfig] | None = None) -> CheckResult:
+def validate_mapped(
+    config: Any, schema: type[RunConfig] | None = None, gpu: DefaultGpu | None = None
+) -> CheckResult:
     """Validate the run config a tree's ``cfgcheck:`` node describes; findings, locations and
     verified fixes in the team's keys (see the module docstring)."""
     from cfgcheck.fixcheck import apply_overrides, verified
-    from cfgcheck.validate import validate_plain
+    from cfgcheck.validate import at_default_gpu, validate_plain
 
     tree = tree_of(config)
     mapped = Mapped(tree)
-    run = resolve(tree)
+
+    def run_of(team_tree: Mapping[str, Any]) -> dict[str, Any]:
+        run = resolve(team_tree)
+        return gpu.fill(run) if gpu is not None else run
 
     def revalidate(team_tree: Mapping[str, Any]) -> list[Finding]:
-        again = validate_plain(resolve(dict(team_tree)), schema)
+        again = validate_plain(run_of(dict(team_tree)), schema)
         return Mapped(dict(team_tree)).with_team_fixes(again).findings
 
     def apply(team_tree: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
         return apply_overrides(team_tree, overrides, any_key=True)
 
-    result = mapped.with_team_fixes(validate_plain(run, schema))
+    run = resolve(tree)
+    filled = gpu.fill(run) if gpu is not None else run
+    result = validate_plain(filled, schema)
+    if gpu is not None and filled is not run:
+        result = at_default_gpu(result, gpu)
+    result = mapped.with_team_fixes(result)
     result = verified(tree, result, apply=apply, revalidate=revalidate)
     return mapped.with_team_paths(result)

@@ -10,6 +10,10 @@ entry for an id nothing emits is refused by the same test (:func:`unknown_ids`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cfgcheck.rules._registry import Rule
 
 DOC_FILE = "docs/rules.md"
 
@@ -17,6 +21,8 @@ DOC_FILE = "docs/rules.md"
 SCHEMA_IDS = ("unknown-key", "missing-key", "invalid-value")
 # Findings of the model.pretrained expansion (cfgcheck/models/expand.py).
 MODEL_IDS = ("pretrained-shape-mismatch",)
+# Findings about the project's inline suppressions (cfgcheck/project/suppressions.py).
+SUPPRESSION_IDS = ("unused-suppression",)
 SCAN_IDS = (
     "data-longer-than-block-size",
     "data-truncated",
@@ -350,6 +356,14 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Nothing fails; the dataset was not checked.",
         "Set `tokenizer.path`, or drop `--scan-data`.",
     ),
+    "unused-suppression": E(
+        "warning",
+        "Every `# cfgcheck: ignore[rule-id]` comment in a composed file silences a finding of "
+        "that rule whose value sits on its line, and names a rule id cfgcheck emits.",
+        "Nothing fails: a stale or misspelled suppression (`ignore[seq-len-over-blocksize]`) "
+        "silences nothing, and would hide the finding once the line changes again.",
+        "Remove the id from the comment, or correct its spelling (the warning suggests one).",
+    ),
 }
 
 
@@ -362,12 +376,26 @@ def emitted_ids() -> list[str]:
     """Every finding id cfgcheck can emit: schema findings, registered rules, scan findings."""
     from cfgcheck.rules import all_rules
 
-    return [*SCHEMA_IDS, *MODEL_IDS, *(r.id for r in all_rules()), *SCAN_IDS]
+    return [
+        *SCHEMA_IDS,
+        *MODEL_IDS,
+        *(r.id for r in all_rules()),
+        *SCAN_IDS,
+        *SUPPRESSION_IDS,
+    ]
+
+
+def _team_rules() -> dict[str, Rule]:
+    """Rules a team registered (``@cfgcheck.rule``, entry points): explained by their docstring."""
+    from cfgcheck.rules import all_rules
+
+    return {r.id: r for r in all_rules() if not r.builtin}
 
 
 def missing_ids() -> list[str]:
     """Emitted ids without an explanation (a test keeps this empty)."""
-    return [i for i in emitted_ids() if i not in EXPLANATIONS]
+    team = _team_rules()
+    return [i for i in emitted_ids() if i not in EXPLANATIONS and i not in team]
 
 
 def unknown_ids() -> list[str]:
@@ -378,6 +406,10 @@ def unknown_ids() -> list[str]:
 
 def summary(rule_id: str) -> str:
     e = EXPLANATIONS.get(rule_id)
+    if e is None:
+        team = _team_rules().get(rule_id)
+        if team is not None:
+            return f"{team.summary or '(no docstring)'} [{team.func.__module__}]"
     return e.checks.split(". ")[0].rstrip(".") + "." if e else "(no explanation yet)"
 
 
@@ -395,7 +427,8 @@ def render_markdown() -> str:
         "| id | severity | checks |",
         "|---|---|---|",
     ]
-    ids = emitted_ids()
+    team = _team_rules()  # a team's rules are not cfgcheck's docs
+    ids = [i for i in emitted_ids() if i not in team]
     lines += [f"| [`{i}`](#{i}) | {_severity(i)} | {summary(i)} |" for i in ids]
     for i in ids:
         e = EXPLANATIONS.get(i)
@@ -425,6 +458,13 @@ def explain_text(rule_id: str) -> str | None:
     if rule_id not in emitted_ids():
         return None
     e = EXPLANATIONS.get(rule_id)
+    team = _team_rules().get(rule_id)
+    if e is None and team is not None:
+        where = f"{team.func.__module__}.{team.func.__qualname__}"
+        requires = ", ".join(sorted(team.requires)) or "nothing"
+        return "\n".join(
+            [f"{rule_id} (team rule {where}; reads {requires})", "", team.doc or "(no docstring)"]
+        )
     if e is None:
         return f"{rule_id}: no explanation yet (add it to cfgcheck/rules/explanations.py)"
     return "\n".join(

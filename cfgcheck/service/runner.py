@@ -84,7 +84,7 @@ class Runner:
         request = _compose_request(payload) if COMPOSE_KEYS & payload.keys() else None
         config = payload if request is None else self.compose(request)
         stage.check("composing")
-        refused = refused_paths(config, self.roots)
+        refused = refused_paths(self._run_config(config), self.roots)
         if refused:
             raise RequestError(422, "paths refused: " + "; ".join(refused))
         stage.check("confining paths")
@@ -97,6 +97,21 @@ class Runner:
             result = self._locate(result, request)
         return render(result)
 
+    def _run_config(self, config: dict[str, Any]) -> Any:
+        """The run config whose paths are confined: a ``cfgcheck:`` mapping node resolved in
+        the team's tree (see :mod:`cfgcheck.project.mapping`), else the config itself."""
+        from cfgcheck.project.mapping import has_node, resolve
+
+        if not has_node(config):
+            return config
+        found = resolver_paths(config)  # a body's resolver calls never run either
+        if found:
+            raise RequestError(422, resolver_refused(found))
+        try:
+            return resolve(config)
+        except ConfigLoadError as e:
+            raise RequestError(422, self._hide_dir(str(e))) from e
+
     def compose(self, request: ComposeRequest) -> dict[str, Any]:
         """Compose a ``{config_name, overrides}`` request into a plain, resolved config."""
         screen_overrides(request.overrides, self.config_dir)
@@ -107,6 +122,7 @@ class Runner:
         from omegaconf import OmegaConf
 
         from cfgcheck.compose import compose
+        from cfgcheck.project.mapping import has_node, tree_of
         from cfgcheck.validate import to_plain
 
         try:
@@ -116,7 +132,8 @@ class Runner:
             found = resolver_paths(OmegaConf.to_container(cfg, resolve=False))
             if found:
                 raise RequestError(422, resolver_refused(found))
-            plain = to_plain(cfg)
+            # A team's tree keeps its interpolations: they say which key holds each value.
+            plain = tree_of(cfg) if has_node(cfg) else to_plain(cfg)
         except ConfigLoadError as e:
             raise RequestError(422, self._hide_dir(str(e))) from e
         if not isinstance(plain, dict):  # a primary config that is a list or a scalar
