@@ -47,6 +47,14 @@ NODE = "cfgcheck"
 _PURE = re.compile(r"^\$\{\s*(\.*)([A-Za-z_][\w-]*(?:(?:\.[\w-]+)|(?:\[\d+\]))*)?\s*\}$")
 MAX_CHAIN = 64
 
+# Fields the schema derives from another when the node does not set them: their value comes
+# from that field's key (``cfgcheck/schema/model.py``: padded_vocab_size from vocab_size;
+# ``cfgcheck/schema/data.py``: the tokenizer's max_length from max_seq_length).
+DERIVED_FROM = {
+    "model.padded_vocab_size": "model.vocab_size",
+    "data.max_length": "data.max_seq_length",
+}
+
 
 def has_node(config: Any) -> bool:
     """Whether a composed config (plain mapping or ``DictConfig``) carries the mapping node."""
@@ -214,7 +222,10 @@ class Mapped:
         """``data.max_seq_length`` -> ``training.max_len`` (or ``cfgcheck.data....``)."""
         if path.startswith("<"):
             return path
-        return trace(self.tree, f"{NODE}.{path}")
+        found = trace(self.tree, f"{NODE}.{path}")
+        if path in DERIVED_FROM and not _exists(self.tree, found):
+            return self.team_path(DERIVED_FROM[path])
+        return found
 
     def override(self, text: str) -> str | None:
         """A fix's override in the team's keys; None for a group choice (``model=x``), which
