@@ -67,7 +67,7 @@ def project(tmp_path: Path) -> Iterator[Path]:
         train.read_text().replace(
             "\ntok:\n",
             "  eval:\n    max_seq_length: ${evaluation.len}\n\nevaluation:\n  len: 512\n\ntok:\n",
-        )  # fmt: skip
+        )
     )
     (tmp_path / "team_pkg").mkdir()
     (tmp_path / "team_pkg" / "__init__.py").write_text("")
