@@ -164,8 +164,8 @@ def _validated(cfg: DictConfig, schema: type[RunConfig] | str | None = None) -> 
 
 
 def _job_source() -> tuple[str, str, list[str]] | None:
-    """The job's config directory, primary config name and task overrides, when its primary
-    config comes from a directory (not a ``pkg://`` package)."""
+    """The job's config directory, primary config name and overrides (its Hydra group choices
+    and task overrides), when its primary config comes from a directory (not ``pkg://``)."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
@@ -178,7 +178,10 @@ def _job_source() -> tuple[str, str, list[str]] | None:
         return None
     from cfgcheck.overrides import user_spelling
 
-    return dirs[0], hc.job.config_name, user_spelling(list(hc.overrides.task))
+    # Hydra's own overrides too (hydra/job_logging=default): the primary config may select a
+    # hydra/ option whose defaults only compose with them.
+    hydra_groups = [o for o in hc.overrides.hydra if o.startswith("hydra/")]
+    return dirs[0], hc.job.config_name, [*hydra_groups, *user_spelling(list(hc.overrides.task))]
 
 
 def _job_project(schema: type[RunConfig] | str | None) -> Project:
