@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from cfgcheck.compose import compose_errors
 from cfgcheck.errors import ConfigError, ConfigLoadError
@@ -176,12 +176,17 @@ def _job_source() -> tuple[str, str, list[str]] | None:
     ]
     if not dirs or not hc.job.config_name:
         return None
+    from omegaconf import OmegaConf
+
     from cfgcheck.overrides import user_spelling
 
-    # Hydra's own overrides too (hydra/job_logging=default): the primary config may select a
-    # hydra/ option whose defaults only compose with them.
-    hydra_groups = [o for o in hc.overrides.hydra if o.startswith("hydra/")]
-    return dirs[0], hc.job.config_name, [*hydra_groups, *user_spelling(list(hc.overrides.task))]
+    # Hydra's own group choices too (hydra/job_logging=default): the primary config may select
+    # a hydra/ option whose defaults only compose with them. Overrides as typed: one may hold
+    # an interpolation (x=${y}), which is text here.
+    hydra = cast(list[str], OmegaConf.to_container(hc.overrides.hydra, resolve=False))
+    task = cast(list[str], OmegaConf.to_container(hc.overrides.task, resolve=False))
+    hydra_groups = [o for o in hydra if o.startswith("hydra/")]
+    return dirs[0], hc.job.config_name, [*hydra_groups, *user_spelling(task)]
 
 
 def _job_project(schema: type[RunConfig] | str | None) -> Project:
