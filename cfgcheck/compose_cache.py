@@ -107,13 +107,29 @@ def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | Non
     from cfgcheck.safeio import read_bytes
 
     files = sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml"))
+    marked: list[Path] = []
     for path in files:
         data = read_bytes(path)  # bounded; a FIFO, device or dangling link: one-line error
         if b"searchpath" in data:
             return None
+        if SUPPRESSION_MARK.search(data):
+            marked.append(path)
         h.update(path.relative_to(directory).as_posix().encode() + b"\0")
         h.update(data + b"\0")
+    _MARKED[directory] = marked
     return h.hexdigest()
+
+
+# Files holding a ``# cfgcheck:`` comment, noted while the key reads every file, so the inline
+# suppressions (cfgcheck.project.suppressions) need not read the tree again.
+SUPPRESSION_MARK = re.compile(rb"#\s*cfgcheck\s*:")
+_MARKED: dict[Path, list[Path]] = {}
+
+
+def marked_files(directory: Path) -> list[Path] | None:
+    """The files of ``directory`` with a ``# cfgcheck:`` comment, when this process has just
+    read them all for a cache key; None otherwise."""
+    return _MARKED.get(directory)
 
 
 def _needs_omegaconf(text: str) -> bool:
@@ -203,6 +219,7 @@ def compose_cached(config_dir: str | Path, config_name: str, overrides: Sequence
     ``DictConfig``) and stored. Same verdicts, same :class:`ConfigLoadError` as :func:`compose`.
     """
     directory, name = primary_config(config_dir, config_name)
+    _MARKED.pop(directory, None)  # noted again below when the key reads the files
     where = None if _config_store_in_use() else cache_dir()
     key = None
     if where is not None:

@@ -7,9 +7,10 @@ emits, or is not of the form ``ignore[...]`` is reported as an ``unused-suppress
 its line (as ruff's ``RUF100`` reports an unused ``noqa``), with a did-you-mean for a misspelled
 id.
 
-A tree without any ``# cfgcheck:`` comment costs one read of its YAML files (they are small and
-the composition cache has just read them); only a tree with suppressions pays for the source
-map that says which files a composition uses.
+A tree without any ``# cfgcheck:`` comment costs nothing more: the composition cache notes the
+files with such a comment while it reads every file for its key (without the cache, they are
+read once more here). Only a tree with suppressions pays for the source map that says which
+files a composition uses.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pathlib import Path
 from cfgcheck.findings import CheckResult, Finding, Location, sort_findings
 
 RULE = "unused-suppression"
-_MARK = re.compile(rb"#\s*cfgcheck\s*:")
 _COMMENT = re.compile(r"#\s*cfgcheck\s*:\s*(?P<body>.*?)\s*$")
 _IGNORE = re.compile(r"^ignore\[(?P<ids>[^\]]*)\]$")
 
@@ -38,10 +38,18 @@ class Suppression:
 
 def marked_files(config_dir: str | Path) -> list[Path]:
     """The YAML files under ``config_dir`` that hold a ``# cfgcheck:`` comment."""
+    from cfgcheck.compose_cache import SUPPRESSION_MARK
+    from cfgcheck.compose_cache import marked_files as noted
     from cfgcheck.errors import ConfigLoadError
     from cfgcheck.safeio import read_bytes
 
     directory = Path(config_dir)
+    try:
+        seen = noted(directory.resolve())
+    except (OSError, RuntimeError):
+        seen = None
+    if seen is not None:
+        return seen
     out: list[Path] = []
     try:
         files = sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml"))
@@ -49,7 +57,7 @@ def marked_files(config_dir: str | Path) -> list[Path]:
         return []
     for path in files:
         try:
-            if _MARK.search(read_bytes(path)):
+            if SUPPRESSION_MARK.search(read_bytes(path)):
                 out.append(path)
         except (ConfigLoadError, OSError):
             continue  # the composition reports an unreadable file
