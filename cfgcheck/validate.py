@@ -95,6 +95,15 @@ def owned(config: Any, schema: type[RunConfig] = RunConfig) -> Any:
     return config
 
 
+def _may_have_node(config: Any) -> bool:
+    """Whether a config has the ``cfgcheck:`` mapping node (the module loads only then)."""
+    if isinstance(config, Mapping) and "cfgcheck" not in config:
+        return False
+    from cfgcheck.project.mapping import has_node
+
+    return has_node(config)
+
+
 def validate(
     config: Mapping[str, Any] | Any,
     schema: type[RunConfig] | None = None,
@@ -116,9 +125,8 @@ def validate(
     settings name, used when the config names none.
     """
     from cfgcheck.fixcheck import verified
-    from cfgcheck.project.mapping import has_node
 
-    if has_node(config):
+    if _may_have_node(config):
         from cfgcheck.project.mapping import validate_mapped
 
         return validate_mapped(config, schema, gpu)

@@ -36,10 +36,21 @@ class Project:
         from cfgcheck.locations import with_locations
 
         result = with_locations(result, self.config_dir, self.config_name, overrides)
-        from cfgcheck.project.suppressions import apply_suppressions
+        if _may_suppress(self.config_dir):
+            from cfgcheck.project.suppressions import apply_suppressions
 
-        result = apply_suppressions(result, self.config_dir, self.config_name, overrides)
+            result = apply_suppressions(result, self.config_dir, self.config_name, overrides)
         return self.settings.apply(result)
+
+
+def _may_suppress(config_dir: str | Path) -> bool:
+    """False when the composition cache just read the tree and found no ``# cfgcheck:``."""
+    from cfgcheck.compose_cache import marked_files
+
+    try:
+        return marked_files(Path(config_dir).resolve()) != []
+    except (OSError, RuntimeError):
+        return True
 
 
 def resolve_schema(

@@ -68,24 +68,35 @@ def _scan() -> list[Row]:
     return sorted(set(rows))
 
 
+MAX_KEYS = 16  # interpreters / sys.path layouts remembered (a venv, its console script...)
+
+
 def discovered() -> list[Row]:
     """The ``cfgcheck.rules`` entry points of the installed packages (cached, see above)."""
     path = _cache_file()
     key = _fingerprint()
+    known: dict[str, list[Row]] = {}
     if path is not None:
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
-            if entry.get("key") == key:
-                return [(str(a), str(b), str(c)) for a, b, c in entry["rows"]]
+            known = {
+                str(k): [(str(a), str(b), str(c)) for a, b, c in rows]
+                for k, rows in entry["keys"].items()
+            }
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            pass
+            known = {}
+        if key in known:
+            return known[key]
     rows = _scan()
     if path is not None:
+        known.pop(key, None)
+        kept = dict(list(known.items())[-(MAX_KEYS - 1) :])
+        kept[key] = rows
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"key": key, "rows": rows}, f)
+                json.dump({"keys": kept}, f)
             os.replace(tmp, path)
         except OSError:
             pass
