@@ -219,3 +219,16 @@ def _run_app(project: Path, *overrides: str) -> subprocess.CompletedProcess[str]
         timeout=120,
         check=False,
     )
+
+
+def test_settings_apply_to_a_native_file(tmp_path: Path) -> None:
+    native = REPO / "tests" / "sources" / "native" / "litgpt" / "tiny-llama-lora.yaml"
+    args = ("check", "--format", "json", "--from", "litgpt", str(native))
+    before = rules_of(run_in(tmp_path, *args, "train.max_seq_length=8000").stdout)
+    assert ("seq-len-over-block-size", "warning") in before and ("gpu-memory", "info") in before
+    write_settings(
+        tmp_path,
+        'ignore = ["seq-len-over-block-size"]\n[tool.cfgcheck.severity]\ngpu-memory = "warning"\n',
+    )
+    after = rules_of(run_in(tmp_path, *args, "train.max_seq_length=8000").stdout)
+    assert after == [("gpu-memory", "warning")]
