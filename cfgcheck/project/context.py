@@ -57,6 +57,8 @@ def resolve_schema(
     schema: type[RunConfig] | str | None, settings: Settings
 ) -> type[RunConfig] | None:
     """The schema class a caller passed, or the one the settings name (None: built-in)."""
+    if schema is None and settings.schema is None:
+        return None
     from cfgcheck.project.schema import check_schema, load_schema
 
     if isinstance(schema, str):
