@@ -71,7 +71,9 @@ def test_severity_ignore_select_and_cli_winning(project: Path) -> None:
     assert proc.returncode == 1 and rules_of(proc.stdout) == [("seq-len-over-block-size", "error")]
 
 
-def test_per_file_ignores_and_default_gpu_in_the_library(project: Path) -> None:
+def test_per_file_ignores_and_default_gpu_in_the_library(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_settings(
         project,
         BASIC + 'gpu = "T4"\n[tool.cfgcheck.per-file-ignores]\n'
@@ -79,13 +81,10 @@ def test_per_file_ignores_and_default_gpu_in_the_library(project: Path) -> None:
     )
     train = project / "conf" / "train.yaml"
     train.write_text(train.read_text().replace("    gpu: {name: A100-80GB}\n", ""))
-    os.chdir(project)
-    try:
-        base = cfgcheck.check(project / "conf")
-        long = cfgcheck.check(project / "conf", overrides=["training=long"])
-        override = cfgcheck.check(project / "conf", overrides=["training.max_len=3063"])
-    finally:
-        os.chdir(Path(__file__).parent.parent)
+    monkeypatch.chdir(project)
+    base = cfgcheck.check(project / "conf")
+    long = cfgcheck.check(project / "conf", overrides=["training=long"])
+    override = cfgcheck.check(project / "conf", overrides=["training.max_len=3063"])
     # The settings' GPU (a T4: no bf16) stands in for the one the config does not name, and
     # is located at the settings.
     precision = base.findings[0]
