@@ -279,3 +279,26 @@ def test_broken_plugin_is_one_line_naming_the_package(
     for args in (("check", "--config-dir", "conf", "--config-name", "train"), ("rules",)):
         proc = run_in(site / "project", *args, extra_path=where)
         assert_one_line_error(proc, *needles)
+
+
+def test_service_started_with_a_team_schema(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from cfgcheck.service import ServiceSettings, create_app
+
+    monkeypatch.chdir(project)
+    train = project / "conf" / "train.yaml"  # the service refuses resolver calls in a tree
+    train.write_text(train.read_text().replace("${oc.env:TEAM_OUT,/tmp/team-out}", "/tmp/o"))
+    settings = ServiceSettings(
+        config_dir=project / "conf", allowed_roots=(project,), schema="team_pkg.conf:TeamRun"
+    )
+    with TestClient(create_app(settings)) as client:
+        assert "eval" in client.get("/v1/schema").json()["run"]["properties"]
+        body = {"config_name": "train", "overrides": ["evaluation.len=4000"]}
+        r = client.post("/v1/validate", json=body)
+        assert r.status_code == 200, r.text
+        [finding] = r.json()["findings"]
+        assert finding["rule"] == "eval-longer-than-train"
+        assert finding["paths"] == ["evaluation.len", "training.max_len"]
+        assert finding["fixes"][0]["overrides"] == ["evaluation.len=1024"]
