@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from cfgcheck.compose import compose, load_yaml
 from cfgcheck.errors import ConfigError, ConfigLoadError
 from cfgcheck.findings import CheckResult, Finding, Fix
-from cfgcheck.rules._registry import Problem, rule
+from cfgcheck.rules._registry import Problem
+from cfgcheck.rules._registry import team_rule as rule
 from cfgcheck.schema import RunConfig
 from cfgcheck.validate import validate
 

@@ -87,19 +87,22 @@ class DuplicateRuleError(ValueError):
 _RULES: dict[str, Rule] = {}
 
 
-def rule(rule_id: str, *, requires: Iterable[str]) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a rule function. Refuses a malformed id, an unknown section or a duplicate."""
-    needed = frozenset(requires) if not isinstance(requires, str) else frozenset([requires])
+def rule(
+    rule_id: str, *, requires: Iterable[str], open_sections: bool = False
+) -> Callable[[RuleFunc], RuleFunc]:
+    """Register a rule function. Refuses a malformed id, an unknown section (any section name
+    with ``open_sections``: see :func:`team_rule`) or a duplicate."""
+    needed = frozenset([requires] if isinstance(requires, str) else requires)
     if not isinstance(rule_id, str) or not _ID.match(rule_id):
         raise ValueError(f"rule id {rule_id!r} is not kebab-case")
-    bad = sorted(s for s in needed if not isinstance(s, str) or not _SECTION.match(s))
+    bad = sorted(str(s) for s in needed if not isinstance(s, str) or not _SECTION.match(s))
     if bad:
         raise ValueError(f"rule {rule_id!r} requires sections that are not names: {bad}")
+    unknown = needed - SECTIONS.keys()
+    if unknown and not open_sections:
+        raise ValueError(f"rule {rule_id!r} requires unknown sections {sorted(unknown)}")
 
     def register(func: RuleFunc) -> RuleFunc:
-        unknown = needed - SECTIONS.keys()
-        if unknown and func.__module__.startswith("cfgcheck."):
-            raise ValueError(f"rule {rule_id!r} requires unknown sections {sorted(unknown)}")
         if rule_id in _RULES:
             raise DuplicateRuleError(
                 f"rule id {rule_id!r} registered twice ({_RULES[rule_id].func.__module__} "
@@ -111,6 +114,13 @@ def rule(rule_id: str, *, requires: Iterable[str]) -> Callable[[RuleFunc], RuleF
         return func
 
     return register
+
+
+def team_rule(rule_id: str, *, requires: Iterable[str]) -> Callable[[RuleFunc], RuleFunc]:
+    """``@cfgcheck.rule``: register a team's rule. ``requires`` may name sections of the team's
+    own schema (a :class:`RunConfig` subclass); the rule runs when the schema in use has them
+    and they passed."""
+    return rule(rule_id, requires=requires, open_sections=True)
 
 
 def unregister(rule_id: str) -> None:
