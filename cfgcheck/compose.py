@@ -138,7 +138,12 @@ def compose(
 def override_error(e: BaseException) -> str:
     """:func:`one_line` of a composition error; Hydra's "Could not override 'x'" (a key that
     is neither in the tree nor in the schema) also names the schema key closest to ``x``."""
-    text = one_line(e)
+    text = _user_spelling(one_line(e))
+    if "LexerNoViableAltException" in text or "mismatched input" in text:
+        return (
+            f"{text} (quote a value with special characters for Hydra, and the whole override "
+            "for the shell: \"tokenizer.pad_token='<|end_of_text|>'\")"
+        )
     match = re.match(r"Could not (?:override|append to config)\. ?'?([\w.-]+)'?", text)
     match = match or re.match(r"Could not override '([\w.-]+)'", text)
     if match is None:
@@ -150,6 +155,17 @@ def override_error(e: BaseException) -> str:
     if close is None or close == key:
         return text
     return f"{text} (did you mean {close}?)"
+
+
+_REWRITTEN = re.compile(r"\+\+([A-Za-z_][\w-]*(?:\.[\w-]+)*=)")
+
+
+def _user_spelling(text: str) -> str:
+    """Hydra's message with each ``++key=`` that :func:`~cfgcheck.overrides.plain_overrides`
+    added written back as the user wrote it (``key=``): the rewrite is internal."""
+    from cfgcheck.overrides import plain_key
+
+    return _REWRITTEN.sub(lambda m: m.group(1) if plain_key(m.group(1)) else m.group(0), text)
 
 
 MAX_OVERRIDE_CHARS = 4_096  # Hydra parses a 4 KB list in ~0.8 s, superlinearly beyond

@@ -104,11 +104,12 @@ def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | Non
         json.dumps(list(overrides)),
     ):
         h.update(part.encode() + b"\0")
-    from cfgcheck.safeio import read_bytes
+    from cfgcheck.safeio import config_files, read_bytes
 
-    files = sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml"))
+    # Every file Hydra may read, behind symlinked files and folders too (their content is
+    # what is hashed, so an edit behind a link is a new key); links out of the tree refused.
     marked: list[Path] = []
-    for path in files:
+    for path in config_files(directory):
         data = read_bytes(path)  # bounded; a FIFO, device or dangling link: one-line error
         if b"searchpath" in data:
             return None

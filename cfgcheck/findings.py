@@ -8,6 +8,7 @@ A :class:`CheckResult` collects every finding of one check; reporters render it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,13 +35,66 @@ class Location:
 @dataclass(frozen=True)
 class Fix:
     """A machine-readable fix: Hydra overrides that, pasted together on the same command line
-    (plain ``key=value``, no ``+``), remove the finding and introduce no new error."""
+    (plain ``key=value``, no ``+``), remove the finding and introduce no new error.
+
+    ``overrides`` are the arguments as the program receives them (a value Hydra's grammar
+    would misread is quoted for Hydra: ``tokenizer.pad_token='<|end_of_text|>'``); ``flags``
+    are command-line options that go with them (``--gpu H100`` for a native config, whose
+    format has no key for the GPU). :attr:`shell` is the whole fix as one fragment quoted for
+    POSIX shells, what the text report prints."""
 
     overrides: tuple[str, ...]
     summary: str
+    flags: tuple[str, ...] = ()
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The fix's command-line arguments, flags first."""
+        return (*self.flags, *self.overrides)
+
+    @property
+    def shell(self) -> str:
+        """:attr:`argv` quoted for a POSIX shell, ready to paste after the command."""
+        return " ".join(shell_quote(a) for a in self.argv)
+
+    def combined(self, other: Fix) -> Fix:
+        """Both fixes on one command line. A saving the second one states is relative to a
+        peak the finding never showed, so only its resulting figure is kept."""
+        second = _SAVES.sub("(-> ", other.summary)
+        return Fix(
+            tuple(dict.fromkeys((*self.overrides, *other.overrides))),
+            f"{self.summary}, and {second}",
+            tuple(dict.fromkeys((*self.flags, *other.flags))) if other.flags else self.flags,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"overrides": list(self.overrides), "summary": self.summary}
+        return {
+            "overrides": list(self.overrides),
+            "summary": self.summary,
+            "flags": list(self.flags),
+            "shell": self.shell,
+        }
+
+
+_SAVES = re.compile(r"saves [\d.]+ GiB \(-> ")
+
+# Characters a POSIX shell reads as themselves outside quotes (shlex.quote's safe set).
+_SHELL_SAFE = re.compile(r"^[\w@%+=:,./-]+$", re.ASCII)
+
+
+def shell_quote(arg: str) -> str:
+    """``arg`` as one POSIX shell word: as it is when nothing in it is special, in single
+    quotes when it holds no single quote, in double quotes when it holds nothing a double
+    quote expands (``$``, backquote, ``\\``, ``"``, ``!``), else :func:`shlex.quote`."""
+    if _SHELL_SAFE.match(arg):
+        return arg
+    if "'" not in arg:
+        return f"'{arg}'"
+    if not any(c in arg for c in '$`\\"!'):
+        return f'"{arg}"'
+    import shlex
+
+    return shlex.quote(arg)
 
 
 @dataclass(frozen=True)

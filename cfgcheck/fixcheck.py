@@ -22,7 +22,9 @@ import copy
 import dataclasses
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from cfgcheck.findings import CheckResult, Finding, Fix
@@ -33,6 +35,49 @@ Apply = Callable[[Mapping[str, Any], Sequence[str]], Mapping[str, Any]]
 Revalidate = Callable[[Mapping[str, Any]], list[Finding]]
 
 MAX_PAIRS = 12  # unions of two fixes tried per finding when no single fix works
+
+
+# What the config's source can express: a native format has keys for some settings only
+# (LitGPT's finetune configs have no activation-checkpointing switch). Set by the native source
+# around its validation (:func:`expressible_only`); rules that search for fixes (the memory
+# fixes) and :func:`verified` keep only the fixes whose every override it accepts.
+_EXPRESSIBLE: ContextVar[Callable[[str], bool] | None] = ContextVar(
+    "cfgcheck_expressible", default=None
+)
+
+
+@contextmanager
+def expressible_only(accepts: Callable[[str], bool]) -> Iterator[None]:
+    """Within the block, fixes are limited to overrides ``accepts`` takes."""
+    token = _EXPRESSIBLE.set(accepts)
+    try:
+        yield
+    finally:
+        _EXPRESSIBLE.reset(token)
+
+
+def expressible_filter() -> Callable[[str], bool] | None:
+    """The active :func:`expressible_only` predicate, or None (every override)."""
+    return _EXPRESSIBLE.get()
+
+
+_VERIFY: ContextVar[bool] = ContextVar("cfgcheck_verify_fixes", default=True)
+
+
+@contextmanager
+def verifying(on: bool) -> Iterator[None]:
+    """Within the block, :func:`verified` checks fixes (``on``) or leaves them as proposed
+    (a caller that checks them its own way, or needs only the findings)."""
+    token = _VERIFY.set(on)
+    try:
+        yield
+    finally:
+        _VERIFY.reset(token)
+
+
+def _expressible(fixes: Iterable[Fix]) -> list[Fix]:
+    accepts = _EXPRESSIBLE.get()
+    return [f for f in fixes if accepts is None or all(map(accepts, f.overrides))]
 
 
 class _Unappliable(Exception):
@@ -147,13 +192,14 @@ def _outcome(
 
 
 def _combined(a: Fix, b: Fix) -> Fix:
-    return Fix((*a.overrides, *b.overrides), f"{a.summary}, and {b.summary}")
+    return a.combined(b)
 
 
 def _checked(trial: _Trial, finding: Finding, before: Sequence[Finding]) -> tuple[Fix, ...]:
     kept: list[Fix] = []
     broken: list[tuple[Fix, list[Finding]]] = []
-    for fix in finding.fixes:
+    candidates = _expressible(finding.fixes)
+    for fix in candidates:
         outcome = _outcome(trial, fix, finding, before)
         if not outcome:  # works, or a group choice this module cannot apply
             kept.append(fix)
@@ -165,7 +211,7 @@ def _checked(trial: _Trial, finding: Finding, before: Sequence[Finding]) -> tupl
     # with a fix of that error (fp16 on a T4, and a smaller batch to fit the fp16 run) ...
     tries = 0
     for fix, caused in broken:
-        for extra in caused[0].fixes:
+        for extra in _expressible(caused[0].fixes):
             tries += 1
             if tries > MAX_PAIRS:
                 return ()
@@ -173,7 +219,7 @@ def _checked(trial: _Trial, finding: Finding, before: Sequence[Finding]) -> tupl
             if _outcome(trial, both, finding, before) == []:
                 return (both,)
     # ... or two of the finding's own fixes together.
-    for a, b in itertools.islice(itertools.combinations(finding.fixes, 2), MAX_PAIRS):
+    for a, b in itertools.islice(itertools.combinations(candidates, 2), MAX_PAIRS):
         if _outcome(trial, _combined(a, b), finding, before) == []:
             return (_combined(a, b),)
     return ()
@@ -192,7 +238,7 @@ def verified(
     validated with :func:`cfgcheck.validate.validate_plain`; a team's mapped tree passes its
     own ``apply`` and ``revalidate`` (:mod:`cfgcheck.project.mapping`), a team's schema its
     own ``revalidate``."""
-    if not any(f.fixes for f in result.findings if f.severity != "info"):
+    if not _VERIFY.get() or not any(f.fixes for f in result.findings if f.severity != "info"):
         return result
 
     def plain(fixed: Mapping[str, Any]) -> list[Finding]:

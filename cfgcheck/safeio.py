@@ -392,20 +392,53 @@ def check_plain(tree: Any, where: str, limits: Limits = DEFAULT_LIMITS) -> None:
 # -- config directories -------------------------------------------------------------------------
 
 
-def screen_config_dir(directory: Path, limits: Limits = DEFAULT_LIMITS) -> None:
-    """Screen every ``*.yaml``/``*.yml`` under a Hydra config directory before Hydra reads any
-    (Hydra loads them with its own loader, unbounded): special files, encodings, and
-    :func:`screen_yaml`'s bounds. Directory symlinks are not followed."""
-    count = 0
-    for folder, _, files in os.walk(directory, onerror=_raise_walk):
-        for name in files:
+def config_files(directory: Path) -> list[Path]:
+    """Every ``*.yaml``/``*.yml`` Hydra may read under a config directory, sorted, symlinks
+    followed as Hydra follows them, each one checked before anything reads it: a file or
+    folder whose real path lies outside the directory (a link to a private key, a credentials
+    file, another tree) is refused, so no content from outside is ever read or echoed; a
+    special file (FIFO, device, dangling or looping link) is refused by :func:`require_file`.
+    Link cycles inside the directory are walked once."""
+    root = directory.resolve()
+    found: list[Path] = []
+    walked: set[Path] = set()
+    for folder, dirs, files in os.walk(directory, followlinks=True, onerror=_raise_walk):
+        real = Path(folder).resolve()
+        if not real.is_relative_to(root):
+            raise UnsafeInput(
+                f"{shown(folder)} is a link to a folder outside the config directory "
+                f"{shown(directory)}; not read"
+            )
+        if real in walked:  # a link back to a folder already walked
+            dirs[:] = []
+            continue
+        walked.add(real)
+        dirs.sort()
+        for name in dirs:  # Hydra would take it for a config file of that name
+            if name.endswith((".yaml", ".yml")):
+                raise UnsafeInput(f"{shown(Path(folder, name))} is a directory, not a config")
+        for name in sorted(files):
             if not name.endswith((".yaml", ".yml")):
                 continue
-            count += 1
-            if count > _MAX_CONFIG_FILES:
+            if len(found) >= _MAX_CONFIG_FILES:
                 raise UnsafeInput(f"{shown(directory)} holds more than {_MAX_CONFIG_FILES} configs")
             path = Path(folder, name)
-            screen_yaml(read_text(path, limits.max_bytes), shown(path), limits)
+            require_file(path)
+            if not path.resolve().is_relative_to(root):
+                raise UnsafeInput(
+                    f"{shown(path)} is a link to a file outside the config directory "
+                    f"{shown(directory)}; not read"
+                )
+            found.append(path)
+    return found
+
+
+def screen_config_dir(directory: Path, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Screen every config file under a Hydra config directory (:func:`config_files`: links
+    confined to the directory) before Hydra reads any (Hydra loads them with its own loader,
+    unbounded): special files, encodings, and :func:`screen_yaml`'s bounds."""
+    for path in config_files(directory):
+        screen_yaml(read_text(path, limits.max_bytes), shown(path), limits)
 
 
 def _raise_walk(e: OSError) -> None:

@@ -316,6 +316,8 @@ def _unknown_key_hint(err: ErrorDetails, root: type[BaseModel]) -> str:
 
 def _invalid_value_hint(err: ErrorDetails, path: str) -> str:
     ctx = err.get("ctx") or {}
+    if err["type"] == "size_bound":  # cfgcheck.schema.bounds
+        return f"set {path} to the real value, at most {ctx['maximum']}"
     if err["type"] == "literal_error" and "expected" in ctx:
         return f"set {path} to one of {ctx['expected']}"
     kind = err["type"].split("_")[0]

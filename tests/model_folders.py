@@ -305,14 +305,45 @@ def wordlevel(base: int, special: Sequence[str] = ("<unk>", "<s>", "</s>")) -> T
 
 
 def tokenizer_files(
-    folder: Path, base: int, added: Sequence[str] = (), pad_token: str | None = None
+    folder: Path,
+    base: int,
+    added: Sequence[str] = (),
+    pad_token: str | None = None,
+    *,
+    special: Sequence[str] = ("<unk>", "<s>", "</s>"),
+    eos_token: str | None = "</s>",
+    bos_token: str | None = "<s>",
+    unk_token: str | None = "<unk>",
 ) -> Path:
     """Save a ``base``-token tokenizer into ``folder`` with ``added`` special tokens appended
     (ids base, base+1, ...), as ``tokenizer.add_special_tokens`` + ``save_pretrained`` leave it."""
-    tok = wordlevel(base)
+    tok = wordlevel(base, special)
     if added:
         tok.add_special_tokens(list(added))
-    return save_folder(tok, folder, pad_token=pad_token)
+    return save_folder(
+        tok, folder, pad_token=pad_token, eos_token=eos_token, bos_token=bos_token,
+        unk_token=unk_token,
+    )  # fmt: skip
+
+
+# https://huggingface.co/Qwen/Qwen2.5-0.5B/blob/main/tokenizer_config.json added_tokens_decoder:
+# ids 151643.. after the 151,643 BPE tokens; eos and pad "<|endoftext|>", no bos, no unk.
+QWEN25_ADDED = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
+    "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
+    "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+    "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+)  # fmt: skip
+
+
+def qwen25_tokenizer_files(folder: Path) -> Path:
+    """Qwen2.5's tokenizer layout: 151,643 base tokens, 22 added (151,665), eos = pad =
+    ``<|endoftext|>`` (id 151643), no bos and no unk token."""
+    return tokenizer_files(
+        folder, 151643, QWEN25_ADDED, "<|endoftext|>", special=("<unk>",),
+        eos_token="<|endoftext|>", bos_token=None, unk_token=None,
+    )  # fmt: skip
 
 
 def hub_cache(cache: Path, hub_id: str, config: Mapping[str, Any], commit: str) -> Path:

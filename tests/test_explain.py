@@ -1,6 +1,7 @@
 """Rules that explain themselves: every finding id has an explanation (what it checks, the real
 failure, the fix), `cfgcheck rules` / `cfgcheck explain` print it, docs/rules.md is generated
-from the same table and kept fresh, and every finding's JSON links to it."""
+from the same table and kept fresh, and every finding's JSON links to it. That every emitted id
+has an entry is tests/test_rule_catalogue.py."""
 
 from __future__ import annotations
 
@@ -10,13 +11,6 @@ import pytest
 
 from cfgcheck.rules import explanations
 from tests.conftest import REPO, run_cfgcheck
-
-
-def test_every_emitted_id_is_explained_and_no_unknown_id_is() -> None:
-    assert explanations.missing_ids() == [], "add them to cfgcheck/rules/explanations.py"
-    assert explanations.unknown_ids() == [], "explained ids that nothing emits"
-    for rule_id, e in explanations.EXPLANATIONS.items():
-        assert e.severity and e.checks and e.prevents and e.fix, rule_id
 
 
 def test_docs_rules_md_is_generated_from_the_table() -> None:
@@ -58,7 +52,7 @@ def test_every_finding_links_to_its_doc() -> None:
     [finding] = json.loads(proc.stdout)["findings"]
     assert finding["doc"] == "docs/rules.md#seq-len-over-block-size"
     anchor = finding["doc"].split("#")[1]
-    assert f"## {anchor}" in (REPO / "docs" / "rules.md").read_text(encoding="utf-8")
+    assert f"\n### {anchor}\n" in (REPO / "docs" / "rules.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("command", ["check", "data", "memory", "hook"])

@@ -127,6 +127,9 @@ def test_fixes_are_in_the_json_output() -> None:
     assert proc.returncode == 1
     payload = json.loads(proc.stdout)
     [finding] = [f for f in payload["findings"] if f["rule"] == "strategy-device-count"]
-    assert {"overrides": ["trainer.strategy=ddp"], "summary": "data parallel over the devices"} in (
-        finding["fixes"]
-    )
+    assert {
+        "overrides": ["trainer.strategy=ddp"],
+        "summary": "data parallel over the devices",
+        "flags": [],
+        "shell": "trainer.strategy=ddp",
+    } in finding["fixes"]

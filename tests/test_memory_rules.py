@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,9 +32,34 @@ def test_over_the_gpu_is_an_error_with_savings_per_fix() -> None:
     found = rules("model=llama-2-7b", "trainer.gpu.name=A10G")
     f = found["gpu-memory"]
     assert f.severity == "error" and "A10G" in f.message and "llama-2-7b" in f.message
-    assert "trainer.gradient_checkpointing=true saves" in f.hint and "fits" in f.hint
+    by_setting = {fix.overrides: fix.summary for fix in f.fixes}
+    assert "saves" in by_setting[("trainer.gradient_checkpointing=true",)]
     # the largest micro batch that fits, with the accumulation that keeps the global batch
-    assert "trainer.micro_batch_size=1 trainer.gradient_accumulation_steps=16 saves" in f.hint
+    assert (
+        "fits"
+        in by_setting[("trainer.micro_batch_size=1", "trainer.gradient_accumulation_steps=16")]
+    )
+
+
+def _figures(pattern: str, text: str) -> list[float]:
+    match = re.search(pattern, text)
+    assert match is not None, text
+    return [float(g) for g in match.groups()]
+
+
+def test_savings_add_up_to_the_peak_the_finding_states() -> None:
+    """ "saves X GiB (-> Y GiB)": X + Y is the peak of the message, for every fix (the peak is
+    the estimate on the GPU, its allocator cache capped by what the GPU has left)."""
+    for overrides in (
+        ("model=llama-2-7b", "trainer.gpu.name=A10G"),
+        ("model=llama-2-13b", "trainer=full", "data.max_seq_length=3063"),
+    ):
+        f = rules(*overrides)["gpu-memory"]
+        [peak] = _figures(r"estimated peak ([\d.]+) GiB", f.message)
+        assert f.fixes
+        for fix in f.fixes:
+            saved, after = _figures(r"saves ([\d.]+) GiB \(-> ([\d.]+) GiB", fix.summary)
+            assert round(saved + after, 1) == peak, (fix.summary, peak)
 
 
 def test_the_suggested_fix_passes() -> None:

@@ -21,11 +21,10 @@ from tests.model_folders import (
     PUBLISHED,
     QWEN25_05B,
     hub_cache,
+    qwen25_tokenizer_files,
     tokenizer_files,
     write_config,
 )
-
-QWEN_ADDED = tuple(f"<|special_{i}|>" for i in range(22))  # 151,643 + 22 = 151,665 tokens
 
 
 def shape(source: ModelSource) -> dict[str, Any]:
@@ -142,7 +141,7 @@ def test_a_default_of_the_transformers_class_is_named(tmp_path: Path) -> None:
 def qwen_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Qwen2.5-0.5B's config.json (151,936 rows) with a 151,665-token tokenizer."""
     folder = write_config(tmp_path_factory.mktemp("qwen") / "Qwen2.5-0.5B", QWEN25_05B)
-    return tokenizer_files(folder, 151643, added=QWEN_ADDED, pad_token=QWEN_ADDED[0])
+    return qwen25_tokenizer_files(folder)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +224,10 @@ def test_smaller_tokenizer_than_declared_vocab_is_graded(
 
 def test_tokenizer_beyond_declared_vocab_within_rows_is_info(tmp_path: Path) -> None:
     tok = _small_tokenizer(tmp_path / "x")
-    size = cfgcheck.validate(run({"pretrained": str(write_config(tmp_path / "q", QWEN25_05B))},
+    # sizes only: a config.json without special-token ids (tokenizer-model-mismatch would
+    # judge this small tokenizer's </s> against Qwen's eos otherwise)
+    shape_only = {k: v for k, v in QWEN25_05B.items() if not k.endswith("_token_id")}
+    size = cfgcheck.validate(run({"pretrained": str(write_config(tmp_path / "q", shape_only))},
                                  {"path": str(tok), "pad_token": "<unk>"}))  # fmt: skip
     assert size.ok, [f.message for f in size.errors]
     model = {"name": "m", "block_size": 64, "vocab_size": 100, "padded_vocab_size": 512,
@@ -514,7 +516,11 @@ def test_tokens_added_to_the_checkpoints_tokenizer_within_the_rows_are_noted(
     tok.add_special_tokens(["<|tool|>", "<|/tool|>"])
     from tests.factories import save_folder
 
-    folder = save_folder(tok, tmp_path / "chat-tokenizer", pad_token=QWEN_ADDED[0])
+    eos = "<|endoftext|>"  # Qwen2.5's eos and pad (tokenizer_config.json), no bos, no unk
+    folder = save_folder(
+        tok, tmp_path / "chat-tokenizer", pad_token=eos, eos_token=eos, bos_token=None,
+        unk_token=None,
+    )  # fmt: skip
     result = cfgcheck.validate(run({"pretrained": str(qwen_folder)}, {"path": str(folder)}))
     assert result.ok, [f.message for f in result.errors]
     (f,) = fired(result, "vocab-mismatch")

@@ -44,6 +44,7 @@ def test_plain_override_of_a_key_the_tree_does_not_spell(override: str) -> None:
     assert str(node) == value
 
 
+@pytest.mark.slow
 def test_every_schema_leaf_can_be_set_plainly() -> None:
     """Each leaf of the schema composes with a plain override (values of the right type)."""
     from cfgcheck.validate import to_plain

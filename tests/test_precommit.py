@@ -50,7 +50,8 @@ def snapshot_hook_repo(dest: Path) -> str:
 
 def test_hook_definition() -> None:
     hook, *native = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
-    assert [h["id"] for h in native] == ["cfgcheck-litgpt", "cfgcheck-axolotl", "cfgcheck-trl"]
+    assert [h["id"] for h in native][:3] == ["cfgcheck-litgpt", "cfgcheck-axolotl", "cfgcheck-trl"]
+    assert "cfgcheck-llamafactory" in [h["id"] for h in native]
     assert hook["id"] == "cfgcheck" and hook["language"] == "python"
     assert hook["entry"] == "cfgcheck hook"
     assert hook["files"] == r"^conf/.*\.yaml$"

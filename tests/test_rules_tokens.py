@@ -116,7 +116,10 @@ def test_pad_token_missing_in_the_files_and_the_real_error(
     f = only(cfg, "pad-token-missing")
     assert "Asking to pad but the tokenizer does not have a padding token" in f.message
     assert f"tokenizer.path={folder}" in f.message
-    assert "tokenizer.pad_token=</s> (tokenizer.pad_token_id=2)" in f.hint
+    assert "pad = eos: '</s>', id 2" in f.hint
+    assert [fix.overrides for fix in f.fixes] == [
+        ("tokenizer.pad_token='</s>'", "tokenizer.pad_token_id=2")
+    ]
     assert "resize" in f.hint
     from cfgcheck.tokenizer.hf import load_auto_tokenizer
 

@@ -49,6 +49,7 @@ def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)  # relative paths in generated configs resolve inside the root
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(
     max_examples=50,

@@ -331,16 +331,25 @@ def conf_with_secret_beside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
     (tmp_path / "secret.yaml").write_text(f"leaked: {SECRET}\n")
-    (conf / "model" / "escape.yaml").symlink_to(tmp_path / "secret.yaml")
     monkeypatch.chdir(REPO)
     return conf
+
+
+def test_a_servers_conf_linking_outside_is_a_start_up_error(conf_with_secret_beside: Path) -> None:
+    """A link from the server's conf/ to a file outside it is refused when the service starts
+    (cfgcheck.safeio.config_files): no request can select it, and its content is never read."""
+    from cfgcheck.errors import ConfigLoadError
+
+    conf = conf_with_secret_beside
+    (conf / "model" / "escape.yaml").symlink_to(conf.parent / "secret.yaml")
+    with pytest.raises(ConfigLoadError, match="link to a file outside the config directory"):
+        create_app(ServiceSettings(config_dir=conf, allowed_roots=(REPO,)))
 
 
 @pytest.mark.parametrize(
     ("body", "phrase"),
     [
         ({"overrides": ["model=../../secret"]}, "must name a file under model/"),
-        ({"overrides": ["model=escape"]}, "must name a file under model/"),
         ({"overrides": ["+model@_global_=../../secret"]}, "must name a file under model/"),
         ({"overrides": ["hydra.searchpath=[file:///tmp]"]}, "hydra.*"),
         ({"overrides": ["hydra/launcher=basic"]}, "hydra.*"),

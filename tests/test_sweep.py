@@ -76,6 +76,7 @@ def test_glob_over_a_group_expands_to_its_options(hydra_app: Any) -> None:
     assert sorted(p.points) == [("trainer=lora",), ("trainer=qlora",)]
 
 
+@pytest.mark.slow
 def test_fast_path_gives_the_verdicts_of_composing_every_point(hydra_app: Any) -> None:
     # Group changes, ints, floats vs quoted strings, booleans, lists, null, +/++ keys and a
     # value override that Hydra rejects (+ on an existing key) or the schema rejects.

@@ -38,8 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _say(message: str) -> None:
     """One line on stderr, printable whatever the message holds (file names that are not
     UTF-8 arrive as surrogate escapes)."""
-    line = " ".join(message.split()) or "unknown error"
-    print(f"cfgcheck: error: {line}", file=sys.stderr)
+    from cfgcheck.cli._common import say
+
+    say(f"error: {message}")
 
 
 def _printable_streams() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 from typing import TYPE_CHECKING
 
@@ -20,9 +21,16 @@ OVERRIDES = """overrides (Hydra syntax, before or after the options):
   key=value          set any schema key, spelled in the YAML or not: trainer.lora.rank=16,
                      tokenizer.path=assets/demo-tokenizer, data.paths=[a.jsonl,b.jsonl]
   group=option       pick a config group option: model=llama-3-8b, trainer=qlora
-  +key=value         add a key that is not in the schema (Hydra's append)
-  ++key=value        set or add; ~key removes a key
-  every fix cfgcheck prints is a list of such overrides, to paste as they are"""
+  +group=option      add a group the primary does not select (+experiment=long for
+                     conf/experiment/long.yaml)
+  +key=value         Hydra's append, for a schema key no YAML file spells (plain key=value
+                     already does that); a key the YAML spells exits 2 ("Could not append"),
+                     and a key outside the schema is an unknown-key error, never a new setting
+  ++key=value        set, or add like +; ~key removes a key
+  a value with characters Hydra reads itself is quoted for Hydra inside shell quotes:
+                     "tokenizer.pad_token='<|end_of_text|>'"
+  each "fix:" line cfgcheck prints is such overrides, quoted for the shell: paste it after
+  the same command"""
 
 
 def help_epilog(*, gpus: bool = False) -> str:
@@ -107,3 +115,13 @@ def add_config_args(parser: argparse.ArgumentParser, formats: list[str]) -> None
         metavar="OVERRIDE",
         help="overrides: key=value for any schema key, group=option (see below)",
     )
+
+
+def say(message: str) -> None:
+    """``cfgcheck: <message>`` as one line on stderr: white space folded (a library's
+    multi-line message, a newline in a file name), other control characters shown as escapes
+    (:func:`cfgcheck.report.escape.printable`), so no line of it is written by the input."""
+    from cfgcheck.report.escape import printable
+
+    line = printable(" ".join(message.split()))
+    print(f"cfgcheck: {line or 'unknown error'}", file=sys.stderr)

@@ -8,7 +8,7 @@ import argparse
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 
-FORMATS = ("litgpt", "axolotl", "trl")
+FORMATS = ("litgpt", "axolotl", "trl", "llamafactory")
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +48,7 @@ def run_native_hook(args: argparse.Namespace) -> int:
 
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
     from cfgcheck.report import get_reporter
+    from cfgcheck.report.escape import printable
     from cfgcheck.sources import check_native
 
     report = get_reporter(args.format)
@@ -56,11 +57,11 @@ def run_native_hook(args: argparse.Namespace) -> int:
         try:
             result = check_native(file, args.source, gpu=getattr(args, "gpu", None))
         except ConfigLoadError as e:
-            print(f"{file}: cannot check: {e}")
+            print(f"{printable(file)}: cannot check: {printable(str(e))}")
             code = EXIT_LOAD
             continue
         if result.findings:
-            print(f"== {file}")
+            print(f"== {printable(file)}")
             report(result, sys.stdout)
         if not result.ok and code == EXIT_OK:
             code = EXIT_FINDINGS

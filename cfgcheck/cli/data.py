@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cfgcheck.cli._common import say
+
 
 def register(sub: Any) -> None:
     from cfgcheck.cli._common import add_config_args
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = scan_dataset(run_cfg)
     except ScanError as e:
-        print(f"cfgcheck: error: {e}", file=sys.stderr)
+        say(f"error: {e}")
         return EXIT_LOAD
     # The whole config's verdict: what `cfgcheck check` reports, plus the scan's findings.
     findings = [*composed.findings, *scan_findings(report, run_cfg)]
@@ -70,5 +72,5 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_png(report, Path(args.png))
         except PlotUnavailableError as e:
-            print(f"cfgcheck: {e}", file=sys.stderr)
+            say(str(e))
     return EXIT_OK if result.ok else EXIT_FINDINGS

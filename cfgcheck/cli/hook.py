@@ -225,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
     from cfgcheck.errors import ConfigLoadError
     from cfgcheck.report import get_reporter
+    from cfgcheck.report.escape import printable
 
     if getattr(args, "source", None):  # native framework files (--from FORMAT)
         from cfgcheck.cli._native import run_native_hook
@@ -242,13 +243,13 @@ def run(args: argparse.Namespace) -> int:
     code = EXIT_OK
     checked = targets(config_dir, args.files)
     for target in checked:
-        label = target.label(config_dir)
+        label = printable(target.label(config_dir))  # file names may hold line breaks
         try:
             result = check(
                 config_dir, target.primary, list(target.overrides), **_check_args(project)
             )
         except ConfigLoadError as e:
-            print(f"{label}: cannot compose: {e}")
+            print(f"{label}: cannot compose: {printable(str(e))}")
             code = EXIT_LOAD
             continue
         kept = [

@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Any
 
+from cfgcheck.cli._common import say
+
 GIB = 1024**3
 
 
@@ -137,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
                 payload["verdict"],
             )
         except PlotUnavailableError as e:
-            print(f"cfgcheck: {e}", file=sys.stderr)
+            say(str(e))
     if args.format == "json":
         # The estimate, and the whole config's verdict ("ok", "findings" as `check` gives).
         json.dump({**payload, **result.to_dict()}, sys.stdout, indent=2)

@@ -5,7 +5,8 @@ One file per section (``model.schema.json`` ...), one for the whole composed run
 (``config.schema.json``: the run config with a Hydra ``defaults`` list and a ``hydra`` key
 allowed, every key optional since the groups supply the sections). A YAML file opts in with
 a yaml-language-server modeline, e.g.
-``# yaml-language-server: $schema=../../schemas/model.schema.json``.
+``# yaml-language-server: $schema=../../schemas/model.schema.json``. ``--markdown`` prints the
+key reference, ``docs/schema.md`` (:mod:`cfgcheck.schema_docs`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,10 @@ def stale_files(out: Path, schema: type[RunConfig] | None = None) -> list[str]:
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("schema", help="write JSON Schemas for editor completion")
+    parser = sub.add_parser(
+        "schema",
+        help="write JSON Schemas for editor completion (--markdown: the key reference)",
+    )
     parser.add_argument(
         "--out", default=DEFAULT_OUT, help=f"output directory (default: ./{DEFAULT_OUT})"
     )
@@ -84,6 +88,12 @@ def register(sub: Any) -> None:
         "--check",
         action="store_true",
         help="write nothing; exit 1 when the files in --out are stale",
+    )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="write nothing; print every key with its type, default and description as "
+        "Markdown (docs/schema.md)",
     )
     parser.add_argument(
         "--schema",
@@ -99,6 +109,11 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.project.context import resolve_schema
     from cfgcheck.project.settings import find_settings
 
+    if args.markdown:
+        from cfgcheck.schema_docs import render_markdown
+
+        sys.stdout.write(render_markdown())
+        return EXIT_OK
     schema = resolve_schema(args.schema, find_settings())
     out = Path(args.out)
     if args.check:

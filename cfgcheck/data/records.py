@@ -1,9 +1,10 @@
 """Read the configured data files and render each record to the text that gets tokenized.
 
-Formats: JSONL (one object per line), plain text (one sample per non-empty line) and Parquet
-(needs pyarrow). A record becomes text through ``data.template`` (``str.format`` over the
-record's fields) or else its ``data.text_field``. Texts come in chunks, so the tokenizer can
-encode a whole chunk in one multi-threaded call.
+Formats: JSONL (one object per line; a ``.json`` file holding one JSON array of objects is
+read as its records, as the ``json`` loader of Hugging Face ``datasets`` reads it), plain text
+(one sample per non-empty line) and Parquet (needs pyarrow). A record becomes text through
+``data.template`` (``str.format`` over the record's fields) or else its ``data.text_field``.
+Texts come in chunks, so the tokenizer can encode a whole chunk in one multi-threaded call.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ CHUNK = 2048
 # One record (a JSONL line, a text line) is read whole before it is tokenized: a file with no
 # newline would otherwise be read into memory at once. No training sample is this long.
 MAX_LINE_BYTES = 32 * 1024**2
+# A JSON array file is parsed whole (as datasets' json loader does): bounded.
+MAX_JSON_ARRAY_BYTES = 512 * 1024**2
 
 
 class DataReadError(ValueError):
@@ -80,7 +83,9 @@ def iter_text_chunks(
         if reason:
             raise DataReadError(f"data file {shown(name)} {reason} (resolved to {shown(path)})")
         fmt = file_format(path, data.format)
-        if fmt == "jsonl":
+        if fmt == "jsonl" and _is_json_array(path):
+            yield from _json_array(path, render, size)
+        elif fmt == "jsonl":
             yield from _jsonl(path, render, size)
         elif fmt == "parquet":
             yield from _parquet(path, data, render, size)
@@ -144,6 +149,53 @@ def _jsonl(path: Path, render: Callable[[Mapping[str, Any]], str], size: int) ->
             raise _fail_render(path, number, e, what) from e
 
     return _line_chunks(path, size, to_text)
+
+
+def _is_json_array(path: Path) -> bool:
+    """A ``.json`` file whose first non-blank byte opens an array."""
+    if path.suffix.lower() != ".json":
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError as e:
+        raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
+    return head.startswith(b"[")
+
+
+def _json_array(
+    path: Path, render: Callable[[Mapping[str, Any]], str], size: int
+) -> Iterator[Chunk]:
+    what = _what(render)
+    try:
+        total = path.stat().st_size
+        if total > MAX_JSON_ARRAY_BYTES:
+            raise DataReadError(
+                f"{path}: a JSON array file over {MAX_JSON_ARRAY_BYTES // 1024**2} MiB is not "
+                "read whole; convert it to JSONL (one record a line)"
+            )
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
+    try:
+        records = json.loads(raw)
+    except ValueError as e:
+        raise DataReadError(f"{path}: not valid JSON: {e}") from e
+    except RecursionError:
+        raise DataReadError(f"{path}: the JSON nests too deeply") from None
+    if not isinstance(records, list):
+        raise DataReadError(f"{path}: expected a JSON array of records")
+    for start in range(0, len(records), size):
+        texts = []
+        for number, record in enumerate(records[start : start + size], start + 1):
+            if not isinstance(record, dict):
+                raise DataReadError(f"{path}: record {number} is not an object")
+            try:
+                texts.append(render(record))
+            except (KeyError, ValueError, IndexError, AttributeError) as e:
+                raise _fail_render(path, number, e, what) from e
+        done = total * min(start + size, len(records)) // max(len(records), 1)
+        yield Chunk(path, start + 1, texts, done)
 
 
 def _text(path: Path, size: int) -> Iterator[Chunk]:

@@ -10,11 +10,12 @@ fits the budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from cfgcheck.memory.estimate import estimate
+from cfgcheck.memory.estimate import MemoryEstimate, estimate
 from cfgcheck.memory.verdict import verdict
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
@@ -142,27 +143,37 @@ def _merge(a: Change, b: Change) -> Change | None:
 
 
 def fixes(
-    m: ModelConfig, d: DataConfig, t: TrainerConfig, budget: int | None = None
+    m: ModelConfig,
+    d: DataConfig,
+    t: TrainerConfig,
+    budget: int | None = None,
+    allowed: Callable[[str], bool] | None = None,
 ) -> list[MemoryFix]:
-    """Changes that lower the estimate, largest saving first.
+    """Changes that lower the estimate, largest saving first; with ``allowed``, only changes
+    whose every override it accepts (the settings the config's format offers).
 
     With a ``budget`` (bytes), only changes whose estimate with its margin fits are kept; when
     no single change fits, pairs of changes are tried. Of the smaller micro batches the largest
     that fits is kept (without a budget: the smallest).
     """
-    base = estimate(m, d, t).total_bytes
-    singles = _changes(t)
+
+    # The figures on the GPU (MemoryEstimate.on_gpu), as the gpu-memory finding and `cfgcheck
+    # memory` state the peak, so that "saves X (-> Y)" adds up to the peak they quote.
+    def on_gpu(e: MemoryEstimate) -> int:
+        return (e if budget is None else e.on_gpu(budget)).total_bytes
+
+    base = on_gpu(estimate(m, d, t))
+    singles = [c for c in _changes(t) if allowed is None or all(map(allowed, c.overrides))]
 
     def evaluate(changes: list[Change]) -> list[MemoryFix]:
         found = []
         for c in changes:
             e = estimate(m, d, t.model_copy(update=c.update))
-            if e.total_bytes >= base:
+            total = on_gpu(e)
+            if total >= base:
                 continue
             fits = budget is None or verdict(e, budget) == "fits"
-            found.append(
-                MemoryFix(c.overrides, c.summary, e.total_bytes, base - e.total_bytes, fits)
-            )
+            found.append(MemoryFix(c.overrides, c.summary, total, base - total, fits))
         return found
 
     found = evaluate(singles)

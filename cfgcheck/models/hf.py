@@ -245,6 +245,27 @@ ARCHS: dict[str, Arch] = {
 }
 
 
+SPECIAL_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def _token_id(value: Any) -> bool:
+    """An id (``2``) or, for eos, a non-empty list of ids (``[128001, 128009]``)."""
+    if isinstance(value, list):
+        return bool(value) and all(_token_id(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def special_token_ids(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The special-token ids a config.json or generation_config.json states (eos: one id or
+    a list); nulls and malformed values are left out."""
+    out: dict[str, Any] = {}
+    for key in SPECIAL_TOKEN_KEYS:
+        value = data.get(key)
+        if _token_id(value) and (key == "eos_token_id" or not isinstance(value, list)):
+            out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class Value:
     """One model key read from the file: the value and the config.json key behind it."""
@@ -313,6 +334,10 @@ def hf_model(data: Mapping[str, Any], where: str) -> dict[str, Value]:
             use = reader.get("use_sliding_window")
             window = window if use.value else Value(None, use.key, use.default_of)
         out["sliding_window_size"] = window
+    # Special-token ids: only those the file states (a class default such as LlamaConfig's
+    # eos_token_id=2 says nothing about the tokenizer this checkpoint was trained with).
+    for key, ids in special_token_ids(data).items():
+        out[key] = Value(ids, key)
     if reader.has_default("attn_logit_softcapping"):
         out["attention_logit_softcapping"] = reader.get("attn_logit_softcapping")
         out["final_logit_softcapping"] = reader.get("final_logit_softcapping")

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cfgcheck.models.files import ModelFolderError, read_json, read_yaml
-from cfgcheck.models.hf import Value, hf_model
+from cfgcheck.models.hf import Value, hf_model, special_token_ids
 from cfgcheck.models.litgpt import litgpt_model
 
 HF_CONFIG = "config.json"
 LITGPT_CONFIG = "model_config.yaml"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+GENERATION_CONFIG = "generation_config.json"
 # huggingface_hub's repo id grammar (validate_repo_id): ORG/NAME of word characters, . and -.
 _HUB_ID = re.compile(r"^[\w.-]{1,96}/[\w.-]{1,96}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -126,7 +127,8 @@ def _short(ref: str) -> str:
 
 def _folder_source(ref: str, folder: Path) -> ModelSource:
     try:
-        stamp = tuple(_mtime(folder / n) for n in (HF_CONFIG, LITGPT_CONFIG, *TOKENIZER_FILES))
+        names = (HF_CONFIG, LITGPT_CONFIG, GENERATION_CONFIG, *TOKENIZER_FILES)
+        stamp = tuple(_mtime(folder / n) for n in names)
     except OSError as e:
         raise ModelFolderError(f"cannot read {folder}: {e.strerror or e}") from e
     return _read_folder(ref, folder, stamp)
@@ -145,15 +147,40 @@ def _read_folder(ref: str, folder: Path, stamp: tuple[int, ...]) -> ModelSource:
     if litgpt.is_file():  # a LitGPT checkpoint folder (it may also keep the HF config.json)
         parsed = read_yaml(litgpt)
         values = litgpt_model(parsed.data, str(litgpt))
+        # `litgpt download` keeps the Hub's config.json and generation_config.json beside it
+        _generation_ids(folder / HF_CONFIG, values)
+        _generation_ids(folder / GENERATION_CONFIG, values)
         return ModelSource(ref, "litgpt", str(litgpt), values, parsed.lines, folder, tokenizer)
     hf = folder / HF_CONFIG
     if hf.is_file():
         parsed = read_json(hf)
         values = hf_model(parsed.data, str(hf))
+        _generation_ids(folder / GENERATION_CONFIG, values)
         return ModelSource(ref, "hf", str(hf), values, parsed.lines, folder, tokenizer)
     raise ModelFolderError(
         f"model.pretrained={ref}: {folder} holds neither {HF_CONFIG} nor {LITGPT_CONFIG}"
     )
+
+
+def _generation_ids(path: Path, values: dict[str, Value]) -> None:
+    """Special-token ids of another file of the folder (``generation_config.json``: what
+    ``generate`` stops on): an id ``values`` lacks is taken from it, and its eos ids join those
+    already there (Llama 3.1 Instruct stops on three)."""
+    if not path.is_file():
+        return
+    gen = special_token_ids(read_json(path).data)
+    for key, ids in gen.items():
+        if key not in values:
+            values[key] = Value(ids, f"{path.name} {key}")
+        elif key == "eos_token_id":
+            have = values[key].value
+            merged = list(dict.fromkeys([*_ids(have), *_ids(ids)]))
+            if merged != _ids(have):
+                values[key] = Value(merged, values[key].key)
+
+
+def _ids(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
 
 
 def _preset_source(ref: str) -> ModelSource | None:

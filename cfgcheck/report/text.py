@@ -1,4 +1,9 @@
-"""``--format text``: one block per finding, errors first, then a summary line."""
+"""``--format text``: one block per finding, errors first, then a summary line.
+
+A block ends with the ``hint:`` (prose: what to change and why) and one ``fix:`` line per
+machine-checked fix: the fix as one shell-quoted command-line fragment (:attr:`Fix.shell`),
+to paste after the same command, with what it does on the line below.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,9 @@ from typing import TextIO
 
 from cfgcheck.findings import CheckResult, Finding
 from cfgcheck.report import register
+from cfgcheck.report.escape import printable
+
+FIX_LABEL = "fix:"  # a line "  fix: FRAGMENT" holds a pasteable fix and nothing else
 
 _COLORS = {"error": "31", "warning": "33", "info": "36", "ok": "32", "dim": "2"}
 
@@ -23,15 +31,19 @@ def _paint(text: str, style: str, color: bool) -> str:
 
 def format_finding(f: Finding, color: bool = False) -> str:
     head = _paint(f"{f.severity}[{f.rule}]", f.severity, color)
-    lines = [f"{head} {', '.join(f.paths)}"]
+    lines = [f"{head} {printable(', '.join(f.paths))}"]
     # Compiler-style `file:line: path` lines (column 0), so editors and terminals link them.
     lines += [
-        f"{loc}: {path} {_paint('set here', 'dim', color)}"
+        f"{printable(str(loc))}: {printable(path)} {_paint('set here', 'dim', color)}"
         for path, loc in f.locations.items()
         if loc is not None
     ]
-    lines.append(f"  {f.message}")
-    lines.append(f"  {_paint('fix:', 'dim', color)} {f.hint}")
+    lines.append(f"  {printable(f.message)}")
+    if f.hint:
+        lines.append(f"  {_paint('hint:', 'dim', color)} {printable(f.hint)}")
+    for fix in f.fixes:
+        lines.append(f"  {_paint(FIX_LABEL, 'dim', color)} {printable(fix.shell)}")
+        lines.append(f"  {' ' * len(FIX_LABEL)} {_paint(printable(fix.summary), 'dim', color)}")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from cfgcheck.rules import (
     sequence,
     shapes,
     tokenizer_files,
+    tokenizer_model,
     tokens,
     vocab,
 )
@@ -29,6 +30,7 @@ _MODULES = (
     sequence,
     shapes,
     tokenizer_files,
+    tokenizer_model,
     tokens,
     vocab,
 )

@@ -1,14 +1,20 @@
-"""What each finding id means: what it checks, the real failure it prevents, how to fix it.
+"""The rule catalogue: every finding id cfgcheck can emit, with what it checks, the real failure
+it prevents and how to fix it.
 
-One table keyed by finding id, for the registered rules, the schema findings and the dataset
-scan's findings alike. ``cfgcheck rules``, ``cfgcheck explain RULE``, ``docs/rules.md`` and the
-``doc`` link of every finding's JSON are generated from it. A rule without an entry still runs
-(``cfgcheck explain`` says the explanation is missing), and ``tests/test_explain.py`` fails; an
-entry for an id nothing emits is refused by the same test (:func:`unknown_ids`).
+One table, :data:`EXPLANATIONS`, keyed by finding id, is the one place an id is registered with
+its explanation: registered rules, schema findings, the model-folder and dataset-scan findings
+and the native formats' own findings (``litgpt-*``, ``axolotl-*``, ``trl-*``,
+``unknown-native-key``) alike. ``cfgcheck rules``, ``cfgcheck explain ID``, ``docs/rules.md``
+(``cfgcheck rules --format markdown``) and the ``doc`` link of every finding's JSON are generated
+from it. A registered rule without an entry still runs and is listed (``cfgcheck explain`` says
+the explanation is missing), and ``tests/test_rule_catalogue.py`` fails: it discovers the ids
+the code emits (from the source, and by running checks) and refuses an id without an entry and
+an entry nothing emits.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,19 +23,29 @@ if TYPE_CHECKING:
 
 DOC_FILE = "docs/rules.md"
 
-# Findings emitted outside the rule registry.
-SCHEMA_IDS = ("unknown-key", "missing-key", "invalid-value")
-# Findings of the model.pretrained expansion (cfgcheck/models/expand.py).
-MODEL_IDS = ("pretrained-shape-mismatch",)
-# Findings about the project's inline suppressions (cfgcheck/project/suppressions.py).
-SUPPRESSION_IDS = ("unused-suppression",)
-SCAN_IDS = (
-    "data-longer-than-block-size",
-    "data-truncated",
-    "data-padding-waste",
-    "data-unreadable",
-    "data-scan-skipped",
-)
+# Where findings come from: the sections of docs/rules.md, in this order.
+SCHEMA = "Schema"
+RULES = "Cross-field rules"
+MODEL_FOLDER = "Model folders"
+SCAN = "Dataset scan"
+NATIVE = "Native formats"
+PROJECT = "Project suppressions"
+GROUPS = (SCHEMA, RULES, MODEL_FOLDER, SCAN, NATIVE, PROJECT)
+
+_GROUP_INTRO = {
+    SCHEMA: "Emitted by the schema on every config: a type error in one section does not hide "
+    "the rules between the sections that passed.",
+    RULES: "Registered rules (`cfgcheck/rules/`), run on every config whose sections they read "
+    "passed the schema.",
+    MODEL_FOLDER: "Emitted when `model.pretrained` fills the model section from a model folder "
+    "([model folders](models.md#model-folders)).",
+    SCAN: "Emitted by the dataset scan (`cfgcheck data`, `cfgcheck check --scan-data`), which "
+    "tokenizes `data.paths` with the real tokenizer.",
+    NATIVE: "Emitted only for `--from FORMAT FILE`: the framework's own refusals "
+    "and traps, in the format's keys ([native formats](native-formats.md)).",
+    PROJECT: "Emitted about a project's own `# cfgcheck: ignore[rule-id]` comments "
+    "([adoption](adoption.md#inline-suppressions)).",
+}
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,7 @@ class Explanation:
     checks: str  # what is checked, in one or two sentences (the first line is the summary)
     prevents: str  # the real failure, with the error text users see
     fix: str  # how to fix it
+    group: str = RULES  # where the finding comes from (one of GROUPS)
 
 
 E = Explanation
@@ -50,6 +67,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "A misspelled setting (`trainer.lora.rnak: 16`, `data.max_seq_lenght`) is silently "
         "ignored by the training script: the run trains with the default instead.",
         "Rename it to the suggested key (`~trainer.lora.rnak trainer.lora.rank=16`) or remove it.",
+        group=SCHEMA,
     ),
     "missing-key": E(
         "error",
@@ -59,6 +77,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "`KeyError`) or builds a model of the wrong shape.",
         "Set the key in its group file or on the command line (`data.max_seq_length=2048`); "
         "model shapes come from the model's `config.json`.",
+        group=SCHEMA,
     ),
     "invalid-value": E(
         "error",
@@ -68,6 +87,264 @@ EXPLANATIONS: dict[str, Explanation] = {
         "is invalid`), or a string compares wrongly and a code path is silently skipped.",
         "Write the value as the schema's type, one of the allowed choices (the fix names the "
         "closest), or its default.",
+        group=SCHEMA,
+    ),
+    # --- Native formats (cfgcheck/sources/): the framework's own refusals and traps ----------
+    "unknown-native-key": E(
+        "error / warning",
+        "Every key of a LitGPT, Axolotl or TRL file is one the framework reads (the format's "
+        "key list, `cfgcheck/sources/keys/*.txt`, extracted from its source at a cited commit); "
+        "a key it does not know gets the closest known one and, for a renamed key, its new "
+        "name. An error where the framework refuses the file (LitGPT, TRL), a warning where it "
+        "drops the key silently (Axolotl).",
+        "LitGPT's command line (jsonargparse) and `trl sft --config` (TrlParser: `Unknown "
+        "arguments from config file`) refuse the file at start-up; Axolotl's config model "
+        "ignores the key and trains with the default (`sequence_length: 4096` trains at 512).",
+        "Spell the key as the fix says (`~sequence_length sequence_len=4096`), or remove it.",
+        group=NATIVE,
+    ),
+    "litgpt-quantize-mixed-precision": E(
+        "error",
+        "LitGPT: `quantize` goes with a `*-true` precision, not a `*-mixed` one (`bf16-mixed` "
+        "is the default when `precision` is unset).",
+        "`ValueError: Quantization and mixed precision is not supported.` in "
+        "`litgpt/finetune/lora.py` `setup()`, before training starts.",
+        "Set `precision=bf16-true` (or `16-true` / `32-true`), or drop `quantize`.",
+        group=NATIVE,
+    ),
+    "litgpt-quantize-multi-device": E(
+        "error",
+        "LitGPT: `quantize` trains on one device (`devices` x `num_nodes` = 1).",
+        "`NotImplementedError: Quantization is currently not supported for multi-GPU "
+        "training` in `litgpt/finetune/lora.py` `setup()`.",
+        "Train quantized on one device (`devices=1 num_nodes=1`), or drop `quantize`.",
+        group=NATIVE,
+    ),
+    "litgpt-quantize-optimizer": E(
+        "error",
+        "LitGPT: `quantize` trains with AdamW (LitGPT swaps in bitsandbytes' PagedAdamW).",
+        "`ValueError: The chosen quantization format only supports the AdamW optimizer.` in "
+        "`instantiate_bnb_optimizer` (`litgpt/utils.py`).",
+        "Set `optimizer=AdamW`, or drop `quantize`.",
+        group=NATIVE,
+    ),
+    "litgpt-batch-too-small": E(
+        "error",
+        "LitGPT: `train.global_batch_size` holds at least one micro batch per device "
+        "(`global_batch_size // (devices x num_nodes) // micro_batch_size` >= 1).",
+        "An `AssertionError` in `TrainArgs.gradient_accumulation_iters` (`litgpt/args.py`) "
+        "before the first step.",
+        "Raise `train.global_batch_size` to at least micro batch x devices x nodes.",
+        group=NATIVE,
+    ),
+    "axolotl-deepspeed-with-fsdp": E(
+        "error",
+        "Axolotl: `deepspeed` and `fsdp` are not both set.",
+        "Axolotl refuses the config: `deepspeed and fsdp cannot be used together.` "
+        "(`validation.py` `check_fsdp_deepspeed`).",
+        "Keep one: remove `fsdp` (and `fsdp_config`), or remove `deepspeed`.",
+        group=NATIVE,
+    ),
+    "axolotl-cross-entropy-conflict": E(
+        "error",
+        "Axolotl: at most one cross-entropy replacement is enabled (`cut_cross_entropy`, "
+        "`chunked_cross_entropy`, `liger_cross_entropy`, `liger_fused_linear_cross_entropy`).",
+        "Axolotl refuses the config: `Only one cross entropy optimization can be enabled at a "
+        "time` (`validation.py` `check_cross_entropy_conflicts`).",
+        "Keep one and set the others to `false`.",
+        group=NATIVE,
+    ),
+    "axolotl-fsdp-8bit-optimizer": E(
+        "error",
+        "Axolotl: no bitsandbytes 8-bit optimizer under FSDP2, and no 8-bit optimizer with "
+        "FSDP1 parameter offload.",
+        "Axolotl refuses the config: `FSDP2 not compatible with adamw_8bit, use "
+        "adamw_torch_8bit instead` / `FSDP Offload not compatible with ...` (`validation.py` "
+        "`check_fsdp2_w_8bit_optimizer`, `check_fsdp_offload_w_8bit_optimizer`).",
+        "Use `optimizer=adamw_torch_8bit` under FSDP2, `adamw_torch_fused` with offload.",
+        group=NATIVE,
+    ),
+    "axolotl-packing-attention": E(
+        "warning",
+        "Axolotl: `sample_packing` runs with an attention backend that isolates the packed "
+        "samples (FlashAttention 2, SDPA, flex attention).",
+        "No error: Axolotl logs that it `does not handle cross-sample decontamination` and "
+        "trains on; each packed sample attends to the samples packed before it.",
+        "Set `attn_implementation=flash_attention_2` (or `sdpa` / `flex_attention`), or turn "
+        "`sample_packing` off.",
+        group=NATIVE,
+    ),
+    "trl-max-length-truncates": E(
+        "warning",
+        "TRL: `max_length` is set when the model attends to more than SFTConfig's default of "
+        "1024 tokens (a file written before TRL 0.16 spells it `max_seq_length`, which TRL no "
+        "longer reads).",
+        "No error: `SFTTrainer` truncates every sample to 1024 tokens "
+        "(`trl/trainer/sft_config.py`), silently dropping the ends of longer samples.",
+        "Set `max_length` to the length you mean to train on (`cfgcheck data` shows how many "
+        "samples are longer).",
+        group=NATIVE,
+    ),
+    "llamafactory-invalid-choice": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): a value outside the set its arguments dataclass "
+        "allows (`stage`, `finetuning_type`, `quantization_method`, `flash_attn`).",
+        "`llamafactory-cli train` fails parsing the file: the enum or Literal field refuses the "
+        "value (`hparams/*_args.py`).",
+        "Use one of the listed values; the fix offers the closest.",
+        group=NATIVE,
+    ),
+    "llamafactory-unknown-template": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `template` names a chat template LLaMA-Factory "
+        "registers (`data/template.py`, 124 templates).",
+        'LLaMA-Factory refuses to start: "Template X does not exist."',
+        "Use the model's registered template (the closest one is offered).",
+        group=NATIVE,
+    ),
+    "llamafactory-quantization-needs-adapters": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `quantization_bit` is set only with "
+        "`finetuning_type: lora` or `oft`.",
+        'LLaMA-Factory refuses to start: "Quantization is only compatible with the LoRA or OFT '
+        'method." (`hparams/parser.py` `_verify_model_args`).',
+        "Train adapters (`finetuning_type=lora`) or drop `quantization_bit`.",
+        group=NATIVE,
+    ),
+    "llamafactory-quantization-bits": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): bitsandbytes quantization uses 4 or 8 bits.",
+        'LLaMA-Factory refuses to start: "Bitsandbytes only accepts 4-bit or 8-bit quantization." '
+        "(`model_utils/quantization.py`).",
+        "`quantization_bit=4` or `8` (or `quantization_method=hqq` for 2 or 3 bits).",
+        group=NATIVE,
+    ),
+    "llamafactory-quantization-pissa": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `pissa_init` is not combined with a quantized "
+        "base.",
+        'LLaMA-Factory refuses to start: "Please use scripts/pissa_init.py to initialize PiSSA '
+        'for a quantized model."',
+        "Initialise PiSSA offline with `scripts/pissa_init.py`, then train with "
+        "`pissa_init=false`.",
+        group=NATIVE,
+    ),
+    "llamafactory-lora-only-option": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): LoRA-only options (`use_dora`, `use_rslora`, "
+        "`pissa_init`, `create_new_adapter`, ...) are set only with `finetuning_type: lora`.",
+        'LLaMA-Factory refuses to start: "X is only valid for LoRA training." '
+        "(`FinetuningArguments.__post_init__`).",
+        "Remove the option, or set `finetuning_type=lora`.",
+        group=NATIVE,
+    ),
+    "llamafactory-lora-with-optimizer": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): GaLore, APOLLO and BAdam are not combined with "
+        "LoRA.",
+        'LLaMA-Factory refuses to start: "Cannot use LoRA with GaLore, APOLLO or BAdam together."',
+        "Use that optimizer with `finetuning_type=full`, or remove it.",
+        group=NATIVE,
+    ),
+    "llamafactory-sft-only-option": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): SFT-only options (`neat_packing`, "
+        "`train_on_prompt`, `mask_history`, `predict_with_generate`) are set only with `stage: "
+        "sft`.",
+        'LLaMA-Factory refuses to start: "`X` cannot be set as True except SFT." '
+        "(`hparams/parser.py`).",
+        "Remove the option (it applies to `stage=sft` only).",
+        group=NATIVE,
+    ),
+    "llamafactory-ppo-reward-model": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `stage: ppo` names a `reward_model`.",
+        'LLaMA-Factory refuses to start: "`reward_model` is necessary for PPO training."',
+        "Set `reward_model` to a reward model (or adapter) trained with `stage=rm`.",
+        group=NATIVE,
+    ),
+    "llamafactory-zero3-conflict": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): Options DeepSpeed ZeRO-3 excludes (`pure_bf16`, "
+        "`use_unsloth`, ...) are not combined with a ZeRO-3 `deepspeed` config.",
+        'LLaMA-Factory refuses to start: "`pure_bf16` is incompatible with DeepSpeed ZeRO-3." '
+        "(and the like, `hparams/parser.py`).",
+        "Remove the option, or use a ZeRO-2 DeepSpeed config.",
+        group=NATIVE,
+    ),
+    "llamafactory-streaming-max-steps": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `streaming: true` comes with `max_steps`.",
+        'LLaMA-Factory refuses to start: "Please specify `max_steps` in streaming mode."',
+        "Set `max_steps`: a streamed dataset has no length to count epochs by.",
+        group=NATIVE,
+    ),
+    "llamafactory-argument-conflict": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): Combinations `hparams/parser.py` refuses at start "
+        "(each quoted with its message and source line).",
+        "`llamafactory-cli train` exits before loading the model with the quoted `ValueError`.",
+        "Apply the change the hint names.",
+        group=NATIVE,
+    ),
+    "llamafactory-transformers-key": E(
+        "warning",
+        "LLaMA-Factory (`--from llamafactory`): A TrainingArguments key that only some "
+        "transformers releases in LLaMA-Factory's range (4.55 to 5.8) define.",
+        'With the other release, `HfArgumentParser` refuses the file: "Some keys are not used by '
+        'the HfArgumentParser".',
+        "Keep the key only with the transformers release that has it, or use its replacement.",
+        group=NATIVE,
+    ),
+    "llamafactory-no-do-train": E(
+        "warning",
+        "LLaMA-Factory (`--from llamafactory`): `do_train` (or `do_eval`/`do_predict`) is set.",
+        "No error: LLaMA-Factory loads the model and data, trains nothing and saves nothing "
+        "(`train/sft/workflow.py` trains only `if training_args.do_train`).",
+        "`do_train=true`.",
+        group=NATIVE,
+    ),
+    "llamafactory-no-dataset": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): A training run names its `dataset`.",
+        'LLaMA-Factory refuses to start: "Please specify dataset for training."',
+        "Set `dataset` to names registered in `dataset_dir/dataset_info.json`.",
+        group=NATIVE,
+    ),
+    "llamafactory-packing-contamination": E(
+        "warning",
+        "LLaMA-Factory (`--from llamafactory`): `packing: true` for SFT comes with `neat_packing: "
+        "true`.",
+        "No error: packed samples share an all-ones attention mask, so each sample attends to the "
+        "samples packed before it (`PackedSupervisedDatasetProcessor`).",
+        "`neat_packing=true` (block-diagonal attention per sample).",
+        group=NATIVE,
+    ),
+    "llamafactory-dataset-info-missing": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): `dataset_dir` holds `dataset_info.json` (unless "
+        "it is `ONLINE`).",
+        'LLaMA-Factory refuses to start: "Cannot open .../dataset_info.json" (`data/parser.py`).',
+        "Point `dataset_dir` at the folder holding `dataset_info.json`, relative to where "
+        "`llamafactory-cli` runs.",
+        group=NATIVE,
+    ),
+    "llamafactory-dataset-undefined": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): Every name in `dataset` / `eval_dataset` is "
+        "defined in `dataset_info.json`.",
+        'LLaMA-Factory refuses to start: "Undefined dataset X in dataset_info.json."',
+        "Register the dataset, or use the closest defined name (offered).",
+        group=NATIVE,
+    ),
+    "llamafactory-deepspeed-missing": E(
+        "error",
+        "LLaMA-Factory (`--from llamafactory`): The `deepspeed` JSON exists relative to the "
+        "working directory.",
+        'transformers refuses to start: "Expected a string path to an existing deepspeed config, '
+        'or a dictionary, or a base64 encoded string".',
+        "Fix the path (relative to the folder `llamafactory-cli` runs in).",
+        group=NATIVE,
     ),
     "seq-len-over-block-size": E(
         "error / warning",
@@ -131,6 +408,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "learned positions is an IndexError, past RoPE's trained range a quality loss.",
         "Remove the key (the folder decides it) or set the folder's value; drop a whole-shape "
         "model group with '~model' before +model.pretrained=...",
+        group=MODEL_FOLDER,
     ),
     "special-token-out-of-range": E(
         "error",
@@ -166,6 +444,20 @@ EXPLANATIONS: dict[str, Explanation] = {
         "`Exception: data did not match any variant of untagged enum ModelWrapper`.",
         "Point `tokenizer.path` at the tokenizer files, or unset it to check against the "
         "declared values only.",
+    ),
+    "tokenizer-model-mismatch": E(
+        "error / warning",
+        "The tokenizer's special-token ids are those the model states: `bos_token_id`, "
+        "`eos_token_id` (one id or a list) and `pad_token_id` of the model folder's "
+        "`config.json` / `generation_config.json` (`model.*_token_id`). A different eos id is an "
+        "error; a different bos or pad id a warning.",
+        "No error at all: a Qwen2.5 checkpoint trained with a Llama-2 tokenizer appends eos "
+        "id 2 to every sample, so the model learns to stop on a token it never stopped on, "
+        "while `generate` stops only on the config's eos (151643): the fine-tuned model does "
+        "not stop. An eos id past the embedding rows is an `IndexError` in the lookup.",
+        "Use the tokenizer saved with the model (`~tokenizer tokenizer.path=<model folder>`; a "
+        "config that leaves `tokenizer` unset uses the folder's tokenizer by default), or the "
+        "tokenizer group of the model's family.",
     ),
     "tokenizer-declared-mismatch": E(
         "error",
@@ -330,18 +622,21 @@ EXPLANATIONS: dict[str, Explanation] = {
         "`Cannot attend to N, block size is only M` (LitGPT) or an index error in the position "
         "embeddings, at the batch holding the longest sample.",
         "Keep `data.truncation=true` with a max length within the block size.",
+        group=SCAN,
     ),
     "data-truncated": E(
         "warning",
         "At most 5 % of samples are cut by `data.max_seq_length`.",
         "No error: the ends of the samples (often the answers) are silently dropped.",
         "Raise `data.max_seq_length` (within the block size), or filter long samples.",
+        group=SCAN,
     ),
     "data-padding-waste": E(
         "info",
         "Less than half of the positions of the configured padding scheme are padding.",
         "No error: most compute and memory go to pad tokens.",
         "Pad per batch (`data.padding=longest` with the padded collator) or pack samples.",
+        group=SCAN,
     ),
     "data-unreadable": E(
         "error",
@@ -349,12 +644,14 @@ EXPLANATIONS: dict[str, Explanation] = {
         "The training script fails reading the dataset (`FileNotFoundError`, "
         "`json.decoder.JSONDecodeError`, `pyarrow.lib.ArrowInvalid`).",
         "Fix the file named in the message, or point `data.paths` at readable files.",
+        group=SCAN,
     ),
     "data-scan-skipped": E(
         "warning",
         "`--scan-data` can run: `tokenizer.path` is set.",
         "Nothing fails; the dataset was not checked.",
         "Set `tokenizer.path`, or drop `--scan-data`.",
+        group=SCAN,
     ),
     "unused-suppression": E(
         "warning",
@@ -363,26 +660,36 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Nothing fails: a stale or misspelled suppression (`ignore[seq-len-over-blocksize]`) "
         "silences nothing, and would hide the finding once the line changes again.",
         "Remove the id from the comment, or correct its spelling (the warning suggests one).",
+        group=PROJECT,
     ),
 }
 
 
 def doc_link(rule_id: str) -> str:
     """Where a finding's explanation lives: the anchor of ``docs/rules.md``."""
-    return f"{DOC_FILE}#{rule_id}"
+    return f"{DOC_FILE}#{anchor(rule_id)}"
+
+
+def anchor(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) gives a heading: lower case, word characters
+    and hyphens, spaces as hyphens."""
+    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
 
 
 def emitted_ids() -> list[str]:
-    """Every finding id cfgcheck can emit: schema findings, registered rules, scan findings."""
+    """Every finding id cfgcheck can emit, by group: the catalogue's entries, plus any
+    registered rule that has none yet (listed, so a missing entry shows)."""
     from cfgcheck.rules import all_rules
 
-    return [
-        *SCHEMA_IDS,
-        *MODEL_IDS,
-        *(r.id for r in all_rules()),
-        *SCAN_IDS,
-        *SUPPRESSION_IDS,
-    ]
+    ids = [*EXPLANATIONS, *(r.id for r in all_rules() if r.id not in EXPLANATIONS)]
+    order = {g: n for n, g in enumerate(GROUPS)}
+    return sorted(ids, key=lambda i: order.get(group(i), len(GROUPS)))
+
+
+def group(rule_id: str) -> str:
+    e = EXPLANATIONS.get(rule_id)
+    return e.group if e else RULES
 
 
 def _team_rules() -> dict[str, Rule]:
@@ -393,15 +700,11 @@ def _team_rules() -> dict[str, Rule]:
 
 
 def missing_ids() -> list[str]:
-    """Emitted ids without an explanation (a test keeps this empty)."""
+    """Registered rules without an explanation (a test keeps this empty; ids emitted outside
+    the registry are found by tests/test_rule_catalogue.py). A team's rules are explained by
+    their docstrings."""
     team = _team_rules()
     return [i for i in emitted_ids() if i not in EXPLANATIONS and i not in team]
-
-
-def unknown_ids() -> list[str]:
-    """Explained ids that nothing emits (refused by the same test)."""
-    emitted = set(emitted_ids())
-    return [i for i in EXPLANATIONS if i not in emitted]
 
 
 def summary(rule_id: str) -> str:
@@ -414,37 +717,42 @@ def summary(rule_id: str) -> str:
 
 
 def render_markdown() -> str:
-    """``docs/rules.md``: every finding id with its explanation."""
+    """``docs/rules.md``: every finding id with its explanation, by group."""
     lines = [
         "# Rules",
         "",
         "<!-- Generated by `cfgcheck rules --format markdown`; edit "
         "cfgcheck/rules/explanations.py instead. -->",
         "",
-        "Every finding cfgcheck reports, by id. `cfgcheck explain ID` prints the same text; "
-        'each finding\'s JSON links here (`"doc"`).',
-        "",
-        "| id | severity | checks |",
-        "|---|---|---|",
+        "Every finding cfgcheck reports, by id. `cfgcheck rules` lists them, `cfgcheck explain "
+        'ID` prints the same text, and each finding\'s JSON links here (`"doc"`).',
     ]
     team = _team_rules()  # a team's rules are not cfgcheck's docs
     ids = [i for i in emitted_ids() if i not in team]
-    lines += [f"| [`{i}`](#{i}) | {_severity(i)} | {summary(i)} |" for i in ids]
-    for i in ids:
-        e = EXPLANATIONS.get(i)
-        lines += ["", f"## {i}", ""]
-        if e is None:
-            lines.append("(no explanation yet)")
-            continue
-        lines += [
-            f"**Severity:** {e.severity}",
-            "",
-            f"**Checks:** {e.checks}",
-            "",
-            f"**Prevents:** {e.prevents}",
-            "",
-            f"**Fix:** {e.fix}",
-        ]
+    groups = [g for g in GROUPS if any(group(i) == g for i in ids)]
+    groups += sorted({group(i) for i in ids} - set(groups))
+    for g in groups:
+        members = [i for i in ids if group(i) == g]
+        lines += ["", f"## {g}", ""]
+        if g in _GROUP_INTRO:
+            lines += [_GROUP_INTRO[g], ""]
+        lines += ["| id | severity | checks |", "|---|---|---|"]
+        lines += [f"| [`{i}`](#{anchor(i)}) | {_severity(i)} | {summary(i)} |" for i in members]
+        for i in members:
+            e = EXPLANATIONS.get(i)
+            lines += ["", f"### {i}", ""]
+            if e is None:
+                lines.append("(no explanation yet)")
+                continue
+            lines += [
+                f"**Severity:** {e.severity}",
+                "",
+                f"**Checks:** {e.checks}",
+                "",
+                f"**Prevents:** {e.prevents}",
+                "",
+                f"**Fix:** {e.fix}",
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from cfgcheck.findings import Fix
+from cfgcheck.fixcheck import expressible_filter
 from cfgcheck.memory import devices
 from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
 from cfgcheck.memory.fixes import fixes
@@ -21,24 +22,34 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def _saved(peak: int, after: int) -> str:
+    """``peak - after`` as the difference of the two rounded figures shown, so they add up."""
+    return f"{round(peak / GIB, 1) - round(after / GIB, 1):.1f} GiB"
+
+
 def _breakdown(e: MemoryEstimate) -> str:
     top = sorted(e.components, key=lambda c: -c.bytes)[:4]
     return ", ".join(f"{c.label} {_gib(c.bytes)}" for c in top)
 
 
 def _fixes(cfg: RunConfig, budget: int) -> tuple[str, tuple[Fix, ...]]:
-    found = fixes(cfg.model, cfg.data, cfg.trainer, budget)
+    found = fixes(cfg.model, cfg.data, cfg.trainer, budget, allowed=expressible_filter())
     if not found:
         return (
             "no single change or pair of changes fits: use a GPU with more memory "
-            "(trainer.gpu.name=H100 / H200) or a smaller model",
+            "(H100 80 GB, H200 141 GB) or a smaller model",
             (),
         )
-    hint = "each fix with its per-GPU estimate: " + "; ".join(
-        f"{f.setting} saves {_gib(f.saved_bytes)} (-> {_gib(f.total_bytes)}, fits)" for f in found
+    hint = (
+        "each fix below is re-estimated on this GPU: what it saves of the peak above, and "
+        "the new per-GPU peak"
     )
     objs = tuple(
-        Fix(overrides=f.overrides, summary=f"{f.summary}: {_gib(f.total_bytes)} per GPU")
+        Fix(
+            overrides=f.overrides,
+            summary=f"{f.summary}: saves {_saved(f.total_bytes + f.saved_bytes, f.total_bytes)} "
+            f"(-> {_gib(f.total_bytes)} per GPU, fits)",
+        )
         for f in found
     )
     return hint, objs

@@ -92,18 +92,16 @@ def pad_token_missing(cfg: RunConfig) -> Iterator[Problem]:
         )
     fix = pad_fix(cfg)
     fixes = (Fix(fix, "use an existing token as the pad token"),) if fix else ()
-    eos = facts.eos_token or "the eos token"
-    eos_id = (
-        f" (tokenizer.pad_token_id={facts.eos_token_id})" if facts.eos_token_id is not None else ""
-    )
+    eos = repr(facts.eos_token) if facts.eos_token else "the eos token"
+    eos_id = f", id {facts.eos_token_id}" if facts.eos_token_id is not None else ""
     yield Problem(
         "error",
         ("tokenizer.pad_token", "data.padding", "data.collator"),
         f"data.padding={d.padding}, data.collator={d.collator}"
         + (f", data.pad_to_multiple_of={d.pad_to_multiple_of}" if d.pad_to_multiple_of else "")
         + f": {why}, but {missing}: {crash}",
-        f"set tokenizer.pad_token to an existing token (pad = eos: tokenizer.pad_token={eos}"
-        f"{eos_id}, or the unk token), or add a pad token "
+        f"set tokenizer.pad_token and tokenizer.pad_token_id to an existing token (pad = eos: "
+        f"{eos}{eos_id}; or the unk token), or add a pad token "
         "(tokenizer.add_special_tokens({'pad_token': '<pad>'})) and "
         "resize the model's embeddings (model.resize_token_embeddings(len(tokenizer)))"
         + ("" if fix else "; the tokenizer has neither an eos nor an unk token to reuse"),

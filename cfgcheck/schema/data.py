@@ -7,23 +7,26 @@ from typing import Literal
 from pydantic import Field
 
 from cfgcheck.schema._base import Section
+from cfgcheck.schema.bounds import Tokens
 
 Padding = Literal["max_length", "longest", "do_not_pad"]
 Collator = Literal["default", "padded", "packed"]
 
 
 class DataConfig(Section):
-    max_seq_length: int = Field(gt=0, description="Longest sequence fed to the model.")
+    max_seq_length: Tokens = Field(description="Longest sequence fed to the model.")
     padding: Padding = Field(
         "longest",
         description="Tokenizer padding: 'max_length' pads every sample to max_length; "
         "'longest' (padding=True) pads to the longest sample of a tokenizer call only.",
     )
-    truncation: bool = True
-    max_length: int | None = Field(
-        None, gt=0, description="Tokenizer max_length. Defaults to max_seq_length."
+    truncation: bool = Field(True, description="Tokenizer truncation to max_length.")
+    max_length: Tokens | None = Field(
+        None, description="Tokenizer max_length. Defaults to max_seq_length."
     )
-    pad_to_multiple_of: int | None = Field(None, gt=0)
+    pad_to_multiple_of: Tokens | None = Field(
+        None, description="Round padded lengths up to a multiple of this."
+    )
     collator: Collator = Field(
         "padded",
         description="'default' is torch's default_collate (needs equal lengths); 'padded' "
@@ -31,7 +34,9 @@ class DataConfig(Section):
     )
     ignore_index: int = Field(-100, description="Label value the loss ignores.")
     paths: list[str] = Field(default_factory=list, description="Training data files.")
-    format: Literal["auto", "jsonl", "text", "parquet"] = "auto"
+    format: Literal["auto", "jsonl", "text", "parquet"] = Field(
+        "auto", description="Dataset file format; 'auto' picks it by file extension."
+    )
     text_field: str = Field("text", description="JSONL/Parquet field holding the text.")
     template: str | None = Field(
         None,

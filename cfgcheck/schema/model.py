@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from cfgcheck.schema._base import Section
+from cfgcheck.schema.bounds import Heads, HeadSize, Layers, MlpWidth, Tokens, Vocab, Width
 
 MlpKind = Literal["gelu", "swiglu", "geglu"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -43,10 +44,9 @@ class ModelConfig(Section):
     )
     name: str = Field(description="Model name, e.g. tinyllama-1.1b.")
     source: str | None = Field(None, description="Where the shape was taken from (URL).")
-    block_size: int = Field(gt=0, description="Longest sequence the model can attend to.")
-    vocab_size: int | None = Field(
+    block_size: Tokens = Field(description="Longest sequence the model can attend to.")
+    vocab_size: Vocab | None = Field(
         None,
-        gt=0,
         description="len(tokenizer) the model was built and trained for (LitGPT's vocab_size). "
         "Unknown (null) for a Hugging Face model folder, whose config.json vocab_size is the "
         "embedding rows (padded_vocab_size). One of the two is required.",
@@ -54,24 +54,30 @@ class ModelConfig(Section):
     padding_multiple: int | None = Field(
         None, gt=0, description="Round the embedding rows up to a multiple of this."
     )
-    padded_vocab_size: int | None = Field(
-        None, gt=0, description="Embedding rows. Derived from vocab_size when not given."
+    padded_vocab_size: Vocab | None = Field(
+        None, description="Embedding rows. Derived from vocab_size when not given."
     )
-    n_layer: int = Field(gt=0)
-    n_embd: int = Field(gt=0, description="Hidden size.")
-    n_head: int = Field(gt=0, description="Attention (query) heads.")
-    n_query_groups: int | None = Field(
-        None, gt=0, description="Key/value heads (GQA). Defaults to n_head."
+    n_layer: Layers = Field(description="Transformer blocks.")
+    n_embd: Width = Field(description="Hidden size.")
+    n_head: Heads = Field(description="Attention (query) heads.")
+    n_query_groups: Heads | None = Field(
+        None, description="Key/value heads (GQA). Defaults to n_head."
     )
-    head_size: int | None = Field(None, gt=0, description="Defaults to n_embd // n_head.")
-    intermediate_size: int | None = Field(None, gt=0, description="MLP width; default 4*n_embd.")
-    mlp: MlpKind = "swiglu"
-    norm: NormKind = "rmsnorm"
+    head_size: HeadSize | None = Field(None, description="Defaults to n_embd // n_head.")
+    intermediate_size: MlpWidth | None = Field(None, description="MLP width; default 4*n_embd.")
+    mlp: MlpKind = Field(
+        "swiglu", description="MLP kind: swiglu (Llama), geglu (Gemma), gelu (GPT-2, Phi)."
+    )
+    norm: NormKind = Field("rmsnorm", description="Normalization layer kind.")
     bias: bool = Field(False, description="Bias on every linear layer.")
     attn_bias: bool = Field(False, description="Bias on the q/k/v projections only.")
-    lm_head_bias: bool = False
+    lm_head_bias: bool = Field(False, description="Bias on the output layer (lm_head).")
     tie_embeddings: bool = Field(False, description="lm_head shares the embedding matrix.")
-    parallel_residual: bool = False
+    parallel_residual: bool = Field(
+        False,
+        description="Attention and MLP read the same input and are added to the residual "
+        "together (GPT-NeoX, Phi).",
+    )
     shared_attention_norm: bool = Field(
         False, description="One norm feeds both attention and MLP (parallel residual)."
     )
@@ -98,9 +104,8 @@ class ModelConfig(Section):
         description="A norm on the MLP output before the residual add, besides the MLP input "
         "norm (Gemma 2's post_feedforward_layernorm).",
     )
-    sliding_window_size: int | None = Field(
+    sliding_window_size: Tokens | None = Field(
         None,
-        gt=0,
         description="Local attention window in tokens: a query attends to at most this many "
         "keys (itself included), as transformers' sliding-window mask (Mistral v0.1: 4096, "
         "Phi-3-mini: 2047, Gemma 2: 4096). None: full causal attention.",
@@ -124,6 +129,25 @@ class ModelConfig(Section):
         gt=0,
         description="Output logits become cap * tanh(logits / cap) (Gemma 2: 30.0): one more "
         "vocabulary-wide tensor per token. No parameters.",
+    )
+    bos_token_id: int | None = Field(
+        None,
+        ge=0,
+        description="The id the checkpoint was trained to start a sequence with (config.json / "
+        "generation_config.json bos_token_id; filled from model.pretrained). The tokenizer's "
+        "bos id must agree (rule tokenizer-model-mismatch).",
+    )
+    eos_token_id: int | list[int] | None = Field(
+        None,
+        description="The id(s) the checkpoint ends a sequence with (config.json / "
+        "generation_config.json eos_token_id, one id or a list; filled from model.pretrained). "
+        "The tokenizer's eos id must be one of them, or the labels teach another stop token.",
+    )
+    pad_token_id: int | None = Field(
+        None,
+        ge=0,
+        description="The checkpoint's pad id (config.json pad_token_id; filled from "
+        "model.pretrained).",
     )
 
     @model_validator(mode="after")

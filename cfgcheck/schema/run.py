@@ -22,8 +22,10 @@ SECTIONS: dict[str, type[Section]] = {
 
 class RunConfig(Section):
     name: str | None = Field(None, description="Run name.")
-    seed: int = 42
-    output_dir: str | None = None
+    seed: int = Field(42, description="Random seed of the run.")
+    output_dir: str | None = Field(
+        None, description="Where the run writes checkpoints and logs (cfgcheck never reads it)."
+    )
     model: ModelConfig
     tokenizer: TokenizerConfig
     data: DataConfig

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from cfgcheck.schema._base import Section
+from cfgcheck.schema.bounds import TokenId, Vocab
 
 
 class TokenizerConfig(Section):
@@ -15,15 +16,33 @@ class TokenizerConfig(Section):
         description="Local tokenizer: a tokenizer.json, a folder holding one, or a "
         "SentencePiece tokenizer.model. Relative paths resolve against the working directory.",
     )
-    vocab_size: int | None = Field(
-        None, gt=0, description="Declared len(tokenizer): base vocabulary plus added tokens."
+    vocab_size: Vocab | None = Field(
+        None, description="Declared len(tokenizer): base vocabulary plus added tokens."
     )
-    pad_token: str | None = None
-    pad_token_id: int | None = Field(None, ge=0)
-    eos_token: str | None = None
-    eos_token_id: int | None = Field(None, ge=0)
-    bos_token: str | None = None
-    bos_token_id: int | None = Field(None, ge=0)
-    unk_token: str | None = None
-    unk_token_id: int | None = Field(None, ge=0)
-    padding_side: Literal["right", "left"] = "right"
+    pad_token: str | None = Field(
+        None, description="The pad token string, set on the tokenizer as a training script does."
+    )
+    pad_token_id: TokenId | None = Field(
+        None, description="Declared id of the pad token (checked against the files)."
+    )
+    eos_token: str | None = Field(
+        None, description="The eos token string, set on the tokenizer as a training script does."
+    )
+    eos_token_id: TokenId | None = Field(
+        None, description="Declared id of the eos token (checked against the files)."
+    )
+    bos_token: str | None = Field(
+        None, description="The bos token string, set on the tokenizer as a training script does."
+    )
+    bos_token_id: TokenId | None = Field(
+        None, description="Declared id of the bos token (checked against the files)."
+    )
+    unk_token: str | None = Field(
+        None, description="The unk token string, set on the tokenizer as a training script does."
+    )
+    unk_token_id: TokenId | None = Field(
+        None, description="Declared id of the unk token (checked against the files)."
+    )
+    padding_side: Literal["right", "left"] = Field(
+        "right", description="Side the tokenizer and the padded collator pad on."
+    )

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from cfgcheck.schema._base import Section
+from cfgcheck.schema.bounds import Batch, Devices, Steps, Width
 from cfgcheck.schema.gpu import GpuConfig
 
 Strategy = Literal["single", "ddp", "fsdp", "zero1", "zero2", "zero3"]
@@ -20,9 +21,9 @@ Framework = Literal["hf", "litgpt", "torchtune"]
 
 
 class LoraConfig(Section):
-    rank: int | None = Field(None, gt=0, description="LoRA rank r.")
-    alpha: float = Field(16.0, gt=0)
-    dropout: float = Field(0.05, ge=0, lt=1)
+    rank: Width | None = Field(None, description="LoRA rank r.")
+    alpha: float = Field(16.0, gt=0, description="LoRA alpha: updates are scaled by alpha / rank.")
+    dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the adapters' input.")
     targets: list[str] = Field(
         default_factory=lambda: ["q_proj", "v_proj"],
         description="Modules that get adapters, by the architecture's real names as PEFT "
@@ -35,22 +36,42 @@ class LoraConfig(Section):
 
 
 class TrainerConfig(Section):
-    micro_batch_size: int = Field(gt=0, description="Samples per device per forward pass.")
-    gradient_accumulation_steps: int = Field(1, gt=0)
+    micro_batch_size: Batch = Field(description="Samples per device per forward pass.")
+    gradient_accumulation_steps: Steps = Field(1, description="Micro batches per optimizer step.")
     global_batch_size: int | None = Field(
         None, gt=0, description="micro_batch_size * accumulation * devices * num_nodes."
     )
-    devices: int = Field(1, gt=0, description="GPUs per node.")
-    num_nodes: int = Field(1, gt=0)
-    strategy: Strategy = "single"
-    precision: Precision = "bf16-mixed"
-    optimizer: Optimizer = "adamw"
-    learning_rate: float = Field(3e-4, gt=0)
-    gradient_checkpointing: bool = False
-    finetuning: Finetuning = "full"
+    devices: Devices = Field(1, description="GPUs per node.")
+    num_nodes: Devices = Field(1, description="Machines.")
+    strategy: Strategy = Field(
+        "single",
+        description="Parallelism: one device, data parallel (ddp), sharded (fsdp), or DeepSpeed "
+        "ZeRO stage 1-3.",
+    )
+    precision: Precision = Field(
+        "bf16-mixed",
+        description="Lightning's names: *-mixed autocasts over fp32 weights, *-true keeps the "
+        "weights in that type.",
+    )
+    optimizer: Optimizer = Field(
+        "adamw", description="Optimizer; the 8-bit and paged ones are bitsandbytes'."
+    )
+    learning_rate: float = Field(3e-4, gt=0, description="Peak learning rate.")
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass instead of keeping them."
+    )
+    finetuning: Finetuning = Field(
+        "full",
+        description="full trains every weight; lora and qlora train adapters (qlora over a "
+        "4-bit quantized base).",
+    )
     quantization: Quantization = Field("none", description="Weight quantization of the base.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
-    attention: Attention = "sdpa"
+    attention: Attention = Field(
+        "sdpa",
+        description="Attention kernel: eager (plain matmuls), sdpa (torch's "
+        "scaled_dot_product_attention), flash (flash-attn 2).",
+    )
     loss_chunking: LossChunking = Field(
         "none",
         description="'none': full logits plus their fp32 upcast for the loss (transformers); "

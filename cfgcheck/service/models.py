@@ -42,7 +42,9 @@ class NativeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    format: Literal["litgpt", "axolotl", "trl"] = Field(description="The file's framework.")
+    format: Literal["litgpt", "axolotl", "trl", "llamafactory"] = Field(
+        description="The file's framework."
+    )
     config: str = Field(
         max_length=MAX_NATIVE_CHARS,
         description="The config file's text (YAML or JSON), e.g. an Axolotl examples/*.yml.",

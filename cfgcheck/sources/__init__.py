@@ -21,7 +21,7 @@ from cfgcheck.sources.native import (
 )
 from cfgcheck.sources.reader import Document, parse_document
 
-FORMAT_NAMES: tuple[str, ...] = ("litgpt", "axolotl", "trl")
+FORMAT_NAMES: tuple[str, ...] = ("litgpt", "axolotl", "trl", "llamafactory")
 
 __all__ = [
     "FORMAT_NAMES",

@@ -73,10 +73,6 @@ def attention_impl(native: NativeConfig) -> tuple[str | None, str | None]:
     return None, None
 
 
-
-
-
-
 def _deepspeed_strategy(value: Any) -> str:
     text = str(value).lower()
     for stage in ("3", "2", "1"):
@@ -260,6 +256,17 @@ def to_native(path: str, value: str) -> str | None:
         return f"pad_to_sequence_len={'true' if value == 'max_length' else 'false'}"
     if path == "data.collator":
         return f"sample_packing={'true' if value == 'packed' else 'false'}"
+    if path == "trainer.attention":
+        # attn_implementation wins over the legacy flags (attention_impl above)
+        impl = {"flash": "flash_attention_2"}.get(value, value)
+        return f"attn_implementation={impl}"
+    if path == "trainer.precision" and value == "16-mixed":
+        return "bf16=false\nfp16=true"  # bf16 'auto' would pick bf16 on a bf16 GPU
+    if path == "trainer.finetuning" and value in ("lora", "qlora"):
+        return f"adapter={value}"  # the PEFT adapter (qlora: with load_in_4bit, below)
+    if path == "trainer.quantization" and value in ("nf4", "nf4-dq"):
+        # load_in_4bit loads nf4 with double quantization (src/axolotl/loaders/model.py)
+        return "load_in_4bit=true"
     key = _TO_NATIVE.get(path)
     return f"{key}={value}" if key else None
 

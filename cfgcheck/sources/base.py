@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Location, Severity
@@ -37,10 +38,11 @@ class NativeConfig:
     file: str
     data: dict[str, Any]
     where: dict[str, Location] = field(default_factory=dict)
+    origin: Path | None = None  # the file on disk; None when the text came over the network
 
     @classmethod
     def from_document(cls, fmt: str, doc: Document, overrides: Sequence[str]) -> NativeConfig:
-        native = cls(fmt, doc.file, copy.deepcopy(doc.data))
+        native = cls(fmt, doc.file, copy.deepcopy(doc.data), origin=doc.origin)
         native.where = {key: Location(doc.file, line) for key, line in doc.lines.items()}
         for text in overrides:
             if text.startswith("~"):  # delete a key, as in Hydra
@@ -147,7 +149,8 @@ class Format:
     framework: str  # trainer.framework
     keys: frozenset[str]  # every key the framework reads (dotted for nested ones)
     build: Callable[[Builder], None]
-    # cfgcheck "path=value" -> the same change in native keys, or None when it has none.
+    # cfgcheck "path=value" -> the same change in native keys (several: one per line), "" when
+    # the framework makes it by itself, or None when it has none.
     to_native: Callable[[str, str], str | None]
     profile: Callable[[NativeConfig], Profile]
     rules: tuple[NativeRule, ...] = ()
@@ -158,3 +161,6 @@ class Format:
     unknown_behaviour: str = ""
     # Dotted prefixes whose sub-keys are free-form (optimizer init_args, deepspeed dicts...).
     open_prefixes: tuple[str, ...] = ()
+    # A fix's cfgcheck value as the native config counts it, before to_native (LLaMA-Factory's
+    # DPO batch holds each pair's chosen and rejected sequences: 2 per sample).
+    fix_value: Callable[[NativeConfig, str, str], str] | None = None

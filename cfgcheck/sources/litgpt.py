@@ -66,8 +66,6 @@ def optimizer_name(value: Any) -> str:
     return str(value).rsplit(".", 1)[-1]
 
 
-
-
 def _targets_by_architecture(b: Builder, model: ModelConfig) -> None:
     """The LoRA targets (roles) as the resolved architecture names its modules."""
     from cfgcheck.memory.modules import architecture_of, block_linears
@@ -206,8 +204,14 @@ def build(b: Builder) -> None:
         "sdpa",
         "litgpt/model.py CausalSelfAttention: torch.nn.functional.scaled_dot_product_attention",
     )
+    # No key switches it: the finetune commands checkpoint every Block when they shard, that
+    # is with devices * num_nodes > 1 (full.py FSDPStrategy(activation_checkpointing_policy=
+    # {Block}); lora.py parallelize_fn(activation_checkpointing=True)), and never on one GPU.
     b.default(
-        "trainer.gradient_checkpointing", False, "litgpt finetune (no activation checkpointing)"
+        "trainer.gradient_checkpointing",
+        world > 1,
+        f"{SETUP}: activation checkpointing of every Block when devices * num_nodes > 1 "
+        "(full.py FSDPStrategy, lora.py parallelize_fn), none on one device",
     )
     b.take("seed", "seed", 1337, f"{SETUP}: seed=1337")
     b.take("output_dir", "out_dir", "out/finetune/lora", f"{SETUP}: out_dir", str)
@@ -235,6 +239,8 @@ def to_native(path: str, value: str) -> str | None:
         # LitGPT derives it: global_batch_size // devices // micro_batch_size (litgpt/args.py),
         # so a fix that trades micro batch for accumulation is its micro batch change alone.
         return ""
+    if path == "trainer.strategy" and value == "fsdp":
+        return ""  # devices * num_nodes > 1 shards with FSDP by itself (setup())
     if path == "trainer.quantization":
         back = {v: k for k, v in QUANTIZE.items() if k != "bnb.fp4-dq"}
         return (

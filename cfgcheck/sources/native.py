@@ -10,15 +10,14 @@ profile, and rewrites each fix in the format's keys.
 from __future__ import annotations
 
 import copy
-import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cfgcheck.errors import ConfigLoadError
-from cfgcheck.findings import CheckResult, Finding, Fix, Location, sort_findings
+from cfgcheck.findings import CheckResult, Finding, Location, sort_findings
 from cfgcheck.locations import SourceMap, display_path, locate
 from cfgcheck.schema.run import SECTIONS
 from cfgcheck.sources.base import Builder, Format, NativeConfig
@@ -29,9 +28,9 @@ from cfgcheck.sources.unknown import unknown_keys
 
 def formats() -> dict[str, Format]:
     """``--from`` name -> format (imported on first use)."""
-    from cfgcheck.sources import axolotl, litgpt, trl
+    from cfgcheck.sources import axolotl, litgpt, llamafactory, trl
 
-    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT)}
+    return {f.name: f for f in (litgpt.FORMAT, axolotl.FORMAT, trl.FORMAT, llamafactory.FORMAT)}
 
 
 def get_format(name: str) -> Format:
@@ -51,6 +50,10 @@ class Loaded:
     config: dict[str, Any]
     source_map: SourceMap
     model_key: str | None = None
+    # What it was loaded from, so that a fix can be checked by loading it again with the fix.
+    document: Document | None = None
+    overrides: tuple[str, ...] = ()
+    gpu: str | None = None
 
 
 def load_native(
@@ -82,7 +85,7 @@ def load_document(
     for key, location in native.where.items():
         if key.split(".")[0] not in SECTIONS and key not in smap.entries:
             smap.set(key, location, covering=False)
-    return Loaded(spec, native, builder.config, smap, builder.model_key)
+    return Loaded(spec, native, builder.config, smap, builder.model_key, doc, tuple(overrides), gpu)
 
 
 def _resolve_deferred(b: Builder) -> None:
@@ -116,19 +119,29 @@ def check_native(
     return check_loaded(load_native(path, fmt, overrides, gpu))
 
 
-def check_loaded(loaded: Loaded) -> CheckResult:
-    """Validate a loaded native config, then add the format's findings (see the module)."""
+def check_loaded(loaded: Loaded, verify: bool = True) -> CheckResult:
+    """Validate a loaded native config, then add the format's findings (see the module).
+    With ``verify``, every fix is checked as the user would paste it: the native config loaded
+    again with the fix's native overrides and flags (:mod:`cfgcheck.sources.native_fixes`)."""
+    from cfgcheck.fixcheck import expressible_only, verifying
+    from cfgcheck.sources.native_fixes import native_fixes, verify_native
     from cfgcheck.validate import validate
 
-    with native_model_errors(loaded.native, loaded.model_key):
-        result = validate(loaded.config)
     spec = loaded.format
+    with (
+        native_model_errors(loaded.native, loaded.model_key),
+        expressible_only(lambda o: rewrite(o, spec) is not None),
+        verifying(False),  # checked below, in native keys, as the user pastes them
+    ):
+        result = validate(loaded.config)
     findings: list[Finding] = list(result.findings)
     findings += unknown_keys(loaded.native, spec)
     for rule in spec.rules:
         findings += rule(loaded.native, result.config)
     findings = list(apply_profile(findings, spec.profile(loaded.native)))
-    findings = list(_native_fixes(findings, spec, loaded.native))
+    findings = list(native_fixes(findings, spec, loaded.native))
+    if verify and loaded.document is not None:
+        findings = verify_native(loaded, findings)
     smap = loaded.source_map
     model_at = loaded.native.loc(loaded.model_key) if loaded.model_key else None
     if model_at is not None:  # the resolved shape comes from the model the native key names
@@ -154,34 +167,21 @@ def native_model_errors(native: NativeConfig, key: str | None) -> Iterator[None]
         raise ConfigLoadError(prefix + key + text.removeprefix("model.pretrained")) from e
 
 
-def _native_fixes(
-    findings: Iterable[Finding], spec: Format, native: NativeConfig
-) -> Iterator[Finding]:
-    """Each fix rewritten in the format's keys; a fix with a change the format cannot express
-    is dropped (the hint still says what to change)."""
-    for f in findings:
-        if f.rule.startswith(f"{spec.name}-") or f.rule == "unknown-native-key":
-            yield f  # written in native keys already
-            continue
-        fixes: list[Fix] = []
-        for fix in f.fixes:
-            rewritten = [_rewrite(o, spec) for o in fix.overrides]
-            if all(r is not None for r in rewritten):
-                # "" is a change the format makes by itself; two cfgcheck keys may share one
-                # native key (data.max_seq_length and data.max_length are both sequence_len).
-                changes = tuple(dict.fromkeys(r for r in rewritten if r))
-                if changes:
-                    fixes.append(Fix(changes, fix.summary))
-        hint = f.hint
-        if fixes:
-            hint += f" (in {native.file}: {' '.join(fixes[0].overrides)})"
-        yield dataclasses.replace(f, fixes=tuple(fixes), hint=hint)
+# The GPU is no key of any native format: the user names it with --gpu (cfgcheck's flag).
+_GPU_FLAGS = {"trainer.gpu.name": "--gpu", "trainer.gpu.memory_gib": "--gpu"}
 
 
-def _rewrite(override: str, spec: Format) -> str | None:
-    """``path=value`` in the format's keys; ``""`` when the format needs no change for it;
-    None when it cannot express it."""
+def rewrite(override: str, spec: Format, native: NativeConfig | None = None) -> str | None:
+    """``path=value`` in the format's keys (or ``--gpu=VALUE`` for the GPU, which the user
+    passes as a flag); ``""`` when the format needs no change for it; None when it cannot
+    express it. With ``native``, the format's ``fix_value`` converts the value (LLaMA-Factory
+    counts a DPO batch in pairs)."""
     key, sep, value = override.partition("=")
     if not sep:
         return None
-    return spec.to_native(key.lstrip("+~"), value)
+    key = key.lstrip("+~")
+    if key in _GPU_FLAGS:
+        return f"{_GPU_FLAGS[key]}={value}"
+    if native is not None and spec.fix_value is not None:
+        value = spec.fix_value(native, key, value)
+    return spec.to_native(key, value)

@@ -157,6 +157,73 @@ AXOLOTL = Profile(
     ),
 )
 
+# LLaMA-Factory (hiyouga/LLaMA-Factory at ff6d4d12):
+# - data/template.py fix_special_tokens: "if tokenizer.pad_token_id is None:
+#   tokenizer.pad_token = tokenizer.eos_token" ("Add pad token").
+# - train/sft/workflow.py: a DataCollatorForSeq2Seq with label_pad_token_id=IGNORE_INDEX pads
+#   labels by position.
+# - launcher.py: torchrun over every visible GPU (NPROC_PER_NODE): the device count is the
+#   launcher's.
+# - hparams/parser.py _verify_model_args refuses quantization without adapters
+#   (llamafactory-quantization-needs-adapters quotes it).
+# - model_utils/rope.py configure_rope: max_position_embeddings grows to cover cutoff_len only
+#   with rope_scaling; get_train_args sets model_max_length = cutoff_len.
+_LLAMAFACTORY_COMMON = (
+    Adjustment(
+        "pad-token-missing",
+        None,
+        "LLaMA-Factory sets the pad token to eos when the tokenizer has none "
+        "(data/template.py fix_special_tokens: 'Add pad token')",
+    ),
+    Adjustment(
+        "pad-is-eos",
+        None,
+        "LLaMA-Factory pads labels with IGNORE_INDEX by position (DataCollatorForSeq2Seq "
+        "label_pad_token_id, train/sft/workflow.py), so a real eos keeps its label",
+    ),
+    Adjustment(
+        "strategy-device-count",
+        None,
+        "llamafactory-cli takes the device count from the launcher (launcher.py: torchrun "
+        "over every visible GPU, NPROC_PER_NODE)",
+    ),
+    Adjustment(
+        "quantized-full-finetuning",
+        None,
+        "reported as llamafactory-quantization-needs-adapters with LLaMA-Factory's message",
+    ),
+)
+_LLAMAFACTORY_LONG_CONTEXT = Adjustment(
+    "seq-len-over-block-size",
+    "warning",
+    "LLaMA-Factory sets model_max_length = cutoff_len and leaves max_position_embeddings as "
+    "it is unless rope_scaling is set (model_utils/rope.py configure_rope): a RoPE model "
+    "trains on positions past its pretrained context without an error; only samples that "
+    "long are affected (--scan-data counts them). Set rope_scaling (linear, dynamic, yarn, "
+    "llama3) or lower cutoff_len",
+    "error",
+)
+_LLAMAFACTORY_SCALED_CONTEXT = Adjustment(
+    "seq-len-over-block-size",
+    None,
+    "rope_scaling is set: LLaMA-Factory enlarges max_position_embeddings by "
+    "ceil(cutoff_len / max_position_embeddings) (model_utils/rope.py configure_rope)",
+)
+_LLAMAFACTORY_NO_TRAINING = Adjustment(
+    "gpu-memory",
+    None,
+    "do_train is not set: nothing trains (do_eval / do_predict run the model without "
+    "gradients or optimizer states), so the training estimate does not apply",
+)
+LLAMAFACTORY = Profile("LLaMA-Factory", (*_LLAMAFACTORY_COMMON, _LLAMAFACTORY_LONG_CONTEXT))
+LLAMAFACTORY_ROPE_SCALED = Profile(
+    "LLaMA-Factory", (*_LLAMAFACTORY_COMMON, _LLAMAFACTORY_SCALED_CONTEXT)
+)
+LLAMAFACTORY_NO_TRAINING = Profile(
+    "LLaMA-Factory",
+    (*_LLAMAFACTORY_COMMON, _LLAMAFACTORY_LONG_CONTEXT, _LLAMAFACTORY_NO_TRAINING),
+)
+
 # TRL (huggingface/trl at f2cd5771):
 # - trl/trainer/sft_trainer.py: `pad_token = args.pad_token or tokenizer.pad_token or
 #   tokenizer.eos_token`: a tokenizer without a pad token pads with eos.

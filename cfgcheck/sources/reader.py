@@ -29,6 +29,7 @@ class Document:
     file: str  # as shown to the user
     data: dict[str, Any]
     lines: dict[str, int] = field(default_factory=dict)
+    origin: Path | None = None  # the file on disk (None for text a service request sent)
 
 
 def read_document(path: str | Path, display: str | None = None) -> Document:
@@ -36,7 +37,8 @@ def read_document(path: str | Path, display: str | None = None) -> Document:
     file is missing or not a regular file, too large, not UTF-8, malformed, too deep or not a
     mapping."""
     shown = display or str(path)
-    return parse_document(safeio.read_text(path, MAX_BYTES), shown)
+    doc = parse_document(safeio.read_text(path, MAX_BYTES), shown)
+    return Document(doc.file, doc.data, doc.lines, Path(path))
 
 
 def parse_document(text: str, shown: str) -> Document:

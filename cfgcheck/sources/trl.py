@@ -31,10 +31,6 @@ ARGS = "transformers TrainingArguments"
 DEFAULT_MAX_LENGTH = 1024  # SFTConfig.max_length
 
 
-
-
-
-
 def build(b: Builder) -> None:
     n = b.native
     b.default("trainer.framework", "hf", "(TRL trains with transformers' Trainer)")
@@ -192,6 +188,12 @@ def to_native(path: str, value: str) -> str | None:
         return f"attn_implementation={impl}"
     if path == "data.collator":
         return f"packing={'true' if value == 'packed' else 'false'}"
+    if path == "trainer.finetuning" and value in ("lora", "qlora"):
+        return "use_peft=true"  # trl/trainer/model_config.py ModelConfig.use_peft (qlora: below)
+    if path == "trainer.quantization" and value in ("nf4", "none"):
+        return f"load_in_4bit={'false' if value == 'none' else 'true'}"
+    if path == "trainer.precision" and value == "16-mixed":
+        return "fp16=true"  # bf16=None -> not fp16 (trl/trainer/base_config.py __post_init__)
     key = _TO_NATIVE.get(path)
     return f"{key}={value}" if key else None
 

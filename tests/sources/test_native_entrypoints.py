@@ -43,7 +43,12 @@ def test_check_from_exit_codes_and_native_lines(tmp_path: Path) -> None:
         if f["rule"] == "litgpt-quantize-mixed-precision"
     )
     assert finding["fixes"] == [
-        {"overrides": ["precision=bf16-true"], "summary": finding["fixes"][0]["summary"]}
+        {
+            "overrides": ["precision=bf16-true"],
+            "summary": finding["fixes"][0]["summary"],
+            "flags": [],
+            "shell": "precision=bf16-true",
+        }
     ]
 
     planted = write(

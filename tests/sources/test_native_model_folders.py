@@ -10,7 +10,13 @@ import pytest
 
 from cfgcheck.sources import check_native
 from tests.conftest import requires
-from tests.model_folders import LLAMA2_7B, QWEN25_05B, tokenizer_files, write_config
+from tests.model_folders import (
+    LLAMA2_7B,
+    QWEN25_05B,
+    qwen25_tokenizer_files,
+    tokenizer_files,
+    write_config,
+)
 from tests.sources.support import one, write
 
 
@@ -24,7 +30,7 @@ def llama2_padded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = write_config(tmp_path_factory.mktemp("qwen") / "Qwen2.5-0.5B", QWEN25_05B)
-    return tokenizer_files(folder, 151643, added=tuple(f"<|s{i}|>" for i in range(22)))
+    return qwen25_tokenizer_files(folder)
 
 
 def test_a_folder_gives_the_shape_and_the_tokenizer(tmp_path: Path, qwen: Path) -> None:
