@@ -203,3 +203,10 @@ def test_service_validates_through_the_node(team: Path, monkeypatch: pytest.Monk
         body = {"secret": "${oc.env:HOME}", "cfgcheck": {"name": "${secret}"}}
         r = client.post("/v1/validate", json=body)
         assert r.status_code == 422 and "resolver" in r.text
+
+
+def test_shipped_team_example_passes_untouched() -> None:
+    # examples/team/ (docs/adoption.md): the mapping node over a team's own names.
+    team = Path(__file__).resolve().parent.parent / "examples" / "team" / "conf"
+    result = cfgcheck.check(team, "train", settings=NONE)
+    assert result.ok and not result.findings, [f.message for f in result.findings]

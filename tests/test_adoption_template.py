@@ -196,4 +196,4 @@ def test_hydra_main_runs_its_task_and_refuses_a_planted_failure(configs: Path) -
     proc = run_app(root)
     assert proc.returncode == 1 and not (root / "ran").exists()
     assert f"model/mnist.yaml:{line}: model.net.input_size set here" in proc.stderr
-    assert "in your keys: model.net.input_size=2048" in proc.stderr
+    assert "fix: model.net.input_size=2048" in proc.stderr

@@ -262,10 +262,7 @@ class Mapped:
                 known = f.locations.get(p)
                 if known is not None:
                     locations[self.team_path(p)] = known
-            hint = f.hint
-            if f.fixes:
-                hint += f" (in your keys: {' '.join(f.fixes[0].overrides)})"
-            findings.append(dataclasses.replace(f, paths=paths, locations=locations, hint=hint))
+            findings.append(dataclasses.replace(f, paths=paths, locations=locations))
         return dataclasses.replace(result, findings=findings)
 
 
