@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 from cfgcheck.compose import compose, load_yaml
 from cfgcheck.errors import ConfigError, ConfigLoadError
 from cfgcheck.findings import CheckResult, Finding, Fix
-from cfgcheck.rules._registry import Problem
-from cfgcheck.rules._registry import team_rule as rule
 from cfgcheck.schema import RunConfig
 from cfgcheck.validate import validate
 
@@ -76,12 +74,24 @@ def __getattr__(name: str) -> Any:
         from cfgcheck.hydra import main
 
         return main
+    # The public rule API, read from the registry on first use: importing the registry before
+    # the schema and validate (whose rules import it anyway) costs ~40 ms of pydantic set-up.
+    if name == "rule":
+        from cfgcheck.rules._registry import team_rule
+
+        return team_rule
+    if name == "Problem":
+        from cfgcheck.rules._registry import Problem
+
+        return Problem
     raise AttributeError(f"module 'cfgcheck' has no attribute {name!r}")
 
 
 if TYPE_CHECKING:
     from cfgcheck.hydra import main
     from cfgcheck.project.settings import Settings
+    from cfgcheck.rules._registry import Problem
+    from cfgcheck.rules._registry import team_rule as rule
 
 __all__ = [
     "CheckResult",
