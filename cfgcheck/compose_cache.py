@@ -43,8 +43,9 @@ from typing import Any
 from cfgcheck.compose import compose, primary_config
 
 # Bump when the stored layout changes, or what a composition must pass (2: the safeio screen,
-# so entries composed before it are not reused).
-FORMAT = 2
+# so entries composed before it are not reused; 3: a tree with a ``cfgcheck:`` mapping node
+# keeps its interpolations, which locate its values).
+FORMAT = 3
 MAX_ENTRIES = 256  # stores prune the least recently used entries beyond this
 _RESOLVER_CALL = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
 _FOREIGN_RESOLVER = re.compile(r"\$\{\s*(?!oc\.)[A-Za-z_][\w.]*\s*:")
@@ -107,13 +108,29 @@ def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | Non
 
     # Every file Hydra may read, behind symlinked files and folders too (their content is
     # what is hashed, so an edit behind a link is a new key); links out of the tree refused.
+    marked: list[Path] = []
     for path in config_files(directory):
         data = read_bytes(path)  # bounded; a FIFO, device or dangling link: one-line error
         if b"searchpath" in data:
             return None
+        if SUPPRESSION_MARK.search(data):
+            marked.append(path)
         h.update(path.relative_to(directory).as_posix().encode() + b"\0")
         h.update(data + b"\0")
+    _MARKED[directory] = marked
     return h.hexdigest()
+
+
+# Files holding a ``# cfgcheck:`` comment, noted while the key reads every file, so the inline
+# suppressions (cfgcheck.project.suppressions) need not read the tree again.
+SUPPRESSION_MARK = re.compile(rb"#\s*cfgcheck\s*:")
+_MARKED: dict[Path, list[Path]] = {}
+
+
+def marked_files(directory: Path) -> list[Path] | None:
+    """The files of ``directory`` with a ``# cfgcheck:`` comment, when this process has just
+    read them all for a cache key; None otherwise."""
+    return _MARKED.get(directory)
 
 
 def _needs_omegaconf(text: str) -> bool:
@@ -180,7 +197,14 @@ def _entry(cfg: Any) -> dict[str, Any] | None:
         return None
     if _FOREIGN_RESOLVER.search(text) or not _survives_json(container):
         return None
-    if _needs_omegaconf(text) and not _RESOLVER_CALL.search(text) and '"???"' not in text:
+    # A mapping node's interpolations say which team key holds each value: keep them.
+    mapped = isinstance(container, dict) and "cfgcheck" in container
+    if (
+        _needs_omegaconf(text)
+        and not mapped
+        and not _RESOLVER_CALL.search(text)
+        and '"???"' not in text
+    ):
         try:  # only references between keys: resolve them once, here
             resolved = OmegaConf.to_container(cfg, resolve=True)
         except OmegaConfBaseException:
@@ -196,6 +220,7 @@ def compose_cached(config_dir: str | Path, config_name: str, overrides: Sequence
     ``DictConfig``) and stored. Same verdicts, same :class:`ConfigLoadError` as :func:`compose`.
     """
     directory, name = primary_config(config_dir, config_name)
+    _MARKED.pop(directory, None)  # noted again below when the key reads the files
     where = None if _config_store_in_use() else cache_dir()
     key = None
     if where is not None:

@@ -30,6 +30,9 @@ from typing import Any
 from cfgcheck.findings import CheckResult, Finding, Fix
 
 Validator = Callable[[Mapping[str, Any]], CheckResult]
+# How a fix is tried: apply its overrides to the config, then the findings of the result.
+Apply = Callable[[Mapping[str, Any], Sequence[str]], Mapping[str, Any]]
+Revalidate = Callable[[Mapping[str, Any]], list[Finding]]
 
 MAX_PAIRS = 12  # unions of two fixes tried per finding when no single fix works
 
@@ -115,13 +118,15 @@ def _parser() -> Any:
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse(override: str) -> Any:
+def _parse(override: str, any_key: bool = False) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from cfgcheck.overrides import plain_key, plain_overrides
 
-    if plain_key(override) is None and not override.startswith(("~", "+")):
+    if any_key and "=" in override and "." in override.partition("=")[0]:
+        pass  # a dotted key of a team's tree (cfgcheck.project.mapping): a value override
+    elif plain_key(override) is None and not override.startswith(("~", "+")):
         raise _Unappliable(override)  # a group choice or a key outside the sections
     try:
         return _parser().parse_override(plain_overrides([override])[0])
@@ -129,13 +134,16 @@ def _parse(override: str) -> Any:
         raise _Unappliable(override) from e
 
 
-def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def apply_overrides(
+    raw: Mapping[str, Any], overrides: Sequence[str], *, any_key: bool = False
+) -> dict[str, Any]:
     """A copy of the composed config ``raw`` with value overrides applied as Hydra applies
     them (``key=value`` / ``++key=value`` set, ``~key`` deletes). Raises :class:`_Unappliable`
-    for group choices, sweeps and keys that cannot be reached."""
+    for group choices, sweeps and keys that cannot be reached. ``any_key``: a dotted key
+    outside cfgcheck's sections is a value too (a team's tree with a mapping node)."""
     out: dict[str, Any] = copy.deepcopy(dict(raw))
     for text in overrides:
-        o = _parse(text)
+        o = _parse(text, any_key)
         if o.is_sweep_override():
             raise _Unappliable(text)
         parts = o.key_or_group.split(".")
@@ -155,20 +163,28 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _Trial:
+    """How a fix is tried on one config."""
+
+    raw: Mapping[str, Any]
+    apply: Apply
+    revalidate: Revalidate
+
+
 def _outcome(
-    raw: Mapping[str, Any], fix: Fix, finding: Finding, before: Sequence[Finding]
+    trial: _Trial, fix: Fix, finding: Finding, before: Sequence[Finding]
 ) -> list[Finding] | None:
     """The errors ``fix`` introduces (``[]``: it works), or None when it cannot be applied.
     A fix that leaves its finding in place "introduces" that finding."""
     from cfgcheck.errors import ConfigLoadError
-    from cfgcheck.validate import validate_plain
 
     try:
-        fixed = apply_overrides(raw, fix.overrides)
+        fixed = trial.apply(trial.raw, fix.overrides)
     except _Unappliable:
         return None
     try:
-        after = validate_plain(fixed).findings
+        after = trial.revalidate(fixed)
     except ConfigLoadError as e:  # e.g. a model.pretrained that names nothing usable
         return [Finding("invalid-value", "error", ("<root>",), str(e), "")]
     left = [f for f in after if _key(f) == _key(finding)]
@@ -179,14 +195,12 @@ def _combined(a: Fix, b: Fix) -> Fix:
     return a.combined(b)
 
 
-def _checked(
-    raw: Mapping[str, Any], finding: Finding, before: Sequence[Finding]
-) -> tuple[Fix, ...]:
+def _checked(trial: _Trial, finding: Finding, before: Sequence[Finding]) -> tuple[Fix, ...]:
     kept: list[Fix] = []
     broken: list[tuple[Fix, list[Finding]]] = []
     candidates = _expressible(finding.fixes)
     for fix in candidates:
-        outcome = _outcome(raw, fix, finding, before)
+        outcome = _outcome(trial, fix, finding, before)
         if not outcome:  # works, or a group choice this module cannot apply
             kept.append(fix)
         elif not any(_key(f) == _key(finding) for f in outcome):
@@ -202,24 +216,42 @@ def _checked(
             if tries > MAX_PAIRS:
                 return ()
             both = _combined(fix, extra)
-            if _outcome(raw, both, finding, before) == []:
+            if _outcome(trial, both, finding, before) == []:
                 return (both,)
     # ... or two of the finding's own fixes together.
     for a, b in itertools.islice(itertools.combinations(candidates, 2), MAX_PAIRS):
-        if _outcome(raw, _combined(a, b), finding, before) == []:
+        if _outcome(trial, _combined(a, b), finding, before) == []:
             return (_combined(a, b),)
     return ()
 
 
-def verified(raw: Mapping[str, Any], result: CheckResult) -> CheckResult:
-    """``result`` with every error and warning finding's fixes checked (see module docstring)."""
+def verified(
+    raw: Mapping[str, Any],
+    result: CheckResult,
+    *,
+    apply: Apply | None = None,
+    revalidate: Revalidate | None = None,
+) -> CheckResult:
+    """``result`` with every error and warning finding's fixes checked (see module docstring).
+
+    By default a fix is applied to ``raw`` with :func:`apply_overrides` and the result
+    validated with :func:`cfgcheck.validate.validate_plain`; a team's mapped tree passes its
+    own ``apply`` and ``revalidate`` (:mod:`cfgcheck.project.mapping`), a team's schema its
+    own ``revalidate``."""
     if not _VERIFY.get() or not any(f.fixes for f in result.findings if f.severity != "info"):
         return result
+
+    def plain(fixed: Mapping[str, Any]) -> list[Finding]:
+        from cfgcheck.validate import validate_plain
+
+        return validate_plain(fixed).findings
+
+    trial = _Trial(raw, apply or apply_overrides, revalidate or plain)
     before = result.findings
     findings: list[Finding] = []
     for f in result.findings:
         if f.fixes and f.severity != "info":
-            f = dataclasses.replace(f, fixes=_checked(raw, f, before))
+            f = dataclasses.replace(f, fixes=_checked(trial, f, before))
         findings.append(f)
     return dataclasses.replace(result, findings=findings)
 

@@ -13,9 +13,13 @@ def _with_header(schema: dict[str, Any], name: str) -> dict[str, Any]:
     return {"$schema": SCHEMA_DIALECT, "$id": f"cfgcheck/{name}.schema.json", **schema}
 
 
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """``{"run": ..., "model": ..., "tokenizer": ..., "data": ..., "trainer": ...}``."""
-    out = {"run": _with_header(RunConfig.model_json_schema(), "run")}
-    for name, model in SECTIONS.items():
+def json_schemas(schema: type[RunConfig] = RunConfig) -> dict[str, dict[str, Any]]:
+    """``{"run": ..., "model": ..., "tokenizer": ..., "data": ..., "trainer": ...}``; for a
+    team's :class:`RunConfig` subclass, its own sections too."""
+    from cfgcheck.validate import sections_of
+
+    out = {"run": _with_header(schema.model_json_schema(), "run")}
+    sections = SECTIONS if schema is RunConfig else sections_of(schema)
+    for name, model in sections.items():
         out[name] = _with_header(model.model_json_schema(), name)
     return out

@@ -137,16 +137,20 @@ def composed_files(
         loader: Any = GlobalHydra.instance().config_loader()
         repo = CachingConfigRepository(loader.repository)
         parsed = OverridesParser.create().parse_overrides(plain_overrides(overrides))
+        # Hydra's own config is in the list (a primary may select a hydra/ option that
+        # overrides Hydra's groups, hydra/job_logging=default may be on the command line),
+        # and its files are left out: they are never part of the run config.
         defaults = create_defaults_list(
             repo=repo,
             config_name=name,
             overrides_list=parsed,
-            prepend_hydra=False,
+            prepend_hydra=True,
             skip_missing=False,
         )
         files: list[tuple[Path, str]] = []
         for result_default in defaults.defaults:
-            if result_default.config_path is None:
+            package = result_default.package or ""
+            if result_default.config_path is None or package.split(".")[0] == "hydra":
                 continue
             loaded = repo.load_config(result_default.config_path)
             source = getattr(loaded, "path", "") if loaded is not None else ""
@@ -156,8 +160,12 @@ def composed_files(
                 files.append((file, result_default.package or ""))
         return ComposedFiles(
             files,
-            dict(defaults.overrides.known_choices),
-            list(defaults.overrides.config_overrides),
+            {
+                k: v
+                for k, v in defaults.overrides.known_choices.items()
+                if k.split("/")[0] != "hydra"
+            },
+            [o for o in defaults.overrides.config_overrides if not o.is_hydra_override()],
         )
 
 

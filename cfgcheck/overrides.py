@@ -12,6 +12,8 @@ Hydra (``check``, ``--sweep``, ``memory``, ``data``, ``hook``, the service, ``@c
   does spell, that is exactly what the plain override does. A misspelled key under a section
   (``trainer.lora.rnak=16``) is added too, and validation reports it as ``unknown-key`` with a
   did-you-mean and the known keys;
+- the same keys under a ``cfgcheck:`` mapping node (``cfgcheck.data.max_length=2048``, see
+  :mod:`cfgcheck.project.mapping`) become ``++`` too;
 - everything else keeps Hydra's meaning: group choices (``model=llama-3-8b``, a key without a
   dot that names a section), ``+``/``++``/``~`` overrides, ``key@package=...``, ``group/sub=...``,
   ``hydra.*`` and keys outside the schema.
@@ -76,6 +78,8 @@ def plain_key(override: str) -> str | None:
     if match is None:
         return None
     key = match.group(1)
+    if key.startswith("cfgcheck."):  # a key of the mapping node (cfgcheck.project.mapping)
+        return key if plain_key(f"{key[len('cfgcheck.') :]}={match.group(2)}") else None
     head = key.split(".", 1)[0]
     if "." in key:
         return key if head in _sections() else None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
@@ -16,6 +16,9 @@ from cfgcheck.findings import CheckResult, Finding, sort_findings
 from cfgcheck.models.expand import Expanded, expand_pretrained
 from cfgcheck.rules import run_rules
 from cfgcheck.schema.run import SECTIONS, RunConfig
+
+if TYPE_CHECKING:
+    from cfgcheck.project.settings import DefaultGpu
 
 
 def to_plain(config: Any) -> Any:
@@ -31,7 +34,82 @@ def to_plain(config: Any) -> Any:
     return config
 
 
-def validate(config: Mapping[str, Any] | Any) -> CheckResult:
+def _one_edit(a: str, b: str) -> bool:
+    """``a`` and ``b`` differ by one insertion, deletion, substitution or swap of neighbours."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+def owned_keys(keys: Iterable[Any], schema: type[RunConfig] = RunConfig) -> list[Any]:
+    """The top-level keys cfgcheck checks: the schema's own, and a name one edit away from
+    one of them (``tokenizr``, ``seeed``: reported as ``unknown-key`` with a did-you-mean). Any
+    other top-level section (``optimizer``, ``logger``, ``paths``...) belongs to the project."""
+    fields = schema.model_fields
+    return [
+        k
+        for k in keys
+        if k in fields or (isinstance(k, str) and any(_one_edit(k, s) for s in fields))
+    ]
+
+
+def _section_model(schema: type[RunConfig], name: str) -> type[BaseModel] | None:
+    from cfgcheck.overrides import model_of
+
+    field = schema.model_fields.get(name)
+    return model_of(field.annotation) if field is not None else None
+
+
+def owned(config: Any, schema: type[RunConfig] = RunConfig) -> Any:
+    """The part of a composed config cfgcheck checks (:func:`owned_keys`), as a plain dict,
+    interpolations resolved (in the whole tree, so ``${paths.data_dir}`` still resolves)."""
+    if type(config).__module__.startswith("omegaconf"):
+        from omegaconf import DictConfig, OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        if not isinstance(config, DictConfig):
+            return to_plain(config)
+        try:
+            out: dict[str, Any] = {}
+            for key in owned_keys(list(config.keys()), schema):
+                value = config[key]
+                out[str(key)] = (
+                    OmegaConf.to_container(value, resolve=True, throw_on_missing=True)
+                    if OmegaConf.is_config(value)
+                    else value
+                )
+            return out
+        except OmegaConfBaseException as e:
+            raise ConfigLoadError(f"cannot resolve the config: {one_line(e)}") from e
+    if isinstance(config, Mapping):
+        return {k: config[k] for k in owned_keys(list(config), schema)}
+    return config
+
+
+def _may_have_node(config: Any) -> bool:
+    """Whether a config has the ``cfgcheck:`` mapping node (the module loads only then)."""
+    if isinstance(config, Mapping) and "cfgcheck" not in config:
+        return False
+    from cfgcheck.project.mapping import has_node
+
+    return has_node(config)
+
+
+def validate(
+    config: Mapping[str, Any] | Any,
+    schema: type[RunConfig] | None = None,
+    *,
+    gpu: DefaultGpu | None = None,
+) -> CheckResult:
     """Validate a composed run config (plain mapping or ``DictConfig``) and run every rule.
 
     Never stops at the first problem: schema errors in one section do not hide rules
@@ -39,18 +117,59 @@ def validate(config: Mapping[str, Any] | Any) -> CheckResult:
     shape fills the model section; see :mod:`cfgcheck.models.expand`); a folder or Hub id
     that cannot be used raises ``ConfigLoadError``. Every fix a finding offers has been
     checked to remove it without a new error (see :mod:`cfgcheck.fixcheck`).
+
+    Top-level sections the schema does not own pass unchecked (:func:`owned_keys`). A config
+    with a top-level ``cfgcheck:`` node is validated through it, in the team's keys (see
+    :mod:`cfgcheck.project.mapping`). ``schema``: a team's subclass of
+    :class:`~cfgcheck.RunConfig` (default: the built-in one). ``gpu``: the GPU a project's
+    settings name, used when the config names none.
     """
     from cfgcheck.fixcheck import verified
 
-    raw = to_plain(config)
-    result = validate_plain(raw)
-    return verified(raw, result) if isinstance(raw, Mapping) else result
+    if _may_have_node(config):
+        from cfgcheck.project.mapping import validate_mapped
+
+        return validate_mapped(config, schema, gpu)
+    raw = owned(config, schema or RunConfig)
+    filled = gpu.fill(raw) if gpu is not None else raw
+    result = validate_plain(filled, schema)
+    if filled is not raw and gpu is not None:
+        result = at_default_gpu(result, gpu)
+        raw = filled
+    if not isinstance(raw, Mapping):
+        return result
+    if schema is None or schema is RunConfig:
+        return verified(raw, result)
+
+    def revalidate(fixed: Mapping[str, Any]) -> list[Finding]:
+        return validate_plain(fixed, schema).findings
+
+    return verified(raw, result, revalidate=revalidate)
 
 
-def validate_plain(raw: Any) -> CheckResult:
+def at_default_gpu(result: CheckResult, gpu: DefaultGpu) -> CheckResult:
+    """Locate ``trainer.gpu`` values at the settings that supplied them."""
+    findings = [
+        dataclasses.replace(
+            f,
+            locations={
+                **{
+                    p: gpu.location()
+                    for p in f.paths
+                    if p == "trainer.gpu" or p.startswith("trainer.gpu.")
+                },
+                **f.locations,
+            },
+        )
+        for f in result.findings
+    ]
+    return dataclasses.replace(result, findings=findings)
+
+
+def validate_plain(raw: Any, schema: type[RunConfig] | None = None) -> CheckResult:
     """:func:`validate` of a plain composed config, with the fixes as the rules proposed them."""
     expanded = expand_pretrained(raw)
-    return _located_at_folder(_validate(expanded.config), expanded)
+    return _located_at_folder(_validate(expanded.config, schema or RunConfig), expanded)
 
 
 def _located_at_folder(result: CheckResult, expanded: Expanded) -> CheckResult:
@@ -70,7 +189,19 @@ def _located_at_folder(result: CheckResult, expanded: Expanded) -> CheckResult:
     return dataclasses.replace(result, findings=sort_findings(findings))
 
 
-def _validate(raw: Any) -> CheckResult:
+def sections_of(schema: type[RunConfig]) -> dict[str, type[BaseModel]]:
+    """The sections of a run config schema: its fields that are pydantic models."""
+    if schema is RunConfig:
+        return dict(SECTIONS)
+    out: dict[str, type[BaseModel]] = {}
+    for name in schema.model_fields:
+        model = _section_model(schema, name)
+        if model is not None:
+            out[name] = model
+    return out
+
+
+def _validate(raw: Any, schema: type[RunConfig] = RunConfig) -> CheckResult:
     if not isinstance(raw, Mapping):
         finding = Finding(
             "invalid-value",
@@ -80,21 +211,23 @@ def _validate(raw: Any) -> CheckResult:
             f"write a mapping with the sections {', '.join(SECTIONS)}",
         )
         return CheckResult([finding])
+    raw = {k: raw[k] for k in owned_keys(list(raw), schema)}
+    sections = sections_of(schema)
     try:
-        run = RunConfig.model_validate(raw)
+        run = schema.model_validate(raw)
     except ValidationError as e:
-        findings = list(_schema_findings(e, RunConfig, raw))
+        findings = list(_schema_findings(e, schema, raw))
         broken = {str(err["loc"][0]) for err in e.errors() if err["loc"]}
         valid: dict[str, Any] = {
             name: model.model_validate(raw[name])
-            for name, model in SECTIONS.items()
+            for name, model in sections.items()
             if name not in broken and name in raw
         }
-        partial = RunConfig.model_construct(**valid)
+        partial = schema.model_construct(**valid)
         findings += run_rules(partial, valid)
         return CheckResult(sort_findings(findings))
     _build_traced(run)
-    return CheckResult(sort_findings(run_rules(run, SECTIONS)), config=run)
+    return CheckResult(sort_findings(run_rules(run, sections)), config=run)
 
 
 def _build_traced(run: RunConfig) -> None:

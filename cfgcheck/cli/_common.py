@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from typing import TYPE_CHECKING
 
 from cfgcheck.compose import DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME
+
+if TYPE_CHECKING:
+    from cfgcheck.project.context import Project
 
 EXIT_CODES = """exit status:
   0  no error finding (warnings and infos allowed)
@@ -49,17 +53,61 @@ def help_epilog(*, gpus: bool = False) -> str:
     return "\n\n".join(parts)
 
 
+def _ids(text: str) -> list[str]:
+    return [i.strip() for i in text.split(",") if i.strip()]
+
+
+def add_project_args(parser: argparse.ArgumentParser) -> None:
+    """``--select`` / ``--ignore`` (win over the project's settings) and ``--schema``."""
+    parser.add_argument(
+        "--select",
+        type=_ids,
+        metavar="IDS",
+        help="report only these rule ids (comma-separated; replaces the settings' select)",
+    )
+    parser.add_argument(
+        "--ignore",
+        type=_ids,
+        metavar="IDS",
+        help="drop these rule ids (comma-separated; replaces the settings' ignore)",
+    )
+    parser.add_argument(
+        "--schema",
+        metavar="PKG.MOD:CLASS",
+        help="a team's cfgcheck.RunConfig subclass to validate with (imports that module)",
+    )
+
+
+def project_of(args: argparse.Namespace) -> Project:
+    """The project of a command: settings found from --config-dir (else the current
+    directory), the command line winning (see :mod:`cfgcheck.project.context`)."""
+    from cfgcheck.project.context import project
+
+    return project(
+        getattr(args, "config_dir", None),
+        getattr(args, "config_name", None),
+        schema=getattr(args, "schema", None),
+        select=getattr(args, "select", None),
+        ignore=getattr(args, "ignore", None),
+    )
+
+
 def add_config_args(parser: argparse.ArgumentParser, formats: list[str]) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = help_epilog(gpus=True)
     parser.add_argument(
         "--config-dir",
-        default=DEFAULT_CONFIG_DIR,
-        help="Hydra config directory (default: ./conf)",
+        default=None,
+        help=f"Hydra config directory (default: config-dir of [tool.cfgcheck], else "
+        f"./{DEFAULT_CONFIG_DIR})",
     )
     parser.add_argument(
-        "--config-name", default=DEFAULT_CONFIG_NAME, help="primary config (default: config)"
+        "--config-name",
+        default=None,
+        help=f"primary config (default: config-name of [tool.cfgcheck], else "
+        f"{DEFAULT_CONFIG_NAME})",
     )
+    add_project_args(parser)
     parser.add_argument("--format", choices=formats, default="text", help="output format")
     parser.add_argument(
         "overrides",

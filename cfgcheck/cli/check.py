@@ -44,10 +44,20 @@ def run(args: argparse.Namespace) -> int:
         return run_sweep(args)
     if getattr(args, "source", None):
         from cfgcheck.cli._native import native_result
+        from cfgcheck.project.settings import find_settings
 
-        result = native_result(args)
+        # A native file has no config directory: the project's rule selection still applies.
+        settings = find_settings().with_cli(args.select, args.ignore)
+        result = settings.apply(native_result(args))
     else:
-        result = check(args.config_dir, args.config_name, args.overrides)
+        result = check(
+            args.config_dir,
+            args.config_name,
+            args.overrides,
+            schema=args.schema,
+            select=args.select,
+            ignore=args.ignore,
+        )
     if getattr(args, "scan_data", False):
         from cfgcheck.data.check import with_scan_findings
 

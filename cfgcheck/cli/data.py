@@ -35,7 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.findings import CheckResult, sort_findings
     from cfgcheck.report import get_reporter
 
-    composed = check(args.config_dir, args.config_name, args.overrides)
+    composed = check(
+        args.config_dir,
+        args.config_name,
+        args.overrides,
+        schema=args.schema,
+        select=args.select,
+        ignore=args.ignore,
+    )
     if composed.config is None:
         # The schema rejected the config: show why; there is nothing to scan with.
         get_reporter(args.format)(composed, sys.stdout)

@@ -35,6 +35,7 @@ from cfgcheck.compose import compose_errors
 
 if TYPE_CHECKING:
     from cfgcheck.findings import Finding
+    from cfgcheck.project.context import Project
 
 _HEADER = re.compile(r"^\s*#\s*@(\S+)\s+(\S+)\s*$")
 
@@ -153,7 +154,9 @@ def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
 MAX_COMPANIONS = 16  # options of another group tried per finding
 
 
-def _cleared_elsewhere(config_dir: Path, target: Target, finding: Finding) -> bool:
+def _cleared_elsewhere(
+    config_dir: Path, target: Target, finding: Finding, project: Project | None = None
+) -> bool:
     """Whether an option of another group the finding involves makes it disappear (then the
     finding is about the pairing, not about the selected option); see the module docstring."""
     from cfgcheck import check
@@ -167,7 +170,12 @@ def _cleared_elsewhere(config_dir: Path, target: Target, finding: Finding) -> bo
         options = sorted(p.stem for p in (directory / group).glob("*.yaml"))[:MAX_COMPANIONS]
         for option in options:
             try:
-                other = check(directory, target.primary, [*target.overrides, f"{group}={option}"])
+                other = check(
+                    directory,
+                    target.primary,
+                    [*target.overrides, f"{group}={option}"],
+                    **_check_args(project),
+                )
             except ConfigLoadError:
                 continue
             if not any((f.rule, f.paths) == (finding.rule, finding.paths) for f in other.findings):
@@ -175,8 +183,15 @@ def _cleared_elsewhere(config_dir: Path, target: Target, finding: Finding) -> bo
     return False
 
 
+def _check_args(project: Project | None) -> dict[str, Any]:
+    """The project's schema and settings, for :func:`cfgcheck.check`."""
+    if project is None:
+        return {}
+    return {"schema": project.schema, "settings": project.settings}
+
+
 def register(sub: Any) -> None:
-    from cfgcheck.cli._common import EXIT_CODES
+    from cfgcheck.cli._common import EXIT_CODES, add_project_args
     from cfgcheck.compose import DEFAULT_CONFIG_DIR
     from cfgcheck.report import formats
 
@@ -191,8 +206,12 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--config-dir", default=DEFAULT_CONFIG_DIR, help="Hydra config directory (default: ./conf)"
+        "--config-dir",
+        default=None,
+        help=f"Hydra config directory (default: config-dir of [tool.cfgcheck], else "
+        f"./{DEFAULT_CONFIG_DIR})",
     )
+    add_project_args(parser)
     parser.add_argument("--format", choices=formats(), default="text", help="output format")
     parser.add_argument("files", nargs="*", metavar="FILE", help="changed files")
     from cfgcheck.cli._native import add_source_args
@@ -212,9 +231,12 @@ def run(args: argparse.Namespace) -> int:
         from cfgcheck.cli._native import run_native_hook
 
         return run_native_hook(args)
-    config_dir = Path(args.config_dir)
+    from cfgcheck.cli._common import project_of
+
+    project = project_of(args)
+    config_dir = Path(project.config_dir)
     if not config_dir.is_dir():
-        raise ConfigLoadError(f"config directory not found: {args.config_dir}")
+        raise ConfigLoadError(f"config directory not found: {project.config_dir}")
     # Every composition screens every config file first (cfgcheck.compose.hydra_session): a
     # FIFO, a link to /dev/zero, an alias bomb or a non-UTF-8 file is "cannot compose", exit 2.
     report = get_reporter(args.format)
@@ -223,7 +245,9 @@ def run(args: argparse.Namespace) -> int:
     for target in checked:
         label = printable(target.label(config_dir))  # file names may hold line breaks
         try:
-            result = check(config_dir, target.primary, list(target.overrides))
+            result = check(
+                config_dir, target.primary, list(target.overrides), **_check_args(project)
+            )
         except ConfigLoadError as e:
             print(f"{label}: cannot compose: {printable(str(e))}")
             code = EXIT_LOAD
@@ -231,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         kept = [
             f
             for f in result.findings
-            if target.involves(f) and not _cleared_elsewhere(config_dir, target, f)
+            if target.involves(f) and not _cleared_elsewhere(config_dir, target, f, project)
         ]
         result = dataclasses.replace(result, findings=kept)
         if result.findings:

@@ -113,7 +113,14 @@ def run(args: argparse.Namespace) -> int:
 
         result = native_result(args)
     else:
-        result = check(args.config_dir, args.config_name, args.overrides)
+        result = check(
+            args.config_dir,
+            args.config_name,
+            args.overrides,
+            schema=args.schema,
+            select=args.select,
+            ignore=args.ignore,
+        )
     if result.config is None:
         print("cfgcheck memory: the config does not validate:", file=sys.stderr)
         get_reporter("text")(result, sys.stderr)

@@ -16,7 +16,10 @@ import copy
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cfgcheck.schema.run import RunConfig
 
 DEFAULT_OUT = "schemas"
 
@@ -46,11 +49,12 @@ def primary_config_schema(run: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def schema_files() -> dict[str, str]:
-    """``{file name: JSON text}`` of every schema ``cfgcheck schema`` writes."""
+def schema_files(schema: type[RunConfig] | None = None) -> dict[str, str]:
+    """``{file name: JSON text}`` of every schema ``cfgcheck schema`` writes (of a team's
+    :class:`~cfgcheck.RunConfig` subclass when given)."""
     from cfgcheck.jsonschema import json_schemas
 
-    schemas = json_schemas()
+    schemas = json_schemas() if schema is None else json_schemas(schema)
     schemas["config"] = primary_config_schema(schemas["run"])
     return {
         f"{name}.schema.json": json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
@@ -58,11 +62,11 @@ def schema_files() -> dict[str, str]:
     }
 
 
-def stale_files(out: Path) -> list[str]:
+def stale_files(out: Path, schema: type[RunConfig] | None = None) -> list[str]:
     """Files under ``out`` that differ from the generated schemas, are missing or extra."""
     from cfgcheck.safeio import read_text
 
-    expected = schema_files()
+    expected = schema_files(schema)
     present = {p.name for p in out.glob("*.schema.json")} if out.is_dir() else set()
     stale = [  # read bounded: a FIFO or device under the name is an error, never a hang
         name
@@ -91,26 +95,35 @@ def register(sub: Any) -> None:
         help="write nothing; print every key with its type, default and description as "
         "Markdown (docs/schema.md)",
     )
+    parser.add_argument(
+        "--schema",
+        metavar="PKG.MOD:CLASS",
+        help="a team's cfgcheck.RunConfig subclass (default: schema of [tool.cfgcheck], else "
+        "the built-in run config); imports that module",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
+    from cfgcheck.project.context import resolve_schema
+    from cfgcheck.project.settings import find_settings
 
     if args.markdown:
         from cfgcheck.schema_docs import render_markdown
 
         sys.stdout.write(render_markdown())
         return EXIT_OK
+    schema = resolve_schema(args.schema, find_settings())
     out = Path(args.out)
     if args.check:
-        stale = stale_files(out)
+        stale = stale_files(out, schema)
         for name in stale:
             print(f"{out / name}: stale; run `cfgcheck schema --out {out}`")
         return EXIT_FINDINGS if stale else EXIT_OK
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for name, text in schema_files().items():
+        for name, text in schema_files(schema).items():
             (out / name).write_text(text, encoding="utf-8")
             print(out / name)
     except OSError as e:

@@ -58,6 +58,12 @@ def register(sub: Any) -> None:
         "(default: 10; uvicorn has no such limit of its own)",
     )
     parser.add_argument("--access-log", action="store_true", help="log every request")
+    parser.add_argument(
+        "--schema",
+        metavar="PKG.MOD:CLASS",
+        help="validate with a team's cfgcheck.RunConfig subclass (imported at start; requests "
+        "never name one)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -78,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             config_dir=Path(args.config_dir),
             allowed_roots=tuple(Path(p) for p in args.allow_root),
             max_body_bytes=args.max_body_bytes,
+            schema=args.schema,
             request_timeout_s=args.timeout,
             workers=args.workers,
         )

@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from cfgcheck.compose import compose_errors
 from cfgcheck.errors import ConfigError, ConfigLoadError
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
     from omegaconf import DictConfig
 
+    from cfgcheck.hydra.sweep import PointVerdict
+    from cfgcheck.project.context import Project
+    from cfgcheck.project.settings import Settings
     from cfgcheck.schema import RunConfig
 
 EXIT_FINDINGS, EXIT_LOAD = 1, 2
@@ -64,10 +67,15 @@ def main(
     config_path: str | None = _UNSET,
     config_name: str | None = None,
     version_base: str | None = _UNSET,
+    *,
+    schema: type[RunConfig] | str | None = None,
 ) -> Callable[[Task], Callable[..., Any]]:
     """Like ``hydra.main``, but the task receives a validated :class:`~cfgcheck.RunConfig`.
 
     The arguments are handed to ``hydra.main`` unchanged; omitted ones keep Hydra's defaults.
+    ``schema``: a team's :class:`~cfgcheck.RunConfig` subclass (or ``"pkg.mod:Class"``); the
+    task then receives an instance of it. The project's settings (``[tool.cfgcheck]``, found
+    from the app's config directory) apply as in ``cfgcheck check``.
     """
     import hydra
     from hydra.main import _UNSPECIFIED_
@@ -78,7 +86,7 @@ def main(
     def decorator(task: Task) -> Callable[..., Any]:
         @functools.wraps(task)
         def job(cfg: DictConfig) -> Any:
-            run = _validated(cfg)
+            run = _validated(cfg, schema)
             token = _CURRENT.set(cfg)
             try:
                 return task(run)
@@ -91,7 +99,7 @@ def main(
         def entry(cfg_passthrough: DictConfig | None = None) -> Any:
             if cfg_passthrough is None:
                 _plain_argv()
-                _refuse_bad_sweep(job, _config_path(path), config_name)
+                _refuse_bad_sweep(job, _config_path(path), config_name, schema)
             return hydra_entry(cfg_passthrough)
 
         return entry
@@ -134,17 +142,19 @@ def _stop(code: int, error: ConfigError | ConfigLoadError) -> NoReturn:
     raise SystemExit(code)
 
 
-def _validated(cfg: DictConfig) -> RunConfig:
+def _validated(cfg: DictConfig, schema: type[RunConfig] | str | None = None) -> RunConfig:
     """The typed config of a job, or the job stops with the report on stderr."""
     from cfgcheck.report.text import report_text
 
     try:
-        result: CheckResult = validate(cfg)
+        project = _job_project(schema)
+        result: CheckResult = validate(cfg, project.schema, gpu=project.settings.default_gpu)
+        result = _finished(result, project)
     except ConfigLoadError as e:
         print(f"cfgcheck: error: {e}", file=sys.stderr)
         _stop(EXIT_LOAD, e)
     if not result.ok:
-        report_text(_located(result), sys.stderr)
+        report_text(result, sys.stderr)
     elif result.warnings:  # a passing job shows its warnings, not its infos
         report_text(CheckResult(result.warnings, result.config), sys.stderr)
     if result.config is None or not result.ok:
@@ -153,28 +163,58 @@ def _validated(cfg: DictConfig) -> RunConfig:
     return result.config
 
 
-def _located(result: CheckResult) -> CheckResult:
-    """``result`` with the file:line (or override) that set each offending value, when the
-    job's primary config comes from a directory (not a ``pkg://`` package)."""
+def _job_source() -> tuple[str, str, list[str]] | None:
+    """The job's config directory, primary config name and overrides (its Hydra group choices
+    and task overrides), when its primary config comes from a directory (not ``pkg://``)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from cfgcheck.locations import with_locations
-
     if not HydraConfig.initialized():
-        return result
+        return None
     hc = HydraConfig.get()
     dirs = [
         s.path for s in hc.runtime.config_sources if s.provider == "main" and s.schema == "file"
     ]
     if not dirs or not hc.job.config_name:
-        return result
+        return None
+    from omegaconf import OmegaConf
+
     from cfgcheck.overrides import user_spelling
 
-    task = user_spelling(list(hc.overrides.task))
-    return with_locations(result, dirs[0], hc.job.config_name, task)
+    # Hydra's own group choices too (hydra/job_logging=default): the primary config may select
+    # a hydra/ option whose defaults only compose with them. Overrides as typed: one may hold
+    # an interpolation (x=${y}), which is text here.
+    hydra = cast(list[str], OmegaConf.to_container(hc.overrides.hydra, resolve=False))
+    task = cast(list[str], OmegaConf.to_container(hc.overrides.task, resolve=False))
+    hydra_groups = [o for o in hydra if o.startswith("hydra/")]
+    return dirs[0], hc.job.config_name, [*hydra_groups, *user_spelling(task)]
 
 
-def _refuse_bad_sweep(job: Callable[..., Any], config_path: str | None, name: str | None) -> None:
+def _job_project(schema: type[RunConfig] | str | None) -> Project:
+    """The project of the running job: settings found from its config directory."""
+    from cfgcheck.project.context import project
+
+    source = _job_source()
+    if source is None:
+        return project(schema=schema)
+    directory, name, _ = source
+    return project(directory, name, schema=schema)
+
+
+def _finished(result: CheckResult, project: Project) -> CheckResult:
+    """``result`` with the file:line (or override) that set each offending value, the inline
+    suppressions and the project's settings applied."""
+    source = _job_source()
+    if source is None:
+        return project.settings.apply(result)
+    return project.finish(result, source[2])
+
+
+def _refuse_bad_sweep(
+    job: Callable[..., Any],
+    config_path: str | None,
+    name: str | None,
+    schema: type[RunConfig] | str | None = None,
+) -> None:
     """Before a multirun launches, validate every point; exit 1 if any fails."""
     from hydra._internal.utils import get_args_parser
 
@@ -188,7 +228,11 @@ def _refuse_bad_sweep(job: Callable[..., Any], config_path: str | None, name: st
         or args.shell_completion
     ):
         return
-    result = _check_multirun(job, args, config_path, name)
+    try:
+        result = _check_multirun(job, args, config_path, name, schema)
+    except ConfigLoadError as e:
+        print(f"cfgcheck: error: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_LOAD) from e
     if result is None or result.ok:
         return
     from cfgcheck.hydra.report import report_sweep_text
@@ -207,6 +251,7 @@ def _check_multirun(
     args: argparse.Namespace,
     config_path: str | None,
     config_name: str | None,
+    schema: type[RunConfig] | str | None = None,
 ) -> SweepResult | None:
     """Every point of the sweep this command line would launch, checked; None when it is not
     a multirun, the sweeper is not Hydra's basic one, or the config is broken (Hydra reports
@@ -254,20 +299,34 @@ def _check_multirun(
         plan = plan_sweep(hydra_app, name, overrides)
         if plan is None:
             return None
-        result = SweepChecker(hydra_app, name, plan.hydra_overrides).check_all(plan.points)
+        # The app's own config directory ("file://" or a plain path; not a pkg:// package).
+        main_dirs = [
+            e.path.removeprefix("file://")
+            for e in search_path.get_path()
+            if e.provider == "main" and e.path and "://" not in e.path.removeprefix("file://")
+        ]
+        from cfgcheck.project.context import project
+
+        where = args.config_dir or (main_dirs[0] if main_dirs else None)
+        p = project(where, name or None, schema=schema)
+        checker = SweepChecker(hydra_app, name, plan.hydra_overrides)
+        result = checker.with_project(p.schema, p.settings.default_gpu).check_all(plan.points)
     except compose_errors():
         return None
     finally:
         GlobalHydra.instance().clear()
-    # The app's own config directory ("file://" or a plain path; not a pkg:// package).
-    main_dirs = [
-        e.path.removeprefix("file://")
-        for e in search_path.get_path()
-        if e.provider == "main" and e.path and "://" not in e.path.removeprefix("file://")
-    ]
     if main_dirs and name and args.config_dir is None:
         from cfgcheck.hydra.cli import locate_failing
         from cfgcheck.hydra.report import DETAILED_POINTS
 
-        result = locate_failing(result, main_dirs[0], name, DETAILED_POINTS)
-    return result
+        return locate_failing(result, main_dirs[0], name, DETAILED_POINTS, p.settings)
+    return SweepResult([_settled(pt, p.settings) for pt in result.points])
+
+
+def _settled(point: PointVerdict, settings: Settings) -> PointVerdict:
+    """A sweep point with the project's settings applied to its findings."""
+    import dataclasses
+
+    if point.result is None:
+        return point
+    return dataclasses.replace(point, result=settings.apply(point.result))

@@ -18,6 +18,7 @@ from pathlib import Path
 from cfgcheck.findings import CheckResult
 from cfgcheck.hydra.report import DETAILED_POINTS, report_sweep_text
 from cfgcheck.hydra.sweep import SweepResult, check_sweep
+from cfgcheck.project.settings import Settings
 
 # Source locations cost a Hydra defaults-list walk per point (~15 ms): JSON gets them for the
 # first LOCATED_POINTS failing points, text for the points it shows in full.
@@ -25,30 +26,44 @@ LOCATED_POINTS = 100
 
 
 def locate_failing(
-    result: SweepResult, config_dir: str | Path, config_name: str, limit: int
+    result: SweepResult,
+    config_dir: str | Path,
+    config_name: str,
+    limit: int,
+    settings: Settings | None = None,
 ) -> SweepResult:
-    """``result`` with source locations on the findings of its first ``limit`` failing points."""
+    """``result`` with source locations on the findings of its first ``limit`` failing points,
+    then the project's inline suppressions and ``settings`` applied to every point. A tree
+    with suppressions has every point with findings located (a suppression needs the line)."""
     from cfgcheck.locations import with_locations
+    from cfgcheck.project.suppressions import apply_suppressions, marked_files
 
+    marked = bool(marked_files(config_dir))
     todo = {id(p) for p in result.failing[:limit]}
-    points = [
-        dataclasses.replace(
-            p, result=with_locations(p.result, config_dir, config_name, p.overrides)
-        )
-        if id(p) in todo and p.result is not None
-        else p
-        for p in result.points
-    ]
+    points = []
+    for p in result.points:
+        r = p.result
+        if r is not None and (id(p) in todo or (marked and r.findings)):
+            r = with_locations(r, config_dir, config_name, p.overrides)
+            if marked:
+                r = apply_suppressions(r, config_dir, config_name, p.overrides)
+        if r is not None and settings is not None:
+            r = settings.apply(r)
+        points.append(p if r is p.result else dataclasses.replace(p, result=r))
     return SweepResult(points)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
+    from cfgcheck.cli._common import project_of
     from cfgcheck.report import get_reporter
 
-    result = check_sweep(args.config_dir, args.config_name, args.overrides)
+    p = project_of(args)
+    result = check_sweep(
+        p.config_dir, p.config_name, args.overrides, schema=p.schema, gpu=p.settings.default_gpu
+    )
     limit = DETAILED_POINTS if args.format == "text" else LOCATED_POINTS
-    result = locate_failing(result, args.config_dir, args.config_name, limit)
+    result = locate_failing(result, p.config_dir, p.config_name, limit, p.settings)
     if args.format == "text":
         report_sweep_text(result, sys.stdout)
     elif args.format == "json":

@@ -13,8 +13,9 @@ reference the fast path is tested against.
 
 from __future__ import annotations
 
+import functools
 import pickle
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from hydra._internal.hydra import Hydra
     from hydra.core.override_parser.types import Override
     from omegaconf import DictConfig
+
+    from cfgcheck.project.settings import DefaultGpu
+    from cfgcheck.schema.run import RunConfig
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
@@ -204,6 +208,14 @@ class SweepChecker:
         self._parsed: dict[str, tuple[Override, bool]] = {}
         self._bases: dict[Point, bytes | str] = {}  # pickled composition, or why it failed
         self.compositions = 0  # how many times Hydra composed (for benchmarks and tests)
+        # How a composed point is validated (a team's schema and default GPU: see with_project).
+        self.validator: Callable[[DictConfig], CheckResult] = validate
+
+    def with_project(self, schema: type[RunConfig] | None, gpu: DefaultGpu | None) -> SweepChecker:
+        """Validate with a team's schema and its settings' default GPU."""
+        if schema is not None or gpu is not None:
+            self.validator = functools.partial(validate, schema=schema, gpu=gpu)
+        return self
 
     def check_all(self, points: Iterable[Point], *, fast: bool = True) -> SweepResult:
         check = self.check if fast else self.check_composed
@@ -238,10 +250,9 @@ class SweepChecker:
             return PointVerdict(point, error=cfg)
         return self._validate(point, cfg)
 
-    @staticmethod
-    def _validate(point: Point, cfg: DictConfig) -> PointVerdict:
+    def _validate(self, point: Point, cfg: DictConfig) -> PointVerdict:
         try:
-            return PointVerdict(point, result=validate(cfg))
+            return PointVerdict(point, result=self.validator(cfg))
         except ConfigLoadError as e:
             return PointVerdict(point, error=str(e))
 
@@ -298,6 +309,8 @@ def check_sweep(
     overrides: Sequence[str] = (),
     *,
     fast: bool = True,
+    schema: type[RunConfig] | None = None,
+    gpu: DefaultGpu | None = None,
 ) -> SweepResult:
     """Expand a sweep over ``config_dir`` and validate every point (``cfgcheck check --sweep``).
 
@@ -322,5 +335,5 @@ def check_sweep(
                 "the config selects a sweeper other than Hydra's basic sweeper; its points "
                 "are only known while it runs (set hydra/sweeper=basic to check a sweep)"
             )
-        checker = SweepChecker(hydra_app, name, plan.hydra_overrides)
+        checker = SweepChecker(hydra_app, name, plan.hydra_overrides).with_project(schema, gpu)
         return checker.check_all(plan.points, fast=fast)

@@ -4,10 +4,17 @@ A rule is one small function ``(RunConfig) -> Iterable[Problem]`` registered wit
 :func:`rule` under a stable kebab-case id, together with the config sections it reads.
 A rule runs only when every section it needs passed the schema, so a type error in
 ``trainer`` does not hide a ``seq-len-over-block-size`` between ``model`` and ``data``.
+
+The same decorator is public (``@cfgcheck.rule``): a team's rules register here too, from its
+own code or from an installed package's ``cfgcheck.rules`` entry point (loaded on first use by
+:func:`all_rules` / :func:`run_rules`, see :mod:`cfgcheck.project.plugins`). A team rule may
+require a section of the team's own schema (``requires=["eval"]``); it runs when the schema
+in use has that section and it passed.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -30,6 +37,7 @@ class Problem:
 RuleFunc = Callable[[RunConfig], Iterable[Problem]]
 
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_SECTION = re.compile(r"^[A-Za-z_]\w*$")
 
 
 @dataclass(frozen=True)
@@ -38,10 +46,38 @@ class Rule:
     requires: frozenset[str]
     func: RuleFunc
     summary: str
+    # The rule's whole docstring (what ``cfgcheck explain`` prints for a team rule).
+    doc: str = ""
+
+    @property
+    def builtin(self) -> bool:
+        """Shipped with cfgcheck (explained in cfgcheck/rules/explanations.py)."""
+        return self.func.__module__.startswith("cfgcheck.")
 
     def check(self, config: RunConfig) -> Iterator[Finding]:
-        for p in self.func(config):
-            yield Finding(self.id, p.severity, p.paths, p.message, p.hint, fixes=p.fixes)
+        if self.builtin:
+            for p in self.func(config):
+                yield Finding(self.id, p.severity, p.paths, p.message, p.hint, fixes=p.fixes)
+            return
+        yield from self._check_team(config)
+
+    def _check_team(self, config: RunConfig) -> Iterator[Finding]:
+        """A team rule's findings; its failure is one line naming it, never a traceback."""
+        from cfgcheck.errors import ConfigLoadError
+
+        where = f"rule {self.id} ({self.func.__module__}.{self.func.__qualname__})"
+        try:
+            problems = list(self.func(config))
+        except Exception as e:
+            raise ConfigLoadError(f"{where} failed: {type(e).__name__}: {e}") from e
+        for p in problems:
+            if not isinstance(p, Problem) or p.severity not in ("error", "warning", "info"):
+                raise ConfigLoadError(
+                    f"{where} yielded {p!r}: a rule yields cfgcheck.Problem(severity, paths, "
+                    f"message, hint, fixes) with severity error, warning or info"
+                )
+            paths = (p.paths,) if isinstance(p.paths, str) else tuple(p.paths)
+            yield Finding(self.id, p.severity, paths, p.message, p.hint, fixes=tuple(p.fixes))
 
 
 class DuplicateRuleError(ValueError):
@@ -51,13 +87,19 @@ class DuplicateRuleError(ValueError):
 _RULES: dict[str, Rule] = {}
 
 
-def rule(rule_id: str, *, requires: Iterable[str]) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a rule function. Refuses a malformed id, an unknown section or a duplicate."""
-    needed = frozenset(requires)
-    if not _ID.match(rule_id):
+def rule(
+    rule_id: str, *, requires: Iterable[str], open_sections: bool = False
+) -> Callable[[RuleFunc], RuleFunc]:
+    """Register a rule function. Refuses a malformed id, an unknown section (any section name
+    with ``open_sections``: see :func:`team_rule`) or a duplicate."""
+    needed = frozenset([requires] if isinstance(requires, str) else requires)
+    if not isinstance(rule_id, str) or not _ID.match(rule_id):
         raise ValueError(f"rule id {rule_id!r} is not kebab-case")
+    bad = sorted(str(s) for s in needed if not isinstance(s, str) or not _SECTION.match(s))
+    if bad:
+        raise ValueError(f"rule {rule_id!r} requires sections that are not names: {bad}")
     unknown = needed - SECTIONS.keys()
-    if unknown:
+    if unknown and not open_sections:
         raise ValueError(f"rule {rule_id!r} requires unknown sections {sorted(unknown)}")
 
     def register(func: RuleFunc) -> RuleFunc:
@@ -66,20 +108,41 @@ def rule(rule_id: str, *, requires: Iterable[str]) -> Callable[[RuleFunc], RuleF
                 f"rule id {rule_id!r} registered twice ({_RULES[rule_id].func.__module__} "
                 f"and {func.__module__})"
             )
-        summary = (func.__doc__ or "").strip().splitlines()[0] if func.__doc__ else ""
-        _RULES[rule_id] = Rule(rule_id, needed, func, summary)
+        doc = inspect.cleandoc(func.__doc__ or "")
+        summary = doc.splitlines()[0] if doc else ""
+        _RULES[rule_id] = Rule(rule_id, needed, func, summary, doc)
         return func
 
     return register
 
 
+def team_rule(rule_id: str, *, requires: Iterable[str]) -> Callable[[RuleFunc], RuleFunc]:
+    """``@cfgcheck.rule``: register a team's rule. ``requires`` may name sections of the team's
+    own schema (a :class:`RunConfig` subclass); the rule runs when the schema in use has them
+    and they passed."""
+    return rule(rule_id, requires=requires, open_sections=True)
+
+
+def unregister(rule_id: str) -> None:
+    """Drop a rule (a team's tests register and drop their own)."""
+    _RULES.pop(rule_id, None)
+
+
+def _plugins() -> None:
+    from cfgcheck.project.plugins import load_plugins
+
+    load_plugins()
+
+
 def all_rules() -> list[Rule]:
+    _plugins()
     return list(_RULES.values())
 
 
 def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Finding]:
     """Run every rule whose required sections are all valid."""
+    _plugins()
     valid = frozenset(valid_sections)
-    for r in _RULES.values():
+    for r in list(_RULES.values()):
         if r.requires <= valid:
             yield from r.check(config)

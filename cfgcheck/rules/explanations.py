@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cfgcheck.rules._registry import Rule
 
 DOC_FILE = "docs/rules.md"
 
@@ -25,7 +29,8 @@ RULES = "Cross-field rules"
 MODEL_FOLDER = "Model folders"
 SCAN = "Dataset scan"
 NATIVE = "Native formats"
-GROUPS = (SCHEMA, RULES, MODEL_FOLDER, SCAN, NATIVE)
+PROJECT = "Project suppressions"
+GROUPS = (SCHEMA, RULES, MODEL_FOLDER, SCAN, NATIVE, PROJECT)
 
 _GROUP_INTRO = {
     SCHEMA: "Emitted by the schema on every config: a type error in one section does not hide "
@@ -38,6 +43,8 @@ _GROUP_INTRO = {
     "tokenizes `data.paths` with the real tokenizer.",
     NATIVE: "Emitted only for `--from FORMAT FILE`: the framework's own refusals "
     "and traps, in the format's keys ([native formats](native-formats.md)).",
+    PROJECT: "Emitted about a project's own `# cfgcheck: ignore[rule-id]` comments "
+    "([adoption](adoption.md#inline-suppressions)).",
 }
 
 
@@ -860,6 +867,15 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Set `tokenizer.path`, or drop `--scan-data`.",
         group=SCAN,
     ),
+    "unused-suppression": E(
+        "warning",
+        "Every `# cfgcheck: ignore[rule-id]` comment in a composed file silences a finding of "
+        "that rule whose value sits on its line, and names a rule id cfgcheck emits.",
+        "Nothing fails: a stale or misspelled suppression (`ignore[seq-len-over-blocksize]`) "
+        "silences nothing, and would hide the finding once the line changes again.",
+        "Remove the id from the comment, or correct its spelling (the warning suggests one).",
+        group=PROJECT,
+    ),
 }
 
 
@@ -890,14 +906,27 @@ def group(rule_id: str) -> str:
     return e.group if e else RULES
 
 
+def _team_rules() -> dict[str, Rule]:
+    """Rules a team registered (``@cfgcheck.rule``, entry points): explained by their docstring."""
+    from cfgcheck.rules import all_rules
+
+    return {r.id: r for r in all_rules() if not r.builtin}
+
+
 def missing_ids() -> list[str]:
     """Registered rules without an explanation (a test keeps this empty; ids emitted outside
-    the registry are found by tests/test_rule_catalogue.py)."""
-    return [i for i in emitted_ids() if i not in EXPLANATIONS]
+    the registry are found by tests/test_rule_catalogue.py). A team's rules are explained by
+    their docstrings."""
+    team = _team_rules()
+    return [i for i in emitted_ids() if i not in EXPLANATIONS and i not in team]
 
 
 def summary(rule_id: str) -> str:
     e = EXPLANATIONS.get(rule_id)
+    if e is None:
+        team = _team_rules().get(rule_id)
+        if team is not None:
+            return f"{team.summary or '(no docstring)'} [{team.func.__module__}]"
     return e.checks.split(". ")[0].rstrip(".") + "." if e else "(no explanation yet)"
 
 
@@ -912,7 +941,8 @@ def render_markdown() -> str:
         "Every finding cfgcheck reports, by id. `cfgcheck rules` lists them, `cfgcheck explain "
         'ID` prints the same text, and each finding\'s JSON links here (`"doc"`).',
     ]
-    ids = emitted_ids()
+    team = _team_rules()  # a team's rules are not cfgcheck's docs
+    ids = [i for i in emitted_ids() if i not in team]
     groups = [g for g in GROUPS if any(group(i) == g for i in ids)]
     groups += sorted({group(i) for i in ids} - set(groups))
     for g in groups:
@@ -950,6 +980,13 @@ def explain_text(rule_id: str) -> str | None:
     if rule_id not in emitted_ids():
         return None
     e = EXPLANATIONS.get(rule_id)
+    team = _team_rules().get(rule_id)
+    if e is None and team is not None:
+        where = f"{team.func.__module__}.{team.func.__qualname__}"
+        requires = ", ".join(sorted(team.requires)) or "nothing"
+        return "\n".join(
+            [f"{rule_id} (team rule {where}; reads {requires})", "", team.doc or "(no docstring)"]
+        )
     if e is None:
         return f"{rule_id}: no explanation yet (add it to cfgcheck/rules/explanations.py)"
     return "\n".join(

@@ -127,7 +127,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     job = runner.Runner(settings)
     pool = WorkerPool(settings.workers)
     gate = Gate(settings.max_pending)
-    schemas = json_schemas()
+    schemas = json_schemas(job.schema) if job.schema is not None else json_schemas()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

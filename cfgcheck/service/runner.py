@@ -11,7 +11,7 @@ import io
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -27,6 +27,9 @@ from cfgcheck.service.models import COMPOSE_KEYS, NATIVE_KEY, ComposeRequest
 from cfgcheck.service.overrides import screen_overrides
 from cfgcheck.service.paths import refused_paths
 from cfgcheck.service.settings import ServiceSettings
+
+if TYPE_CHECKING:
+    from cfgcheck.schema.run import RunConfig
 
 MAX_KEY_CHARS = 200  # no config key comes near it; Hydra turns keys into file names
 
@@ -62,6 +65,12 @@ class Runner:
         # Hydra's compose API keeps global state: one composition at a time per process.
         self._compose_lock = threading.Lock()
         self.cache = ComposeCache(self.config_dir)
+        # The team schema the server was started with (never one a request names).
+        self.schema: type[RunConfig] | None = None
+        if settings.schema is not None:
+            from cfgcheck.project.schema import load_schema
+
+            self.schema = load_schema(settings.schema)
 
     def run(self, body: bytes, kind: str, deadline: float | None = None) -> str:
         """The verdict's JSON text. With a ``deadline`` (``time.monotonic()`` seconds), the
@@ -84,18 +93,37 @@ class Runner:
         request = _compose_request(payload) if COMPOSE_KEYS & payload.keys() else None
         config = payload if request is None else self.compose(request)
         stage.check("composing")
-        refused = refused_paths(config, self.roots)
+        refused = refused_paths(self._run_config(config), self.roots)
         if refused:
             raise RequestError(422, "paths refused: " + "; ".join(refused))
         stage.check("confining paths")
         try:
-            result = validate_config(config)
+            result = (
+                validate_config(config)
+                if self.schema is None
+                else validate_config(config, self.schema)
+            )
         except ConfigLoadError as e:  # e.g. a model.pretrained folder that cannot be read
             raise RequestError(422, self._hide_dir(str(e))) from e
         if request is not None and result.findings:
             stage.check("validating")
             result = self._locate(result, request)
         return render(result)
+
+    def _run_config(self, config: dict[str, Any]) -> Any:
+        """The run config whose paths are confined: a ``cfgcheck:`` mapping node resolved in
+        the team's tree (see :mod:`cfgcheck.project.mapping`), else the config itself."""
+        from cfgcheck.project.mapping import has_node, resolve
+
+        if not has_node(config):
+            return config
+        found = resolver_paths(config)  # a body's resolver calls never run either
+        if found:
+            raise RequestError(422, resolver_refused(found))
+        try:
+            return resolve(config)
+        except ConfigLoadError as e:
+            raise RequestError(422, self._hide_dir(str(e))) from e
 
     def compose(self, request: ComposeRequest) -> dict[str, Any]:
         """Compose a ``{config_name, overrides}`` request into a plain, resolved config."""
@@ -107,6 +135,7 @@ class Runner:
         from omegaconf import OmegaConf
 
         from cfgcheck.compose import compose
+        from cfgcheck.project.mapping import has_node, tree_of
         from cfgcheck.validate import to_plain
 
         try:
@@ -116,7 +145,8 @@ class Runner:
             found = resolver_paths(OmegaConf.to_container(cfg, resolve=False))
             if found:
                 raise RequestError(422, resolver_refused(found))
-            plain = to_plain(cfg)
+            # A team's tree keeps its interpolations: they say which key holds each value.
+            plain = tree_of(cfg) if has_node(cfg) else to_plain(cfg)
         except ConfigLoadError as e:
             raise RequestError(422, self._hide_dir(str(e))) from e
         if not isinstance(plain, dict):  # a primary config that is a list or a scalar
@@ -154,11 +184,13 @@ class Runner:
         return message
 
 
-def validate_config(config: Mapping[str, Any]) -> CheckResult:
+def validate_config(
+    config: Mapping[str, Any], schema: type[RunConfig] | None = None
+) -> CheckResult:
     """:func:`cfgcheck.validate` (a module attribute, so tests can slow it down)."""
     from cfgcheck import validate
 
-    return validate(config)
+    return validate(config, schema)
 
 
 def render(result: CheckResult) -> str:

@@ -32,6 +32,9 @@ class ServiceSettings:
     workers: int = 4
     max_pending: int = 64
     offline: bool = True
+    # A team's cfgcheck.RunConfig subclass ("pkg.mod:Class"), imported when the app is created;
+    # a request never names one (nor a settings file).
+    schema: str | None = None
 
     def __post_init__(self) -> None:
         positive = {
