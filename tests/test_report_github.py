@@ -38,14 +38,31 @@ def test_annotation_uses_the_first_file_location_and_severity() -> None:
         "data.max_seq_length=3063 is above model.block_size=2048",
         "data.max_seq_length set at <override data.max_seq_length=3063>",
         "model.block_size set at conf/model/tinyllama-1.1b.yaml:4",
-        "fix: set data.max_seq_length<=2048",
+        "hint: set data.max_seq_length<=2048",
+    ]
+
+
+def test_each_fix_is_its_own_pasteable_line() -> None:
+    from cfgcheck.findings import Fix
+
+    f = Finding(
+        "seq-len-over-block-size",
+        "error",
+        ("data.max_seq_length",),
+        "m",
+        "h",
+        fixes=(Fix(("tokenizer.pad_token='<|end_of_text|>'",), "set the pad token"),),
+    )
+    assert annotation(f).split("::", 2)[2].split("%0A")[-2:] == [
+        "hint: h",
+        "fix: \"tokenizer.pad_token='<|end_of_text|>'\" (set the pad token)",
     ]
 
 
 def test_unlocated_findings_and_other_severities() -> None:
     warning = Finding("ignore-index-is-token", "warning", ("data.ignore_index",), "m", "h")
     info = Finding("lora-settings-unused", "info", ("trainer.lora.rank",), "m", "h")
-    assert annotation(warning) == "::warning title=cfgcheck ignore-index-is-token::m%0Afix: h"
+    assert annotation(warning) == "::warning title=cfgcheck ignore-index-is-token::m%0Ahint: h"
     assert annotation(info).startswith("::notice title=cfgcheck lora-settings-unused::")
 
 

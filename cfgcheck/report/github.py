@@ -40,7 +40,11 @@ def annotation(f: Finding) -> str:
     props.append(("title", f"cfgcheck {f.rule}"))
     lines = [f.message]
     lines += [f"{path} set at {loc}" for path, loc in f.locations.items() if loc is not None]
-    lines.append(f"fix: {f.hint}")
+    if f.hint:
+        lines.append(f"hint: {f.hint}")
+    for fix in f.fixes:  # as the text report: each fix pastes (code edits for a run in code)
+        text = "; ".join(str(e) for e in fix.edits) if fix.edits else fix.shell
+        lines.append(f"fix: {text} ({fix.summary})")
     head = ",".join(f"{key}={escape_property(value)}" for key, value in props)
     return f"::{COMMANDS[f.severity]} {head}::{escape_data(chr(10).join(lines))}"
 
