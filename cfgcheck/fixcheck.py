@@ -32,6 +32,10 @@ from cfgcheck.findings import CheckResult, Finding, Fix
 Validator = Callable[[Mapping[str, Any]], CheckResult]
 
 MAX_PAIRS = 12  # unions of two fixes tried per finding when no single fix works
+# Findings whose fixes are checked (each check validates the config again); the fixes of any
+# further finding are dropped, so a config with thousands of findings costs a bounded number
+# of validations, not one per finding.
+MAX_CHECKED_FINDINGS = 64
 
 
 # What the config's source can express: a native format has keys for some settings only
@@ -217,9 +221,12 @@ def verified(raw: Mapping[str, Any], result: CheckResult) -> CheckResult:
         return result
     before = result.findings
     findings: list[Finding] = []
+    checked = 0
     for f in result.findings:
         if f.fixes and f.severity != "info":
-            f = dataclasses.replace(f, fixes=_checked(raw, f, before))
+            checked += 1
+            fixes = _checked(raw, f, before) if checked <= MAX_CHECKED_FINDINGS else ()
+            f = dataclasses.replace(f, fixes=fixes)
         findings.append(f)
     return dataclasses.replace(result, findings=findings)
 
