@@ -127,3 +127,66 @@ def test_a_few_unknown_keys_keep_their_fixes(cfg: dict[str, Any]) -> None:
     [finding] = [f for f in result.findings if f.rule == "unknown-key"]
     assert "did you mean model.n_layer" in finding.hint
     assert any("model.n_layer=2" in fix.overrides for fix in finding.fixes)
+
+
+# --- 4. concurrent first requests -----------------------------------------------------------
+
+
+def test_concurrent_first_requests_to_a_fresh_app_get_no_500() -> None:
+    """46 first requests at once, on every request kind, to an app in a fresh interpreter
+    (nothing imported yet but what create_app imports): 2 of 46 got a 500 from a concurrent
+    import (``_DeadlockError``) before the app imported what requests need at start-up."""
+    out = run_bounded(
+        """
+        import json, sys, threading
+        from fastapi.testclient import TestClient
+        from cfgcheck.service import ServiceSettings, create_app
+        from tests.conftest import CONF, REPO
+        from tests.sources.support import example
+
+        native = [
+            {"format": fmt, "config": example(fmt, name).read_text(), "filename": name}
+            for fmt, name in [
+                ("axolotl", "mistral-lora.yml"),
+                ("litgpt", "phi-2-lora.yaml"),
+                ("trl", "clis-sft_config.yaml"),
+            ]
+        ]
+        bodies = [
+            {"config_name": "config", "overrides": []},
+            {"config_name": "config", "overrides": ["model=phi-2", "tokenizer=phi-2"]},
+            {"config_name": "config", "overrides": ["model.n_layr=3"]},
+            {"model": {"pretrained": "no/such-model"}},
+            {"model": {"name": "x"}, "tokenizer": {"path": "tests/no-such-tokenizer.json"}},
+            *native,
+        ]
+        app = create_app(ServiceSettings(config_dir=CONF, allowed_roots=(REPO,), workers=8,
+                                         request_timeout_s=300))
+        imported = set(sys.modules)
+        statuses = []
+        with TestClient(app, raise_server_exceptions=False) as client:
+            start = threading.Barrier(46)
+
+            def one(i):
+                start.wait()
+                answer = client.post("/v1/validate", json=bodies[i % len(bodies)])
+                statuses.append((answer.status_code, answer.text[:300]))
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(46)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        watched = ("cfgcheck", "hydra", "omegaconf", "antlr4", "transformers", "torch",
+                   "tokenizers", "yaml", "pydantic")
+        late = sorted(m for m in set(sys.modules) - imported if m.startswith(watched))
+        print(json.dumps({"statuses": statuses, "late": late}))
+        """,
+        timeout=300,
+    )
+    answer = json.loads(out)
+    assert len(answer["statuses"]) == 46
+    assert [s for s in answer["statuses"] if s[0] >= 500] == []
+    # Deterministic (the deadlock itself is a race): the requests imported nothing that
+    # create_app had not imported already.
+    assert answer["late"] == []
