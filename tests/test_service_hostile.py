@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -190,3 +191,82 @@ def test_concurrent_first_requests_to_a_fresh_app_get_no_500() -> None:
     # Deterministic (the deadlock itself is a race): the requests imported nothing that
     # create_app had not imported already.
     assert answer["late"] == []
+
+
+# --- 5. confinement before resolution -------------------------------------------------------
+
+MARKER = "outside-marker-3b1f"
+
+
+@pytest.fixture
+def confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TestClient, Path]]:
+    """A service whose only root is ``inside``, and ``outside`` beside it: a model folder
+    whose config.json is malformed (its parse position would be a probe) and a
+    model_config.yaml naming a marker, linked from a folder inside."""
+    inside, outside = tmp_path / "inside", tmp_path / "outside"
+    (inside / "m").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "config.json").write_text('{"model_type": "llama", ' + MARKER)
+    (outside / "model_config.yaml").write_text(f"name: {MARKER}\n")
+    (inside / "m" / "config.json").write_text('{"model_type": "llama"}')
+    (inside / "m" / "model_config.yaml").symlink_to(outside / "model_config.yaml")
+    monkeypatch.chdir(inside)
+    app = create_app(ServiceSettings(config_dir=CONF, allowed_roots=(inside,)))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c, tmp_path
+
+
+def assert_refused_unread(response: Any, tmp_path: Path) -> None:
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith("paths refused: "), detail
+    assert MARKER not in detail
+    assert "line 1 column" not in detail  # nothing outside was parsed
+    assert str(tmp_path / "outside") not in detail
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        # TRL: max_length left to the model resolved model_name_or_path while loading
+        "model_name_or_path: {outside}\nmax_length: null\n",
+        "model_name_or_path: {missing}\nmax_length: null\n",  # no "no such folder" probe
+    ],
+)
+def test_trl_length_left_to_the_model_is_confined_first(
+    confined: tuple[TestClient, Path], config: str
+) -> None:
+    client, tmp_path = confined
+    text = config.format(outside=tmp_path / "outside", missing=tmp_path / "missing")
+    response = client.post("/v1/validate", json={"format": "trl", "config": text})
+    assert_refused_unread(response, tmp_path)
+    assert str(tmp_path / "missing") not in response.text
+
+
+@pytest.mark.parametrize("where", ["outside", "missing"])
+def test_litgpt_without_max_seq_length_is_confined_first(
+    confined: tuple[TestClient, Path], where: str
+) -> None:
+    client, tmp_path = confined
+    body = {"format": "litgpt", "config": f"checkpoint_dir: {tmp_path / where}\n"}
+    response = client.post("/v1/validate", json=body)
+    assert_refused_unread(response, tmp_path)
+    assert "no such folder" not in response.text
+
+
+def test_file_form_of_a_model_folder_confines_the_folder(
+    confined: tuple[TestClient, Path],
+) -> None:
+    client, tmp_path = confined
+    response = client.post("/v1/validate", json={"model": {"pretrained": "m/config.json"}})
+    assert_refused_unread(response, tmp_path)
+    assert "model_config.yaml" in response.json()["detail"]
+
+
+def test_an_uncached_hub_id_does_not_name_the_servers_home(client: TestClient) -> None:
+    response = client.post("/v1/validate", json={"model": {"pretrained": "no-one/no-such-model"}})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert "not in the Hugging Face cache (<server path>)" in detail
+    assert str(Path.home()) not in detail
+    assert ".cache" not in detail
