@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cfgcheck.data.template import template_problem
 from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
 
@@ -56,6 +57,9 @@ def renderer(data: DataConfig) -> Callable[[Mapping[str, Any]], str]:
     """Record -> text: ``data.template.format(**record)`` or ``record[data.text_field]``."""
     if data.template is not None:
         template = data.template
+        problem = template_problem(template)  # the schema refuses it too; never rendered
+        if problem:
+            raise DataReadError(f"data.template {problem}")
 
         def render(record: Mapping[str, Any]) -> str:
             return template.format_map(record)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from cfgcheck.schema._base import Section
 from cfgcheck.schema.bounds import Tokens
@@ -43,6 +43,18 @@ class DataConfig(Section):
         description="Python format string over a record's fields, e.g. "
         "'{instruction}\\n{input}\\n{output}'. Overrides text_field.",
     )
+
+    @field_validator("template")
+    @classmethod
+    def _renderable(cls, template: str | None) -> str | None:
+        """A template is read before it renders (huge padding, private attributes, nested
+        fields are refused): :mod:`cfgcheck.data.template`."""
+        from cfgcheck.data.template import template_problem
+
+        problem = None if template is None else template_problem(template)
+        if problem:
+            raise ValueError(f"the template {problem}")
+        return template
 
     @property
     def effective_max_length(self) -> int:
