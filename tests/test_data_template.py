@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cfgcheck import validate
-from cfgcheck.data.template import MAX_WIDTH, template_problem
+from cfgcheck.schema.template import MAX_WIDTH, template_problem
 from tests.conftest import REPO
 
 REFUSED = [

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cfgcheck.data.template import template_problem
 from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
+from cfgcheck.schema.template import template_problem
 
 CHUNK = 2048
 # One record (a JSONL line, a text line) is read whole before it is tokenized: a file with no

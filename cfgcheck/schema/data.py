@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from cfgcheck.schema._base import Section
 from cfgcheck.schema.bounds import Tokens
+from cfgcheck.schema.template import template_problem
 
 Padding = Literal["max_length", "longest", "do_not_pad"]
 Collator = Literal["default", "padded", "packed"]
@@ -48,9 +49,7 @@ class DataConfig(Section):
     @classmethod
     def _renderable(cls, template: str | None) -> str | None:
         """A template is read before it renders (huge padding, private attributes, nested
-        fields are refused): :mod:`cfgcheck.data.template`."""
-        from cfgcheck.data.template import template_problem
-
+        fields are refused): :mod:`cfgcheck.schema.template`."""
         problem = None if template is None else template_problem(template)
         if problem:
             raise ValueError(f"the template {problem}")

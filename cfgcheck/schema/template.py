@@ -5,7 +5,9 @@ A format spec sets how wide a field is padded and how many digits it shows:
 tokenizer then takes whole (gigabytes, then an abort). A template a training run uses spells
 its fields plainly (``'{instruction}\\n{input}\\n{output}'``), so padding, precision and
 nested fields are bounded here, and so is attribute access (``{x.__class__}`` reads Python
-internals, never a record's field).
+internals, never a record's field). Here in the schema layer, which ``cfgcheck check``
+imports, so that the check needs nothing of :mod:`cfgcheck.data` (the dataset scan), which
+the fast path never imports; the renderer (:mod:`cfgcheck.data.records`) applies it too.
 """
 
 from __future__ import annotations
