@@ -35,6 +35,10 @@ Apply = Callable[[Mapping[str, Any], Sequence[str]], Mapping[str, Any]]
 Revalidate = Callable[[Mapping[str, Any]], list[Finding]]
 
 MAX_PAIRS = 12  # unions of two fixes tried per finding when no single fix works
+# Findings whose fixes are checked (each check validates the config again); the fixes of any
+# further finding are dropped, so a config with thousands of findings costs a bounded number
+# of validations, not one per finding.
+MAX_CHECKED_FINDINGS = 64
 
 
 # What the config's source can express: a native format has keys for some settings only
@@ -249,9 +253,12 @@ def verified(
     trial = _Trial(raw, apply or apply_overrides, revalidate or plain)
     before = result.findings
     findings: list[Finding] = []
+    checked = 0
     for f in result.findings:
         if f.fixes and f.severity != "info":
-            f = dataclasses.replace(f, fixes=_checked(trial, f, before))
+            checked += 1
+            fixes = _checked(trial, f, before) if checked <= MAX_CHECKED_FINDINGS else ()
+            f = dataclasses.replace(f, fixes=fixes)
         findings.append(f)
     return dataclasses.replace(result, findings=findings)
 

@@ -372,6 +372,10 @@ def check_plain(tree: Any, where: str, limits: Limits = DEFAULT_LIMITS) -> None:
                         f"{where}: a key under {path} is longer than {limits.max_key_chars} "
                         f"characters; not read"
                     )
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    raise UnsafeInput(
+                        f"{where}: a key under {path} holds {_surrogate_text(key)}; not read"
+                    )
                 name = str(key) if len(str(key)) <= 80 else str(key)[:80] + "..."
                 stack.append((name if path == "<root>" else f"{path}.{name}", child, depth + 1))
         elif isinstance(value, list):
@@ -387,6 +391,19 @@ def check_plain(tree: Any, where: str, limits: Limits = DEFAULT_LIMITS) -> None:
                 f"{where}: {path} is a {type(value).__name__}; configs hold JSON values only "
                 f"(mappings, lists, strings, numbers, booleans, null): quote it to send a string"
             )
+        elif isinstance(value, str) and _SURROGATE.search(value):
+            raise UnsafeInput(f"{where}: {path} holds {_surrogate_text(value)}; not read")
+
+
+# A JSON ``\ud800`` escape (or a YAML one) decodes to a lone surrogate: not a character, so
+# nothing can encode it (a file name, a tokenizer, a reply). Refused where the tree is checked.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_text(text: str) -> str:
+    found = _SURROGATE.search(text)
+    code = f"\\u{ord(found.group()):04x}" if found else "?"
+    return f"a lone surrogate {code}, which is not a Unicode character"
 
 
 # -- config directories -------------------------------------------------------------------------

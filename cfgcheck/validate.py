@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -244,15 +245,34 @@ def _build_traced(run: RunConfig) -> None:
         raise ConfigLoadError(f"model.hf_config of {run.model.name}: {e}") from e
 
 
+# Unknown keys reported one by one under each mapping; the rest are one finding. Each one
+# costs a did-you-mean search and a fix that is checked by validating again, so 19,000
+# unknown keys would otherwise cost 19,000 validations of 19,000 keys.
+MAX_UNKNOWN_KEYS = 20
+
+
 def _schema_findings(
     error: ValidationError, root: type[BaseModel], raw: Mapping[str, Any]
 ) -> Iterator[Finding]:
     from cfgcheck import schema_fixes
 
-    for err in error.errors():
+    errors = error.errors()
+    unknown: dict[tuple[int | str, ...], list[str]] = {}
+    crowded = {  # mappings with more unknown keys than are reported one by one
+        loc
+        for loc, count in Counter(
+            e["loc"][:-1] for e in errors if e["type"] == "extra_forbidden"
+        ).items()
+        if count > MAX_UNKNOWN_KEYS
+    }
+    for err in errors:
         path = ".".join(str(p) for p in err["loc"]) or "<root>"
         kind = err["type"]
         if kind == "extra_forbidden":
+            seen = unknown.setdefault(err["loc"][:-1], [])
+            seen.append(str(err["loc"][-1]))
+            if len(seen) > MAX_UNKNOWN_KEYS:
+                continue
             owner = _model_at(root, err["loc"])
             yield Finding(
                 "unknown-key",
@@ -261,7 +281,11 @@ def _schema_findings(
                 f"unknown key {path} (value {err['input']!r}): nothing reads it, so a "
                 f"misspelled setting is silently ignored",
                 _unknown_key_hint(err, root),
-                fixes=schema_fixes.unknown_key_fixes(
+                # Under a crowded mapping no single fix can leave it clean: removing one key
+                # brings the next one into the report, so no fix is offered.
+                fixes=()
+                if err["loc"][:-1] in crowded
+                else schema_fixes.unknown_key_fixes(
                     path, err["input"], list(owner.model_fields) if owner else []
                 ),
             )
@@ -296,6 +320,27 @@ def _schema_findings(
                     schema_fixes.field_at(root, err["loc"]),
                 ),
             )
+    for parent, names in unknown.items():
+        if len(names) > MAX_UNKNOWN_KEYS:
+            yield _more_unknown_keys(parent, names[MAX_UNKNOWN_KEYS:], root)
+
+
+def _more_unknown_keys(
+    parent: tuple[int | str, ...], names: list[str], root: type[BaseModel]
+) -> Finding:
+    """One finding for the unknown keys under ``parent`` past the first ``MAX_UNKNOWN_KEYS``."""
+    where = ".".join(str(p) for p in parent) or "<root>"
+    shown = ", ".join(n if len(n) <= 40 else n[:40] + "..." for n in names[:5])
+    owner = _model_at(root, (*parent, ""))
+    known = f"; known keys under {where}: {', '.join(owner.model_fields)}" if owner else ""
+    return Finding(
+        "unknown-key",
+        "error",
+        (where,),
+        f"{len(names)} more unknown keys under {where} ({shown}, ...): nothing reads them; "
+        f"only the first {MAX_UNKNOWN_KEYS} are reported one by one",
+        f"remove them{known}",
+    )
 
 
 def _model_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:

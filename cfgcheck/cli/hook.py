@@ -101,8 +101,18 @@ def _select(group: str, option: str, choices: dict[str, str | None]) -> str:
     return f"{group}={option}" if group in choices else f"+{group}={option}"
 
 
-def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
-    """The compositions that the changed files take part in (see the module docstring)."""
+# Compositions one hook run may try (each primary with each changed group option and with
+# each experiment). A composition costs about a tenth of a second to a second, and every
+# one screens the whole config dir: 3,000 changed files would take hours.
+MAX_COMPOSITIONS = 256
+
+
+def targets(
+    config_dir: Path, changed: Sequence[str], max_compositions: int = MAX_COMPOSITIONS
+) -> list[Target]:
+    """The compositions that the changed files take part in (see the module docstring).
+    Raises :class:`ConfigLoadError` before composing anything when they would be more than
+    ``max_compositions``."""
     from cfgcheck.locations import composed_files
 
     directory = config_dir.resolve()
@@ -113,6 +123,17 @@ def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
         for p in directory.glob("*/**/*.yaml")
         if package_header(p) == "_global_"
     )
+    options = sum(1 for p in changed_paths if "/" in p and p not in experiments)
+    planned = len(primaries) * (1 + options + len(experiments))
+    if planned > max_compositions:
+        from cfgcheck.errors import ConfigLoadError
+
+        raise ConfigLoadError(
+            f"{len(changed_paths)} changed config file(s) with {len(primaries)} primary "
+            f"config(s) and {len(experiments)} experiment(s) make {planned} compositions to "
+            f"check, more than the limit of {max_compositions}; check a smaller change, or "
+            f"raise the limit with --max-compositions"
+        )
     changed_files = {directory / f"{p}.yaml" for p in changed_paths}
     out: list[Target] = []
     for primary in primaries:
@@ -148,7 +169,7 @@ def targets(config_dir: Path, changed: Sequence[str]) -> list[Target]:
                 continue  # checked (and reported) only when the experiment itself changed
             if {file for file, _ in composed.files} & changed_files:
                 out.append(target)
-    return out
+    return list(dict.fromkeys(out))
 
 
 MAX_COMPANIONS = 16  # options of another group tried per finding
@@ -213,11 +234,29 @@ def register(sub: Any) -> None:
     )
     add_project_args(parser)
     parser.add_argument("--format", choices=formats(), default="text", help="output format")
+    parser.add_argument(
+        "--max-compositions",
+        type=_positive,
+        default=MAX_COMPOSITIONS,
+        metavar="N",
+        help="refuse (exit 2) a change whose compositions to check are more than N "
+        f"(default {MAX_COMPOSITIONS})",
+    )
     parser.add_argument("files", nargs="*", metavar="FILE", help="changed files")
     from cfgcheck.cli._native import add_source_args
 
     add_source_args(parser)
     parser.set_defaults(run=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -241,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
     # FIFO, a link to /dev/zero, an alias bomb or a non-UTF-8 file is "cannot compose", exit 2.
     report = get_reporter(args.format)
     code = EXIT_OK
-    checked = targets(config_dir, args.files)
+    checked = targets(config_dir, args.files, args.max_compositions)
     for target in checked:
         label = printable(target.label(config_dir))  # file names may hold line breaks
         try:

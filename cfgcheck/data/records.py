@@ -17,6 +17,7 @@ from typing import Any
 
 from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
+from cfgcheck.schema.template import template_problem
 
 CHUNK = 2048
 # One record (a JSONL line, a text line) is read whole before it is tokenized: a file with no
@@ -56,6 +57,9 @@ def renderer(data: DataConfig) -> Callable[[Mapping[str, Any]], str]:
     """Record -> text: ``data.template.format(**record)`` or ``record[data.text_field]``."""
     if data.template is not None:
         template = data.template
+        problem = template_problem(template)  # the schema refuses it too; never rendered
+        if problem:
+            raise DataReadError(f"data.template {problem}")
 
         def render(record: Mapping[str, Any]) -> str:
             return template.format_map(record)

@@ -63,7 +63,6 @@ def render_text(report: ScanReport, paths: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-
 def write_png(report: ScanReport, path: Path) -> None:
     """A histogram PNG with max_length and block_size marked. Needs matplotlib."""
     plt = pyplot()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from cfgcheck.schema._base import Section
 from cfgcheck.schema.bounds import Tokens
+from cfgcheck.schema.template import template_problem
 
 Padding = Literal["max_length", "longest", "do_not_pad"]
 Collator = Literal["default", "padded", "packed"]
@@ -43,6 +44,16 @@ class DataConfig(Section):
         description="Python format string over a record's fields, e.g. "
         "'{instruction}\\n{input}\\n{output}'. Overrides text_field.",
     )
+
+    @field_validator("template")
+    @classmethod
+    def _renderable(cls, template: str | None) -> str | None:
+        """A template is read before it renders (huge padding, private attributes, nested
+        fields are refused): :mod:`cfgcheck.schema.template`."""
+        problem = None if template is None else template_problem(template)
+        if problem:
+            raise ValueError(f"the template {problem}")
+        return template
 
     @property
     def effective_max_length(self) -> int:

@@ -124,6 +124,12 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         # Validation may load tokenizers; nothing it does may reach the network.
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    # Imported now, not by the first concurrent requests (see cfgcheck.service.preload).
+    from cfgcheck.service.preload import preload
+
+    missing = preload()
+    if missing:
+        log.info("optional modules not installed: %s", ", ".join(missing))
     job = runner.Runner(settings)
     pool = WorkerPool(settings.workers)
     gate = Gate(settings.max_pending)

@@ -18,14 +18,36 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.models import NativeRequest
-from cfgcheck.service.paths import refused_paths
+from cfgcheck.service.paths import hide_outside, refused_native_paths, refused_paths
 
 # Formats whose config text may hold ${key} references: every published torchtune recipe
 # config interpolates ${output_dir}; the adapter resolves only plain references, bounded.
 INTERPOLATING_FORMATS = frozenset({"torchtune"})
 
 
+def _confine(refused: list[str]) -> None:
+    if refused:
+        raise RequestError(422, "paths refused: " + "; ".join(refused))
+
+
 def check_native_request(payload: dict[str, Any], roots: Sequence[Path]) -> CheckResult:
+    """The verdict on a native request. The paths it names are confined to ``roots`` before
+    anything resolves them: the native keys a builder reads before it runs, the run config
+    before its model is resolved (a length left to the model resolves it while loading), and
+    again each time a fix is checked by loading the config again."""
+    from cfgcheck.sources.native import screened
+
+    with screened(
+        lambda native: _confine(refused_native_paths(native, roots)),
+        lambda config: _confine(refused_paths(config, roots)),
+    ):
+        try:
+            return _check(payload, roots)
+        except RequestError as e:
+            raise RequestError(e.status, hide_outside(e.detail, roots)) from e
+
+
+def _check(payload: dict[str, Any], roots: Sequence[Path]) -> CheckResult:
     from cfgcheck.sources import check_loaded, load_document, parse_document
 
     try:

@@ -20,6 +20,15 @@ PATH_SECTIONS: tuple[str, ...] = ("model", "tokenizer", "data")
 PATH_KEY = re.compile(r"^(?:.*_)?(?:path|paths|file|files|dir|dirs|pretrained)$")
 # Files transformers loads together with the folder holding them.
 FOLDER_READ_FILES = frozenset({"tokenizer.model", "tokenizer.json"})
+# The file form of a model folder: model.pretrained=<dir>/config.json reads <dir>'s other
+# files too (cfgcheck.models.expand: model_config.yaml, the tokenizer files).
+FOLDER_FILE_KEYS = re.compile(r"^(?:.*_)?pretrained$")
+# Native keys a format's builder reads or looks at before the run config exists: LitGPT's
+# checkpoint_dir (cfgcheck/sources/litgpt.py checkpoint_ref: is it a folder?), a DeepSpeed
+# JSON file (cfgcheck/sources/deepspeed.py), LLaMA-Factory's dataset_dir.
+NATIVE_READ_KEYS = frozenset({"checkpoint_dir", "deepspeed", "dataset_dir"})
+# An absolute path in a message (a Hub cache, a home directory).
+_ABSOLUTE = re.compile(r"(?<![\w.:/~-])/[^\s'\"(),;:]+")
 
 
 def path_values(config: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
@@ -60,11 +69,52 @@ def refused_paths(
     refused = []
     for where, value in path_values(config):
         reason = confinement_problem(value, roots, base)
-        if reason is None and PurePath(value).name in FOLDER_READ_FILES:
+        key = where.rsplit(".", 1)[-1].split("[")[0]
+        name = PurePath(value).name
+        if reason is None and (
+            name in FOLDER_READ_FILES or (FOLDER_FILE_KEYS.match(key) and "." in name)
+        ):
             parent = str(PurePath(value).parent)
             reason = confinement_problem(parent, roots, base)
             if reason:
-                reason = f"is read with its folder by transformers, and that folder {reason}"
+                reason = f"is read with its folder, and that folder {reason}"
         if reason:
             refused.append(f"{where}={value!r} {reason}")
     return refused
+
+
+def refused_native_paths(
+    native: Mapping[str, Any], roots: Sequence[Path], cwd: Path | None = None
+) -> list[str]:
+    """:func:`refused_paths` of the files a native config's builder reads itself
+    (``NATIVE_READ_KEYS``, at any depth), before the builder runs."""
+    from cfgcheck.safeio import confinement_problem
+
+    base = cwd or Path.cwd()
+    refused = []
+    stack: list[tuple[str, Any]] = [("", native)]
+    while stack:
+        prefix, body = stack.pop()
+        for key, value in body.items():
+            where = f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                stack.append((where + ".", value))
+            elif key in NATIVE_READ_KEYS and isinstance(value, str):
+                reason = confinement_problem(value, roots, base)
+                if reason:
+                    refused.append(f"{where}={value!r} {reason}")
+    return sorted(refused)
+
+
+def hide_outside(message: str, roots: Sequence[Path]) -> str:
+    """``message`` with every absolute path outside ``roots`` shown as ``<server path>``: a
+    reply never tells a client where the server keeps its files (a Hub cache under a home
+    directory, the Python installation)."""
+
+    def shown(match: re.Match[str]) -> str:
+        text = match.group()
+        path = Path(text)
+        inside = any(path == root or root in path.parents for root in roots)
+        return text if inside else "<server path>"
+
+    return _ABSOLUTE.sub(shown, message)

@@ -25,7 +25,7 @@ from cfgcheck.service.guards import check_tree, resolver_refused
 from cfgcheck.service.interpolation import resolver_paths
 from cfgcheck.service.models import COMPOSE_KEYS, NATIVE_KEY, ComposeRequest
 from cfgcheck.service.overrides import screen_overrides
-from cfgcheck.service.paths import refused_paths
+from cfgcheck.service.paths import hide_outside, refused_paths
 from cfgcheck.service.settings import ServiceSettings
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ class Runner:
         message = message.replace(str(self.config_dir), "<config-dir>")
         for prefix in {sys.prefix, sys.base_prefix}:
             message = message.replace(prefix, "<python>")
-        return message
+        return hide_outside(message, self.roots)  # a Hub cache under the server's home
 
 
 def validate_config(

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,9 +104,32 @@ def load_document(
     return dataclasses.replace(loaded, document=doc, overrides=tuple(overrides))
 
 
+# A check that the caller (the service) runs on what a native config names before anything
+# reads a file: on the native keys before the builder runs (a builder may look at a folder),
+# then on the run config before the model is resolved (a length left to the model resolves
+# model.pretrained here, before the caller's own check of the loaded config).
+Screen = Callable[[Mapping[str, Any]], None]
+_SCREEN: ContextVar[tuple[Screen, Screen] | None] = ContextVar("native_screen", default=None)
+
+
+@contextmanager
+def screened(native: Screen, run: Screen) -> Iterator[None]:
+    """Within the block, every native config loaded passes ``native`` (given the native
+    mapping) before its builder runs and ``run`` (given the run config) before its model is
+    resolved; either raises to refuse it."""
+    token = _SCREEN.set((native, run))
+    try:
+        yield
+    finally:
+        _SCREEN.reset(token)
+
+
 def build_loaded(spec: Format, native: NativeConfig, builder: Builder, gpu: str | None) -> Loaded:
     """Run ``spec``'s builder on ``native`` and resolve what follows the model (the document
     it came from, to load it again with a fix, is the caller's to add)."""
+    screen = _SCREEN.get()
+    if screen is not None:
+        screen[0](native.data)
     spec.build(builder)
     if gpu:
         where = Location(f"<--gpu {gpu}>", None)
@@ -113,6 +137,8 @@ def build_loaded(spec: Format, native: NativeConfig, builder: Builder, gpu: str 
             builder.set("trainer.gpu.memory_gib", float(gpu), where)
         except ValueError:
             builder.set("trainer.gpu.name", gpu, where)
+    if screen is not None:
+        screen[1](builder.config)
     _resolve_deferred(builder)
     smap = builder.smap
     for key, location in native.where.items():
