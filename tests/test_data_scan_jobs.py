@@ -4,6 +4,7 @@ exactly, gzip shards, globs and folders, a worker that dies, and flat memory."""
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 import json
 import os
@@ -236,7 +237,8 @@ report = scan_dataset(run, jobs=2, shard_bytes=256 << 10, chunk_size=256)
 # This process's own peak (VmHWM, KiB): ru_maxrss of RUSAGE_SELF keeps the forking pytest's
 # peak across exec on Linux. The workers' peak: the largest child's ru_maxrss.
 status = open("/proc/self/status").read().split("VmHWM:")
-me = int(status[1].split()[0]) if len(status) > 1 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+self_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+me = int(status[1].split()[0]) if len(status) > 1 else self_peak
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 print(json.dumps([report.samples, me, kids]))
 """
@@ -270,3 +272,34 @@ def test_peak_memory_does_not_grow_with_the_corpus(
     # Five times the samples: peak RSS (KiB) within 6 MiB, parent and workers alike.
     assert me_big - me_small < 6 * 1024, peaks
     assert kids_big - kids_small < 6 * 1024, peaks
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("quiet", "ci", "shown"), [(False, "", True), (True, "", False), (False, "true", False)]
+)
+def test_progress_on_a_terminal_only_never_quiet_or_in_ci(
+    cfg: dict[str, Any],
+    tok_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    quiet: bool,
+    ci: str,
+    shown: bool,
+) -> None:
+    from cfgcheck.data import scan as scan_module
+
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(60)))
+    err = _Tty()
+    monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setattr(scan_module, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setenv("CI", ci)
+    scan_dataset(run, jobs=1, shard_bytes=2000, quiet=quiet)
+    out = err.getvalue()
+    assert ("scanning [" in out) is shown
+    if shown:  # bytes, samples, tokens/s and the time left, shard by shard
+        assert "60 samples" in out and "tokens/s" in out and "ETA" in out and "MB" in out

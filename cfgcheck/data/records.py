@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
@@ -217,10 +217,10 @@ def _what(render: Callable[[Mapping[str, Any]], str]) -> str:
     return "data.template" if render.__name__ == "render" else "data.text_field"
 
 
-def _open(shard: Shard) -> IO[bytes]:
+def _open(shard: Shard) -> BinaryIO:
     """The shard's file, positioned at its first whole line (a gzip file decompressed)."""
     if shard.compressed:
-        return gzip.open(shard.path, "rb")
+        return gzip.GzipFile(shard.path, "rb")  # type: ignore[return-value]
     f = shard.path.open("rb")
     if shard.start:
         f.seek(shard.start - 1)

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from cfgcheck.data.records import DataReadError, Shard, plan_shards, shard_chunks
+from cfgcheck.data.records import (
+    DataReadError,
+    Shard,
+    expand_paths,
+    plan_shards,
+    shard_chunks,
+)
 from cfgcheck.data.stats import Waste
 from cfgcheck.data.summary import Limits, Sample, Summary
 from cfgcheck.findings import Finding
@@ -29,7 +35,9 @@ from cfgcheck.schema.run import RunConfig
 
 # Progress shows only on a terminal and only for scans at least this big (bytes of data).
 PROGRESS_MIN_BYTES = 4 << 20
-SHARD_BYTES = 32 << 20  # JSONL / text files larger than this are split by byte range
+# JSONL / text files are split by byte range into shards of about a quarter of each worker's
+# share of the data, within these bounds (small enough to balance, big enough to amortise).
+SHARD_MIN, SHARD_MAX = 1 << 20, 64 << 20
 
 __all__ = ["Sample", "ScanError", "ScanReport", "scan_dataset"]
 
@@ -247,7 +255,7 @@ def scan_dataset(
     progress: TextIO | None = None,
     chunk_size: int = 2048,
     jobs: int | None = None,
-    shard_bytes: int = SHARD_BYTES,
+    shard_bytes: int | None = None,
     quiet: bool = False,
     _work: Callable[[Shard], tuple[Summary, int]] | None = None,
 ) -> ScanReport:
@@ -262,7 +270,12 @@ def scan_dataset(
     d, m = run.data, run.model
     loaded = load_scan_tokenizer(run)  # a bad tokenizer is one error, before any worker starts
     try:
+        if shard_bytes is None:
+            total = sum(p.stat().st_size for p in expand_paths(d.paths, base))
+            shard_bytes = max(SHARD_MIN, min(SHARD_MAX, total // (4 * jobs)))
         shards = plan_shards(d, base, shard_bytes)
+    except OSError as e:
+        raise ScanError(f"cannot read the dataset: {e.strerror or e}") from e
     except DataReadError as e:
         raise ScanError(str(e)) from e
     total_bytes = sum(s.size for s in shards)
