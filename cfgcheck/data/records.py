@@ -22,6 +22,7 @@ from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
 
 CHUNK = 2048
+CHUNK_BYTES = 8 << 20  # a chunk also ends after this much text: long documents stay bounded
 # One record (a JSONL line, a text line) is read whole before it is tokenized: a file with no
 # newline would otherwise be read into memory at once. No training sample is this long.
 MAX_LINE_BYTES = 32 * 1024**2
@@ -235,6 +236,7 @@ def _line_chunks(shard: Shard, size: int, to_text: Callable[[bytes, int], str]) 
     texts: list[str] = []
     lines: list[int] = []
     done = 0
+    held = 0  # bytes of the texts in the current chunk
     number = 0
     try:
         with _open(shard) as f:
@@ -257,9 +259,10 @@ def _line_chunks(shard: Shard, size: int, to_text: Callable[[bytes, int], str]) 
                     continue
                 texts.append(to_text(raw, number))
                 lines.append(number)
-                if len(texts) >= size:
+                held += len(raw)
+                if len(texts) >= size or held >= CHUNK_BYTES:
                     yield Chunk(path, lines[0], texts, done, lines, number)
-                    texts, lines = [], []
+                    texts, lines, held = [], [], 0
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise DataReadError(
             f"{path}:{number + 1}: the gzip stream is corrupt or truncated after line {number}: {e}"
