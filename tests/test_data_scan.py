@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest

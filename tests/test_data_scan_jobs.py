@@ -303,3 +303,23 @@ def test_progress_on_a_terminal_only_never_quiet_or_in_ci(
     assert ("scanning [" in out) is shown
     if shown:  # bytes, samples, tokens/s and the time left, shard by shard
         assert "60 samples" in out and "tokens/s" in out and "ETA" in out and "MB" in out
+
+
+def test_text_lines_split_by_byte_range_keep_their_numbers(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    rows = records(50)
+    texts = [TEMPLATE.format(**r).replace("\n", " ") for r in rows]
+    path = tmp_path / "d.txt"
+    path.write_text("".join(t + ("\n\n" if i % 5 == 0 else "\n") for i, t in enumerate(texts)))
+    run = make_run(cfg, tok_dir, path, template=None, truncation=False)
+    whole = scan_dataset(run, jobs=1)
+    for shard_bytes in (97, 256, 1000):
+        assert _comparable(scan_dataset(run, jobs=2, shard_bytes=shard_bytes)) == _comparable(whole)
+    from tokenizers import Tokenizer
+
+    tk = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    lengths = [len(tk.encode(t).ids) for t in texts]
+    first = lengths.index(max(lengths))
+    assert whole.longest.line == first + 1 + sum(1 for i in range(first) if i % 5 == 0)
+    assert whole.hist == Counter(lengths)

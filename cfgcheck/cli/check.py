@@ -64,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "scan_data", False):
         from cfgcheck.data.check import with_scan_findings
 
-        result = with_scan_findings(
-            result, jobs=args.jobs, quiet=args.format != "text"
-        )
+        result = with_scan_findings(result, jobs=args.jobs, quiet=args.format != "text")
     get_reporter(args.format)(result, sys.stdout)
     return EXIT_OK if result.ok else EXIT_FINDINGS
