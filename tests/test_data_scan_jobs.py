@@ -323,3 +323,21 @@ def test_text_lines_split_by_byte_range_keep_their_numbers(
     first = lengths.index(max(lengths))
     assert whole.longest.line == first + 1 + sum(1 for i in range(first) if i % 5 == 0)
     assert whole.hist == Counter(lengths)
+
+
+def test_a_folder_of_many_tiny_files_is_scanned_in_batches(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    rows = records(300)
+    for i, r in enumerate(rows):
+        write_jsonl(folder / f"{i:04d}.jsonl", [r])
+    run = make_run(cfg, tok_dir, folder)
+    one = scan_dataset(run, jobs=1)
+    two = scan_dataset(run, jobs=2, shard_bytes=4096)  # about 40 files a task
+    assert _comparable(one) == _comparable(two)
+    assert one.hist == Counter(expected_lengths(tok_dir, rows))
+    (folder / "0123.jsonl").write_text('{"question": "a", "answer": "b"}\n[]\n')
+    with pytest.raises(ScanError, match=r"0123\.jsonl:2: a JSONL record must be an object"):
+        scan_dataset(run, jobs=2, shard_bytes=4096)

@@ -240,6 +240,35 @@ def _scan_in_worker(shard: Shard) -> tuple[Summary, int]:
     return _WORKER.scan(shard)
 
 
+_Done = tuple[list[tuple[Summary, int]], DataReadError | None]
+
+
+def _scan_task(work: Callable[[Shard], tuple[Summary, int]], task: list[Shard]) -> _Done:
+    """Consecutive shards (many small files make one task): each one's summary and line
+    count, up to the first that cannot be read, and that one's error."""
+    out: list[tuple[Summary, int]] = []
+    for shard in task:
+        try:
+            out.append(work(shard))
+        except DataReadError as e:
+            return out, e
+    return out, None
+
+
+def _tasks(shards: list[Shard], size: int) -> Iterator[list[Shard]]:
+    """Consecutive shards grouped up to ``size`` bytes (a large shard alone)."""
+    task: list[Shard] = []
+    held = 0
+    for shard in shards:
+        if task and held + shard.size > size:
+            yield task
+            task, held = [], 0
+        task.append(shard)
+        held += shard.size
+    if task:
+        yield task
+
+
 def default_jobs() -> int:
     """All the cores this process may run on."""
     try:
@@ -287,7 +316,7 @@ def scan_dataset(
         if jobs == 1:
             summary = _scan_here(run, loaded, shards, chunk_size, meter, _work)
         else:
-            summary = _scan_pool(run, shards, chunk_size, jobs, meter, _work)
+            summary = _scan_pool(run, shards, shard_bytes, chunk_size, jobs, meter, _work)
     finally:
         meter.close()
     if not summary.count:
@@ -360,6 +389,7 @@ def _scan_here(
 def _scan_pool(
     run: RunConfig,
     shards: list[Shard],
+    shard_bytes: int,
     chunk_size: int,
     jobs: int,
     meter: _Meter,
@@ -368,13 +398,13 @@ def _scan_pool(
     import multiprocessing
 
     merge = _Merge(run)
-    pending: list[tuple[Shard, Future[tuple[Summary, int]]]] = []
-    todo: Iterator[Shard] = iter(shards)
+    pending: list[tuple[list[Shard], Future[_Done]]] = []
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with tokenizer threads
     pool = ProcessPoolExecutor(jobs, ctx, initializer=_init_worker, initargs=(run, chunk_size))
     try:
-        for shard in todo:  # at most 2 * jobs shards in flight; results taken in order
-            pending.append((shard, pool.submit(work or _scan_in_worker, shard)))
+        # At most 2 * jobs tasks in flight; results taken in dataset order.
+        for task in _tasks(shards, shard_bytes):
+            pending.append((task, pool.submit(_scan_task, work or _scan_in_worker, task)))
             while len(pending) >= 2 * jobs:
                 _take(pending, merge, meter)
         while pending:
@@ -388,16 +418,14 @@ def _scan_pool(
     return merge.total
 
 
-def _take(
-    pending: list[tuple[Shard, Future[tuple[Summary, int]]]], merge: _Merge, meter: _Meter
-) -> None:
-    shard, future = pending.pop(0)
-    try:
-        part, lines = future.result()
-    except DataReadError as e:
-        raise ScanError(str(merge.located(shard, e))) from e
-    merge.add(shard, part, lines)
-    meter.done(shard, merge.total)
+def _take(pending: list[tuple[list[Shard], Future[_Done]]], merge: _Merge, meter: _Meter) -> None:
+    task, future = pending.pop(0)
+    done, error = future.result()
+    for shard, (part, lines) in zip(task, done, strict=False):
+        merge.add(shard, part, lines)
+        meter.done(shard, merge.total)
+    if error is not None:
+        raise ScanError(str(merge.located(task[len(done)], error))) from error
 
 
 def shown(path: Path) -> str:
