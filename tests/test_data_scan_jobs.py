@@ -202,19 +202,44 @@ def test_gzip_glob_and_folder_read_the_same_samples(
     assert make_run(cfg, tok_dir, plain).data.template == TEMPLATE
 
 
+def _zstd(data: bytes) -> bytes:
+    zstandard = pytest.importorskip("zstandard")
+    return bytes(zstandard.ZstdCompressor().compress(data))
+
+
 @pytest.mark.parametrize("damage", ["truncated", "corrupt"])
-def test_a_damaged_gzip_names_its_location(
-    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, damage: str
+@pytest.mark.parametrize("kind", ["gz", "zst"])
+def test_a_damaged_stream_names_its_location(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, damage: str, kind: str
 ) -> None:
-    raw = gzip.compress("".join(json.dumps(r) + "\n" for r in records(400)).encode())
-    path = tmp_path / "d.jsonl.gz"
+    text = "".join(json.dumps(r) + "\n" for r in records(400)).encode()
+    raw = gzip.compress(text) if kind == "gz" else _zstd(text)
+    path = tmp_path / f"d.jsonl.{kind}"
     if damage == "truncated":
         path.write_bytes(raw[: len(raw) // 2])
     else:
         path.write_bytes(raw[:40] + bytes(b ^ 0x5A for b in raw[40:80]) + raw[80:])
     run = make_run(cfg, tok_dir, path)
-    with pytest.raises(ScanError, match=r"d\.jsonl\.gz:\d+: the gzip stream is corrupt"):
+    name = "gzip" if kind == "gz" else "zstd"
+    with pytest.raises(
+        ScanError, match=rf"d\.jsonl\.{kind}:\d+: the {name} stream is (corrupt|truncated)"
+    ):
         scan_dataset(run, jobs=1)
+
+
+def test_zstd_shards_read_like_plain_ones(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    rows = records(50)
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    (tmp_path / "a.jsonl.zst").write_bytes(
+        _zstd(text[: len(text) // 2]) + _zstd(text[len(text) // 2 :])
+    )
+    plain = write_jsonl(tmp_path / "p.jsonl", rows)
+    got = scan_dataset(make_run(cfg, tok_dir, tmp_path / "a.jsonl.zst"), jobs=1)  # two frames
+    want = scan_dataset(make_run(cfg, tok_dir, plain), jobs=1)
+    assert got.hist == want.hist == Counter(expected_lengths(tok_dir, rows))
+    assert got.longest.line == want.longest.line
 
 
 def test_a_glob_that_matches_nothing_is_a_clear_error(

@@ -10,14 +10,13 @@ Texts come in chunks, so the tokenizer can encode a whole chunk in one multi-thr
 from __future__ import annotations
 
 import glob
-import gzip
 import json
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+from cfgcheck.data.compressed import CorruptStreamError, is_compressed, open_lines, strip_suffix
 from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
 
@@ -80,10 +79,10 @@ class Shard:
 
     @property
     def compressed(self) -> bool:
-        return self.path.suffix.lower() == ".gz"
+        return is_compressed(self.path)
 
 
-# File names a directory in data.paths contributes (a ``.gz`` of each too).
+# File names a directory in data.paths contributes (the ``.gz`` and ``.zst`` of each too).
 DATA_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".pq", ".txt", ".text")
 GLOB_CHARS = frozenset("*?[")
 
@@ -92,7 +91,7 @@ def file_format(path: Path, declared: str) -> str:
     if declared != "auto":
         return declared
     suffix = path.suffix.lower()
-    if suffix == ".gz":
+    if is_compressed(path):
         suffix = Path(path.stem).suffix.lower()
     if suffix in (".jsonl", ".json", ".ndjson"):
         return "jsonl"
@@ -102,7 +101,7 @@ def file_format(path: Path, declared: str) -> str:
 
 
 def _is_data_file(path: Path) -> bool:
-    name = path.name.lower().removesuffix(".gz")
+    name = strip_suffix(path.name.lower())
     return not path.name.startswith(".") and name.endswith(DATA_SUFFIXES)
 
 
@@ -127,7 +126,7 @@ def expand_paths(paths: list[str], base: Path | None = None) -> list[Path]:
                 raise DataReadError(
                     f"data folder {shown(name)} holds no data file ("
                     + ", ".join(DATA_SUFFIXES)
-                    + ", or .gz of one)"
+                    + ", or the .gz / .zst of one)"
                 )
             out += files
         else:
@@ -155,7 +154,7 @@ def plan_shards(
             size = path.stat().st_size
         except OSError as e:
             raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
-        splittable = fmt in ("jsonl", "text") and path.suffix.lower() != ".gz"
+        splittable = fmt in ("jsonl", "text") and not is_compressed(path)
         if fmt == "jsonl" and splittable and _is_json_array(path):
             fmt, splittable = "json-array", False
         if not splittable or size <= shard_bytes:
@@ -218,10 +217,10 @@ def _what(render: Callable[[Mapping[str, Any]], str]) -> str:
     return "data.template" if render.__name__ == "render" else "data.text_field"
 
 
-def _open(shard: Shard) -> BinaryIO:
-    """The shard's file, positioned at its first whole line (a gzip file decompressed)."""
+def _open(shard: Shard) -> Any:
+    """The shard's file, positioned at its first whole line (a compressed file decompressed)."""
     if shard.compressed:
-        return gzip.GzipFile(shard.path, "rb")  # type: ignore[return-value]
+        return open_lines(shard.path)
     f = shard.path.open("rb")
     if shard.start:
         f.seek(shard.start - 1)
@@ -263,10 +262,8 @@ def _line_chunks(shard: Shard, size: int, to_text: Callable[[bytes, int], str]) 
                 if len(texts) >= size or held >= CHUNK_BYTES:
                     yield Chunk(path, lines[0], texts, done, lines, number)
                     texts, lines, held = [], [], 0
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise DataReadError(
-            f"{path}:{number + 1}: the gzip stream is corrupt or truncated after line {number}: {e}"
-        ) from e
+    except CorruptStreamError as e:
+        raise at(path, number + 1, f"{e} (after line {number})") from e
     except OSError as e:
         raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
     if texts:
