@@ -156,6 +156,18 @@ def _die(shard: Shard) -> tuple[Summary, int]:
     os._exit(3)  # a worker killed mid-shard (out of memory, a segfault in a library)
 
 
+def _fail(shard: Shard) -> tuple[Summary, int]:
+    raise RuntimeError("boom")  # a bug or a library error inside a worker
+
+
+def test_a_failing_worker_is_one_error_naming_its_file(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(40)))
+    with pytest.raises(ScanError, match=r"a scan worker failed on .*d\.jsonl: RuntimeError: boom"):
+        scan_dataset(run, jobs=2, shard_bytes=500, _work=_fail)
+
+
 def test_a_dead_worker_is_one_error_not_a_hang(
     cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
 ) -> None:

@@ -420,7 +420,16 @@ def _scan_pool(
 
 def _take(pending: list[tuple[list[Shard], Future[_Done]]], merge: _Merge, meter: _Meter) -> None:
     task, future = pending.pop(0)
-    done, error = future.result()
+    try:
+        done, error = future.result()
+    except BrokenProcessPool:
+        raise
+    except Exception as e:  # an unexpected failure inside a worker: one line, its shards
+        files = sorted({shown(s.path) for s in task})
+        raise ScanError(
+            f"a scan worker failed on {', '.join(files[:3])}"
+            f"{' ...' if len(files) > 3 else ''}: {type(e).__name__}: {e}"
+        ) from e
     for shard, (part, lines) in zip(task, done, strict=False):
         merge.add(shard, part, lines)
         meter.done(shard, merge.total)
