@@ -171,3 +171,19 @@ def test_default_check_imports_no_heavy_module() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("[]")
+
+
+def test_jobs_flag_gives_the_same_scan_and_refuses_zero() -> None:
+    reports = []
+    for jobs in ("1", "2"):
+        code, out = data_json(*DEMO, "--jobs", jobs)
+        assert code == 0
+        scan = out["scan"]
+        del scan["seconds"], scan["jobs"]
+        reports.append(scan)
+    assert reports[0] == reports[1]
+    assert sum(reports[0]["histogram"].values()) == reports[0]["samples"]
+    proc = run("data", *DEMO, "--jobs", "0")
+    assert proc.returncode == 2 and "must be at least 1" in proc.stderr
+    proc = run("check", "--scan-data", "--jobs", "2", *DEMO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -26,6 +26,9 @@ def register(sub: Any) -> None:
         help="also tokenize data.paths with the real tokenizer and add the scan's findings "
         "(see `cfgcheck data`)",
     )
+    from cfgcheck.cli.data import add_jobs_arg
+
+    add_jobs_arg(parser)
     parser.set_defaults(run=run)
 
 
@@ -61,6 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "scan_data", False):
         from cfgcheck.data.check import with_scan_findings
 
-        result = with_scan_findings(result)
+        result = with_scan_findings(result, jobs=args.jobs, quiet=args.format != "text")
     get_reporter(args.format)(result, sys.stdout)
     return EXIT_OK if result.ok else EXIT_FINDINGS

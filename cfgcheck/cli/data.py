@@ -25,7 +25,29 @@ def register(sub: Any) -> None:
     )
     add_config_args(parser, ["text", "json"])
     parser.add_argument("--png", metavar="PATH", help="also write a length histogram PNG")
+    add_jobs_arg(parser)
     parser.set_defaults(run=run)
+
+
+def add_jobs_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--jobs",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="worker processes for the dataset scan (default: all cores; 1: this process, "
+        "one tokenizer thread)",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     run_cfg = composed.config
     try:
-        report = scan_dataset(run_cfg)
+        report = scan_dataset(run_cfg, jobs=args.jobs, quiet=args.format != "text")
     except ScanError as e:
         say(f"error: {e}")
         return EXIT_LOAD

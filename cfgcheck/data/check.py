@@ -16,14 +16,17 @@ from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.run import RunConfig
 
 
-def with_scan_findings(result: CheckResult) -> CheckResult:
-    """``result`` plus the findings of a dataset scan. Nothing is scanned when the schema
-    rejected the config or the tokenizer files are unreadable (already a finding)."""
+def with_scan_findings(
+    result: CheckResult, *, jobs: int | None = None, quiet: bool = False
+) -> CheckResult:
+    """``result`` plus the findings of a dataset scan (over ``jobs`` processes, default all
+    cores). Nothing is scanned when the schema rejected the config or the tokenizer files are
+    unreadable (already a finding)."""
     run = result.config
     if run is None or result.by_rule("tokenizer-unreadable"):
         return result
     try:
-        report = scan_dataset(run)
+        report = scan_dataset(run, jobs=jobs, quiet=quiet)
     except NoTokenizerPathError as e:
         extra = [
             Finding(

@@ -9,17 +9,20 @@ Texts come in chunks, so the tokenizer can encode a whole chunk in one multi-thr
 
 from __future__ import annotations
 
+import glob
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cfgcheck.data.compressed import CorruptStreamError, is_compressed, open_lines, strip_suffix
 from cfgcheck.safeio import path_problem, shown
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.template import template_problem
 
 CHUNK = 2048
+CHUNK_BYTES = 8 << 20  # a chunk also ends after this much text: long documents stay bounded
 # One record (a JSONL line, a text line) is read whole before it is tokenized: a file with no
 # newline would otherwise be read into memory at once. No training sample is this long.
 MAX_LINE_BYTES = 32 * 1024**2
@@ -28,7 +31,27 @@ MAX_JSON_ARRAY_BYTES = 512 * 1024**2
 
 
 class DataReadError(ValueError):
-    """A data file is missing, unreadable, or a record cannot be rendered."""
+    """A data file is missing, unreadable, or a record cannot be rendered. ``line``: the
+    line (record) of ``path`` it is about, counted within the shard that was read."""
+
+    def __init__(self, message: str, path: str = "", line: int | None = None, detail: str = ""):
+        super().__init__(message, path, line, detail)  # all in args: it pickles whole
+        self.path, self.line, self.detail = path, line, detail
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def shifted(self, offset: int) -> DataReadError:
+        """The same error numbered from the file's start (the shard began ``offset`` lines
+        into it)."""
+        if self.line is None or not offset:
+            return self
+        return at(self.path, self.line + offset, self.detail)
+
+
+def at(path: Path | str, line: int, detail: str) -> DataReadError:
+    """An error about line (record) ``line`` of ``path``."""
+    return DataReadError(f"{path}:{line}: {detail}", str(path), line, detail)
 
 
 @dataclass(frozen=True)
@@ -40,17 +63,108 @@ class Chunk:
     texts: list[str]
     bytes_done: int  # bytes of this file read so far (for progress)
     lines: list[int] | None = None  # line numbers when records skip blank lines
+    lines_read: int = 0  # lines of this shard read so far (blank ones included)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A piece of one data file scanned on its own: the lines that start in bytes
+    ``[start, end)`` (``end`` None: to the end of the file). Line numbers within a shard count
+    from 1; the scan shifts them by the lines of the file's earlier shards."""
+
+    path: Path
+    format: str
+    start: int = 0
+    end: int | None = None
+    size: int = 0  # bytes this shard covers on disk (for progress)
+
+    @property
+    def compressed(self) -> bool:
+        return is_compressed(self.path)
+
+
+# File names a directory in data.paths contributes (the ``.gz`` and ``.zst`` of each too).
+DATA_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".pq", ".txt", ".text")
+GLOB_CHARS = frozenset("*?[")
 
 
 def file_format(path: Path, declared: str) -> str:
     if declared != "auto":
         return declared
     suffix = path.suffix.lower()
+    if is_compressed(path):
+        suffix = Path(path.stem).suffix.lower()
     if suffix in (".jsonl", ".json", ".ndjson"):
         return "jsonl"
     if suffix in (".parquet", ".pq"):
         return "parquet"
     return "text"
+
+
+def _is_data_file(path: Path) -> bool:
+    name = strip_suffix(path.name.lower())
+    return not path.name.startswith(".") and name.endswith(DATA_SUFFIXES)
+
+
+def expand_paths(paths: list[str], base: Path | None = None) -> list[Path]:
+    """``data.paths`` as files, in order: a glob pattern gives its matches and a directory its
+    data files (recursively), each sorted by name. Raises :class:`DataReadError`."""
+    if not paths:
+        raise DataReadError("data.paths is empty: there is no dataset to scan")
+    root = base or Path.cwd()
+    out: list[Path] = []
+    for name in paths:
+        path = root / name
+        if GLOB_CHARS & set(name):
+            found = sorted(Path(p) for p in glob.glob(str(path), recursive=True))
+            files = [p for p in found if p.is_file()]
+            if not files:
+                raise DataReadError(f"data path {shown(name)} matches no file")
+            out += files
+        elif path.is_dir():
+            files = sorted(p for p in path.rglob("*") if _is_data_file(p) and p.is_file())
+            if not files:
+                raise DataReadError(
+                    f"data folder {shown(name)} holds no data file ("
+                    + ", ".join(DATA_SUFFIXES)
+                    + ", or the .gz / .zst of one)"
+                )
+            out += files
+        else:
+            reason = path_problem(path)  # a device, FIFO or broken link: never opened
+            if reason:
+                raise DataReadError(f"data file {shown(name)} {reason} (resolved to {shown(path)})")
+            out.append(path)
+    for p in out:
+        reason = path_problem(p)
+        if reason:
+            raise DataReadError(f"data file {shown(p)} {reason}")
+    return out
+
+
+def plan_shards(
+    data: DataConfig, base: Path | None = None, shard_bytes: int = 64 << 20
+) -> list[Shard]:
+    """The files of ``data.paths`` cut into shards: uncompressed JSONL and text files larger
+    than ``shard_bytes`` by byte range (the reader aligns each range to whole lines), every
+    other file whole."""
+    shards: list[Shard] = []
+    for path in expand_paths(data.paths, base):
+        fmt = file_format(path, data.format)
+        try:
+            size = path.stat().st_size
+        except OSError as e:
+            raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
+        splittable = fmt in ("jsonl", "text") and not is_compressed(path)
+        if fmt == "jsonl" and splittable and _is_json_array(path):
+            fmt, splittable = "json-array", False
+        if not splittable or size <= shard_bytes:
+            shards.append(Shard(path, fmt, 0, None, size))
+            continue
+        for start in range(0, size, shard_bytes):
+            end = min(start + shard_bytes, size)
+            shards.append(Shard(path, fmt, start, None if end >= size else end, end - start))
+    return shards
 
 
 def renderer(data: DataConfig) -> Callable[[Mapping[str, Any]], str]:
@@ -78,81 +192,108 @@ def iter_text_chunks(
 ) -> Iterator[Chunk]:
     """Every record of ``data.paths`` (relative to ``base`` or the working directory), rendered,
     in dataset order, ``size`` texts at a time. Raises :class:`DataReadError`."""
-    if not data.paths:
-        raise DataReadError("data.paths is empty: there is no dataset to scan")
+    for shard in plan_shards(data, base, shard_bytes=1 << 62):
+        yield from (c for c in shard_chunks(shard, data, size) if c.texts)
+
+
+def shard_chunks(shard: Shard, data: DataConfig, size: int = CHUNK) -> Iterator[Chunk]:
+    """The rendered records of one shard, ``size`` at a time (line-based formats end with an
+    empty chunk that carries the shard's line count)."""
     render = renderer(data)
-    for name in data.paths:
-        path = (base or Path.cwd()) / name
-        reason = path_problem(path)  # a folder, device, FIFO or broken link: never opened
-        if reason:
-            raise DataReadError(f"data file {shown(name)} {reason} (resolved to {shown(path)})")
-        fmt = file_format(path, data.format)
-        if fmt == "jsonl" and _is_json_array(path):
-            yield from _json_array(path, render, size)
-        elif fmt == "jsonl":
-            yield from _jsonl(path, render, size)
-        elif fmt == "parquet":
-            yield from _parquet(path, data, render, size)
-        else:
-            yield from _text(path, size)
+    path = shard.path
+    if shard.format == "json-array":
+        yield from _json_array(path, render, size)
+    elif shard.format == "jsonl":
+        yield from _jsonl(shard, render, size)
+    elif shard.format == "parquet":
+        yield from _parquet(path, data, render, size)
+    else:
+        yield from _text(shard, size)
 
 
 def _fail_render(path: Path, line: int, e: Exception, what: str) -> DataReadError:
     if isinstance(e, KeyError):
-        return DataReadError(f"{path}:{line}: the record has no field {e.args[0]!r} used by {what}")
-    return DataReadError(f"{path}:{line}: cannot render the record with {what}: {e}")
+        return at(path, line, f"the record has no field {e.args[0]!r} used by {what}")
+    return at(path, line, f"cannot render the record with {what}: {e}")
 
 
 def _what(render: Callable[[Mapping[str, Any]], str]) -> str:
     return "data.template" if render.__name__ == "render" else "data.text_field"
 
 
-def _line_chunks(path: Path, size: int, to_text: Callable[[bytes, int], str]) -> Iterator[Chunk]:
-    """The non-blank lines of ``path`` turned into texts by ``to_text(line, number)``, ``size``
-    at a time; progress is counted in bytes read."""
+def _open(shard: Shard) -> Any:
+    """The shard's file, positioned at its first whole line (a compressed file decompressed)."""
+    if shard.compressed:
+        return open_lines(shard.path)
+    f = shard.path.open("rb")
+    if shard.start:
+        f.seek(shard.start - 1)
+        f.readline(MAX_LINE_BYTES + 1)  # the line that starts before the range is not ours
+    return f
+
+
+def _line_chunks(shard: Shard, size: int, to_text: Callable[[bytes, int], str]) -> Iterator[Chunk]:
+    """The non-blank lines that start in ``shard`` turned into texts by
+    ``to_text(line, number)``, ``size`` at a time; progress is counted in bytes read."""
+    path = shard.path
     texts: list[str] = []
     lines: list[int] = []
     done = 0
+    held = 0  # bytes of the texts in the current chunk
+    number = 0
     try:
-        with path.open("rb") as f:
-            for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+        with _open(shard) as f:
+            pos = f.tell() if not shard.compressed else 0
+            while shard.end is None or pos < shard.end:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    break
+                number += 1
+                pos += len(raw)
                 if len(raw) > MAX_LINE_BYTES:
-                    raise DataReadError(
-                        f"{path}:{number}: the line is longer than {MAX_LINE_BYTES:,} bytes: "
-                        f"not one sample per line"
+                    raise at(
+                        path,
+                        number,
+                        f"the line is longer than {MAX_LINE_BYTES:,} bytes: not one sample "
+                        "per line",
                     )
                 done += len(raw)
                 if not raw.strip():
                     continue
                 texts.append(to_text(raw, number))
                 lines.append(number)
-                if len(texts) >= size:
-                    yield Chunk(path, lines[0], texts, done, lines)
-                    texts, lines = [], []
+                held += len(raw)
+                if len(texts) >= size or held >= CHUNK_BYTES:
+                    yield Chunk(path, lines[0], texts, done, lines, number)
+                    texts, lines, held = [], [], 0
+    except CorruptStreamError as e:
+        raise at(path, number + 1, f"{e} (after line {number})") from e
     except OSError as e:
         raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
     if texts:
-        yield Chunk(path, lines[0], texts, done, lines)
+        yield Chunk(path, lines[0], texts, done, lines, number)
+    yield Chunk(path, number + 1, [], done, [], number)
 
 
-def _jsonl(path: Path, render: Callable[[Mapping[str, Any]], str], size: int) -> Iterator[Chunk]:
+def _jsonl(shard: Shard, render: Callable[[Mapping[str, Any]], str], size: int) -> Iterator[Chunk]:
     what = _what(render)
+    path = shard.path
 
     def to_text(raw: bytes, number: int) -> str:
         try:
             record = json.loads(raw)
         except ValueError as e:
-            raise DataReadError(f"{path}:{number}: not valid JSON: {e}") from e
+            raise at(path, number, f"not valid JSON: {e}") from e
         except RecursionError:  # json's C decoder checks its depth: a clean error, no crash
-            raise DataReadError(f"{path}:{number}: the JSON record nests too deeply") from None
+            raise at(path, number, "the JSON record nests too deeply") from None
         if not isinstance(record, dict):
-            raise DataReadError(f"{path}:{number}: a JSONL record must be an object")
+            raise at(path, number, "a JSONL record must be an object")
         try:
             return render(record)
         except (KeyError, ValueError, IndexError, AttributeError) as e:
             raise _fail_render(path, number, e, what) from e
 
-    return _line_chunks(path, size, to_text)
+    return _line_chunks(shard, size, to_text)
 
 
 def _is_json_array(path: Path) -> bool:
@@ -202,14 +343,16 @@ def _json_array(
         yield Chunk(path, start + 1, texts, done)
 
 
-def _text(path: Path, size: int) -> Iterator[Chunk]:
+def _text(shard: Shard, size: int) -> Iterator[Chunk]:
+    path = shard.path
+
     def to_text(raw: bytes, number: int) -> str:
         try:
             return raw.decode("utf-8").rstrip("\n").removesuffix("\r")
         except UnicodeDecodeError as e:
-            raise DataReadError(f"{path}:{number}: not UTF-8 text: {e}") from e
+            raise at(path, number, f"not UTF-8 text: {e}") from e
 
-    return _line_chunks(path, size, to_text)
+    return _line_chunks(shard, size, to_text)
 
 
 def _parquet(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cfgcheck.data.scan import ScanReport
@@ -11,13 +11,19 @@ from cfgcheck.plotting import PlotUnavailableError, pyplot
 BAR = "█"
 
 
-def histogram(lengths: Sequence[int], bins: int = 12, width: int = 40) -> list[str]:
-    """Equal-width bins from the shortest to the longest sample, one bar per bin."""
-    lo, hi = min(lengths), max(lengths)
+def histogram(
+    lengths: Sequence[int] | Mapping[int, int], bins: int = 12, width: int = 40
+) -> list[str]:
+    """Equal-width bins from the shortest to the longest sample, one bar per bin
+    (``lengths``: every length, or samples per length)."""
+    hist: Mapping[int, int] = (
+        lengths if isinstance(lengths, Mapping) else {n: lengths.count(n) for n in set(lengths)}
+    )
+    lo, hi = min(hist), max(hist)
     step = max(1, -(-(hi - lo + 1) // bins))
     counts = [0] * (-(-(hi - lo + 1) // step))
-    for n in lengths:
-        counts[(n - lo) // step] += 1
+    for n, c in hist.items():
+        counts[(n - lo) // step] += c
     peak = max(counts)
     digits = len(str(hi))
     lines = []
@@ -59,7 +65,7 @@ def render_text(report: ScanReport, paths: Sequence[str]) -> str:
         mark = "   <- configured" if key == report.configured else ""
         lines.append(f"  {key:<10} {names[key]:<38} {w.share:6.1%}{mark}")
     lines.append("histogram  tokens per sample")
-    lines += histogram(report.lengths)
+    lines += histogram(report.hist)
     return "\n".join(lines) + "\n"
 
 
@@ -67,13 +73,15 @@ def write_png(report: ScanReport, path: Path) -> None:
     """A histogram PNG with max_length and block_size marked. Needs matplotlib."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    hist = report.hist
     ax.hist(
-        list(report.lengths),
+        list(hist),
+        weights=list(hist.values()),
         bins=min(60, max(5, report.samples // 5)),
         color="#4c72b0",
         edgecolor="white",
     )
-    top = max(report.lengths)
+    top = max(hist)
     # Mark the limits that fall near the data; far-away ones would squash the histogram.
     for value, style, label in (
         (report.max_length, ("#dd8452", "--"), f"max_length {report.max_length}"),
