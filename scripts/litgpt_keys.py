@@ -89,7 +89,9 @@ def named_configs(gitdir: str, rev: str) -> dict[str, dict[str, Any]]:
 
 
 def version_key(tag: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else -1 for p in tag.lstrip("v").replace("dev", ".").split("."))
+    return tuple(
+        int(p) if p.isdigit() else -1 for p in tag.lstrip("v").replace("dev", ".").split(".")
+    )
 
 
 def main(gitdir: str) -> None:

@@ -21,7 +21,7 @@ from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
 from cfgcheck.sources.profiles import LITGPT_FINETUNE, LITGPT_PRETRAIN, Profile
-from cfgcheck.sources.unknown import key_list
+from cfgcheck.sources.unknown import RULE, key_list, unknown_keys
 
 if TYPE_CHECKING:
     from cfgcheck.schema.model import ModelConfig
@@ -141,7 +141,11 @@ def _pretrain_model(b: Builder) -> None:
             )
         data = dict(found)
     else:
-        set_model(b, "checkpoint_dir", None)
+        # model_name is setup()'s one required argument; without it the checkpoint that
+        # initial_checkpoint_dir names is the only shape there is.
+        ref = n.get("initial_checkpoint_dir")
+        key = "initial_checkpoint_dir" if ref else "model_name"
+        set_model(b, key, checkpoint_ref(str(ref)) if ref else None)
         return
     b.model_key = key
     where = n.loc(key) or b.default_location(PRETRAIN)
@@ -280,7 +284,8 @@ def build(b: Builder) -> None:
             f"{PRETRAIN}: train.max_seq_length=None -> model.max_seq_length = block_size "
             "(every chunk is the block long)"
             if pretrain
-            else f"{SETUP}: train.max_seq_length=None (samples are not cut; the block is the limit)",
+            else f"{SETUP}: train.max_seq_length=None (samples are not cut; the block is "
+            "the limit)",
         )
         b.default("data.truncation", pretrain, f"{cmd}: train.max_seq_length=None")
     collate = "litgpt/data/base.py get_sft_collate_fn: pads to the longest sample of the batch"
@@ -440,6 +445,60 @@ def batch_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding
         )
 
 
+# What the v0.3.x TrainArgs fields became when 0.4.0 added the optimizer argument
+# (litgpt/args.py at v0.3.1 vs v0.4.0; the 0.4.0 config_hub files write optimizer.init_args).
+RENAMED = {
+    "train.learning_rate": "optimizer.init_args.lr",
+    "train.weight_decay": "optimizer.init_args.weight_decay",
+    "train.beta1": "optimizer.init_args.betas[0]",
+    "train.beta2": "optimizer.init_args.betas[1]",
+}
+
+
+@lru_cache(maxsize=1)
+def older_keys() -> dict[str, list[str]]:
+    """Keys of an older release that the newest lacks, with the releases that had them
+    (keys/litgpt_versions.json, generated from the release tags by scripts/litgpt_keys.py)."""
+    text = resources.files("cfgcheck.sources").joinpath("keys", "litgpt_versions.json")
+    table: dict[str, list[str]] = json.loads(text.read_text("utf-8"))["older_keys"]
+    return table
+
+
+def _installed_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("litgpt")
+    except PackageNotFoundError:
+        return None
+
+
+def unknown(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """Unknown keys; a key of an older LitGPT release is a warning naming the release and
+    what it became, and an error only where the installed LitGPT is known to lack it."""
+    installed = _installed_version()
+    for f in unknown_keys(native, FORMAT):
+        key = f.paths[0] if f.rule == RULE and f.paths else ""
+        releases = older_keys().get(key)
+        if not releases or (installed is not None and installed not in releases):
+            yield f
+            continue
+        span = releases[0] if len(releases) == 1 else f"{releases[0]} to {releases[-1]}"
+        new = RENAMED.get(key)
+        yield Finding(
+            RULE,
+            "warning",
+            f.paths,
+            f"{key} is a key of LitGPT {span} (litgpt/args.py TrainArgs), not of the newest "
+            f"release"
+            + (f", which reads {new} instead" if new else "")
+            + "; the newest LitGPT refuses the file, the release it was written for runs it",
+            f"run it with LitGPT {releases[-1]}, or write {new}"
+            if new
+            else f"run it with LitGPT {releases[-1]}",
+        )
+
+
 def profile(native: NativeConfig) -> Profile:
     return LITGPT_PRETRAIN if is_pretrain(native) else LITGPT_FINETUNE
 
@@ -453,6 +512,7 @@ FORMAT = Format(
     to_native=to_native,
     profile=profile,
     rules=(quantize_rules, batch_rules),
+    unknown=unknown,
     unknown_severity="error",
     unknown_behaviour="LitGPT's command line (jsonargparse) refuses a config file with a key "
     "setup() does not take",
