@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -61,6 +62,19 @@ CROSS_ENTROPY = {
     "liger_cross_entropy": "none",
     "liger_fused_linear_cross_entropy": "fused",
 }
+
+
+def _fsdp_activation_checkpointing(native: NativeConfig) -> str | None:
+    """The fsdp_config key that turns FSDP activation checkpointing on (fsdp.py FSDPConfig
+    activation_checkpointing; the fsdp_-prefixed spelling is read the same way, see
+    validation.py check_fp8_config), or None."""
+    for key in (
+        "fsdp_config.activation_checkpointing",
+        "fsdp_config.fsdp_activation_checkpointing",
+    ):
+        if native.get(key) is True:
+            return key
+    return None
 
 
 def attention_impl(native: NativeConfig) -> tuple[str | None, str | None]:
@@ -192,13 +206,20 @@ def build(b: Builder) -> None:
         b.set("trainer.precision", "bf16-true", where)
     else:
         b.from_key("trainer.precision", "bf16", "32-true")
-    b.take(
-        "trainer.gradient_checkpointing",
-        "gradient_checkpointing",
-        False,
-        f"{SCHEMA} gradient_checkpointing=False",
-        bool,
-    )
+    fsdp_ckpt = _fsdp_activation_checkpointing(n)
+    if fsdp_ckpt is not None and not n.get("gradient_checkpointing"):
+        # src/axolotl/utils/trainer.py setup_fsdp_envs: fsdp_config.activation_checkpointing
+        # -> FSDP_ACTIVATION_CHECKPOINTING=true, which accelerate's FSDP plugin applies to
+        # every wrapped layer (the same saving as gradient_checkpointing).
+        b.from_key("trainer.gradient_checkpointing", fsdp_ckpt, True)
+    else:
+        b.take(
+            "trainer.gradient_checkpointing",
+            "gradient_checkpointing",
+            False,
+            f"{SCHEMA} gradient_checkpointing=False",
+            bool,
+        )
     b.take(
         "trainer.optimizer",
         "optimizer",
@@ -216,6 +237,10 @@ def build(b: Builder) -> None:
     ce = first_set(n.data, CROSS_ENTROPY)
     if ce is not None and n.get(ce):
         b.from_key("trainer.loss_chunking", ce, CROSS_ENTROPY[ce])
+    elif "cut_cross_entropy" in listed(n) and n.get("cut_cross_entropy") is None:
+        # integrations/cut_cross_entropy/args.py: cut_cross_entropy: Optional[bool] = True,
+        # so listing the plugin turns it on: logits are never held in full.
+        b.from_key("trainer.loss_chunking", "plugins", "fused")
     else:
         b.default("trainer.loss_chunking", "none", "transformers' loss over the full logits")
     if n.get("deepspeed"):
@@ -360,6 +385,10 @@ def profile(native: NativeConfig) -> Profile:
     return AXOLOTL
 
 
+def unknown(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    return unknown_with_plugins(native, FORMAT)
+
+
 FORMAT = Format(
     name="axolotl",
     label="Axolotl",
@@ -369,6 +398,7 @@ FORMAT = Format(
     to_native=to_native,
     profile=profile,
     rules=(conflict_rules, packing_rules),
+    unknown=unknown,
     unknown_severity="warning",
     unknown_behaviour="Axolotl's config model ignores keys it does not define, so the setting "
     "is silently dropped (src/axolotl/utils/schemas/config.py AxolotlInputConfig)",
