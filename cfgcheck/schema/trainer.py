@@ -60,6 +60,22 @@ class TrainerConfig(Section):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass instead of keeping them."
     )
+    activation_offloading: bool = Field(
+        False,
+        description="With gradient_checkpointing, the checkpointed layer inputs are moved to "
+        "CPU memory; the GPU keeps those of the layers in flight (Axolotl "
+        "activation_offloading).",
+    )
+    reference_model: bool = Field(
+        False,
+        description="A frozen second copy of the model, loaded as the trained one is, lives "
+        "beside it (the reference model of DPO / KTO / IPO with full fine-tuning).",
+    )
+    context_parallel: Devices = Field(
+        1,
+        description="GPUs one sequence is split across (context / sequence parallelism): each "
+        "holds max_seq_length / context_parallel tokens of activations and logits.",
+    )
     finetuning: Finetuning = Field(
         "full",
         description="full trains every weight; lora and qlora train adapters (qlora over a "

@@ -160,7 +160,25 @@ def build(b: Builder) -> None:
             "batch_size",
             max(1, n.get("batch_size") // micro),
         )
-    b.take("trainer.devices", "world_size", 1, f"{NORMALIZE}: world_size from WORLD_SIZE (1)")
+    cp_key = first_set(n.data, ("context_parallel_size", "sequence_parallel_degree"))
+    cp = n.get(cp_key) if cp_key else None
+    if isinstance(cp, int) and cp > 1:
+        # validation.py check_context_parallel_size (sequence_parallel_degree is its old
+        # name); utils/distributed.py builds the context-parallel groups out of the world,
+        # so the run has at least that many GPUs, and each holds sequence_len / cp tokens.
+        b.from_key("trainer.context_parallel", cp_key, cp)
+    if isinstance(cp, int) and cp > 1 and not n.is_set("world_size"):
+        b.from_key("trainer.devices", str(cp_key), cp)
+    else:
+        b.take("trainer.devices", "world_size", 1, f"{NORMALIZE}: world_size from WORLD_SIZE (1)")
+    rl = n.get("rl")
+    if rl and str(rl) != "orpo" and (not n.get("adapter") or n.get("rl_adapter_ref_model")):
+        # src/axolotl/train.py setup_reference_model: every rl mode but ORPO loads the model a
+        # second time (ModelLoader(cfg, ...)), unless an adapter lets TRL disable it instead.
+        b.from_key("trainer.reference_model", "rl", True)
+    offload = n.get("activation_offloading")
+    if offload:  # True, "legacy", "disk", "hidden_states" (config.py activation_offloading)
+        b.from_key("trainer.activation_offloading", "activation_offloading", True)
 
     adapter = n.get("adapter")
     four_bit, eight_bit = bool(n.get("load_in_4bit")), bool(n.get("load_in_8bit"))
