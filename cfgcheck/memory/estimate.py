@@ -176,7 +176,9 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     # context parallelism: each GPU holds its slice of every sequence (ring attention /
     # Ulysses keep activations and logits of the local tokens only)
     seq = -(-sequence_length(d) // t.context_parallel)
-    b = t.micro_batch_size
+    # preference training runs chosen and rejected as one batch (trl DPOTrainer _compute_loss:
+    # "batch is [chosen, rejected]")
+    b = t.micro_batch_size * t.sequences_per_sample
     tokens = b * seq
     st = stack(m, t)
     masked = sdpa_masked(m, d, t, st, seq)

@@ -71,6 +71,13 @@ class TrainerConfig(Section):
         description="A frozen second copy of the model, loaded as the trained one is, lives "
         "beside it (the reference model of DPO / KTO / IPO with full fine-tuning).",
     )
+    sequences_per_sample: int = Field(
+        1,
+        ge=1,
+        le=2,
+        description="Sequences one sample puts through the model in one forward: 2 for "
+        "preference training (DPO, IPO, ORPO: chosen and rejected concatenated into one batch).",
+    )
     context_parallel: Devices = Field(
         1,
         description="GPUs one sequence is split across (context / sequence parallelism): each "

@@ -64,6 +64,14 @@ CROSS_ENTROPY = {
 }
 
 
+# rl: modes whose trainer concatenates chosen and rejected into one forward (utils/schemas/
+# enums.py RLType; core/builders/rl.py: DPO and IPO run TRL's DPOTrainer, ORPO its ORPOTrainer,
+# SIMPO its CPOTrainer: each runs chosen and rejected as one batch, trl dpo_trainer.py
+# _compute_loss "batch is [chosen, rejected]"). KTO scores single completions, GRPO
+# generations.
+PAIRED_RL = frozenset({"dpo", "ipo", "orpo", "simpo"})
+
+
 def _fsdp_activation_checkpointing(native: NativeConfig) -> str | None:
     """The fsdp_config key that turns FSDP activation checkpointing on (fsdp.py FSDPConfig
     activation_checkpointing; the fsdp_-prefixed spelling is read the same way, see
@@ -176,6 +184,9 @@ def build(b: Builder) -> None:
         # src/axolotl/train.py setup_reference_model: every rl mode but ORPO loads the model a
         # second time (ModelLoader(cfg, ...)), unless an adapter lets TRL disable it instead.
         b.from_key("trainer.reference_model", "rl", True)
+    if str(rl) in PAIRED_RL:
+        # chosen and rejected of each sample go through the model as one batch
+        b.from_key("trainer.sequences_per_sample", "rl", 2)
     offload = n.get("activation_offloading")
     if offload:  # True, "legacy", "disk", "hidden_states" (config.py activation_offloading)
         b.from_key("trainer.activation_offloading", "activation_offloading", True)

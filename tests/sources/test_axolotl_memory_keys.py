@@ -101,9 +101,12 @@ def test_reference_model_of_rl_modes(tmp_path: Path, extra: str, expected: bool)
 
 
 def test_reference_model_adds_a_copy_of_the_weights(tmp_path: Path) -> None:
-    sft = _peak_gib(write(tmp_path, "a.yml", BASE))
-    dpo = _peak_gib(write(tmp_path, "b.yml", BASE + "rl: dpo\n"))
-    assert dpo - sft == pytest.approx(1_235_814_400 * 2 / GIB, rel=0.05)  # Llama-3.2-1B bf16
+    loaded = load_native(write(tmp_path, "b.yml", BASE + "rl: dpo\n"), "axolotl")
+    cfg = validate(loaded.config).config
+    assert cfg is not None
+    result = estimate(cfg.model, cfg.data, cfg.trainer)
+    assert result.get("reference_model") == result.get("weights")
+    assert result.get("reference_model") / GIB == pytest.approx(1_235_814_400 * 2 / GIB, rel=0.05)
 
 
 def test_plugin_keys_are_known_only_when_the_plugin_is_listed(tmp_path: Path) -> None:
@@ -122,3 +125,25 @@ def test_plugin_key_table_comes_from_the_generator() -> None:
 
     assert "swanlab_log_completions" in plugin_keys()["swanlab"]
     assert "cut_cross_entropy" in plugin_keys()["cut_cross_entropy"]
+
+
+@pytest.mark.parametrize(("mode", "pairs"), [("dpo", 2), ("orpo", 2), ("kto", 1), ("grpo", 1)])
+def test_preference_modes_run_chosen_and_rejected_together(
+    tmp_path: Path, mode: str, pairs: int
+) -> None:
+    file = write(tmp_path, "rl.yml", BASE + f"rl: {mode}\n")
+    trainer = load_native(file, "axolotl").config["trainer"]
+    assert trainer.get("sequences_per_sample", 1) == pairs
+
+
+def test_a_pair_doubles_the_activations(tmp_path: Path) -> None:
+    from cfgcheck.memory.estimate import estimate as run_estimate
+
+    lora = "adapter: lora\nlora_r: 8\nlora_alpha: 16\nlora_target_linear: true\n"
+    peaks = []
+    for extra in ("", "rl: dpo\n"):
+        loaded = load_native(write(tmp_path, f"p{len(peaks)}.yml", BASE + lora + extra), "axolotl")
+        cfg = validate(loaded.config).config
+        assert cfg is not None
+        peaks.append(run_estimate(cfg.model, cfg.data, cfg.trainer).get("activations"))
+    assert peaks[1] == pytest.approx(2 * peaks[0], rel=0.01)
