@@ -64,6 +64,12 @@ CROSS_ENTROPY = {
 }
 
 
+# model_type (a transformers Auto class) -> model.head: reward models
+# (AutoModelForSequenceClassification) and process reward models (token classification).
+HEADS = {
+    "SequenceClassification": "sequence_classification",
+    "TokenClassification": "token_classification",
+}
 # rl: modes whose trainer concatenates chosen and rejected into one forward (utils/schemas/
 # enums.py RLType; core/builders/rl.py: DPO and IPO run TRL's DPOTrainer, ORPO its ORPOTrainer,
 # SIMPO its CPOTrainer: each runs chosen and rejected as one batch, trl dpo_trainer.py
@@ -168,7 +174,7 @@ def build(b: Builder) -> None:
             "batch_size",
             max(1, n.get("batch_size") // micro),
         )
-    cp_key = first_set(n.data, ("context_parallel_size", "sequence_parallel_degree"))
+    cp_key = first_set(n.data, ("context_parallel_size", "sequence_parallel_degree")) or ""
     cp = n.get(cp_key) if cp_key else None
     if isinstance(cp, int) and cp > 1:
         # validation.py check_context_parallel_size (sequence_parallel_degree is its old
@@ -176,7 +182,7 @@ def build(b: Builder) -> None:
         # so the run has at least that many GPUs, and each holds sequence_len / cp tokens.
         b.from_key("trainer.context_parallel", cp_key, cp)
     if isinstance(cp, int) and cp > 1 and not n.is_set("world_size"):
-        b.from_key("trainer.devices", str(cp_key), cp)
+        b.from_key("trainer.devices", cp_key, cp)
     else:
         b.take("trainer.devices", "world_size", 1, f"{NORMALIZE}: world_size from WORLD_SIZE (1)")
     rl = n.get("rl")
@@ -187,6 +193,18 @@ def build(b: Builder) -> None:
     if str(rl) in PAIRED_RL:
         # chosen and rejected of each sample go through the model as one batch
         b.from_key("trainer.sequences_per_sample", "rl", 2)
+    if n.get("reward_model"):
+        # trl reward_trainer.py: the collator stacks chosen then rejected and the loss splits
+        # the rewards with torch.chunk(..., chunks=2): both in one forward
+        b.from_key("trainer.sequences_per_sample", "reward_model", 2)
+    model_type = str(n.get("model_type") or "")
+    for cls, head in HEADS.items():
+        if cls in model_type:
+            # loaders/utils.py: model_type is the transformers Auto class; num_labels goes
+            # into its config (config_kwargs["num_labels"])
+            b.from_key("model.head", "model_type", head)
+            if n.get("num_labels") is not None:
+                b.from_key("model.num_labels", "num_labels", n.get("num_labels"))
     offload = n.get("activation_offloading")
     if offload:  # True, "legacy", "disk", "hidden_states" (config.py activation_offloading)
         b.from_key("trainer.activation_offloading", "activation_offloading", True)

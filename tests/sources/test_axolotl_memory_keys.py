@@ -147,3 +147,25 @@ def test_a_pair_doubles_the_activations(tmp_path: Path) -> None:
         assert cfg is not None
         peaks.append(run_estimate(cfg.model, cfg.data, cfg.trainer).get("activations"))
     assert peaks[1] == pytest.approx(2 * peaks[0], rel=0.01)
+
+
+def test_reward_model_is_a_classifier_scoring_pairs() -> None:
+    file = example("axolotl", "qwen2-reward-model.yaml")
+    loaded = load_native(file, "axolotl")
+    m, t = loaded.config["model"], loaded.config["trainer"]
+    assert (m["head"], m["num_labels"], t["sequences_per_sample"]) == (
+        "sequence_classification",
+        1,
+        2,
+    )
+    at = loaded.source_map.lookup("model.head")
+    assert at is not None and at.line == line_of(file, "model_type")
+    result = check_native(file, "axolotl", gpu="H100")
+    assert result.ok and not result.warnings, [(f.rule, f.message) for f in result.findings]
+
+
+def test_published_full_dpo_example_counts_its_reference_model() -> None:
+    file = example("axolotl", "qwen2-dpo.yaml")
+    t = load_native(file, "axolotl").config["trainer"]
+    assert (t["reference_model"], t["sequences_per_sample"]) == (True, 2)
+    assert check_native(file, "axolotl", gpu="H100").ok
