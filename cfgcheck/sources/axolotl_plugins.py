@@ -10,6 +10,7 @@ registers (axolotl-ai-cloud/axolotl at 067b021c, ``src/axolotl/integrations/base
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from functools import lru_cache
@@ -58,13 +59,12 @@ def unknown_with_plugins(native: NativeConfig, fmt: Format) -> Iterator[Finding]
         if name is None:
             yield f
         elif name not in active:
-            yield Finding(
-                RULE,
-                f.severity,
-                f.paths,
-                f"{key} is a key of Axolotl's {name} plugin, which plugins: does not list: "
+            yield dataclasses.replace(
+                f,
+                message=f"{key} is a key of Axolotl's {name} plugin, which plugins: does not list: "
                 "Axolotl reads a plugin's keys only for the plugins the config registers "
                 "(src/axolotl/integrations/base.py PluginManager.get_input_args), so the "
                 "setting is dropped",
-                f"add axolotl.integrations.{name}.<its Plugin class> to plugins:, or remove {key}",
+                hint=f"add axolotl.integrations.{name}.<its Plugin class> to plugins:, "
+                f"or remove {key}",
             )

@@ -8,6 +8,7 @@ Defaults are those of the finetune commands' ``setup()`` (Lightning-AI/litgpt at
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from functools import lru_cache
@@ -485,15 +486,15 @@ def unknown(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
             continue
         span = releases[0] if len(releases) == 1 else f"{releases[0]} to {releases[-1]}"
         new = RENAMED.get(key)
-        yield Finding(
-            RULE,
-            "warning",
-            f.paths,
-            f"{key} is a key of LitGPT {span} (litgpt/args.py TrainArgs), not of the newest "
-            f"release"
+        yield dataclasses.replace(
+            f,
+            severity="warning",
+            fixes=(),
+            message=f"{key} is a key of LitGPT {span} (litgpt/args.py TrainArgs), not of the "
+            "newest release"
             + (f", which reads {new} instead" if new else "")
             + "; the newest LitGPT refuses the file, the release it was written for runs it",
-            f"run it with LitGPT {releases[-1]}, or write {new}"
+            hint=f"run it with LitGPT {releases[-1]}, or write {new}"
             if new
             else f"run it with LitGPT {releases[-1]}",
         )
