@@ -78,6 +78,12 @@ class TrainerConfig(Section):
         description="Sequences one sample puts through the model in one forward: 2 for "
         "preference training (DPO, IPO, ORPO: chosen and rejected concatenated into one batch).",
     )
+    shard_group: Devices | None = Field(
+        None,
+        description="GPUs fsdp / zero3 shard the weights, gradients and optimizer states "
+        "over; None: every GPU (devices * num_nodes). Hybrid sharding (FSDP HYBRID_SHARD) "
+        "shards within a node: devices.",
+    )
     context_parallel: Devices = Field(
         1,
         description="GPUs one sequence is split across (context / sequence parallelism): each "

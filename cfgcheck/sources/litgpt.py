@@ -249,6 +249,9 @@ def build(b: Builder) -> None:
                 "global_batch_size // devices // micro_batch_size"
             ),
         )
+    if pretrain and world > 1 and isinstance(nodes, int) and nodes > 1:
+        # FSDPStrategy(sharding_strategy="HYBRID_SHARD"): shards within a node, replicas across
+        b.default("trainer.shard_group", devices, f"{PRETRAIN}: sharding_strategy='HYBRID_SHARD'")
     b.default(
         "trainer.strategy",
         "fsdp" if world > 1 else "single",

@@ -371,3 +371,21 @@ def test_old_release_keys_come_from_the_generated_table() -> None:
     from cfgcheck.sources.litgpt import older_keys
 
     assert older_keys()["train.learning_rate"] == ["0.3.1"]
+
+
+def test_pretrain_shards_within_a_node() -> None:
+    """pretrain.py: FSDPStrategy(sharding_strategy="HYBRID_SHARD"): 8 GPUs x 4 nodes hold
+    what 8 GPUs on one node hold; 32 GPUs on one node shard four times finer."""
+    from cfgcheck.memory.estimate import estimate
+    from cfgcheck.validate import validate
+
+    file = example("litgpt", "pretrain-tinyllama.yaml")
+
+    def peak(*overrides: str) -> int:
+        cfg = validate(load_native(file, "litgpt", list(overrides)).config).config
+        assert cfg is not None
+        return estimate(cfg.model, cfg.data, cfg.trainer).get("optimizer_states")
+
+    one_node = peak("devices=8", "num_nodes=1")
+    assert peak("devices=8", "num_nodes=4") == one_node
+    assert peak("devices=32", "num_nodes=1") * 4 == pytest.approx(one_node, rel=0.01)
