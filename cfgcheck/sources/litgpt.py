@@ -123,9 +123,6 @@ def _named(name: str) -> dict[str, Any] | None:
 def _pretrain_model(b: Builder) -> None:
     """pretrain.py setup(): ``config = Config.from_name(model_name) if model_config is None
     else model_config``; ``initial_checkpoint_dir`` only loads weights into that shape."""
-    from cfgcheck.models.files import ModelFolderError
-    from cfgcheck.models.litgpt import litgpt_model
-
     n = b.native
     inline = n.get("model_config")
     name = n.get("model_name")
@@ -148,6 +145,28 @@ def _pretrain_model(b: Builder) -> None:
         key = "initial_checkpoint_dir" if ref else "model_name"
         set_model(b, key, checkpoint_ref(str(ref)) if ref else None)
         return
+    _shape(b, key, data, str(name or "model_config"))
+
+
+def _resolvable(ref: str) -> bool:
+    """Whether cfgcheck's own resolution (a folder, the Hugging Face cache, a preset) knows
+    ``ref``."""
+    from cfgcheck.models.files import ModelFolderError
+    from cfgcheck.models.resolve import resolve_pretrained
+
+    try:
+        resolve_pretrained(ref)
+    except ModelFolderError:
+        return False
+    return True
+
+
+def _shape(b: Builder, key: str, data: dict[str, Any], name: str) -> None:
+    """The ``model`` section from a LitGPT ``Config`` mapping set by native ``key``."""
+    from cfgcheck.models.files import ModelFolderError
+    from cfgcheck.models.litgpt import litgpt_model
+
+    n = b.native
     b.model_key = key
     where = n.loc(key) or b.default_location(PRETRAIN)
     try:
@@ -155,7 +174,7 @@ def _pretrain_model(b: Builder) -> None:
     except ModelFolderError as e:
         raise ConfigLoadError(str(e)) from e
     if "name" not in values:
-        b.set("model.name", str(name or "model_config"), where)
+        b.set("model.name", name, where)
     for field, value in values.items():
         b.set(f"model.{field}", value.value, where)
 
@@ -181,7 +200,14 @@ def build(b: Builder) -> None:
         _pretrain_model(b)
     else:
         ref = n.get("checkpoint_dir")
-        set_model(b, "checkpoint_dir", checkpoint_ref(str(ref)) if ref else None)
+        model = checkpoint_ref(str(ref)) if ref else None
+        named = _named(model) if model and not _resolvable(model) else None
+        if named is not None:
+            # `litgpt download` writes model_config.yaml from Config.from_name of the Hub id
+            # (litgpt/scripts/download.py), so LitGPT's table is the checkpoint's shape
+            _shape(b, "checkpoint_dir", named, str(named["name"]))
+        else:
+            set_model(b, "checkpoint_dir", model)
     cmd = PRETRAIN if pretrain else SETUP
 
     b.take(

@@ -389,3 +389,15 @@ def test_pretrain_shards_within_a_node() -> None:
     one_node = peak("devices=8", "num_nodes=1")
     assert peak("devices=8", "num_nodes=4") == one_node
     assert peak("devices=32", "num_nodes=1") * 4 == pytest.approx(one_node, rel=0.01)
+
+
+def test_a_checkpoint_cfgcheck_cannot_resolve_takes_litgpts_config_table() -> None:
+    """`litgpt download tiiuae/falcon-7b` writes model_config.yaml from Config.from_name, so
+    with no local folder, cache entry or preset the table is the shape."""
+    file = example("litgpt", "falcon-7b-lora.yaml")
+    loaded = load_native(file, "litgpt")
+    m = loaded.config["model"]
+    assert (m["name"], m["n_layer"], m["n_embd"], m["n_query_groups"]) == ("falcon-7b", 32, 4544, 1)
+    assert loaded.model_key == "checkpoint_dir"
+    result = check_native(file, "litgpt", gpu="H100")
+    assert result.ok and not result.warnings, [(f.rule, f.message) for f in result.findings]
