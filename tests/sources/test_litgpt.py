@@ -368,7 +368,7 @@ def test_v031_configs_get_no_error_and_a_warning_per_old_key(name: str) -> None:
 
 
 def test_old_release_keys_come_from_the_generated_table() -> None:
-    from cfgcheck.sources.litgpt import older_keys
+    from cfgcheck.sources.litgpt_versions import older_keys
 
     assert older_keys()["train.learning_rate"] == ["0.3.1"]
 
