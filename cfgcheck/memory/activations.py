@@ -401,8 +401,13 @@ def quantized_input_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
 
 
 def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
-    """Gradient checkpointing: each layer's input, kept for the recomputation."""
-    return m.n_layer * stack(m, t).residual * m.n_embd * tokens
+    """Gradient checkpointing: each layer's input, kept for the recomputation. Offloaded
+    (Axolotl's activation_offloading: src/axolotl/core/trainers/mixins/
+    activation_checkpointing.py ActivationOffloadingMixin; torchtune's OffloadActivations),
+    they go to CPU memory as the forward leaves each layer
+    and come back one layer ahead of the backward: two layers' inputs are on the GPU."""
+    layers = min(m.n_layer, 2) if t.activation_offloading else m.n_layer
+    return layers * stack(m, t).residual * m.n_embd * tokens
 
 
 def head_activations(m: ModelConfig, t: TrainerConfig) -> int:

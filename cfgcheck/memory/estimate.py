@@ -173,8 +173,12 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     from cfgcheck.memory.stack import as_built, sdpa_masked, stack
 
     m = as_built(m, t)  # LitGPT unties the lm_head
-    seq = sequence_length(d)
-    b = t.micro_batch_size
+    # context parallelism: each GPU holds its slice of every sequence (ring attention /
+    # Ulysses keep activations and logits of the local tokens only)
+    seq = -(-sequence_length(d) // t.context_parallel)
+    # preference training runs chosen and rejected as one batch (trl DPOTrainer _compute_loss:
+    # "batch is [chosen, rejected]")
+    b = t.micro_batch_size * t.sequences_per_sample
     tokens = b * seq
     st = stack(m, t)
     masked = sdpa_masked(m, d, t, st, seq)
@@ -257,6 +261,9 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     base = [
         Component("weights", "weights", w, _weights_note(m, t, st.kbit_upcast)),
         Component("adapters", "LoRA adapters", adapters, f"{8 * st.adapter}-bit") if lora else None,
+        Component("reference_model", "reference model", w, "frozen copy of the weights")
+        if t.reference_model
+        else None,
         Component("optimizer_states", "optimizer states", states, t.optimizer) if states else None,
         Component("sharding_buffers", "sharding buffers", buffers - gather, t.strategy)
         if buffers - gather

@@ -32,6 +32,8 @@ class Divisors:
 
 def divisors(t: TrainerConfig) -> Divisors:
     n = t.world_size
+    if t.shard_group is not None:  # hybrid sharding: shards within the group, replicas across
+        n = min(n, t.shard_group)
     s = t.strategy
     if s in ("zero3", "fsdp"):
         return Divisors(n, n, n)

@@ -60,6 +60,35 @@ class TrainerConfig(Section):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass instead of keeping them."
     )
+    activation_offloading: bool = Field(
+        False,
+        description="With gradient_checkpointing, the checkpointed layer inputs are moved to "
+        "CPU memory; the GPU keeps those of the layers in flight (Axolotl "
+        "activation_offloading).",
+    )
+    reference_model: bool = Field(
+        False,
+        description="A frozen second copy of the model, loaded as the trained one is, lives "
+        "beside it (the reference model of DPO / KTO / IPO with full fine-tuning).",
+    )
+    sequences_per_sample: int = Field(
+        1,
+        ge=1,
+        le=2,
+        description="Sequences one sample puts through the model in one forward: 2 for "
+        "preference training (DPO, IPO, ORPO: chosen and rejected concatenated into one batch).",
+    )
+    shard_group: Devices | None = Field(
+        None,
+        description="GPUs fsdp / zero3 shard the weights, gradients and optimizer states "
+        "over; None: every GPU (devices * num_nodes). Hybrid sharding (FSDP HYBRID_SHARD) "
+        "shards within a node: devices.",
+    )
+    context_parallel: Devices = Field(
+        1,
+        description="GPUs one sequence is split across (context / sequence parallelism): each "
+        "holds max_seq_length / context_parallel tokens of activations and logits.",
+    )
     finetuning: Finetuning = Field(
         "full",
         description="full trains every weight; lora and qlora train adapters (qlora over a "

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -61,6 +62,33 @@ CROSS_ENTROPY = {
     "liger_cross_entropy": "none",
     "liger_fused_linear_cross_entropy": "fused",
 }
+
+
+# model_type (a transformers Auto class) -> model.head: reward models
+# (AutoModelForSequenceClassification) and process reward models (token classification).
+HEADS = {
+    "SequenceClassification": "sequence_classification",
+    "TokenClassification": "token_classification",
+}
+# rl: modes whose trainer concatenates chosen and rejected into one forward (utils/schemas/
+# enums.py RLType; core/builders/rl.py: DPO and IPO run TRL's DPOTrainer, ORPO its ORPOTrainer,
+# SIMPO its CPOTrainer: each runs chosen and rejected as one batch, trl dpo_trainer.py
+# _compute_loss "batch is [chosen, rejected]"). KTO scores single completions, GRPO
+# generations.
+PAIRED_RL = frozenset({"dpo", "ipo", "orpo", "simpo"})
+
+
+def _fsdp_activation_checkpointing(native: NativeConfig) -> str | None:
+    """The fsdp_config key that turns FSDP activation checkpointing on (fsdp.py FSDPConfig
+    activation_checkpointing; the fsdp_-prefixed spelling is read the same way, see
+    validation.py check_fp8_config), or None."""
+    for key in (
+        "fsdp_config.activation_checkpointing",
+        "fsdp_config.fsdp_activation_checkpointing",
+    ):
+        if native.get(key) is True:
+            return key
+    return None
 
 
 def attention_impl(native: NativeConfig) -> tuple[str | None, str | None]:
@@ -146,7 +174,40 @@ def build(b: Builder) -> None:
             "batch_size",
             max(1, n.get("batch_size") // micro),
         )
-    b.take("trainer.devices", "world_size", 1, f"{NORMALIZE}: world_size from WORLD_SIZE (1)")
+    cp_key = first_set(n.data, ("context_parallel_size", "sequence_parallel_degree")) or ""
+    cp = n.get(cp_key) if cp_key else None
+    if isinstance(cp, int) and cp > 1:
+        # validation.py check_context_parallel_size (sequence_parallel_degree is its old
+        # name); utils/distributed.py builds the context-parallel groups out of the world,
+        # so the run has at least that many GPUs, and each holds sequence_len / cp tokens.
+        b.from_key("trainer.context_parallel", cp_key, cp)
+    if isinstance(cp, int) and cp > 1 and not n.is_set("world_size"):
+        b.from_key("trainer.devices", cp_key, cp)
+    else:
+        b.take("trainer.devices", "world_size", 1, f"{NORMALIZE}: world_size from WORLD_SIZE (1)")
+    rl = n.get("rl")
+    if rl and str(rl) != "orpo" and (not n.get("adapter") or n.get("rl_adapter_ref_model")):
+        # src/axolotl/train.py setup_reference_model: every rl mode but ORPO loads the model a
+        # second time (ModelLoader(cfg, ...)), unless an adapter lets TRL disable it instead.
+        b.from_key("trainer.reference_model", "rl", True)
+    if str(rl) in PAIRED_RL:
+        # chosen and rejected of each sample go through the model as one batch
+        b.from_key("trainer.sequences_per_sample", "rl", 2)
+    if n.get("reward_model"):
+        # trl reward_trainer.py: the collator stacks chosen then rejected and the loss splits
+        # the rewards with torch.chunk(..., chunks=2): both in one forward
+        b.from_key("trainer.sequences_per_sample", "reward_model", 2)
+    model_type = str(n.get("model_type") or "")
+    for cls, head in HEADS.items():
+        if cls in model_type:
+            # loaders/utils.py: model_type is the transformers Auto class; num_labels goes
+            # into its config (config_kwargs["num_labels"])
+            b.from_key("model.head", "model_type", head)
+            if n.get("num_labels") is not None:
+                b.from_key("model.num_labels", "num_labels", n.get("num_labels"))
+    offload = n.get("activation_offloading")
+    if offload:  # True, "legacy", "disk", "hidden_states" (config.py activation_offloading)
+        b.from_key("trainer.activation_offloading", "activation_offloading", True)
 
     adapter = n.get("adapter")
     four_bit, eight_bit = bool(n.get("load_in_4bit")), bool(n.get("load_in_8bit"))
@@ -192,13 +253,20 @@ def build(b: Builder) -> None:
         b.set("trainer.precision", "bf16-true", where)
     else:
         b.from_key("trainer.precision", "bf16", "32-true")
-    b.take(
-        "trainer.gradient_checkpointing",
-        "gradient_checkpointing",
-        False,
-        f"{SCHEMA} gradient_checkpointing=False",
-        bool,
-    )
+    fsdp_ckpt = _fsdp_activation_checkpointing(n)
+    if fsdp_ckpt is not None and not n.get("gradient_checkpointing"):
+        # src/axolotl/utils/trainer.py setup_fsdp_envs: fsdp_config.activation_checkpointing
+        # -> FSDP_ACTIVATION_CHECKPOINTING=true, which accelerate's FSDP plugin applies to
+        # every wrapped layer (the same saving as gradient_checkpointing).
+        b.from_key("trainer.gradient_checkpointing", fsdp_ckpt, True)
+    else:
+        b.take(
+            "trainer.gradient_checkpointing",
+            "gradient_checkpointing",
+            False,
+            f"{SCHEMA} gradient_checkpointing=False",
+            bool,
+        )
     b.take(
         "trainer.optimizer",
         "optimizer",
@@ -216,6 +284,10 @@ def build(b: Builder) -> None:
     ce = first_set(n.data, CROSS_ENTROPY)
     if ce is not None and n.get(ce):
         b.from_key("trainer.loss_chunking", ce, CROSS_ENTROPY[ce])
+    elif "cut_cross_entropy" in listed(n) and n.get("cut_cross_entropy") is None:
+        # integrations/cut_cross_entropy/args.py: cut_cross_entropy: Optional[bool] = True,
+        # so listing the plugin turns it on: logits are never held in full.
+        b.from_key("trainer.loss_chunking", "plugins", "fused")
     else:
         b.default("trainer.loss_chunking", "none", "transformers' loss over the full logits")
     if n.get("deepspeed"):
@@ -360,6 +432,10 @@ def profile(native: NativeConfig) -> Profile:
     return AXOLOTL
 
 
+def unknown(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    return unknown_with_plugins(native, FORMAT)
+
+
 FORMAT = Format(
     name="axolotl",
     label="Axolotl",
@@ -369,6 +445,7 @@ FORMAT = Format(
     to_native=to_native,
     profile=profile,
     rules=(conflict_rules, packing_rules),
+    unknown=unknown,
     unknown_severity="warning",
     unknown_behaviour="Axolotl's config model ignores keys it does not define, so the setting "
     "is silently dropped (src/axolotl/utils/schemas/config.py AxolotlInputConfig)",

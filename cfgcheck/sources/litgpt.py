@@ -9,11 +9,20 @@ Defaults are those of the finetune commands' ``setup()`` (Lightning-AI/litgpt at
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.base import Builder, Format, NativeConfig
+from cfgcheck.sources.litgpt_model import (
+    PRETRAIN,
+    checkpoint_ref,
+    is_pretrain,
+    named_config,
+    pretrain_model,
+    resolvable,
+    shape_from_config,
+)
+from cfgcheck.sources.litgpt_versions import unknown_with_versions
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
 from cfgcheck.sources.profiles import LITGPT_FINETUNE, LITGPT_PRETRAIN, Profile
@@ -47,18 +56,6 @@ LORA_SWITCHES = {
 }
 
 
-def checkpoint_ref(value: str) -> str:
-    """A local checkpoint folder as given; else the Hub id LitGPT would download
-    (``checkpoints/<org>/<name>`` -> ``<org>/<name>``: litgpt/utils.py
-    auto_download_checkpoint / extend_checkpoint_dir)."""
-    if Path(value).expanduser().is_dir():
-        return value
-    parts = Path(value).parts
-    if len(parts) == 3 and parts[0] == "checkpoints":
-        return f"{parts[1]}/{parts[2]}"
-    return value
-
-
 def optimizer_name(value: Any) -> str:
     """``optimizer: AdamW`` or ``{class_path: torch.optim.AdamW, init_args: ...}`` -> name."""
     if isinstance(value, dict):
@@ -80,25 +77,47 @@ def _targets_by_architecture(b: Builder, model: ModelConfig) -> None:
 
 
 def _int(value: Any) -> Any:
-    return int(value) if isinstance(value, str) and value.isdigit() else value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def _devices(b: Builder, pretrain: bool) -> Any:
+    """``devices``: an int, or ``auto``/-1 = torch.cuda.device_count() (litgpt/utils.py
+    parse_devices), which only the machine knows: counted as one device, so the per-GPU
+    estimate is the unsharded upper bound. pretrain.py defaults to "auto", finetune to 1."""
+    n = b.native
+    value = _int(n.get("devices", "auto" if pretrain else 1))
+    if value in ("auto", -1):
+        where = n.loc("devices") or b.default_location(f'{PRETRAIN}: devices="auto"')
+        b.set("trainer.devices", 1, where)
+        return 1
+    return b.take("trainer.devices", "devices", 1, f"{SETUP}: devices=1", _int)
 
 
 def build(b: Builder) -> None:
     n = b.native
     b.default("trainer.framework", "litgpt", "(format of the file)")
-    key = (
-        "checkpoint_dir"
-        if n.is_set("checkpoint_dir") or not n.is_set("initial_checkpoint_dir")
-        else "initial_checkpoint_dir"
-    )
-    ref = n.get(key)
-    set_model(b, key, checkpoint_ref(str(ref)) if ref else None)
+    pretrain = is_pretrain(n)
+    if pretrain:
+        pretrain_model(b)
+    else:
+        ref = n.get("checkpoint_dir")
+        model = checkpoint_ref(str(ref)) if ref else None
+        named = named_config(model) if model and not resolvable(model) else None
+        if named is not None:
+            # `litgpt download` writes model_config.yaml from Config.from_name of the Hub id
+            # (litgpt/scripts/download.py), so LitGPT's table is the checkpoint's shape
+            shape_from_config(b, "checkpoint_dir", named, str(named["name"]))
+        else:
+            set_model(b, "checkpoint_dir", model)
+    cmd = PRETRAIN if pretrain else SETUP
 
     b.take(
         "trainer.precision",
         "precision",
         "bf16-mixed",
-        f"{SETUP}: precision=None -> get_default_supported_precision(training=True) "
+        f"{cmd}: precision=None -> get_default_supported_precision(training=True) "
         "(litgpt/utils.py) = bf16-mixed on a bf16 GPU",
     )
     quantize = n.get("quantize")
@@ -106,8 +125,8 @@ def build(b: Builder) -> None:
         b.from_key("trainer.quantization", "quantize", QUANTIZE.get(str(quantize), quantize))
     else:
         b.default("trainer.quantization", "none", f"{SETUP}: quantize=None")
-    devices = b.take("trainer.devices", "devices", 1, f"{SETUP}: devices=1", _int)
-    nodes = b.take("trainer.num_nodes", "num_nodes", 1, f"{SETUP}: num_nodes=1", _int)
+    devices = _devices(b, pretrain)
+    nodes = b.take("trainer.num_nodes", "num_nodes", 1, f"{cmd}: num_nodes=1", _int)
 
     # Fine-tuning method: LoRA keys mean the lora command; 4-bit weights under it are QLoRA.
     lora = any(n.get(k) is not None for k in ("lora_r", "lora_alpha", *LORA_SWITCHES))
@@ -133,11 +152,19 @@ def build(b: Builder) -> None:
 
     # Batch: global / (devices * nodes) / micro, rounded down (litgpt/args.py TrainArgs
     # .batch_size and .gradient_accumulation_iters); the setup() defaults are 16 and 1.
+    # pretrain.py setup(): TrainArgs(global_batch_size=512, micro_batch_size=4, ...)
+    micro_default, global_default = (4, 512) if pretrain else (1, 16)
     micro = b.take(
-        "trainer.micro_batch_size", "train.micro_batch_size", 1, f"{SETUP}: micro_batch_size=1"
+        "trainer.micro_batch_size",
+        "train.micro_batch_size",
+        micro_default,
+        f"{cmd}: micro_batch_size={micro_default}",
     )
     global_batch = b.take(
-        "trainer.global_batch_size", "train.global_batch_size", 16, f"{SETUP}: global_batch_size=16"
+        "trainer.global_batch_size",
+        "train.global_batch_size",
+        global_default,
+        f"{cmd}: global_batch_size={global_default}",
     )
     world = devices * nodes if isinstance(devices, int) and isinstance(nodes, int) else 1
     if isinstance(micro, int) and isinstance(global_batch, int) and world > 0 and micro > 0:
@@ -151,10 +178,15 @@ def build(b: Builder) -> None:
                 "global_batch_size // devices // micro_batch_size"
             ),
         )
+    if pretrain and world > 1 and isinstance(nodes, int) and nodes > 1:
+        # FSDPStrategy(sharding_strategy="HYBRID_SHARD"): shards within a node, replicas across
+        b.default("trainer.shard_group", devices, f"{PRETRAIN}: sharding_strategy='HYBRID_SHARD'")
     b.default(
         "trainer.strategy",
         "fsdp" if world > 1 else "single",
-        f"{SETUP}: ModelParallelStrategy (data-parallel FSDP) when devices * num_nodes > 1",
+        f"{PRETRAIN}: FSDPStrategy(sharding_strategy='HYBRID_SHARD') when devices * num_nodes > 1"
+        if pretrain
+        else f"{SETUP}: ModelParallelStrategy (data-parallel FSDP) when devices * num_nodes > 1",
     )
 
     # Optimizer: a name or a jsonargparse class_path; setup() default "AdamW" with torch's lr.
@@ -164,9 +196,10 @@ def build(b: Builder) -> None:
         schema_optimizer(optimizer_name(opt)),
         n.loc("optimizer") or b.default_location(f'{SETUP}: optimizer="AdamW"'),
     )
+    # LitGPT v0.3.x had no optimizer: train.learning_rate (TrainArgs, litgpt/args.py at v0.3.1)
     b.take(
         "trainer.learning_rate",
-        "optimizer.init_args.lr",
+        "train.learning_rate" if n.is_set("train.learning_rate") else "optimizer.init_args.lr",
         1e-3,
         f'{SETUP}: optimizer="AdamW" -> torch.optim.AdamW(lr=0.001)',
         float,
@@ -174,16 +207,20 @@ def build(b: Builder) -> None:
 
     # Sequence length: SFTDataset cuts samples to train.max_seq_length (litgpt/data/base.py);
     # unset, samples are not cut and the model's block is the limit.
-    if n.is_set("train.max_seq_length"):
+    if n.get("train.max_seq_length") is not None:
         b.take("data.max_seq_length", "train.max_seq_length", None, "")
         b.from_key("data.truncation", "train.max_seq_length", True)
     else:
         b.defer(
             "data.max_seq_length",
             "model.block_size",
-            f"{SETUP}: train.max_seq_length=None (samples are not cut; the block is the limit)",
+            f"{PRETRAIN}: train.max_seq_length=None -> model.max_seq_length = block_size "
+            "(every chunk is the block long)"
+            if pretrain
+            else f"{SETUP}: train.max_seq_length=None (samples are not cut; the block is "
+            "the limit)",
         )
-        b.default("data.truncation", False, f"{SETUP}: train.max_seq_length=None")
+        b.default("data.truncation", pretrain, f"{cmd}: train.max_seq_length=None")
     collate = "litgpt/data/base.py get_sft_collate_fn: pads to the longest sample of the batch"
     b.default("data.padding", "longest", collate)
     b.default("data.collator", "padded", collate)
@@ -193,12 +230,20 @@ def build(b: Builder) -> None:
         -100,
         "litgpt/data/alpaca.py Alpaca.ignore_index=-100",
     )
-    b.default(
-        "trainer.loss_chunking",
-        "chunked",
-        "litgpt/finetune/lora.py fit(): model(input_ids, lm_head_chunk_size=128) and "
-        "chunked_cross_entropy",
-    )
+    if pretrain:
+        b.default(
+            "trainer.loss_chunking",
+            "none",
+            f"{PRETRAIN} fit(): logits = model(input_ids) holds the full logits "
+            "(chunked_cross_entropy chunks only the loss)",
+        )
+    else:
+        b.default(
+            "trainer.loss_chunking",
+            "chunked",
+            "litgpt/finetune/lora.py fit(): model(input_ids, lm_head_chunk_size=128) and "
+            "chunked_cross_entropy",
+        )
     b.default(
         "trainer.attention",
         "sdpa",
@@ -209,12 +254,15 @@ def build(b: Builder) -> None:
     # {Block}); lora.py parallelize_fn(activation_checkpointing=True)), and never on one GPU.
     b.default(
         "trainer.gradient_checkpointing",
-        world > 1,
-        f"{SETUP}: activation checkpointing of every Block when devices * num_nodes > 1 "
+        world > 1 and not pretrain,
+        f"{PRETRAIN}: FSDPStrategy without activation_checkpointing_policy, none"
+        if pretrain
+        else f"{SETUP}: activation checkpointing of every Block when devices * num_nodes > 1 "
         "(full.py FSDPStrategy, lora.py parallelize_fn), none on one device",
     )
-    b.take("seed", "seed", 1337, f"{SETUP}: seed=1337")
-    b.take("output_dir", "out_dir", "out/finetune/lora", f"{SETUP}: out_dir", str)
+    seed, out = (42, "out/pretrain") if pretrain else (1337, "out/finetune/lora")
+    b.take("seed", "seed", seed, f"{cmd}: seed={seed}")
+    b.take("output_dir", "out_dir", out, f"{cmd}: out_dir", str)
 
 
 _TO_NATIVE = {
@@ -330,13 +378,12 @@ def batch_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding
         )
 
 
+def unknown(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    return unknown_with_versions(native, FORMAT)
+
+
 def profile(native: NativeConfig) -> Profile:
-    """litgpt/pretrain.py takes model_name / tokenizer_dir; the finetune commands take
-    checkpoint_dir."""
-    pretrain = not native.is_set("checkpoint_dir") and (
-        native.is_set("model_name") or native.is_set("tokenizer_dir")
-    )
-    return LITGPT_PRETRAIN if pretrain else LITGPT_FINETUNE
+    return LITGPT_PRETRAIN if is_pretrain(native) else LITGPT_FINETUNE
 
 
 FORMAT = Format(
@@ -348,6 +395,7 @@ FORMAT = Format(
     to_native=to_native,
     profile=profile,
     rules=(quantize_rules, batch_rules),
+    unknown=unknown,
     unknown_severity="error",
     unknown_behaviour="LitGPT's command line (jsonargparse) refuses a config file with a key "
     "setup() does not take",

@@ -283,3 +283,121 @@ def test_memory_fixes_come_back_in_litgpt_keys() -> None:
         assert all(o.startswith("train.") for o in fix.overrides), fix
         after = check_native(TINY, "litgpt", [*overrides, *fix.overrides], gpu="A10G")
         assert not after.by_rule("gpu-memory") and after.ok, [f.message for f in after.findings]
+
+
+# --- litgpt pretrain and older releases -------------------------------------------------------
+
+PRETRAIN = ["pretrain-tinyllama.yaml", "pretrain-microllama.yaml", "pretrain-tinystories.yaml"]
+# config_hub files of LitGPT v0.3.1, before `optimizer:` (train.learning_rate, train.beta1...)
+V031 = [
+    "v031-tiny-llama-lora.yaml",
+    "v031-llama-2-7b-qlora.yaml",
+    "v031-phi-2-full.yaml",
+    "v031-pretrain-tinystories.yaml",
+]
+
+
+@pytest.mark.parametrize("name", PRETRAIN)
+def test_published_pretrain_configs_pass(name: str) -> None:
+    result = check_native(example("litgpt", name), "litgpt", gpu="H100")
+    assert result.ok and not result.warnings, [(f.rule, f.message) for f in result.findings]
+
+
+def test_pretrain_model_name_resolves_from_litgpts_config_table() -> None:
+    file = example("litgpt", "pretrain-tinyllama.yaml")
+    loaded = load_native(file, "litgpt")
+    m, t = loaded.config["model"], loaded.config["trainer"]
+    # litgpt/config.py tiny-llama-1.1b: 22 layers, 2048 wide, 4 query groups, block 2048
+    assert (m["name"], m["n_layer"], m["n_embd"], m["n_query_groups"]) == (
+        "tiny-llama-1.1b",
+        22,
+        2048,
+        4,
+    )
+    assert loaded.source_map.lookup("model.n_layer").line == line_of(file, "model_name")
+    # devices: auto counts as one device (litgpt/utils.py parse_devices: the machine decides)
+    assert (t["devices"], t["strategy"], t["gradient_checkpointing"]) == (1, "single", False)
+    assert loaded.config["data"]["max_seq_length"] == 2048
+    eight = load_native(file, "litgpt", ["devices=8"]).config["trainer"]
+    assert (eight["devices"], eight["strategy"], eight["gradient_accumulation_steps"]) == (
+        8,
+        "fsdp",
+        16,  # 512 // 8 // 4
+    )
+
+
+def test_inline_model_config_is_the_shape() -> None:
+    file = example("litgpt", "pretrain-tinystories.yaml")
+    m = load_native(file, "litgpt").config["model"]
+    assert (m["name"], m["n_layer"], m["n_embd"], m["block_size"], m["mlp"]) == (
+        "stories15M",
+        6,
+        288,
+        256,
+        "swiglu",
+    )
+
+
+def test_pretrain_max_seq_length_null_is_the_block(tmp_path: Path) -> None:
+    text = "model_name: pythia-14m\ntrain:\n  max_seq_length:\n"
+    cfg = load_native(write(tmp_path, "p.yaml", text), "litgpt").config
+    assert cfg["data"]["max_seq_length"] == 512  # pythia-14m block_size (litgpt/config.py)
+
+
+def test_unknown_model_name_is_a_load_error(tmp_path: Path) -> None:
+    from cfgcheck.errors import ConfigLoadError
+
+    with pytest.raises(ConfigLoadError, match="model_name=no-such-model"):
+        load_native(write(tmp_path, "p.yaml", "model_name: no-such-model\n"), "litgpt")
+
+
+@pytest.mark.parametrize("name", V031)
+def test_v031_configs_get_no_error_and_a_warning_per_old_key(name: str) -> None:
+    file = example("litgpt", name)
+    result = check_native(file, "litgpt", gpu="H100")
+    assert result.ok, [(f.rule, f.message) for f in result.errors]
+    old = {f.paths[0] for f in result.warnings if f.rule == "unknown-native-key"}
+    assert old == {"train.learning_rate", "train.weight_decay", "train.beta1", "train.beta2"}
+    lr = next(f for f in result.warnings if f.paths[0] == "train.learning_rate")
+    assert "LitGPT 0.3.1" in lr.message and "optimizer.init_args.lr" in lr.message
+    located_at(lr, "train.learning_rate", file, line_of(file, "learning_rate"))
+    assert result.config is not None
+    assert result.config.trainer.learning_rate == float(
+        load_native(file, "litgpt").native.get("train.learning_rate")
+    )
+
+
+def test_old_release_keys_come_from_the_generated_table() -> None:
+    from cfgcheck.sources.litgpt_versions import older_keys
+
+    assert older_keys()["train.learning_rate"] == ["0.3.1"]
+
+
+def test_pretrain_shards_within_a_node() -> None:
+    """pretrain.py: FSDPStrategy(sharding_strategy="HYBRID_SHARD"): 8 GPUs x 4 nodes hold
+    what 8 GPUs on one node hold; 32 GPUs on one node shard four times finer."""
+    from cfgcheck.memory.estimate import estimate
+    from cfgcheck.validate import validate
+
+    file = example("litgpt", "pretrain-tinyllama.yaml")
+
+    def peak(*overrides: str) -> int:
+        cfg = validate(load_native(file, "litgpt", list(overrides)).config).config
+        assert cfg is not None
+        return estimate(cfg.model, cfg.data, cfg.trainer).get("optimizer_states")
+
+    one_node = peak("devices=8", "num_nodes=1")
+    assert peak("devices=8", "num_nodes=4") == one_node
+    assert peak("devices=32", "num_nodes=1") * 4 == pytest.approx(one_node, rel=0.01)
+
+
+def test_a_checkpoint_cfgcheck_cannot_resolve_takes_litgpts_config_table() -> None:
+    """`litgpt download tiiuae/falcon-7b` writes model_config.yaml from Config.from_name, so
+    with no local folder, cache entry or preset the table is the shape."""
+    file = example("litgpt", "falcon-7b-lora.yaml")
+    loaded = load_native(file, "litgpt")
+    m = loaded.config["model"]
+    assert (m["name"], m["n_layer"], m["n_embd"], m["n_query_groups"]) == ("falcon-7b", 32, 4544, 1)
+    assert loaded.model_key == "checkpoint_dir"
+    result = check_native(file, "litgpt", gpu="H100")
+    assert result.ok and not result.warnings, [(f.rule, f.message) for f in result.findings]
