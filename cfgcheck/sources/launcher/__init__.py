@@ -105,9 +105,14 @@ def finish(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
 
 
 def profile(native: NativeConfig) -> Profile:
-    from cfgcheck.sources.profiles import Profile
+    from cfgcheck.sources.profiles import Adjustment, Profile
 
-    return Profile("launch")
+    entry = launch_of(native).entry
+    adjustments = []
+    if entry is not None and entry.pad_token_set:
+        note = f"the entry point gives the tokenizer a pad token ({entry.pad_token_set})"
+        adjustments.append(Adjustment("pad-token-missing", None, note))
+    return Profile("transformers Trainer", tuple(adjustments))
 
 
 def _to_native(path: str, value: str) -> str | None:
@@ -125,7 +130,7 @@ def _build(b: Any) -> None:
 
 FORMAT = Format(
     name="launch",
-    label="the launch script",
+    label="launch script",
     framework="hf",
     keys=frozenset(),
     build=_build,

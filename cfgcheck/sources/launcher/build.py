@@ -147,6 +147,12 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
     four_bit = n.value("q_lora") is True or n.value("bits") == 4
     eight_bit = n.value("bits") == 8
     lora = next((k for k in LORA_FLAGS if n.value(k) is True), None)
+    entry = n.entry
+    always = (
+        entry is not None
+        and entry.applies_lora is not None
+        and not any(k in n.defaults for k in LORA_FLAGS)
+    )  # the entry point applies LoRA whatever the flags (FastChat's train_lora.py)
     if four_bit:
         key = "q_lora" if n.value("q_lora") is True else "bits"
         b.set("trainer.quantization", "nf4", _at(n, key))
@@ -154,8 +160,8 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         b.set("trainer.quantization", "int8", _at(n, "bits"))
     else:
         b.default("trainer.quantization", "none", "no q_lora / bits flag")
-    if lora is not None or four_bit:
-        at = _at(n, lora or "q_lora")
+    if lora is not None or four_bit or always:
+        at = _at(n, lora or "q_lora") if lora or four_bit else entry.applies_lora if entry else None
         b.set("trainer.finetuning", "qlora" if four_bit else "lora", at)
         if n.known("lora_r"):
             _take(b, "trainer.lora.rank", "lora_r", 8, int)
@@ -212,7 +218,9 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         )
     elif n.value("fsdp"):
         b.set("trainer.strategy", "fsdp", _at(n, "fsdp"))
-    elif launch.launcher in ("torchrun", "deepspeed", "accelerate"):
+    elif launch.launcher in ("torchrun", "deepspeed", "accelerate") and any(
+        f in launch.launcher_flags for f in ("nproc_per_node", "num_gpus", "num_processes")
+    ):
         b.set("trainer.strategy", "ddp", line)
     else:
         b.default("trainer.strategy", "single", "python: one process")

@@ -58,6 +58,8 @@ class Entry:
     per_sample: str | None = None  # why samples are tokenized one at a time (None: together)
     collator: tuple[str, Location] | None = None  # ("default" | "padded" | name, where)
     trainer: CallSite | None = None
+    pad_token_set: str | None = None  # where the code gives the tokenizer a pad token
+    applies_lora: Location | None = None  # where the code calls get_peft_model
 
 
 @lru_cache(maxsize=1)
@@ -151,7 +153,8 @@ def read_entry(path: Path, shown: str, root: Path) -> Entry:
     entry = Entry(shown, code, program, "")
     if names is not None:
         entry.parser = "HfArgumentParser"
-        fields, hf = _dataclass_fields(names, classes_in(tree), shown)
+        found = {**_imported_classes(tree, root, names), **classes_in(tree)}
+        fields, hf = _dataclass_fields(names, found, shown)
         if hf or any(n in HF_ARGS for n in names):
             ta, entry.transformers_version = training_arguments()
             entry.fields = {**ta, **fields}
@@ -182,6 +185,35 @@ def _delegate(tree: ast.Module, root: Path) -> Path | None:
     return None
 
 
+def _imported_classes(tree: ast.Module, root: Path, names: list[str]) -> dict[str, ClassInfo]:
+    """The argument dataclasses an entry point imports from the project's own modules
+    (FastChat's train_lora.py takes ModelArguments from fastchat/train/train.py)."""
+    from cfgcheck import safeio
+
+    out: dict[str, ClassInfo] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
+            continue
+        wanted = {a.name for a in node.names} & set(names)
+        if not wanted:
+            continue
+        path = root.joinpath(*node.module.split(".")).with_suffix(".py")
+        if not (path.is_file() and inside(path, root)):
+            continue
+        try:
+            module = ast.parse(safeio.read_text(path))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        found = classes_in(module)
+        for name in wanted:
+            if name in found:
+                out[name] = found[name]
+                for base in found[name].bases:  # a base declared next to it
+                    if base in found:
+                        out.setdefault(base, found[base])
+    return out
+
+
 def inside(path: Path, root: Path) -> bool:
     try:
         path.resolve().relative_to(root.resolve())
@@ -190,32 +222,41 @@ def inside(path: Path, root: Path) -> bool:
     return True
 
 
-def _callers(program: Program) -> dict[str, set[str]]:
-    """function -> the functions that call it (by the callee's last dotted part)."""
+def _calls_by_function(code: CodeFile) -> dict[str, set[str]]:
+    """function or method name -> the names it calls (the last part of each callee), read
+    from the syntax tree: every branch, early returns included."""
     out: dict[str, set[str]] = {}
-    for call in program.calls:
-        if call.function:
-            out.setdefault(call.name.split(".")[-1].rstrip("()"), set()).add(call.function)
+    for unit in code.units:
+        for node in ast.walk(unit.tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                called = out.setdefault(node.name, set())
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Call):
+                        func = inner.func
+                        if isinstance(func, ast.Name):
+                            called.add(func.id)
+                        elif isinstance(func, ast.Attribute):
+                            called.add(func.attr)
     return out
 
 
-def _reaches_getitem(function: str | None, callers: dict[str, set[str]]) -> str | None:
-    seen: set[str] = set()
-    todo = [function] if function else []
+def _per_sample(code: CodeFile) -> set[str]:
+    """The functions a dataset's ``__getitem__`` reaches: each runs once per sample."""
+    graph = _calls_by_function(code)
+    reached: set[str] = set()
+    todo = ["__getitem__"] if "__getitem__" in graph else []
     while todo:
         name = todo.pop()
-        if name.split(".")[-1] == "__getitem__":
-            return name
-        if name in seen:
+        if name in reached:
             continue
-        seen.add(name)
-        todo.extend(callers.get(name, ()))
-    return None
+        reached.add(name)
+        todo.extend(n for n in graph.get(name, ()) if n in graph)
+    return reached
 
 
 def _data_path(entry: Entry) -> None:
     program = entry.program
-    callers = _callers(program)
+    per_sample = _per_sample(entry.code)
     for call in program.calls:
         if not is_tokenizer_call(call) or call.written.endswith("from_pretrained"):
             continue
@@ -223,11 +264,16 @@ def _data_path(entry: Entry) -> None:
             continue  # a length count (len(tokenizer(turn).input_ids)), not the sample's tensor
         if entry.tokenize is None:
             entry.tokenize = call
-        getitem = _reaches_getitem(call.function, callers)
-        if getitem is not None:
+        if call.function and call.function.split(".")[-1] in per_sample:
             entry.tokenize = call
             entry.per_sample = "a dataset's __getitem__ tokenizes one sample per call"
             break
+    for target, _value, where in program.attributes:
+        if target.endswith((".pad_token", ".pad_token_id")) and entry.pad_token_set is None:
+            entry.pad_token_set = f"{target} = ... at {where}"
+    peft = program.find("get_peft_model")
+    if peft:
+        entry.applies_lora = peft[0].location
     trainers = [c for c in program.find("Trainer") if c.name.split(".")[-1] == "Trainer"]
     trainers += [c for c in program.calls if c.name.endswith("Trainer") and c not in trainers]
     if trainers:

@@ -22,6 +22,8 @@ from cfgcheck.errors import ConfigLoadError
 KEYWORDS = frozenset(
     {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac"}
 )
+OPENERS = frozenset({"if", "for", "while", "until", "case"})
+CLOSERS = frozenset({"fi", "done", "esac"})
 SEPARATORS = frozenset({";", "&", "|", "&&", "||", ";;"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _VAR = re.compile(
@@ -37,6 +39,11 @@ class Word:
     text: str
     line: int
     unknown: str | None = None
+    marked: str = ""  # the text with the markers of unknown values (for assignments)
+
+    @property
+    def raw(self) -> str:
+        return self.marked or self.text
 
 
 @dataclass
@@ -53,6 +60,8 @@ class Script:
     file: str
     commands: list[Command] = field(default_factory=list)
     variables: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> value, line
+    reasons: dict[str, str] = field(default_factory=dict)  # marker -> why it is unknown
+    depth: int = 0  # inside how many if/for/while/case blocks (their bodies may not run)
 
 
 def _logical_lines(text: str, file: str) -> list[tuple[int, str, list[int]]]:
@@ -112,6 +121,7 @@ def read_script(
     for first, logical, starts in _logical_lines(text, file):
         if "<<" in logical:  # a here-document: its body is data, not commands
             continue
+        logical = _commands_out(logical, script)
         words: list[Word] = []
         for token, offset in _lex(logical):
             line = first + sum(1 for s in starts[1:] if s <= offset)
@@ -119,19 +129,48 @@ def read_script(
                 _finish(script, words, values)
                 words = []
                 continue
-            words.append(_substitute(token, line, values, positional))
+            words += _substitute(token, line, values, positional, script)
         _finish(script, words, values)
     script.variables = values
     return script
 
 
-def _substitute(
-    token: str, line: int, values: dict[str, tuple[str, int]], positional: list[str]
-) -> Word:
-    if "$(" in token or "`" in token:
-        return Word(token, line, f"the output of a command ({token})")
-    unknown: list[str] = []
+_MARK = "\x00"  # a value the script computes when it runs: MARK name MARK
 
+
+def _commands_out(text: str, script: Script) -> str:
+    """``$(...)`` and backticks replaced by a marker naming the command (never run)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$(", i) or text[i] == "`":
+            if text[i] == "`":
+                close = text.find("`", i + 1)
+                end = len(text) if close < 0 else close + 1
+            else:
+                depth, end = 0, i + 1
+                while end < len(text):
+                    depth += {"(": 1, ")": -1}.get(text[end], 0)
+                    end += 1
+                    if depth == 0:
+                        break
+            key = f"cmd{len(script.reasons)}"
+            shown = " ".join(text[i:end].split())
+            script.reasons[key] = f"the output of a command ({shown[:60]})"
+            out.append(f"{_MARK}{key}{_MARK}")
+            i = end
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def _substitute(
+    token: str,
+    line: int,
+    values: dict[str, tuple[str, int]],
+    positional: list[str],
+    script: Script,
+) -> list[Word]:
     def one(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(3)
         default = m.group(2)
@@ -146,31 +185,51 @@ def _substitute(
             return values[name][0]
         if default is not None:
             return default
-        unknown.append(f"${name}" if name in ("@", "*") or name.isdigit() else name)
-        return m.group(0)
+        shown = f"${name}"
+        script.reasons.setdefault(shown, f"{shown}, which the script never sets")
+        return f"{_MARK}{shown}{_MARK}"
 
     text = _VAR.sub(one, token)
-    if unknown:
-        what = ", ".join(unknown)
-        return Word(text, line, f"{what}, which the script never sets")
-    return Word(text, line)
+    # An unquoted expansion alone splits into words (DISTRIBUTED_ARGS="--nproc_per_node 8 ...").
+    pieces = text.split() if _VAR.fullmatch(token) and text.strip() else [text]
+    return [_word(p, line, script) for p in pieces]
+
+
+def _word(text: str, line: int, script: Script) -> Word:
+    if _MARK not in text:
+        return Word(text, line)
+    parts = text.split(_MARK)
+    keys = parts[1::2]
+    plain = "".join(
+        part if i % 2 == 0 else (part if part.startswith("$") else "$(...)")
+        for i, part in enumerate(parts)
+    )
+    why = "; ".join(dict.fromkeys(script.reasons.get(k, k) for k in keys))
+    return Word(plain, line, why, text)
 
 
 def _finish(script: Script, words: list[Word], values: dict[str, tuple[str, int]]) -> None:
     while words and words[0].text in KEYWORDS:
+        if words[0].text in OPENERS:
+            script.depth += 1
+        elif words[0].text in CLOSERS:
+            script.depth = max(0, script.depth - 1)
         words = words[1:]
+    for w in words[1:]:  # `... ; done`, `esac` after a command on the same line
+        if w.text in CLOSERS:
+            script.depth = max(0, script.depth - 1)
     if not words:
         return
     if words[0].text in ("export", "local", "declare", "readonly"):
         for w in words[1:]:
-            _assign(w, values)
+            _assign(w, values, script.depth)
         return
     env: dict[str, str] = {}
     while words and _assignment(words[0].text):
         name, _, value = words[0].text.partition("=")
         env[name] = value
         if len(words) == 1:
-            _assign(words[0], values)
+            _assign(words[0], values, script.depth)
         words = words[1:]
     if words:
         script.commands.append(Command(words, words[0].line, env))
@@ -181,10 +240,10 @@ def _assignment(text: str) -> bool:
     return bool(sep) and bool(_NAME.match(name))
 
 
-def _assign(word: Word, values: dict[str, tuple[str, int]]) -> None:
+def _assign(word: Word, values: dict[str, tuple[str, int]], depth: int) -> None:
+    """Bind ``VAR=value``; inside a block whose body may not run (Qwen's ``while``/``case``
+    over ``$1``), an unknown value keeps what the script set before the block."""
     if _assignment(word.text):
-        name, _, value = word.text.partition("=")
-        if word.unknown is None:
-            values[name] = (value, word.line)
-        else:
-            values.pop(name, None)  # read later: unknown
+        name, _, value = word.raw.partition("=")
+        if word.unknown is None or not depth:
+            values[name] = (value, word.line)  # an unknown one keeps its marker
