@@ -57,6 +57,8 @@ def _take(b: Builder, path: str, key: str, fallback: Any, convert: Any = None) -
     if key in n.unknown:
         n.unknown_paths[path] = key
     value = n.value(key, fallback)
+    if value is None:  # a field whose default is None: the Trainer's own default
+        value = fallback
     if convert is not None and value is not None:
         try:
             value = convert(value)
@@ -76,7 +78,10 @@ def build(b: Builder) -> None:
             f"{n.where['model_name_or_path']}: --model_name_or_path is "
             f"{n.unknown['model_name_or_path']}: give it in the script or after --"
         )
-    set_model(b, "model_name_or_path", n.value("model_name_or_path"))
+    ref = n.value("model_name_or_path")
+    if isinstance(ref, str) and ref and (n.root / ref).is_dir():
+        ref = str(n.root / ref)  # a folder, opened from where the script runs (--cwd)
+    set_model(b, "model_name_or_path", ref)
     if "model_name_or_path" not in n.where and (at := _at(n, "model_name_or_path")):
         b.smap.set("model.pretrained", at, covering=True)
     _lengths(b, n)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # A FastChat-style launch (after lm-sys/FastChat scripts/train_vicuna_7b.sh at
 # 0e6d3e4beaab66f4d3f93db72541a4abab8af28d), launching ./train.py.
-MODEL=${MODEL:-model}
+MODEL=${MODEL:-tiny-llama}
 torchrun --nproc_per_node=4 --master_port=20001 train.py \
     --model_name_or_path $MODEL \
     --data_path data.json \

@@ -1,0 +1,237 @@
+"""``--from launch``: a launch script and its entry point, read statically (never run).
+
+The copied published scripts and entry points, with their source and commit, are listed in
+tests/sources/native/launch/SOURCES.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.sources import check_native
+from cfgcheck.sources.launcher.command import find_launches
+from cfgcheck.sources.launcher.flags import read_launch
+from cfgcheck.sources.launcher.shell import read_script
+from tests.conftest import requires, run_cfgcheck
+from tests.model_folders import LLAMA2_7B, hub_cache
+from tests.sources.support import located_at
+
+LAUNCH = Path(__file__).resolve().parent / "native" / "launch"
+SEED = LAUNCH / "seed"
+PUBLISHED = LAUNCH / "published"
+
+
+def line_with(path: Path, needle: str) -> int:
+    """The first line that starts with ``needle`` (indentation aside)."""
+    lines = enumerate(path.read_text().splitlines(), 1)
+    return next(i for i, line in lines if line.strip().startswith(needle))
+
+
+# --- the shell, read as far as it assigns ------------------------------------------------------
+def test_continuations_variables_and_defaults_are_read_with_their_lines() -> None:
+    text = (
+        'GPUS=4\nMODEL="org/name"  # a comment\nexport DS=ds.json\n'
+        "torchrun --nproc_per_node=$GPUS train.py \\\n"
+        "    --model_name_or_path ${MODEL} \\\n"
+        '    --data_path "a b.json" --seed ${SEED:-7} --deepspeed $DS\n'
+    )
+    (command,) = read_script(text, "t.sh").commands
+    words = {w.text: w.line for w in command.words}
+    assert words["--nproc_per_node=4"] == 4
+    assert words["org/name"] == 5
+    assert words["a b.json"] == 6
+    assert words["7"] == 6
+    assert words["ds.json"] == 6
+    assert all(w.unknown is None for w in command.words)
+
+
+def test_command_output_and_unset_variables_are_unknown_values() -> None:
+    text = "N=$(nvidia-smi -L | wc -l)\ntorchrun --nproc_per_node $N t.py --out $OUT\n"
+    (command,) = read_script(text, "t.sh").commands
+    unknown = {w.text: w.unknown for w in command.words if w.unknown}
+    assert "nvidia-smi" in str(unknown["$(...)"])
+    assert unknown["$OUT"] == "$OUT, which the script never sets"
+
+
+def test_an_argument_loop_keeps_the_default_and_positional_args_fill_in() -> None:
+    text = (
+        'MODEL="Qwen/Qwen-7B"\nwhile [[ "$1" != "" ]]; do\n  case $1 in\n'
+        "    -m | --model )\n      shift\n      MODEL=$1\n      ;;\n  esac\n  shift\ndone\n"
+        'ARGS="--nproc_per_node 2 --nnodes 1"\n'
+        "torchrun $ARGS finetune.py --model_name_or_path $MODEL --output_dir ${1:-out}\n"
+    )
+    (launch,) = find_launches(read_script(text, "t.sh"))
+    assert launch.launcher_flags["nproc_per_node"].value == "2"
+    assert launch.entry == "finetune.py"
+    flags = {f.name: f.value for f in launch.flags}
+    assert flags == {"model_name_or_path": "Qwen/Qwen-7B", "output_dir": "out"}
+    (given,) = find_launches(read_script(text, "t.sh", ["run1"]))
+    assert {f.name: f.value for f in given.flags}["output_dir"] == "run1"
+
+
+@pytest.mark.parametrize(
+    ("script", "entry", "message"),
+    [
+        ("echo hello\n", None, "no training command found"),
+        ('torchrun train.py --x "open\n', None, "a quote opened here is never closed"),
+        ("torchrun missing.py --x 1\n", None, "the entry point missing.py is not found"),
+        ("python bad.py --x 1\n", "def (:\n", "invalid Python"),
+        ("python ../../x.py\n", None, "lies outside the project"),
+    ],
+)
+def test_malformed_input_is_one_line_and_exit_2(
+    tmp_path: Path, script: str, entry: str | None, message: str
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "run.sh").write_text(script)
+    (tmp_path / "x.py").write_text("import os\nos.system('touch executed')\n")
+    if entry is not None:
+        (project / "bad.py").write_text(entry)
+    with pytest.raises(ConfigLoadError, match=message):
+        check_native(project / "run.sh", "launch")
+    proc = run_cfgcheck("check", "--from", "launch", str(project / "run.sh"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (project / "executed").exists() and not (tmp_path / "executed").exists()
+
+
+# --- the seed failure, found in the entry point's code ---------------------------------------
+def test_seed_is_found_at_the_tokenizer_call_and_the_batch_flag() -> None:
+    result = check_native(SEED / "train.sh", "launch")
+    (finding,) = result.by_rule("ragged-batch")
+    located_at(finding, "data.padding", SEED / "train.py", line_with(SEED / "train.py", "padding=True"))
+    located_at(finding, "data.collator", SEED / "train.py", line_with(SEED / "train.py", "trainer = Trainer("))
+    batch = line_with(SEED / "train.sh", "--per_device_train_batch_size")
+    located_at(finding, "trainer.micro_batch_size", SEED / "train.sh", batch)
+    assert "__getitem__" in finding.message
+    assert [fix.shell for fix in finding.fixes] == [
+        "--per_device_train_batch_size 1 --gradient_accumulation_steps 32"
+    ]
+    assert 'padding="max_length"' in finding.hint
+
+
+def test_a_fixed_flag_clears_the_seed() -> None:
+    result = check_native(SEED / "train.sh", "launch", ["per_device_train_batch_size=1"])
+    assert not result.by_rule("ragged-batch")
+    assert result.ok
+
+
+def test_flags_against_the_parser_with_did_you_mean_and_renamed() -> None:
+    result = check_native(
+        SEED / "planted.sh", "launch", ["deepspeed=missing.json", "gradient_acumulation_steps=2"]
+    )
+    (unknown,) = result.by_rule("launch-unknown-flag")
+    assert set(unknown.paths) == {"evaluation_strategy", "gradient_acumulation_steps"}
+    assert "--eval_strategy since transformers 4.46" in unknown.hint
+    assert "did you mean --gradient_accumulation_steps" in unknown.hint
+    located_at(
+        unknown, "evaluation_strategy", SEED / "planted.sh", line_with(SEED / "planted.sh", "--eval")
+    )
+    (value,) = result.by_rule("launch-unknown-value")
+    assert "$DATA" in value.message
+    assert result.by_rule("launch-deepspeed-missing")
+
+
+def test_bool_flags_with_and_without_a_value() -> None:
+    text = (SEED / "train.sh").read_text()
+    native = read_launch(
+        text.replace("--gradient_checkpointing True", "--gradient_checkpointing"),
+        "train.sh",
+        SEED / "train.sh",
+        ["bf16=false"],
+        {},
+    )
+    assert native.data["gradient_checkpointing"] is True
+    assert native.data["bf16"] is False  # the override comes last and wins, as in argparse
+    assert native.data["per_device_train_batch_size"] == 2
+    assert native.data["learning_rate"] == 2e-5
+
+
+@requires("transformers", "torch")
+def test_the_real_hf_argument_parser_refuses_what_cfgcheck_refuses() -> None:
+    """The fixture's own dataclasses, parsed by transformers' HfArgumentParser."""
+    import transformers
+
+    spec = importlib.util.spec_from_file_location("launch_seed_train", SEED / "train.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # the test's own fixture, never a user's file
+    parser = transformers.HfArgumentParser(
+        (module.ModelArguments, module.DataArguments, module.TrainingArguments)
+    )
+    native = read_launch((SEED / "planted.sh").read_text(), "planted.sh", SEED / "planted.sh", [], {})
+    assert native.launch is not None
+    argv = [w for f in native.launch.flags for w in [f"--{f.name}", f.value or ""]]
+    with pytest.raises(ValueError, match="not used by the HfArgumentParser") as e:
+        parser.parse_args_into_dataclasses(argv)
+    (finding,) = [p for p in native.problems if p.rule == "launch-unknown-flag"]
+    assert all(f"--{name}" in str(e.value) for name in finding.paths)
+    fixed = [a for a in argv if a not in ("--evaluation_strategy", "steps")]
+    model, data, args = parser.parse_args_into_dataclasses(fixed)
+    assert args.per_device_train_batch_size == native.data["per_device_train_batch_size"]
+    assert args.model_max_length == native.data["model_max_length"]
+
+
+# --- published scripts ---------------------------------------------------------------------
+@pytest.fixture
+def vicuna_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "hf-cache"
+    hub_cache(cache, "lmsys/vicuna-7b-v1.5", LLAMA2_7B, "a" * 40)  # a Llama-2-7B config
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def test_fastchat_lora_gets_a_verdict(vicuna_cache: Path) -> None:
+    script = PUBLISHED / "fastchat" / "scripts" / "train_lora.sh"
+    result = check_native(script, "launch", gpu="A100-80GB")
+    assert {f.rule for f in result.errors} == {"launch-unknown-flag"}
+    (unknown,) = result.by_rule("launch-unknown-flag")
+    assert set(unknown.paths) == {"evaluation_strategy", "warmup_ratio"}  # gone in 5.x
+    assert {f.paths[0] for f in result.by_rule("launch-unknown-value")} == {
+        "data_path",
+        "deepspeed",
+    }
+    assert result.config is not None
+    assert result.config.trainer.finetuning == "lora"  # train_lora.py calls get_peft_model
+
+
+def test_fastchat_full_finetune_gets_a_verdict(vicuna_cache: Path) -> None:
+    script = PUBLISHED / "fastchat" / "scripts" / "train_vicuna_7b.sh"
+    result = check_native(script, "launch", ["model_name_or_path=lmsys/vicuna-7b-v1.5"])
+    assert {f.rule for f in result.errors} == {"launch-unknown-flag"}
+    assert not result.by_rule("ragged-batch")  # FastChat pads to model_max_length
+    assert result.config is not None
+    assert result.config.data.padding == "max_length"
+    assert result.config.trainer.devices == 4
+    assert result.config.trainer.strategy == "fsdp"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "finetune_ds.sh",
+        "finetune_lora_ds.sh",
+        "finetune_lora_single_gpu.sh",
+        "finetune_qlora_ds.sh",
+        "finetune_qlora_single_gpu.sh",
+    ],
+)
+def test_qwen_scripts_parse_against_finetune_py(name: str) -> None:
+    script = PUBLISHED / "qwen" / "finetune" / name
+    native = read_launch(script.read_text(), name, script, [], {})
+    assert native.entry is not None and native.entry.parser == "HfArgumentParser"
+    (unknown,) = [p for p in native.problems if p.rule == "launch-unknown-flag"]
+    assert set(unknown.paths) == {"evaluation_strategy", "warmup_ratio"}
+    assert str(native.data["model_name_or_path"]).startswith("Qwen/Qwen-7B")
+    assert ("lora" in name) == (native.data.get("use_lora") is True)
+    assert ("qlora" in name) == (native.data.get("q_lora") is True)
+    # The model is not in this machine's cache: one line naming it and the script's line.
+    with pytest.raises(ConfigLoadError, match=f"{name}:[0-9]+: model_name_or_path=Qwen/"):
+        check_native(script, "launch")
