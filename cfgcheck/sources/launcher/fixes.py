@@ -91,6 +91,11 @@ def _ragged(loaded: Loaded, f: Finding) -> Finding:
         f"--per_device_train_batch_size is {n.value('per_device_train_batch_size', 8)}: "
         + f.message
     )
+    if "return_tensors" in call.kwargs:  # transformers data_collator.py torch_default_data_collator
+        message += (
+            '; with return_tensors="pt" each sample is a tensor and default_data_collator\'s '
+            'torch.stack fails: "RuntimeError: stack expects each tensor to be equal size"'
+        )
     hint = (
         f'tokenize with padding="max_length" and truncation=True at {call.location}, or give '
         f"the Trainer a padding collator (data_collator=DataCollatorForSeq2Seq(tokenizer)), "

@@ -24,8 +24,12 @@ UNKNOWN_VALUE = "launch-unknown-value"
 TRUE = ("true", "1", "yes", "y", "t")
 FALSE = ("false", "0", "no", "n", "f")
 # Flags a transformers release renamed (the installed one refuses the old name):
-# evaluation_strategy -> eval_strategy (transformers 4.41 deprecated it, 4.46 removed it).
-RENAMED = {"evaluation_strategy": ("eval_strategy", "4.46")}
+# evaluation_strategy -> eval_strategy (transformers 4.41 deprecated it, 4.46 removed it);
+# warmup_ratio -> warmup_steps, where a float in [0, 1) is the ratio (training_args.py of 5.x).
+RENAMED = {
+    "evaluation_strategy": ("eval_strategy", "since transformers 4.46"),
+    "warmup_ratio": ("warmup_steps", "in transformers 5 (a float in [0, 1) is the ratio)"),
+}
 
 
 def read_launch(
@@ -180,7 +184,7 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
         version = entry.transformers_version if entry else ""
         if renamed is not None and renamed[0] in fields:
             hints.append(
-                f"--{flag.name} is --{renamed[0]} since transformers {renamed[1]} "
+                f"--{flag.name} is --{renamed[0]} {renamed[1]} "
                 f"(installed: {version or 'unknown'})"
             )
             continue
