@@ -465,7 +465,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Launch scripts (`--from launch`): every flag of the training command is a field of "
         "the entry point's `HfArgumentParser` dataclasses (transformers' `TrainingArguments` "
         "of the installed release included) or one of its `argparse` options.",
-        "The run stops before training: \"ValueError: Some specified arguments are not used "
+        'The run stops before training: "ValueError: Some specified arguments are not used '
         "by the HfArgumentParser: ['--evaluation_strategy', 'steps']\" (transformers "
         "`hf_argparser.py`); a flag a release renamed (`--evaluation_strategy` is "
         "`--eval_strategy` since 4.46) is named with its new name.",

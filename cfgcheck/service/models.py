@@ -42,7 +42,7 @@ class NativeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    format: Literal["litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune", "launch"] = Field(
+    format: Literal["litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune"] = Field(
         description="The file's framework; 'python' for a training script or notebook "
         "(read statically, never run)."
     )

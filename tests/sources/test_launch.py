@@ -106,8 +106,15 @@ def test_malformed_input_is_one_line_and_exit_2(
 def test_seed_is_found_at_the_tokenizer_call_and_the_batch_flag() -> None:
     result = check_native(SEED / "train.sh", "launch")
     (finding,) = result.by_rule("ragged-batch")
-    located_at(finding, "data.padding", SEED / "train.py", line_with(SEED / "train.py", "padding=True"))
-    located_at(finding, "data.collator", SEED / "train.py", line_with(SEED / "train.py", "trainer = Trainer("))
+    located_at(
+        finding, "data.padding", SEED / "train.py", line_with(SEED / "train.py", "padding=True")
+    )
+    located_at(
+        finding,
+        "data.collator",
+        SEED / "train.py",
+        line_with(SEED / "train.py", "trainer = Trainer("),
+    )
     batch = line_with(SEED / "train.sh", "--per_device_train_batch_size")
     located_at(finding, "trainer.micro_batch_size", SEED / "train.sh", batch)
     assert "__getitem__" in finding.message
@@ -132,7 +139,10 @@ def test_flags_against_the_parser_with_did_you_mean_and_renamed() -> None:
     assert "--eval_strategy since transformers 4.46" in unknown.hint
     assert "did you mean --gradient_accumulation_steps" in unknown.hint
     located_at(
-        unknown, "evaluation_strategy", SEED / "planted.sh", line_with(SEED / "planted.sh", "--eval")
+        unknown,
+        "evaluation_strategy",
+        SEED / "planted.sh",
+        line_with(SEED / "planted.sh", "--eval"),
     )
     (value,) = result.by_rule("launch-unknown-value")
     assert "$DATA" in value.message
@@ -166,7 +176,9 @@ def test_the_real_hf_argument_parser_refuses_what_cfgcheck_refuses() -> None:
     parser = transformers.HfArgumentParser(
         (module.ModelArguments, module.DataArguments, module.TrainingArguments)
     )
-    native = read_launch((SEED / "planted.sh").read_text(), "planted.sh", SEED / "planted.sh", [], {})
+    native = read_launch(
+        (SEED / "planted.sh").read_text(), "planted.sh", SEED / "planted.sh", [], {}
+    )
     assert native.launch is not None
     argv = [w for f in native.launch.flags for w in [f"--{f.name}", f.value or ""]]
     with pytest.raises(ValueError, match="not used by the HfArgumentParser") as e:
@@ -174,7 +186,7 @@ def test_the_real_hf_argument_parser_refuses_what_cfgcheck_refuses() -> None:
     (finding,) = [p for p in native.problems if p.rule == "launch-unknown-flag"]
     assert all(f"--{name}" in str(e.value) for name in finding.paths)
     fixed = [a for a in argv if a not in ("--evaluation_strategy", "steps")]
-    model, data, args = parser.parse_args_into_dataclasses(fixed)
+    _model, _data, args = parser.parse_args_into_dataclasses(fixed)
     assert args.per_device_train_batch_size == native.data["per_device_train_batch_size"]
     assert args.model_max_length == native.data["model_max_length"]
 

@@ -13,6 +13,7 @@ TrainingArguments' fields and defaults are the installed transformers'
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from cfgcheck.findings import Finding, Location
@@ -60,10 +61,8 @@ def _take(b: Builder, path: str, key: str, fallback: Any, convert: Any = None) -
     if value is None:  # a field whose default is None: the Trainer's own default
         value = fallback
     if convert is not None and value is not None:
-        try:
+        with contextlib.suppress(TypeError, ValueError):  # the schema names the invalid value
             value = convert(value)
-        except (TypeError, ValueError):
-            pass  # the schema names the invalid value
     b.set(path, value, _at(n, key) or b.default_location(f"{key}={fallback!r}"))
     return value
 
@@ -218,9 +217,7 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
                     "runs from (--cwd)",
                 )
             )
-        b.set(
-            "trainer.strategy", "zero3" if "3" in value else "zero2", _at(n, "deepspeed") or line
-        )
+        b.set("trainer.strategy", "zero3" if "3" in value else "zero2", _at(n, "deepspeed") or line)
     elif n.value("fsdp"):
         b.set("trainer.strategy", "fsdp", _at(n, "fsdp"))
     elif launch.launcher in ("torchrun", "deepspeed", "accelerate") and any(

@@ -82,7 +82,7 @@ def training_arguments() -> tuple[dict[str, Field], str]:
         from importlib.metadata import version as dist_version
 
         version = dist_version("transformers")
-    except Exception:  # noqa: BLE001 - metadata missing: the version is only named
+    except Exception:  # metadata missing: the version is only named
         version = ""
     where = f"transformers {version} TrainingArguments".replace("  ", " ")
     return {

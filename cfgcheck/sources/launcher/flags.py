@@ -184,8 +184,7 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
         version = entry.transformers_version if entry else ""
         if renamed is not None and renamed[0] in fields:
             hints.append(
-                f"--{flag.name} is --{renamed[0]} {renamed[1]} "
-                f"(installed: {version or 'unknown'})"
+                f"--{flag.name} is --{renamed[0]} {renamed[1]} (installed: {version or 'unknown'})"
             )
             continue
         close = difflib.get_close_matches(flag.name, list(fields), n=1)

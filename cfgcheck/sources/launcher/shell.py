@@ -97,10 +97,10 @@ def _logical_lines(text: str, file: str) -> list[tuple[int, str, list[int]]]:
 
 def _lex(text: str) -> list[tuple[str, int]]:
     """The words of ``text`` with the offset each starts at."""
-    lexer = shlex.shlex(io.StringIO(text), posix=True, punctuation_chars=";&|")
+    stream = io.StringIO(text)
+    lexer = shlex.shlex(stream, posix=True, punctuation_chars=";&|")
     lexer.whitespace_split = True
     lexer.commenters = "#"
-    stream = lexer.instream
     out: list[tuple[str, int]] = []
     while True:
         before = stream.tell()
