@@ -247,3 +247,36 @@ def test_qwen_scripts_parse_against_finetune_py(name: str) -> None:
     # The model is not in this machine's cache: one line naming it and the script's line.
     with pytest.raises(ConfigLoadError, match=f"{name}:[0-9]+: model_name_or_path=Qwen/"):
         check_native(script, "launch")
+
+
+def test_stanford_alpaca_readme_command_parses_against_train_py() -> None:
+    script = PUBLISHED / "alpaca" / "train_opt.sh"
+    native = read_launch(script.read_text(), "train_opt.sh", script, [], {})
+    assert native.launch is not None and native.launch.launcher_flags["nproc_per_node"].value == "4"
+    (unknown,) = [p for p in native.problems if p.rule == "launch-unknown-flag"]
+    assert set(unknown.paths) == {
+        "evaluation_strategy",
+        "warmup_ratio",
+        "fsdp_transformer_layer_cls_to_wrap",
+    }
+    assert native.data["fsdp"] == "full_shard auto_wrap"
+    assert native.entry is not None and native.entry.collator is not None
+    assert native.entry.collator[0] == "data_collator"  # its own pad_sequence collator
+    with pytest.raises(ConfigLoadError, match=r"train_opt\.sh:3: model_name_or_path=facebook/opt"):
+        check_native(script, "launch")
+
+
+def test_argparse_entry_and_python_module(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "train.py").write_text(
+        "import argparse\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--batch-size', type=int, default=8)\n"
+        "p.add_argument('--bf16', action='store_true')\nargs = p.parse_args()\n"
+    )
+    (tmp_path / "run.sh").write_text("python -m pkg.train --batch-size 4 --bf16 --lr 1e-4\n")
+    native = read_launch((tmp_path / "run.sh").read_text(), "run.sh", tmp_path / "run.sh", [], {})
+    assert native.entry is not None and native.entry.parser == "argparse"
+    assert native.data["batch_size"] == 4 and native.data["bf16"] is True
+    (unknown,) = [p for p in native.problems if p.rule == "launch-unknown-flag"]
+    assert unknown.paths == ("lr",)

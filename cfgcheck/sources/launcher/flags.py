@@ -194,14 +194,20 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
     parser = native.entry.parser if native.entry else "the parser"
     for f in flags:
         native.where.setdefault(f.name, Location(native.file, f.word.line or None))
+    refusal = (
+        f'the run stops with "error: unrecognized arguments: {" ".join(names)}" (argparse)'
+        if parser == "argparse"
+        else 'the run stops with "ValueError: Some specified arguments are not used by the '
+        f'HfArgumentParser: {names}"'
+    )
+    at = f" (first at line {first.word.line})" if first.word.line else ""
     return Finding(
         UNKNOWN_FLAG,
         "error",
         tuple(f.name for f in flags),
         f"{parser} refuses {', '.join(names)}: the entry point "
-        f"{native.entry.file if native.entry else ''} declares no such field, and the run "
-        f'stops with "ValueError: Some specified arguments are not used by the '
-        f'HfArgumentParser: {names}" (first at line {first.word.line})',
+        f"{native.entry.file if native.entry else ''} declares no such "
+        f"{'option' if parser == 'argparse' else 'field'}, and {refusal}{at}",
         "; ".join(hints) or "remove the flag, or declare it in one of the parser's dataclasses",
     )
 
