@@ -97,6 +97,8 @@ def run_native_hook(args: argparse.Namespace) -> int:
     files = list(args.files)
     if args.source == "python":
         files = python_files(files)
+    elif args.source == "launch":  # shell scripts; one that launches no training is skipped
+        files = [f for f in files if f.endswith(".sh")]
     checked = len(files)
     for file in files:
         try:

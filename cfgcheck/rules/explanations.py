@@ -472,6 +472,14 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Rename the flag as the message says, or remove it.",
         group=NATIVE,
     ),
+    "launch-fp16-and-bf16": E(
+        "error",
+        "Launch scripts (`--from launch`): `--fp16` and `--bf16` are not both True.",
+        "`TrainingArguments.__post_init__` refuses it before training: \"ValueError: At most "
+        'one of fp16 and bf16 can be True, but not both" (transformers `training_args.py`).',
+        "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
+        group=NATIVE,
+    ),
     "launch-unknown-value": E(
         "warning",
         "Launch scripts (`--from launch`): a flag's value comes from a variable the script "

@@ -280,3 +280,30 @@ def test_argparse_entry_and_python_module(tmp_path: Path) -> None:
     assert native.data["batch_size"] == 4 and native.data["bf16"] is True
     (unknown,) = [p for p in native.problems if p.rule == "launch-unknown-flag"]
     assert unknown.paths == ("lr",)
+
+
+@requires("transformers", "torch")
+def test_fp16_with_bf16_is_refused_as_training_arguments_refuses_it(tmp_path: Path) -> None:
+    import transformers
+
+    result = check_native(SEED / "train.sh", "launch", ["fp16=True"])
+    (finding,) = result.by_rule("launch-fp16-and-bf16")
+    with pytest.raises(ValueError, match="At most one of fp16 and bf16") as e:
+        # use_cpu: on a CPU machine bf16's own device check, which runs first, passes
+        transformers.TrainingArguments(output_dir=str(tmp_path), fp16=True, bf16=True, use_cpu=True)
+    assert str(e.value).split(":")[0] in finding.message
+    assert not check_native(SEED / "train.sh", "launch", ["fp16=True", "bf16=False"]).by_rule(
+        "launch-fp16-and-bf16"
+    )
+
+
+def test_the_hook_skips_scripts_that_launch_no_training(tmp_path: Path) -> None:
+    (tmp_path / "build.sh").write_text("make all\n")
+    (tmp_path / "notes.txt").write_text("torchrun train.py\n")
+    proc = run_cfgcheck(
+        "hook", "--from", "launch", str(tmp_path / "build.sh"), str(tmp_path / "notes.txt")
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 launch config(s) checked: OK" in proc.stdout
+    proc = run_cfgcheck("hook", "--from", "launch", str(SEED / "train.sh"))
+    assert proc.returncode == 1 and "ragged-batch" in proc.stdout

@@ -20,6 +20,13 @@ from cfgcheck.sources.launcher.entry import Field, inside, read_entry
 from cfgcheck.sources.launcher.shell import Word, read_script
 
 UNKNOWN_FLAG = "launch-unknown-flag"
+BOTH_PRECISIONS = "launch-fp16-and-bf16"
+
+
+class NoTrainingRun(ConfigLoadError):
+    """The script launches no training: nothing to check (the hook skips such files)."""
+
+
 UNKNOWN_VALUE = "launch-unknown-value"
 TRUE = ("true", "1", "yes", "y", "t")
 FALSE = ("false", "0", "no", "n", "f")
@@ -42,7 +49,7 @@ def read_launch(
     parsed = read_script(text, shown, args)
     launches = find_launches(parsed)
     if not launches:
-        raise ConfigLoadError(
+        raise NoTrainingRun(
             f"{shown}: no training command found: no torchrun, deepspeed, accelerate launch "
             "or python command that starts a .py entry point; nothing to check"
         )
@@ -60,6 +67,19 @@ def read_launch(
         native.defaults[name] = (spec.default, spec.where)
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
+    if native.data.get("fp16") is True and native.data.get("bf16") is True:
+        # transformers training_args.py TrainingArguments.__post_init__ (5.24: line 1785)
+        native.problems.append(
+            Finding(
+                BOTH_PRECISIONS,
+                "error",
+                ("fp16", "bf16"),
+                "--fp16 and --bf16 are both True: TrainingArguments refuses it before training "
+                'with "ValueError: At most one of fp16 and bf16 can be True, but not both"',
+                "keep one: --bf16 False (fp16 autocast), or --fp16 False (bf16, on Ampere or "
+                "newer)",
+            )
+        )
     for name, flag in launch.launcher_flags.items():
         word = flag.value_word or flag.word
         if word.unknown and name.replace("-", "_") in ("nproc_per_node", "num_gpus", "nnodes"):
