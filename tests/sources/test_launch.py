@@ -307,3 +307,21 @@ def test_the_hook_skips_scripts_that_launch_no_training(tmp_path: Path) -> None:
     assert "0 launch config(s) checked: OK" in proc.stdout
     proc = run_cfgcheck("hook", "--from", "launch", str(SEED / "train.sh"))
     assert proc.returncode == 1 and "ragged-batch" in proc.stdout
+
+
+def test_an_unknown_process_count_is_a_warning_and_no_guess(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(SEED / "tiny-llama", tmp_path / "tiny-llama")
+    shutil.copy(SEED / "train.py", tmp_path / "train.py")
+    (tmp_path / "run.sh").write_text(
+        "GPUS=$(nvidia-smi -L | wc -l)\n"
+        "torchrun --nproc_per_node $GPUS train.py --model_name_or_path tiny-llama \\\n"
+        "  --output_dir out --per_device_train_batch_size 1 --model_max_length 128\n"
+    )
+    result = check_native(tmp_path / "run.sh", "launch")
+    (unknown,) = result.by_rule("launch-unknown-value")
+    assert "nvidia-smi" in unknown.message
+    located_at(unknown, unknown.paths[0], tmp_path / "run.sh", 2)
+    assert not [f for f in result.findings if "trainer.devices" in f.paths]
+    assert result.ok

@@ -186,6 +186,9 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
     line = Location(n.file, launch.line)
     for name in ("nproc_per_node", "nproc-per-node", "num_gpus", "num_processes"):
         flag = launch.launcher_flags.get(name)
+        if f"launcher.{name}" in n.unknown:  # $(nvidia-smi ...): the count is not known
+            n.unknown_paths["trainer.devices"] = f"launcher.{name}"
+            break
         if flag is not None and flag.value and flag.value.isdigit():
             b.set("trainer.devices", int(flag.value), Location(n.file, flag.word.line))
             break

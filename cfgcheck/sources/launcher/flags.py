@@ -65,6 +65,12 @@ def read_launch(
     native.launch_flags = [w for f in launch.flags for w in _argv(f)]
     for name, spec in entry.fields.items():
         native.defaults[name] = (spec.default, spec.where)
+    for name, flag in launch.launcher_flags.items():  # the process count, when unknown
+        word = flag.value_word or flag.word
+        counts = ("nproc_per_node", "num_gpus", "num_processes", "nnodes", "num_nodes")
+        if word.unknown and name.replace("-", "_") in counts:
+            native.unknown[f"launcher.{name}"] = f"{word.unknown} ({shown}:{word.line})"
+            native.where[f"launcher.{name}"] = Location(shown, word.line)
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
     if native.data.get("fp16") is True and native.data.get("bf16") is True:
@@ -80,10 +86,6 @@ def read_launch(
                 "newer)",
             )
         )
-    for name, flag in launch.launcher_flags.items():
-        word = flag.value_word or flag.word
-        if word.unknown and name.replace("-", "_") in ("nproc_per_node", "num_gpus", "nnodes"):
-            native.unknown[f"launcher.{name}"] = word.unknown
     return native
 
 
@@ -165,10 +167,11 @@ def _parse(native: LaunchConfig, flags: list[Flag], fields: dict[str, Field] | N
                 UNKNOWN_VALUE,
                 "warning",
                 (name,),
-                f"--{name} is {why}: cfgcheck reads the script without running it, so the "
+                f"--{name.removeprefix('launcher.')} is {why}: cfgcheck reads the script "
+                "without running it, so the "
                 "checks that need it are left out",
                 f"give the value in the script, or pass the script's arguments after --: "
-                f"--{name} VALUE",
+                f"--{name.removeprefix('launcher.')} VALUE",
             )
         )
 
