@@ -325,3 +325,15 @@ def test_an_unknown_process_count_is_a_warning_and_no_guess(tmp_path: Path) -> N
     located_at(unknown, unknown.paths[0], tmp_path / "run.sh", 2)
     assert not [f for f in result.findings if "trainer.devices" in f.paths]
     assert result.ok
+
+
+def test_fastchat_scales_rope_past_the_context_and_the_seed_does_not(vicuna_cache: Path) -> None:
+    script = PUBLISHED / "fastchat" / "scripts" / "train_vicuna_7b.sh"
+    longer = ["model_name_or_path=lmsys/vicuna-7b-v1.5", "model_max_length=8192"]
+    (scaled,) = check_native(script, "launch", longer).by_rule("seq-len-over-block-size")
+    assert scaled.severity == "warning"
+    assert "config.rope_scaling" in scaled.message
+    (crash,) = check_native(SEED / "train.sh", "launch", ["model_max_length=8192"]).by_rule(
+        "seq-len-over-block-size"
+    )
+    assert crash.severity == "error"  # the seed's train.py sets no RoPE scaling

@@ -112,6 +112,14 @@ def profile(native: NativeConfig) -> Profile:
     if entry is not None and entry.pad_token_set:
         note = f"the entry point gives the tokenizer a pad token ({entry.pad_token_set})"
         adjustments.append(Adjustment("pad-token-missing", None, note))
+    if entry is not None and entry.rope_scaling is not None:
+        # FastChat fastchat/train/train.py (0e6d3e4b) train(): when model_max_length is above
+        # max_position_embeddings, config.rope_scaling = {"type": "linear", "factor": ...}.
+        note = (
+            f"the entry point scales RoPE to the length ({entry.rope_scaling}: "
+            "config.rope_scaling): no crash, on positions the model was not trained on"
+        )
+        adjustments.append(Adjustment("seq-len-over-block-size", "warning", note, "error"))
     return Profile("transformers Trainer", tuple(adjustments))
 
 

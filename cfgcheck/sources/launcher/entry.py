@@ -59,6 +59,7 @@ class Entry:
     collator: tuple[str, Location] | None = None  # ("default" | "padded" | name, where)
     trainer: CallSite | None = None
     pad_token_set: str | None = None  # where the code gives the tokenizer a pad token
+    rope_scaling: Location | None = None  # where the code sets config.rope_scaling
     applies_lora: Location | None = None  # where the code calls get_peft_model
 
 
@@ -271,6 +272,8 @@ def _data_path(entry: Entry) -> None:
     for target, _value, where in program.attributes:
         if target.endswith((".pad_token", ".pad_token_id")) and entry.pad_token_set is None:
             entry.pad_token_set = f"{target} = ... at {where}"
+        if target.endswith(".rope_scaling") and entry.rope_scaling is None:
+            entry.rope_scaling = where
     peft = program.find("get_peft_model")
     if peft:
         entry.applies_lora = peft[0].location
