@@ -337,3 +337,21 @@ def test_fastchat_scales_rope_past_the_context_and_the_seed_does_not(vicuna_cach
         "seq-len-over-block-size"
     )
     assert crash.severity == "error"  # the seed's train.py sets no RoPE scaling
+
+
+def test_accelerate_launch_reads_its_config_file(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(SEED / "tiny-llama", tmp_path / "tiny-llama")
+    shutil.copy(SEED / "train.py", tmp_path / "train.py")
+    (tmp_path / "zero3.yaml").write_text(
+        "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
+        "num_machines: 1\nnum_processes: 2\n"
+    )
+    (tmp_path / "run.sh").write_text(
+        "accelerate launch --config_file zero3.yaml train.py --model_name_or_path tiny-llama \\\n"
+        "  --output_dir out --per_device_train_batch_size 1 --model_max_length 128\n"
+    )
+    result = check_native(tmp_path / "run.sh", "launch")
+    assert result.config is not None
+    assert (result.config.trainer.devices, result.config.trainer.strategy) == (2, "zero3")

@@ -197,6 +197,17 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         if flag is not None and flag.value and flag.value.isdigit():
             b.set("trainer.num_nodes", int(flag.value), Location(n.file, flag.word.line))
             break
+    config_file = launch.launcher_flags.get("config_file")
+    if launch.launcher == "accelerate" and config_file is not None and config_file.value:
+        # accelerate launch --config_file: its num_processes and distributed_type
+        # (cfgcheck.sources.launch, as for TRL's accelerate configs); flags on the command win.
+        path = n.root / config_file.value
+        if path.is_file():
+            from cfgcheck.sources import launch as accelerate
+
+            accelerate.apply(b, str(path))
+            if not n.value("deepspeed") and not n.value("fsdp"):
+                return
     value = n.value("deepspeed")
     if isinstance(value, str) and value:
         path = n.root / value
