@@ -232,6 +232,7 @@ NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
     ),
     *_TORCHTUNE_CORPUS,
     ("launch", "seed/planted.sh", ("deepspeed=missing.json", "fp16=true", "bf16=true")),
+    ("launch", "seed/two_stages.sh", ()),
 ]
 # TRL: (file under tests/sources/native/trl, overrides, command-line options).
 TRL_ZERO3 = {"accelerate_config": str(NATIVE / "trl" / "accelerate" / "ah-zero3.yaml")}

@@ -355,3 +355,10 @@ def test_accelerate_launch_reads_its_config_file(tmp_path: Path) -> None:
     result = check_native(tmp_path / "run.sh", "launch")
     assert result.config is not None
     assert (result.config.trainer.devices, result.config.trainer.strategy) == (2, "zero3")
+
+
+def test_a_script_with_several_commands_names_them() -> None:
+    result = check_native(SEED / "two_stages.sh", "launch")
+    (info,) = result.by_rule("launch-several-commands")
+    assert "lines 4, 7" in info.message
+    assert result.ok  # LR is unknown (a loop variable): a warning, never a guess

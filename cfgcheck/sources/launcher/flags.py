@@ -21,6 +21,7 @@ from cfgcheck.sources.launcher.shell import Word, read_script
 
 UNKNOWN_FLAG = "launch-unknown-flag"
 BOTH_PRECISIONS = "launch-fp16-and-bf16"
+SEVERAL_COMMANDS = "launch-several-commands"
 
 
 class NoTrainingRun(ConfigLoadError):
@@ -71,6 +72,19 @@ def read_launch(
         if word.unknown and name.replace("-", "_") in counts:
             native.unknown[f"launcher.{name}"] = f"{word.unknown} ({shown}:{word.line})"
             native.where[f"launcher.{name}"] = Location(shown, word.line)
+    if len(launches) > 1:
+        lines = ", ".join(str(x.line) for x in launches)
+        native.where["launch.commands"] = Location(shown, launches[1].line)
+        native.problems.append(
+            Finding(
+                SEVERAL_COMMANDS,
+                "info",
+                ("launch.commands",),
+                f"{shown} starts {len(launches)} training commands (lines {lines}): the "
+                f"first, at line {launch.line}, is the one checked",
+                "check the others by giving each its own script",
+            )
+        )
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
     if native.data.get("fp16") is True and native.data.get("bf16") is True:

@@ -209,6 +209,10 @@ def _word(text: str, line: int, script: Script) -> Word:
 
 
 def _finish(script: Script, words: list[Word], values: dict[str, tuple[str, int]]) -> None:
+    if len(words) > 1 and words[0].text == "for" and _NAME.match(words[1].text):
+        name, key = words[1].text, f"loop:{words[1].text}"
+        script.reasons[key] = f"${name}, a loop variable (line {words[0].line})"
+        values[name] = (f"{_MARK}{key}{_MARK}", words[0].line)
     while words and words[0].text in KEYWORDS:
         if words[0].text in OPENERS:
             script.depth += 1
