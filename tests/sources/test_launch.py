@@ -362,3 +362,13 @@ def test_a_script_with_several_commands_names_them() -> None:
     (info,) = result.by_rule("launch-several-commands")
     assert "lines 4, 7" in info.message
     assert result.ok  # LR is unknown (a loop variable): a warning, never a guess
+
+
+def test_lora_targets_are_checked_against_the_model_and_fixed_as_flags(
+    vicuna_cache: Path,
+) -> None:
+    script = PUBLISHED / "fastchat" / "scripts" / "train_lora.sh"
+    result = check_native(script, "launch", ["lora_target_modules=q_proj wq"], gpu="A100-80GB")
+    (finding,) = result.by_rule("lora-target-unknown")
+    assert "wq" in finding.message
+    assert any(fix.flags[:2] == ("--lora_target_modules", "q_proj") for fix in finding.fixes)

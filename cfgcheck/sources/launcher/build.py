@@ -35,6 +35,7 @@ TO_FLAG = {
     "trainer.learning_rate": "learning_rate",
     "trainer.lora.rank": "lora_r",
     "trainer.lora.alpha": "lora_alpha",
+    "trainer.lora.targets": "lora_target_modules",
     "seed": "seed",
 }
 

@@ -31,26 +31,42 @@ def _as_flags(fix: Fix) -> Fix:
     flags: list[str] = list(fix.flags)
     for override in fix.overrides:
         key, _, value = override.partition("=")
-        flags += [f"--{key}", value]
+        if value.startswith("[") and value.endswith("]"):  # a list field: nargs="+" words
+            flags += [f"--{key}", *[v.strip() for v in value[1:-1].split(",") if v.strip()]]
+        else:
+            flags += [f"--{key}", value]
     return Fix((), fix.summary, tuple(flags))
 
 
-def _clears(loaded: Loaded, finding: Finding, fix: Fix) -> bool:
+def _clears(loaded: Loaded, finding: Finding, fix: Fix, before: set[str]) -> bool:
+    """The fix removes ``finding`` and adds no error of a rule not already reported."""
     from cfgcheck.sources.launcher import _loaded
     from cfgcheck.sources.launcher.flags import read_launch
     from cfgcheck.sources.native import check_loaded
 
     n = launch_of(loaded.native)
-    pairs = [f"{a.lstrip('-')}={b}" for a, b in zip(fix.flags[::2], fix.flags[1::2], strict=False)]
+    pairs = _pairs(fix.flags)
     again = read_launch(n.text, n.file, n.origin, [*pairs], dict(n.options))
     again.verify = False
     result = check_loaded(_loaded(again, loaded.gpu), verify=False)
-    return not result.by_rule(finding.rule) and result.ok
+    return not result.by_rule(finding.rule) and {f.rule for f in result.errors} <= before
+
+
+def _pairs(flags: tuple[str, ...]) -> list[str]:
+    """``--name v1 v2`` back into ``name=v1 v2`` overrides (a flag's words kept together)."""
+    out: list[str] = []
+    for word in flags:
+        if word.startswith("--"):
+            out.append(word[2:] + "=")
+        elif out:
+            out[-1] += word if out[-1].endswith("=") else f" {word}"
+    return out
 
 
 def finish_fixes(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
     n = launch_of(loaded.native)
     resting = set(n.unknown_paths)
+    before = {f.rule for f in findings if f.severity == "error"}
     out = []
     for f in findings:
         if resting & set(f.paths) or (f.rule == "gpu-memory" and resting & MEMORY_INPUTS):
@@ -60,7 +76,7 @@ def finish_fixes(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
             f = _ragged(loaded, f)
             fixes = [x for x in fixes if x.flags] + _batch_one(n)
         if n.verify:
-            fixes = [x for x in fixes if _clears(loaded, f, x)]
+            fixes = [x for x in fixes if _clears(loaded, f, x, before)]
         out.append(dataclasses.replace(f, fixes=tuple(fixes)))
     return out
 
