@@ -231,6 +231,8 @@ NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
         ("load.pretrained_model_name_or_path=meta-llama/Llama-2-7b-hf",),
     ),
     *_TORCHTUNE_CORPUS,
+    ("launch", "seed/planted.sh", ("deepspeed=missing.json", "fp16=true", "bf16=true")),
+    ("launch", "seed/two_stages.sh", ()),
 ]
 # TRL: (file under tests/sources/native/trl, overrides, command-line options).
 TRL_ZERO3 = {"accelerate_config": str(NATIVE / "trl" / "accelerate" / "ah-zero3.yaml")}

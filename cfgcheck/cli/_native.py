@@ -10,7 +10,7 @@ import argparse
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 
-FORMATS = ("litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune")
+FORMATS = ("litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune", "launch")
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +47,9 @@ NATIVE_OPTIONS = {
     "starts; default: the file's `tune run` comment, else 1",
     "--script-args": "with --from trl: FILE.py:Class, the dataclass the training script adds "
     "to TRL's (read with ast, never run)",
+    "--cwd": "with --from launch: the folder the launch script runs from (where its entry point "
+    "and --deepspeed JSON are found); default: the script's folder or the first one above it "
+    "that holds the entry point",
     "--accelerate-config": "with --from trl: the accelerate config YAML the run is launched "
     "with (num_processes, DeepSpeed ZeRO stage, FSDP)",
 }
@@ -94,6 +97,8 @@ def run_native_hook(args: argparse.Namespace) -> int:
     files = list(args.files)
     if args.source == "python":
         files = python_files(files)
+    elif args.source == "launch":  # shell scripts; one that launches no training is skipped
+        files = [f for f in files if f.endswith(".sh")]
     checked = len(files)
     for file in files:
         try:

@@ -460,6 +460,53 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Fix the path (relative to the folder `llamafactory-cli` runs in).",
         group=NATIVE,
     ),
+    "launch-unknown-flag": E(
+        "error",
+        "Launch scripts (`--from launch`): every flag of the training command is a field of "
+        "the entry point's `HfArgumentParser` dataclasses (transformers' `TrainingArguments` "
+        "of the installed release included) or one of its `argparse` options.",
+        'The run stops before training: "ValueError: Some specified arguments are not used '
+        "by the HfArgumentParser: ['--evaluation_strategy', 'steps']\" (transformers "
+        "`hf_argparser.py`); a flag a release renamed (`--evaluation_strategy` is "
+        "`--eval_strategy` since 4.46) is named with its new name.",
+        "Rename the flag as the message says, or remove it.",
+        group=NATIVE,
+    ),
+    "launch-fp16-and-bf16": E(
+        "error",
+        "Launch scripts (`--from launch`): `--fp16` and `--bf16` are not both True.",
+        "`TrainingArguments.__post_init__` refuses it before training: \"ValueError: At most "
+        'one of fp16 and bf16 can be True, but not both" (transformers `training_args.py`).',
+        "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
+        group=NATIVE,
+    ),
+    "launch-several-commands": E(
+        "info",
+        "Launch scripts (`--from launch`): a script that starts several training commands "
+        "(a sweep, stages one after another).",
+        "Only the first command is checked; the others could fail in ways this check does "
+        "not see.",
+        "Give each command its own script to check it.",
+        group=NATIVE,
+    ),
+    "launch-unknown-value": E(
+        "warning",
+        "Launch scripts (`--from launch`): a flag's value comes from a variable the script "
+        "never sets, a positional argument not given, or a command's output (`$(...)`).",
+        "cfgcheck reads the script without running it: the checks that need the value are "
+        "left out and their failures are not caught before launch.",
+        "Set the value in the script, or give the script's arguments after the file.",
+        group=NATIVE,
+    ),
+    "launch-deepspeed-missing": E(
+        "error",
+        "Launch scripts (`--from launch`): the `--deepspeed` JSON exists in the folder the "
+        "script runs from.",
+        "`TrainingArguments.__post_init__` opens the file (`HfTrainerDeepSpeedConfig`) and "
+        "the run stops before training with a missing-file error.",
+        "Give the path relative to the folder the script runs from (`--cwd`).",
+        group=NATIVE,
+    ),
     "python-unknown-value": E(
         "warning",
         "A run written as code (`--from python`): every setting a check needs is a literal the "

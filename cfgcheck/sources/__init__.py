@@ -22,7 +22,15 @@ from cfgcheck.sources.native import (
 )
 from cfgcheck.sources.reader import Document, parse_document
 
-FORMAT_NAMES: tuple[str, ...] = ("litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune")
+FORMAT_NAMES: tuple[str, ...] = (
+    "litgpt",
+    "axolotl",
+    "trl",
+    "llamafactory",
+    "python",
+    "torchtune",
+    "launch",
+)
 
 __all__ = [
     "FORMAT_NAMES",

@@ -30,7 +30,7 @@ from cfgcheck.sources.unknown import unknown_keys
 
 def formats() -> dict[str, Format]:
     """``--from`` name -> format (imported on first use)."""
-    from cfgcheck.sources import axolotl, litgpt, llamafactory, python, torchtune, trl
+    from cfgcheck.sources import axolotl, launcher, litgpt, llamafactory, python, torchtune, trl
 
     return {
         f.name: f
@@ -41,6 +41,7 @@ def formats() -> dict[str, Format]:
             llamafactory.FORMAT,
             python.FORMAT,
             torchtune.FORMAT,
+            launcher.FORMAT,
         )
     }
 
@@ -85,6 +86,10 @@ def load_native(
         from cfgcheck.sources.python import load_python
 
         return load_python(path, overrides, gpu)
+    if fmt == "launch":  # a shell script and its entry point, read statically
+        from cfgcheck.sources.launcher import load_launch
+
+        return load_launch(path, overrides, gpu, dict(options or {}))
     return load_document(
         read_document(path, display_path(Path(path))), fmt, overrides, gpu, options
     )

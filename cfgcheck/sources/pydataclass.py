@@ -26,6 +26,8 @@ class ClassInfo:
     name: str
     bases: list[str]
     fields: dict[str, Any] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)  # field -> its annotation as written
+    lines: dict[str, int] = field(default_factory=dict)  # field -> its line
 
 
 def _literal(node: ast.expr | None) -> Any:
@@ -63,6 +65,11 @@ def classes(source: str, where: str) -> dict[str, ClassInfo]:
         tree = ast.parse(source, filename=where)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise ConfigLoadError(f"{where}: not Python source: {e}") from e
+    return classes_in(tree)
+
+
+def classes_in(tree: ast.Module) -> dict[str, ClassInfo]:
+    """:func:`classes` of an already-parsed module."""
     found: dict[str, ClassInfo] = {}
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
@@ -75,6 +82,8 @@ def classes(source: str, where: str) -> dict[str, ClassInfo]:
                 and not _is_classvar(item.annotation)
             ):
                 info.fields[item.target.id] = _literal(item.value)
+                info.types[item.target.id] = ast.unparse(item.annotation)
+                info.lines[item.target.id] = item.lineno
         found[node.name] = info
     return found
 
@@ -86,6 +95,11 @@ def parser_dataclasses(source: str, where: str) -> list[str] | None:
         tree = ast.parse(source, filename=where)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    return parser_dataclasses_in(tree)
+
+
+def parser_dataclasses_in(tree: ast.Module) -> list[str] | None:
+    """:func:`parser_dataclasses` of an already-parsed module."""
     for node in ast.walk(tree):
         value: ast.expr | None = None
         if isinstance(node, ast.Assign) and any(

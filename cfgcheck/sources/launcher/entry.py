@@ -1,0 +1,291 @@
+"""The entry point a launch script starts, read statically with the shared reader
+(:mod:`cfgcheck.sources.code`; never imported, never executed): the argument dataclasses it
+hands ``HfArgumentParser`` (or its ``argparse`` options), and its data path (the tokenizer call
+and whether it runs per sample, the collator the Trainer gets).
+
+``TrainingArguments`` fields come from the installed transformers' own
+``transformers/training_args.py``, read as text (``importlib.util.find_spec`` locates it
+without importing transformers).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import Location
+from cfgcheck.sources.code import CallSite, CodeFile, Known, Program, read_code, read_program
+from cfgcheck.sources.code.datapath import collator_kind, is_tokenizer_call
+from cfgcheck.sources.pydataclass import (
+    NO_DEFAULT,
+    ClassInfo,
+    classes_in,
+    parser_dataclasses_in,
+)
+
+HF_ARGS = ("TrainingArguments", "Seq2SeqTrainingArguments")
+MAX_HOPS = 2  # an entry point that only calls another module's main (FastChat's train_mem.py)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+    default: Any
+    where: str  # "<file>:<line> <Class>.<field>" or "transformers TrainingArguments"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.type.replace(" ", "") in ("bool", "bool|None", "Optional[bool]")
+
+
+@dataclass
+class Entry:
+    """What the entry point declares and does."""
+
+    file: str
+    code: CodeFile
+    program: Program
+    parser: str  # "HfArgumentParser", "argparse", or "" (reads no arguments cfgcheck sees)
+    fields: dict[str, Field] = field(default_factory=dict)
+    transformers_version: str = ""
+    tokenize: CallSite | None = None
+    per_sample: str | None = None  # why samples are tokenized one at a time (None: together)
+    collator: tuple[str, Location] | None = None  # ("default" | "padded" | name, where)
+    trainer: CallSite | None = None
+    pad_token_set: str | None = None  # where the code gives the tokenizer a pad token
+    rope_scaling: Location | None = None  # where the code sets config.rope_scaling
+    applies_lora: Location | None = None  # where the code calls get_peft_model
+
+
+@lru_cache(maxsize=1)
+def training_arguments() -> tuple[dict[str, Field], str]:
+    """The installed transformers' TrainingArguments fields, and its version."""
+    spec = importlib.util.find_spec("transformers")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    if not roots:
+        raise ConfigLoadError(
+            "reading a launch script needs transformers installed (its TrainingArguments "
+            "fields are the flags the Trainer accepts): pip install 'cfgcheck[hf]'"
+        )
+    root = Path(roots[0])
+    source = (root / "training_args.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    found = classes_in(tree)
+    info = found["TrainingArguments"]
+    version = ""
+    try:
+        from importlib.metadata import version as dist_version
+
+        version = dist_version("transformers")
+    except Exception:  # metadata missing: the version is only named
+        version = ""
+    where = f"transformers {version} TrainingArguments".replace("  ", " ")
+    return {
+        name: Field(name, info.types.get(name, ""), default, where)
+        for name, default in info.fields.items()
+    }, version
+
+
+def _dataclass_fields(
+    names: list[str], found: dict[str, ClassInfo], file: str
+) -> tuple[dict[str, Field], bool]:
+    """Fields of the classes ``names`` (bases in the file followed); whether one of them is
+    a TrainingArguments (whose fields transformers adds)."""
+    out: dict[str, Field] = {}
+    hf = False
+
+    def add(name: str, depth: int) -> None:
+        nonlocal hf
+        if name in HF_ARGS and name not in found:
+            hf = True
+            return
+        info = found.get(name)
+        if info is None or depth > 8:
+            return
+        for base in info.bases:
+            add(base, depth + 1)
+        for key, default in info.fields.items():
+            where = f"{file}:{info.lines.get(key, 0)} {name}.{key}"
+            out[key] = Field(key, info.types.get(key, ""), default, where)
+
+    for name in names:
+        add(name, 0)
+    return out, hf
+
+
+def _argparse_fields(program: Program, file: str) -> dict[str, Field]:
+    out: dict[str, Field] = {}
+    for call in program.find("add_argument"):
+        flags = [a.value.value for a in call.args if isinstance(a.value, Known)]
+        action = call.arg("action")
+        kind = call.arg("type")
+        default = call.arg("default")
+        store = action is not None and isinstance(action.value, Known)
+        is_bool = store and str(action.value.value if action else "").startswith("store_")  # type: ignore[union-attr]
+        type_name = "flag" if is_bool else (ast.unparse(kind.node) if kind else "str")
+        value = default.value.value if default and isinstance(default.value, Known) else NO_DEFAULT
+        for flag in flags:
+            if isinstance(flag, str) and flag.startswith("--"):
+                name = flag[2:]
+                where = f"{call.location}"
+                out[name] = Field(name, type_name, value, where)
+                if "-" in name:
+                    out[name.replace("-", "_")] = Field(name, type_name, value, where)
+    return out
+
+
+def read_entry(path: Path, shown: str, root: Path) -> Entry:
+    """Read the entry point at ``path`` (see the module); follows an entry point that only
+    imports another module of the project and calls it."""
+    code = read_code(path, shown)
+    program = read_program(code)
+    tree = ast.Module(body=[s for u in code.units for s in u.tree.body], type_ignores=[])
+    names = parser_dataclasses_in(tree)
+    if names is None and not program.find("add_argument"):
+        target = _delegate(tree, root)
+        if target is not None and target != path:
+            return read_entry(target, _shown(target, root), root)
+    entry = Entry(shown, code, program, "")
+    if names is not None:
+        entry.parser = "HfArgumentParser"
+        found = {**_imported_classes(tree, root, names), **classes_in(tree)}
+        fields, hf = _dataclass_fields(names, found, shown)
+        if hf or any(n in HF_ARGS for n in names):
+            ta, entry.transformers_version = training_arguments()
+            entry.fields = {**ta, **fields}
+        else:
+            entry.fields = fields
+    elif program.find("add_argument"):
+        entry.parser = "argparse"
+        entry.fields = _argparse_fields(program, shown)
+    _data_path(entry)
+    return entry
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _delegate(tree: ast.Module, root: Path) -> Path | None:
+    """The project module an entry point imports from (``from fastchat.train.train import
+    train``), when it lies in ``root``."""
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            candidate = root.joinpath(*node.module.split(".")).with_suffix(".py")
+            if candidate.is_file() and inside(candidate, root):
+                return candidate
+    return None
+
+
+def _imported_classes(tree: ast.Module, root: Path, names: list[str]) -> dict[str, ClassInfo]:
+    """The argument dataclasses an entry point imports from the project's own modules
+    (FastChat's train_lora.py takes ModelArguments from fastchat/train/train.py)."""
+    from cfgcheck import safeio
+
+    out: dict[str, ClassInfo] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
+            continue
+        wanted = {a.name for a in node.names} & set(names)
+        if not wanted:
+            continue
+        path = root.joinpath(*node.module.split(".")).with_suffix(".py")
+        if not (path.is_file() and inside(path, root)):
+            continue
+        try:
+            module = ast.parse(safeio.read_text(path))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        found = classes_in(module)
+        for name in wanted:
+            if name in found:
+                out[name] = found[name]
+                for base in found[name].bases:  # a base declared next to it
+                    if base in found:
+                        out.setdefault(base, found[base])
+    return out
+
+
+def inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _calls_by_function(code: CodeFile) -> dict[str, set[str]]:
+    """function or method name -> the names it calls (the last part of each callee), read
+    from the syntax tree: every branch, early returns included."""
+    out: dict[str, set[str]] = {}
+    for unit in code.units:
+        for node in ast.walk(unit.tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                called = out.setdefault(node.name, set())
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Call):
+                        func = inner.func
+                        if isinstance(func, ast.Name):
+                            called.add(func.id)
+                        elif isinstance(func, ast.Attribute):
+                            called.add(func.attr)
+    return out
+
+
+def _per_sample(code: CodeFile) -> set[str]:
+    """The functions a dataset's ``__getitem__`` reaches: each runs once per sample."""
+    graph = _calls_by_function(code)
+    reached: set[str] = set()
+    todo = ["__getitem__"] if "__getitem__" in graph else []
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        todo.extend(n for n in graph.get(name, ()) if n in graph)
+    return reached
+
+
+def _data_path(entry: Entry) -> None:
+    program = entry.program
+    per_sample = _per_sample(entry.code)
+    for call in program.calls:
+        if not is_tokenizer_call(call) or call.written.endswith("from_pretrained"):
+            continue
+        if call.kwargs.get("padding") is None and call.kwargs.get("return_tensors") is None:
+            continue  # a length count (len(tokenizer(turn).input_ids)), not the sample's tensor
+        if entry.tokenize is None:
+            entry.tokenize = call
+        if call.function and call.function.split(".")[-1] in per_sample:
+            entry.tokenize = call
+            entry.per_sample = "a dataset's __getitem__ tokenizes one sample per call"
+            break
+    for target, _value, where in program.attributes:
+        if target.endswith((".pad_token", ".pad_token_id")) and entry.pad_token_set is None:
+            entry.pad_token_set = f"{target} = ... at {where}"
+        if target.endswith(".rope_scaling") and entry.rope_scaling is None:
+            entry.rope_scaling = where
+    peft = program.find("get_peft_model")
+    if peft:
+        entry.applies_lora = peft[0].location
+    trainers = [c for c in program.find("Trainer") if c.name.split(".")[-1] == "Trainer"]
+    trainers += [c for c in program.calls if c.name.endswith("Trainer") and c not in trainers]
+    if trainers:
+        entry.trainer = trainers[0]
+        arg = trainers[0].kwargs.get("data_collator")
+        if arg is None:
+            entry.collator = ("default", trainers[0].location)
+        elif isinstance(arg.value, Known) and arg.value.value is None:
+            entry.collator = ("default", arg.location)
+        else:
+            kind = collator_kind(arg.value) or collator_kind(ast.unparse(arg.node))
+            entry.collator = (kind or ast.unparse(arg.node), arg.location)

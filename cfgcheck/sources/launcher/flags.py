@@ -1,0 +1,252 @@
+"""A launch script's flags parsed against its entry point's parser, as ``HfArgumentParser``
+parses them (transformers ``src/transformers/hf_argparser.py``: one ``--field`` per dataclass
+field; a ``bool`` field takes an optional value, ``--flag`` alone is True, and a field whose
+default is True also gets ``--no_field``; flags no dataclass declares end the run with
+"Some specified arguments are not used by the HfArgumentParser: [...]").
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.findings import Finding, Location
+from cfgcheck.sources.launcher import LaunchConfig
+from cfgcheck.sources.launcher.command import Flag, Launch, find_launches, script_flags
+from cfgcheck.sources.launcher.entry import Field, inside, read_entry
+from cfgcheck.sources.launcher.shell import Word, read_script
+
+UNKNOWN_FLAG = "launch-unknown-flag"
+BOTH_PRECISIONS = "launch-fp16-and-bf16"
+SEVERAL_COMMANDS = "launch-several-commands"
+
+
+class NoTrainingRun(ConfigLoadError):
+    """The script launches no training: nothing to check (the hook skips such files)."""
+
+
+UNKNOWN_VALUE = "launch-unknown-value"
+TRUE = ("true", "1", "yes", "y", "t")
+FALSE = ("false", "0", "no", "n", "f")
+# Flags a transformers release renamed (the installed one refuses the old name):
+# evaluation_strategy -> eval_strategy (transformers 4.41 deprecated it, 4.46 removed it);
+# warmup_ratio -> warmup_steps, where a float in [0, 1) is the ratio (training_args.py of 5.x).
+RENAMED = {
+    "evaluation_strategy": ("eval_strategy", "since transformers 4.46"),
+    "warmup_ratio": ("warmup_steps", "in transformers 5 (a float in [0, 1) is the ratio)"),
+}
+
+
+def read_launch(
+    text: str, shown: str, script: Path | None, overrides: Sequence[str], opts: dict[str, str]
+) -> LaunchConfig:
+    # Overrides without "=" are the script's own arguments ($1, $2...); the others are flags
+    # appended to the training command.
+    args = [o for o in overrides if "=" not in o and not o.startswith("-")]
+    overrides = [o for o in overrides if o not in args]
+    parsed = read_script(text, shown, args)
+    launches = find_launches(parsed)
+    if not launches:
+        raise NoTrainingRun(
+            f"{shown}: no training command found: no torchrun, deepspeed, accelerate launch "
+            "or python command that starts a .py entry point; nothing to check"
+        )
+    launch = launches[0]
+    root = Path(opts["cwd"]) if opts.get("cwd") else _root(script, launch)
+    entry_path = _entry_path(launch, root, shown)
+    from cfgcheck.locations import display_path
+
+    entry = read_entry(entry_path, display_path(entry_path), root)
+    native = LaunchConfig("launch", shown, {}, {}, origin=script, text=text)
+    native.options = {k: v for k, v in opts.items() if v}
+    native.launch, native.entry, native.root = launch, entry, root
+    native.launch_flags = [w for f in launch.flags for w in _argv(f)]
+    for name, spec in entry.fields.items():
+        native.defaults[name] = (spec.default, spec.where)
+    for name, flag in launch.launcher_flags.items():  # the process count, when unknown
+        word = flag.value_word or flag.word
+        counts = ("nproc_per_node", "num_gpus", "num_processes", "nnodes", "num_nodes")
+        if word.unknown and name.replace("-", "_") in counts:
+            native.unknown[f"launcher.{name}"] = f"{word.unknown} ({shown}:{word.line})"
+            native.where[f"launcher.{name}"] = Location(shown, word.line)
+    if len(launches) > 1:
+        lines = ", ".join(str(x.line) for x in launches)
+        native.where["launch.commands"] = Location(shown, launches[1].line)
+        native.problems.append(
+            Finding(
+                SEVERAL_COMMANDS,
+                "info",
+                ("launch.commands",),
+                f"{shown} starts {len(launches)} training commands (lines {lines}): the "
+                f"first, at line {launch.line}, is the one checked",
+                "check the others by giving each its own script",
+            )
+        )
+    extra = [Flag(*_override(o)) for o in overrides]
+    _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
+    if native.data.get("fp16") is True and native.data.get("bf16") is True:
+        # transformers training_args.py TrainingArguments.__post_init__ (5.24: line 1785)
+        native.problems.append(
+            Finding(
+                BOTH_PRECISIONS,
+                "error",
+                ("fp16", "bf16"),
+                "--fp16 and --bf16 are both True: TrainingArguments refuses it before training "
+                'with "ValueError: At most one of fp16 and bf16 can be True, but not both"',
+                "keep one: --bf16 False (fp16 autocast), or --fp16 False (bf16, on Ampere or "
+                "newer)",
+            )
+        )
+    return native
+
+
+def _argv(flag: Flag) -> list[str]:
+    return [f"--{flag.name}"] + ([] if flag.value is None else [flag.value])
+
+
+def _override(text: str) -> tuple[str, str | None, Word]:
+    """A fix or ``key=value`` override as a flag appended to the command (the last wins)."""
+    body = text.lstrip("-")
+    name, sep, value = body.partition("=") if "=" in body else body.partition(" ")
+    return name, value if sep else None, Word(text, 0)
+
+
+def _root(script: Path | None, launch: Launch) -> Path:
+    """The project folder the entry point is found in: the script's folder or one above it
+    (published scripts live in ``scripts/`` and run from the repository's root)."""
+    if script is None:
+        return Path.cwd()
+    folder = script.resolve().parent
+    rel = launch.entry.replace(".", "/") + ".py" if launch.module else launch.entry
+    for candidate in (folder, *list(folder.parents)[:3]):
+        if (candidate / rel).is_file():
+            return candidate
+    return folder
+
+
+def _entry_path(launch: Launch, root: Path, shown: str) -> Path:
+    where = f"{shown}:{launch.entry_word.line}"
+    if launch.entry_word.unknown:
+        raise ConfigLoadError(
+            f"{where}: the entry point {launch.entry} is {launch.entry_word.unknown}: "
+            "give it with -- SCRIPT_ARGS or --cwd"
+        )
+    rel = launch.entry.replace(".", "/") + ".py" if launch.module else launch.entry
+    path = (root / rel).resolve()
+    if not inside(path, root):
+        raise ConfigLoadError(
+            f"{where}: the entry point {launch.entry} lies outside the project ({root}): "
+            "cfgcheck reads only the project's own files"
+        )
+    if not path.is_file():
+        raise ConfigLoadError(
+            f"{where}: the entry point {launch.entry} is not found (looked in {root}; "
+            "give the folder the script runs from with --cwd)"
+        )
+    return path
+
+
+def _parse(native: LaunchConfig, flags: list[Flag], fields: dict[str, Field] | None) -> None:
+    unknown: list[Flag] = []
+    for flag in flags:
+        name = flag.name.replace("-", "_")
+        where = Location(native.file, flag.word.line) if flag.word.line else None
+        where = where or Location(f"<override {flag.word.text}>", None)
+        spec = fields.get(name) if fields is not None else None
+        value: Any = flag.value
+        if fields is not None and spec is None and name.startswith("no_"):
+            positive = fields.get(name[3:])
+            if positive is not None and positive.is_bool and positive.default is True:
+                name, spec, value = name[3:], positive, "false"
+        if fields is not None and spec is None:
+            unknown.append(flag)
+            continue
+        word = flag.value_word or flag.word
+        if word.unknown:
+            native.unknown[name] = f"{word.unknown} ({native.file}:{word.line})"
+            native.data.pop(name, None)
+            native.where[name] = where
+            continue
+        native.unknown.pop(name, None)
+        native.data[name] = _typed(value, spec)
+        native.where[name] = where
+    if unknown and fields is not None:
+        native.problems.append(_unknown_flags(native, unknown, fields))
+    for name, why in native.unknown.items():
+        native.problems.append(
+            Finding(
+                UNKNOWN_VALUE,
+                "warning",
+                (name,),
+                f"--{name.removeprefix('launcher.')} is {why}: cfgcheck reads the script "
+                "without running it, so the "
+                "checks that need it are left out",
+                f"give the value in the script, or pass the script's arguments after --: "
+                f"--{name.removeprefix('launcher.')} VALUE",
+            )
+        )
+
+
+def _typed(value: str | None, spec: Field | None) -> Any:
+    kind = (spec.type if spec else "").replace(" ", "")
+    if value is None:
+        return True  # --flag alone: a bool field, or argparse's store_true
+    if spec is not None and (spec.is_bool or kind == "flag"):
+        low = value.lower()
+        if low in TRUE:
+            return True
+        if low in FALSE:
+            return False
+        return value
+    base = kind.replace("Optional[", "").replace("]", "").replace("|None", "")
+    try:
+        if base == "int":
+            return int(value)
+        if base == "float":
+            return float(value)
+    except ValueError:
+        return value
+    return value
+
+
+def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Field]) -> Finding:
+    names = [f"--{f.name}" for f in flags]
+    hints = []
+    for flag in flags:
+        renamed = RENAMED.get(flag.name)
+        entry = native.entry
+        version = entry.transformers_version if entry else ""
+        if renamed is not None and renamed[0] in fields:
+            hints.append(
+                f"--{flag.name} is --{renamed[0]} {renamed[1]} (installed: {version or 'unknown'})"
+            )
+            continue
+        close = difflib.get_close_matches(flag.name, list(fields), n=1)
+        if close:
+            hints.append(f"--{flag.name}: did you mean --{close[0]}?")
+    first = flags[0]
+    parser = native.entry.parser if native.entry else "the parser"
+    for f in flags:
+        native.where.setdefault(f.name, Location(native.file, f.word.line or None))
+    refusal = (
+        f'the run stops with "error: unrecognized arguments: {" ".join(names)}" (argparse)'
+        if parser == "argparse"
+        else 'the run stops with "ValueError: Some specified arguments are not used by the '
+        f'HfArgumentParser: {names}"'
+    )
+    at = f" (first at line {first.word.line})" if first.word.line else ""
+    return Finding(
+        UNKNOWN_FLAG,
+        "error",
+        tuple(f.name for f in flags),
+        f"{parser} refuses {', '.join(names)}: the entry point "
+        f"{native.entry.file if native.entry else ''} declares no such "
+        f"{'option' if parser == 'argparse' else 'field'}, and {refusal}{at}",
+        "; ".join(hints) or "remove the flag, or declare it in one of the parser's dataclasses",
+    )
+
+
+__all__ = ["read_launch", "script_flags"]
