@@ -105,6 +105,45 @@ def test_fast_path_gives_the_verdicts_of_composing_every_point(hydra_app: Any) -
     assert any(v.ok for v in fast.points) and not fast.ok
 
 
+# A sweep where most points fail: memory (with memory fixes to verify), sequence length, a
+# schema error and a fix shared by many seeds. Used by the two tests below.
+FAILING_SWEEP = (
+    "model=tinyllama-1.1b,llama-2-7b",
+    "data.max_seq_length=1024,2049,8192",
+    "trainer.micro_batch_size=4,32",
+    "trainer.learning_rate=1e-5,-1",
+    "seed=0,1",
+)
+
+
+def test_shared_work_gives_the_verdicts_of_checking_each_point_alone(hydra_app: Any) -> None:
+    # check_all shares rule results, memory estimates and fix verifications between points;
+    # check() on each point alone shares nothing but the composition. Every finding, with its
+    # fixes and locations, must be the same.
+    from cfgcheck.reuse import ESTIMATES
+
+    p = plan(hydra_app, *FAILING_SWEEP)
+    checker = SweepChecker(hydra_app, "config", p.hydra_overrides)
+    shared = checker.check_all(p.points)
+    assert len(shared.failing) > len(p.points) * 3 // 4  # most points fail
+    rules = {f.rule for f in shared.findings()}
+    assert {"gpu-memory", "seq-len-over-block-size", "invalid-value"} <= rules
+    assert any(f.fixes for f in shared.findings() if f.rule == "gpu-memory")
+    for verdict in shared.points:
+        ESTIMATES.clear()  # nothing shared with the sweep, not even an estimate
+        alone = checker.check(verdict.overrides)
+        assert alone.to_dict() == verdict.to_dict(), verdict.overrides
+
+
+@pytest.mark.slow
+def test_fast_path_agrees_with_composing_on_a_failing_sweep(hydra_app: Any) -> None:
+    p = plan(hydra_app, *FAILING_SWEEP)
+    fast = SweepChecker(hydra_app, "config", p.hydra_overrides).check_all(p.points)
+    by_point = {v.overrides: v for v in fast.points}
+    for point in p.points[::4]:
+        assert by_point[point].signature() == reference(point), point
+
+
 def test_fast_path_handles_delete_and_a_group_delete(hydra_app: Any) -> None:
     p = plan(hydra_app, "~data.ignore_index", "~seed", "data.max_seq_length=1024,3000")
     checker = SweepChecker(hydra_app, "config", p.hydra_overrides)

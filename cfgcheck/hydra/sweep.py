@@ -218,8 +218,13 @@ class SweepChecker:
         return self
 
     def check_all(self, points: Iterable[Point], *, fast: bool = True) -> SweepResult:
+        """Every point's verdict. Points share work (:func:`cfgcheck.reuse.shared_scope`): a
+        rule's findings for sections already seen, a fix already verified on the same finding."""
+        from cfgcheck.reuse import shared_scope
+
         check = self.check if fast else self.check_composed
-        return SweepResult([check(p) for p in points])
+        with shared_scope():
+            return SweepResult([check(p) for p in points])
 
     def check(self, point: Point) -> PointVerdict:
         """Fast path: a cached composition per group choice, value overrides applied to a copy."""

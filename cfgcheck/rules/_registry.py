@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 from cfgcheck.findings import Finding, Fix, Severity
@@ -140,9 +140,48 @@ def all_rules() -> list[Rule]:
 
 
 def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Finding]:
-    """Run every rule whose required sections are all valid."""
+    """Run every rule whose required sections are all valid.
+
+    Inside :func:`cfgcheck.reuse.shared_scope` (a sweep), a built-in rule's findings are
+    reused for a config whose sections that rule reads have the same contents. Not while a
+    native source limits the fixes (:func:`cfgcheck.fixcheck.expressible_only`), and never for
+    a team's rule (it may read anything)."""
+    from cfgcheck.fixcheck import expressible_filter
+    from cfgcheck.reuse import current_scope
+
     _plugins()
     valid = frozenset(valid_sections)
+    scope = current_scope()
+    keys = _SectionKeys(config) if scope is not None and expressible_filter() is None else None
     for r in list(_RULES.values()):
-        if r.requires <= valid:
+        if not r.requires <= valid:
+            continue
+        key = keys.of(r) if keys is not None and r.builtin else None
+        if scope is None or key is None:
             yield from r.check(config)
+        else:
+            yield from scope.rules.get_or(key, lambda r=r: tuple(r.check(config)))  # type: ignore[misc]
+
+
+class _SectionKeys:
+    """Content keys of a config's sections, each computed once."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self._config = config
+        self._keys: dict[str, Hashable | None] = {}
+
+    def _section(self, name: str) -> Hashable | None:
+        from cfgcheck.reuse import Unkeyable, frozen
+
+        if name not in self._keys:
+            try:
+                self._keys[name] = frozen(getattr(self._config, name))
+            except Unkeyable:
+                self._keys[name] = None
+        return self._keys[name]
+
+    def of(self, r: Rule) -> Hashable | None:
+        parts = [(s, self._section(s)) for s in sorted(r.requires)]
+        if any(k is None for _, k in parts):
+            return None
+        return (r.id, tuple(parts))
