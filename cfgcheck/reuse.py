@@ -72,6 +72,9 @@ class BoundedCache(Generic[K, V]):
             self._data.popitem(last=False)
         return value
 
+    def has(self, key: K) -> bool:
+        return key in self._data
+
     def __len__(self) -> int:
         return len(self._data)
 
@@ -90,6 +93,8 @@ class Scope:
         default_factory=lambda: BoundedCache(16384)
     )
     fixes: BoundedCache[Hashable, Any] = field(default_factory=lambda: BoundedCache(4096))
+    # rule id -> the sets of config attributes it was seen to read (see run_rules)
+    rule_reads: dict[str, list[frozenset[str]]] = field(default_factory=dict)
 
 
 _SCOPE: ContextVar[Scope | None] = ContextVar("cfgcheck_shared_scope", default=None)

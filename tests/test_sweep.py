@@ -289,3 +289,68 @@ def test_cli_sweep_text_lists_every_failing_point(tmp_path: Path) -> None:
     assert "point 11/12: data.max_seq_length=2059  [seq-len-over-block-size]" in out
     assert "point 12/12: data.max_seq_length=2060  [seq-len-over-block-size]" in out
     assert out.rstrip().endswith("sweep has errors: 12 of 12 points fail")
+
+
+# --- --jobs and progress -------------------------------------------------------------------
+
+JOBS_SWEEP = (
+    "--sweep",
+    "model=tinyllama-1.1b,llama-2-7b",
+    "data.max_seq_length=1024,2049,8192",
+    "trainer.micro_batch_size=4,32",
+    "seed=0,1",
+)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_cli_sweep_jobs_gives_byte_identical_ordered_output(tmp_path: Path, fmt: str) -> None:
+    one = cli(tmp_path, "--format", fmt, "--jobs", "1", *JOBS_SWEEP)
+    two = cli(tmp_path, "--format", fmt, "--jobs", "2", *JOBS_SWEEP)
+    assert one.returncode == two.returncode == 1, one.stderr + two.stderr
+    assert one.stdout == two.stdout
+    assert one.stderr == two.stderr == ""  # no progress on a pipe
+    if fmt == "json":
+        points = [tuple(p["overrides"]) for p in json.loads(two.stdout)["points"]]
+        assert len(points) == 24 and points == sorted(points, key=points.index)
+        assert points[0][:2] == ("model=tinyllama-1.1b", "data.max_seq_length=1024")
+
+
+def test_check_parallel_keeps_the_points_order(hydra_app: Any) -> None:
+    p = plan(hydra_app, "data.max_seq_length=range(2040,2060)")
+    checker = SweepChecker(hydra_app, "config", p.hydra_overrides)
+    seen: list[int] = []
+    parallel = checker.check_parallel(p.points, 2, seen.append)
+    alone = checker.check_all(p.points)
+    assert [v.overrides for v in parallel.points] == p.points
+    assert [v.to_dict() for v in parallel.points] == [v.to_dict() for v in alone.points]
+    assert sum(seen) == len(p.points)
+
+
+def test_cli_sweep_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    with open(os.devnull, "w") as out:  # noqa: PTH123
+        proc = subprocess.run(
+            [*COMMAND, "check", "--config-dir", str(CONF), *JOBS_SWEEP],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=terminal,
+            timeout=120,
+            check=False,
+        )
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert proc.returncode == 1
+    assert b"checked 24/24 points" in shown
+    assert shown.endswith(b"\r\x1b[K")  # the line is cleared before the report

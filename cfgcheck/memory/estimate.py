@@ -179,7 +179,9 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
 
     try:
         trainer = tuple(
-            (k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in UNREAD_TRAINER_FIELDS
+            (k, frozen(getattr(t, k)))
+            for k in type(t).model_fields
+            if k not in UNREAD_TRAINER_FIELDS
         )
         key = (frozen(m), frozen(d), type(t), trainer)
     except Unkeyable:

@@ -18,6 +18,7 @@ import inspect
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 from cfgcheck.findings import Finding, Fix, Severity
 from cfgcheck.schema.run import SECTIONS, RunConfig
@@ -152,36 +153,68 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
     _plugins()
     valid = frozenset(valid_sections)
     scope = current_scope()
-    keys = _SectionKeys(config) if scope is not None and expressible_filter() is None else None
+    shared = scope is not None and expressible_filter() is None
+    keys = _Contents(config)
     for r in list(_RULES.values()):
         if not r.requires <= valid:
             continue
-        key = keys.of(r) if keys is not None and r.builtin else None
-        if scope is None or key is None:
+        if scope is None or not shared or not r.builtin:
             yield from r.check(config)
+            continue
+        known = scope.rule_reads.setdefault(r.id, [])
+        for reads in known:
+            key = keys.of(r.id, reads)
+            if key is not None and scope.rules.has(key):
+                yield from scope.rules.get_or(key, tuple)
+                break
         else:
-            yield from scope.rules.get_or(key, lambda r=r: tuple(r.check(config)))  # type: ignore[misc]
+            recorder = _Recorder(config)
+            found = tuple(r.check(cast(RunConfig, recorder)))
+            reads = frozenset(recorder.read)
+            key = keys.of(r.id, reads)
+            if key is not None:
+                if reads not in known:
+                    known.append(reads)
+                scope.rules.get_or(key, lambda found=found: found)  # type: ignore[misc]
+            yield from found
 
 
-class _SectionKeys:
-    """Content keys of a config's sections, each computed once."""
+class _Recorder:
+    """A run config that records which of its attributes (sections) a rule reads, so that
+    the rule's findings are reused exactly for configs equal on those: a rule may read a
+    section it does not require when it is there (``getattr(cfg, "trainer", None)``)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.add(name)
+        return getattr(self.config, name)
+
+
+_ABSENT = ("absent",)
+
+
+class _Contents:
+    """Content keys of a config's top-level attributes, each computed once (None: no key)."""
 
     def __init__(self, config: RunConfig) -> None:
         self._config = config
         self._keys: dict[str, Hashable | None] = {}
 
-    def _section(self, name: str) -> Hashable | None:
+    def _attr(self, name: str) -> Hashable | None:
         from cfgcheck.reuse import Unkeyable, frozen
 
         if name not in self._keys:
             try:
-                self._keys[name] = frozen(getattr(self._config, name))
-            except Unkeyable:
+                self._keys[name] = frozen(getattr(self._config, name, _ABSENT))
+            except Unkeyable:  # e.g. a method: the rule reads more than sections
                 self._keys[name] = None
         return self._keys[name]
 
-    def of(self, r: Rule) -> Hashable | None:
-        parts = [(s, self._section(s)) for s in sorted(r.requires)]
+    def of(self, rule_id: str, reads: frozenset[str]) -> Hashable | None:
+        parts = [(s, self._attr(s)) for s in sorted(reads)]
         if any(k is None for _, k in parts):
             return None
-        return (r.id, tuple(parts))
+        return (rule_id, tuple(parts))
