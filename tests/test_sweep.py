@@ -331,7 +331,7 @@ def test_cli_sweep_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
     import pty
 
     controller, terminal = pty.openpty()
-    with open(os.devnull, "w") as out:  # noqa: PTH123
+    with open(os.devnull, "w") as out:
         proc = subprocess.run(
             [*COMMAND, "check", "--config-dir", str(CONF), *JOBS_SWEEP],
             cwd=tmp_path,

@@ -186,7 +186,8 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
         key = (frozen(m), frozen(d), type(t), trainer)
     except Unkeyable:
         return _estimate(m, d, t)
-    return ESTIMATES.get_or(key, lambda: _estimate(m, d, t))
+    found: MemoryEstimate = ESTIMATES.get_or(key, lambda: _estimate(m, d, t))
+    return found
 
 
 def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
