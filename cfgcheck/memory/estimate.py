@@ -28,6 +28,7 @@ from cfgcheck.memory import activations as act
 from cfgcheck.memory import sharding, weights
 from cfgcheck.memory.params import ParamCount, count_params
 from cfgcheck.pipeline import Pipeline
+from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -175,8 +176,6 @@ UNREAD_TRAINER_FIELDS = frozenset({"learning_rate", "gpu"})
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Per-GPU peak memory of a training step of ``m`` on ``d`` with ``t`` (see the module
     docstring). Results are cached by the sections' contents (:mod:`cfgcheck.reuse`)."""
-    from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
-
     try:
         trainer = tuple(
             (k, frozen(getattr(t, k)))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cfgcheck.findings import Finding, Fix, Severity
+from cfgcheck.reuse import Scope, Unkeyable, current_scope, frozen
 from cfgcheck.schema.run import SECTIONS, RunConfig
 
 
@@ -148,13 +149,12 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
     native source limits the fixes (:func:`cfgcheck.fixcheck.expressible_only`), and never for
     a team's rule (it may read anything)."""
     from cfgcheck.fixcheck import expressible_filter
-    from cfgcheck.reuse import current_scope
 
     _plugins()
     valid = frozenset(valid_sections)
     scope = current_scope()
     shared = scope is not None and expressible_filter() is None
-    keys = _Contents(config)
+    keys = _Contents(config, scope)
     for r in list(_RULES.values()):
         if not r.requires <= valid:
             continue
@@ -199,16 +199,16 @@ _ABSENT = ("absent",)
 class _Contents:
     """Content keys of a config's top-level attributes, each computed once (None: no key)."""
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, scope: Scope | None) -> None:
         self._config = config
+        self._scope = scope
         self._keys: dict[str, Hashable | None] = {}
 
     def _attr(self, name: str) -> Hashable | None:
-        from cfgcheck.reuse import Unkeyable, frozen
-
         if name not in self._keys:
             try:
-                self._keys[name] = frozen(getattr(self._config, name, _ABSENT))
+                key = frozen(getattr(self._config, name, _ABSENT))
+                self._keys[name] = key if self._scope is None else self._scope.intern(key)
             except Unkeyable:  # e.g. a method: the rule reads more than sections
                 self._keys[name] = None
         return self._keys[name]
