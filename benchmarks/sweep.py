@@ -67,6 +67,16 @@ def bench(name: str, sweep: list[str], sample_size: int) -> None:
         fast_s = time.perf_counter() - t0
         composes = checker.compositions
         n = len(plan.points)
+        jobs = os.cpu_count() or 1
+        parallel_s = None
+        if jobs > 1 and hasattr(checker, "check_parallel"):  # --jobs (absent before it existed)
+            again = SweepChecker(hydra_app, "config", plan.hydra_overrides)
+            t0 = time.perf_counter()
+            parallel = again.check_parallel(plan.points, jobs)
+            parallel_s = time.perf_counter() - t0
+            assert [v.signature() for v in parallel.points] == [
+                v.signature() for v in fast.points
+            ]
         step = max(1, n // sample_size)
         sample = plan.points[::step][:sample_size]
 
@@ -88,6 +98,8 @@ def bench(name: str, sweep: list[str], sample_size: int) -> None:
         ("Hydra compose per point", f"{k}, extrapolated", compose_s / k, compose_s / k * n),
         ("fast path", f"all {n}", fast_s / n, fast_s),
     ]
+    if parallel_s is not None:
+        rows.append((f"fast path, --jobs {jobs}", f"all {n}", parallel_s / n, parallel_s))
     print(f"## {name} sweep: {' '.join(sweep)}")
     print(f"{n} points, {len(fast.failing)} failing; the fast path composed {composes} times")
     print()
@@ -98,6 +110,8 @@ def bench(name: str, sweep: list[str], sample_size: int) -> None:
     print()
     print(f"speedup vs cfgcheck.check per point: {public_s / k * n / fast_s:.1f}x")
     print(f"speedup vs Hydra compose per point:  {compose_s / k * n / fast_s:.1f}x")
+    if parallel_s is not None:
+        print(f"--jobs {jobs} vs one process: {fast_s / parallel_s:.2f}x (same verdicts)")
     print(f"same verdicts on the sample: {same}/{k} (Hydra compose), {same_public}/{k} (check)")
     print()
 
