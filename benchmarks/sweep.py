@@ -74,9 +74,7 @@ def bench(name: str, sweep: list[str], sample_size: int) -> None:
             t0 = time.perf_counter()
             parallel = again.check_parallel(plan.points, jobs)
             parallel_s = time.perf_counter() - t0
-            assert [v.signature() for v in parallel.points] == [
-                v.signature() for v in fast.points
-            ]
+            assert [v.signature() for v in parallel.points] == [v.signature() for v in fast.points]
         step = max(1, n // sample_size)
         sample = plan.points[::step][:sample_size]
 
