@@ -17,6 +17,7 @@ floats by their ``repr`` so ``-0.0`` and ``0.0`` differ too); a value that has n
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
@@ -52,34 +53,47 @@ def frozen(value: Any) -> Hashable:
 
 
 class BoundedCache(Generic[K, V]):
-    """A least-recently-used mapping of at most ``size`` entries; counts hits and misses."""
+    """A least-recently-used mapping of at most ``size`` entries; counts hits and misses.
+    Safe to share between threads (the service validates on several): a lock guards the
+    mapping, never the computation (two threads may compute the same value; both are equal)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get_or(self, key: K, compute: Callable[[], V]) -> V:
-        if key in self._data:
+        with self._lock:
+            if key in self._data:
+                self.hits += 1
+                self._data.move_to_end(key)
+                return self._data[key]
+            self.misses += 1
+        value = compute()
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+        return value
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key`` (a hit), or None (not counted as a miss)."""
+        with self._lock:
+            if key not in self._data:
+                return None
             self.hits += 1
             self._data.move_to_end(key)
             return self._data[key]
-        self.misses += 1
-        value = compute()
-        self._data[key] = value
-        if len(self._data) > self.size:
-            self._data.popitem(last=False)
-        return value
-
-    def has(self, key: K) -> bool:
-        return key in self._data
 
     def __len__(self) -> int:
         return len(self._data)
 
     def clear(self) -> None:
-        self._data.clear()
+        with self._lock:
+            self._data.clear()
 
 
 ESTIMATES: BoundedCache[Hashable, Any] = BoundedCache(4096)

@@ -31,6 +31,23 @@ def test_bounded_cache_evicts_the_least_recently_used() -> None:
     assert len(cache) == 2
     assert cache.get_or("b", lambda: 22) == 22
     assert (cache.hits, cache.misses) == (1, 4)
+    assert cache.get("a") is None and cache.get("b") == 22  # "a" was evicted by "b"
+
+
+def test_bounded_cache_shared_by_threads_stays_bounded_and_right() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache: BoundedCache[int, int] = BoundedCache(8)
+
+    def work(seed: int) -> bool:
+        return all(
+            cache.get_or(k % 13, lambda k=k: (k % 13) * 2) == (k % 13) * 2
+            for k in range(seed, seed + 2000)
+        )
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
+    assert len(cache) <= 8
 
 
 def _sections() -> tuple[ModelConfig, DataConfig, TrainerConfig]:

@@ -164,8 +164,9 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
         known = scope.rule_reads.setdefault(r.id, [])
         for reads in known:
             key = keys.of(r.id, reads)
-            if key is not None and scope.rules.has(key):
-                yield from scope.rules.get_or(key, tuple)
+            hit = None if key is None else scope.rules.get(key)
+            if hit is not None:
+                yield from hit
                 break
         else:
             recorder = _Recorder(config)
