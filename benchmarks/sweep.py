@@ -1,9 +1,12 @@
-"""Benchmark: validating a 1,000-point Hydra sweep, per-point compose vs the fast path.
+"""Benchmark: validating 1,000-point Hydra sweeps, per-point compose vs the fast path.
 
-    python benchmarks/sweep.py [--sample 50]
+    python benchmarks/sweep.py [--sample 50] [--only mostly-passing|mostly-failing]
 
-The sweep is model (2) x data.max_seq_length (5) x trainer.learning_rate (10) x seed (10) on
-the shipped conf/. The fast path (one Hydra compose per model choice, value overrides applied
+Two sweeps on the shipped conf/: ``mostly-passing`` is model (2) x data.max_seq_length (5) x
+trainer.learning_rate (10) x seed (10); ``mostly-failing`` is model (2) x
+data.max_seq_length (5) x trainer.micro_batch_size (5) x seed (20), where nearly every point
+fails (sequence length over the block size, GPU memory, with memory fixes to verify). The
+fast path (one Hydra compose per model choice, value overrides applied
 to copies) is timed on all 1,000 points. Composing every point is timed on an evenly spaced
 sample of points and extrapolated to 1,000 (stated in the table), to keep the run short;
 the sample's verdicts are compared with the fast path's. The composition cache is off, so
@@ -24,12 +27,20 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.hydra.sweep import Point, PointVerdict, SweepChecker, plan_sweep
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-SWEEP = [
-    "model=tinyllama-1.1b,llama-2-7b",
-    "data.max_seq_length=512,1024,2048,4096,8192",
-    "trainer.learning_rate=" + ",".join(f"{k}e-5" for k in range(1, 11)),
-    "seed=range(0,10)",
-]
+SWEEPS = {
+    "mostly-passing": [
+        "model=tinyllama-1.1b,llama-2-7b",
+        "data.max_seq_length=512,1024,2048,4096,8192",
+        "trainer.learning_rate=" + ",".join(f"{k}e-5" for k in range(1, 11)),
+        "seed=range(0,10)",
+    ],
+    "mostly-failing": [
+        "model=tinyllama-1.1b,llama-2-7b",
+        "data.max_seq_length=1024,2049,4096,8192,16384",
+        "trainer.micro_batch_size=4,8,16,32,64",
+        "seed=range(0,20)",
+    ],
+}
 
 
 def public_check(point: Point) -> tuple[object, ...]:
@@ -40,11 +51,7 @@ def public_check(point: Point) -> tuple[object, ...]:
         return (False, str(e), ())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sample", type=int, default=50, help="points composed one by one")
-    args = parser.parse_args()
-
+def bench(name: str, sweep: list[str], sample_size: int) -> None:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -53,15 +60,23 @@ def main() -> None:
         hydra_app = GlobalHydra.instance().hydra
         assert hydra_app is not None
         t0 = time.perf_counter()
-        plan = plan_sweep(hydra_app, "config", SWEEP)
+        plan = plan_sweep(hydra_app, "config", sweep)
         assert plan is not None
         checker = SweepChecker(hydra_app, "config", plan.hydra_overrides)
         fast = checker.check_all(plan.points)
         fast_s = time.perf_counter() - t0
         composes = checker.compositions
         n = len(plan.points)
-        step = max(1, n // args.sample)
-        sample = plan.points[::step][: args.sample]
+        jobs = os.cpu_count() or 1
+        parallel_s = None
+        if jobs > 1 and hasattr(checker, "check_parallel"):  # --jobs (absent before it existed)
+            again = SweepChecker(hydra_app, "config", plan.hydra_overrides)
+            t0 = time.perf_counter()
+            parallel = again.check_parallel(plan.points, jobs)
+            parallel_s = time.perf_counter() - t0
+            assert [v.signature() for v in parallel.points] == [v.signature() for v in fast.points]
+        step = max(1, n // sample_size)
+        sample = plan.points[::step][:sample_size]
 
         t0 = time.perf_counter()
         composed = [checker.check_composed(p) for p in sample]
@@ -81,17 +96,34 @@ def main() -> None:
         ("Hydra compose per point", f"{k}, extrapolated", compose_s / k, compose_s / k * n),
         ("fast path", f"all {n}", fast_s / n, fast_s),
     ]
-    print(f"sweep: {' '.join(SWEEP)}")
+    if parallel_s is not None:
+        rows.append((f"fast path, --jobs {jobs}", f"all {n}", parallel_s / n, parallel_s))
+    print(f"## {name} sweep: {' '.join(sweep)}")
     print(f"{n} points, {len(fast.failing)} failing; the fast path composed {composes} times")
     print()
     print(f"| {'path':<24} | {'points timed':<17} | {'per point':>10} | {'1,000 points':>12} |")
     print(f"|{'-' * 26}|{'-' * 19}|{'-' * 11}:|{'-' * 13}:|")
-    for name, timed, per, total in rows:
-        print(f"| {name:<24} | {timed:<17} | {per * 1e3:>7.2f} ms | {total:>10.2f} s |")
+    for row, timed, per, total in rows:
+        print(f"| {row:<24} | {timed:<17} | {per * 1e3:>7.2f} ms | {total:>10.2f} s |")
     print()
     print(f"speedup vs cfgcheck.check per point: {public_s / k * n / fast_s:.1f}x")
     print(f"speedup vs Hydra compose per point:  {compose_s / k * n / fast_s:.1f}x")
+    if parallel_s is not None:
+        print(f"--jobs {jobs} vs one process: {fast_s / parallel_s:.2f}x (same verdicts)")
     print(f"same verdicts on the sample: {same}/{k} (Hydra compose), {same_public}/{k} (check)")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sample", type=int, default=50, help="points composed one by one")
+    parser.add_argument("--only", choices=sorted(SWEEPS), help="run one sweep")
+    args = parser.parse_args()
+    print(f"cfgcheck from {Path(cfgcheck.__file__).parent.parent}, {os.cpu_count()} CPUs")
+    print()
+    for name, sweep in SWEEPS.items():
+        if args.only in (None, name):
+            bench(name, sweep, args.sample)
 
 
 if __name__ == "__main__":

@@ -252,15 +252,65 @@ def verified(
 
     trial = _Trial(raw, apply or apply_overrides, revalidate or plain)
     before = result.findings
+    shared = _SharedChecks(raw, before) if apply is None and revalidate is None else None
     findings: list[Finding] = []
     checked = 0
     for f in result.findings:
         if f.fixes and f.severity != "info":
             checked += 1
-            fixes = _checked(trial, f, before) if checked <= MAX_CHECKED_FINDINGS else ()
+            if checked > MAX_CHECKED_FINDINGS:
+                fixes: tuple[Fix, ...] = ()
+            else:
+                reused = shared.checked(trial, f) if shared is not None else None
+                fixes = reused if reused is not None else _checked(trial, f, before)
             f = dataclasses.replace(f, fixes=fixes)
         findings.append(f)
     return dataclasses.replace(result, findings=findings)
+
+
+class _SharedChecks:
+    """Within :func:`cfgcheck.reuse.shared_scope` (a sweep), a finding's fixes are checked
+    once per distinct finding, config and findings before. The config's top-level keys that
+    are not sections (``seed``, ``name``, ``output_dir``) are left out of the key unless a fix
+    sets them: no built-in rule reads them and each is validated alone, the same before and
+    after the fix, so they cannot change an outcome (a seed sweep shares every verification).
+    Only the default way of trying fixes is shared, and not while a native source limits
+    the fixes."""
+
+    def __init__(self, raw: Mapping[str, Any], before: Sequence[Finding]) -> None:
+        from cfgcheck.reuse import current_scope
+
+        self._scope = current_scope() if _EXPRESSIBLE.get() is None else None
+        self._raw = raw
+        self._before = before
+        self._before_key = tuple((f.rule, f.severity, f.paths, f.message) for f in before)
+
+    def checked(self, trial: _Trial, finding: Finding) -> tuple[Fix, ...] | None:
+        """The checked fixes (shared), or None when they cannot be shared: check them."""
+        from cfgcheck.reuse import Unkeyable, frozen
+        from cfgcheck.schema.run import SECTIONS
+
+        if self._scope is None:
+            return None
+        touched = {
+            o.lstrip("~+").split("=", 1)[0].split(".", 1)[0]
+            for fix in finding.fixes
+            for o in fix.overrides
+        }
+        kept = {k: v for k, v in self._raw.items() if k in SECTIONS or k in touched}
+        try:
+            key = (
+                frozen(kept),
+                self._before_key,
+                (finding.rule, finding.severity, finding.paths, finding.message),
+                finding.fixes,
+            )
+        except Unkeyable:
+            return None
+        fixes: tuple[Fix, ...] = self._scope.fixes.get_or(
+            key, lambda: _checked(trial, finding, self._before)
+        )
+        return fixes
 
 
 def overrides_of(fixes: Iterable[Fix]) -> list[str]:

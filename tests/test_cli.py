@@ -179,3 +179,21 @@ def test_python_module_entry_point() -> None:
         check=False,
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["ok"] is True
+
+
+def test_a_named_command_builds_only_its_parser_with_the_same_help() -> None:
+    # `cfgcheck check ...` registers the check command alone (the other commands' modules stay
+    # unimported on a check's path); its help and options are those of the full parser.
+    import argparse
+
+    from cfgcheck.cli import COMMANDS, _command, build_parser
+
+    def sub_help(parser: argparse.ArgumentParser, name: str) -> str:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return str(action.choices[name].format_help())
+
+    assert _command(["check", "--format", "json"]) == "check"
+    assert _command(["--version"]) is None and _command(["chek"]) is None and _command([]) is None
+    full = build_parser()
+    for name in COMMANDS:
+        assert sub_help(build_parser(name), name) == sub_help(full, name)

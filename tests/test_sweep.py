@@ -105,6 +105,45 @@ def test_fast_path_gives_the_verdicts_of_composing_every_point(hydra_app: Any) -
     assert any(v.ok for v in fast.points) and not fast.ok
 
 
+# A sweep where most points fail: memory (with memory fixes to verify), sequence length, a
+# schema error and a fix shared by many seeds. Used by the two tests below.
+FAILING_SWEEP = (
+    "model=tinyllama-1.1b,llama-2-7b",
+    "data.max_seq_length=1024,2049,8192",
+    "trainer.micro_batch_size=4,32",
+    "trainer.learning_rate=1e-5,-1",
+    "seed=0,1",
+)
+
+
+def test_shared_work_gives_the_verdicts_of_checking_each_point_alone(hydra_app: Any) -> None:
+    # check_all shares rule results, memory estimates and fix verifications between points;
+    # check() on each point alone shares nothing but the composition. Every finding, with its
+    # fixes and locations, must be the same.
+    from cfgcheck.reuse import ESTIMATES
+
+    p = plan(hydra_app, *FAILING_SWEEP)
+    checker = SweepChecker(hydra_app, "config", p.hydra_overrides)
+    shared = checker.check_all(p.points)
+    assert len(shared.failing) > len(p.points) * 3 // 4  # most points fail
+    rules = {f.rule for f in shared.findings()}
+    assert {"gpu-memory", "seq-len-over-block-size", "invalid-value"} <= rules
+    assert any(f.fixes for f in shared.findings() if f.rule == "gpu-memory")
+    for verdict in shared.points:
+        ESTIMATES.clear()  # nothing shared with the sweep, not even an estimate
+        alone = checker.check(verdict.overrides)
+        assert alone.to_dict() == verdict.to_dict(), verdict.overrides
+
+
+@pytest.mark.slow
+def test_fast_path_agrees_with_composing_on_a_failing_sweep(hydra_app: Any) -> None:
+    p = plan(hydra_app, *FAILING_SWEEP)
+    fast = SweepChecker(hydra_app, "config", p.hydra_overrides).check_all(p.points)
+    by_point = {v.overrides: v for v in fast.points}
+    for point in p.points[::4]:
+        assert by_point[point].signature() == reference(point), point
+
+
 def test_fast_path_handles_delete_and_a_group_delete(hydra_app: Any) -> None:
     p = plan(hydra_app, "~data.ignore_index", "~seed", "data.max_seq_length=1024,3000")
     checker = SweepChecker(hydra_app, "config", p.hydra_overrides)
@@ -250,3 +289,68 @@ def test_cli_sweep_text_lists_every_failing_point(tmp_path: Path) -> None:
     assert "point 11/12: data.max_seq_length=2059  [seq-len-over-block-size]" in out
     assert "point 12/12: data.max_seq_length=2060  [seq-len-over-block-size]" in out
     assert out.rstrip().endswith("sweep has errors: 12 of 12 points fail")
+
+
+# --- --jobs and progress -------------------------------------------------------------------
+
+JOBS_SWEEP = (
+    "--sweep",
+    "model=tinyllama-1.1b,llama-2-7b",
+    "data.max_seq_length=1024,2049,8192",
+    "trainer.micro_batch_size=4,32",
+    "seed=0,1",
+)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_cli_sweep_jobs_gives_byte_identical_ordered_output(tmp_path: Path, fmt: str) -> None:
+    one = cli(tmp_path, "--format", fmt, "--jobs", "1", *JOBS_SWEEP)
+    two = cli(tmp_path, "--format", fmt, "--jobs", "2", *JOBS_SWEEP)
+    assert one.returncode == two.returncode == 1, one.stderr + two.stderr
+    assert one.stdout == two.stdout
+    assert one.stderr == two.stderr == ""  # no progress on a pipe
+    if fmt == "json":
+        points = [tuple(p["overrides"]) for p in json.loads(two.stdout)["points"]]
+        assert len(points) == 24 and points == sorted(points, key=points.index)
+        assert points[0][:2] == ("model=tinyllama-1.1b", "data.max_seq_length=1024")
+
+
+def test_check_parallel_keeps_the_points_order(hydra_app: Any) -> None:
+    p = plan(hydra_app, "data.max_seq_length=range(2040,2060)")
+    checker = SweepChecker(hydra_app, "config", p.hydra_overrides)
+    seen: list[int] = []
+    parallel = checker.check_parallel(p.points, 2, seen.append)
+    alone = checker.check_all(p.points)
+    assert [v.overrides for v in parallel.points] == p.points
+    assert [v.to_dict() for v in parallel.points] == [v.to_dict() for v in alone.points]
+    assert sum(seen) == len(p.points)
+
+
+def test_cli_sweep_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    with open(os.devnull, "w") as out:
+        proc = subprocess.run(
+            [*COMMAND, "check", "--config-dir", str(CONF), *JOBS_SWEEP],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=terminal,
+            timeout=120,
+            check=False,
+        )
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert proc.returncode == 1
+    assert b"checked 24/24 points" in shown
+    assert shown.endswith(b"\r\x1b[K")  # the line is cleared before the report

@@ -17,7 +17,10 @@ COMMANDS: tuple[str, ...] = ("check", "data", "memory", "hook", "rules", "schema
 EXIT_OK, EXIT_FINDINGS, EXIT_LOAD = 0, 1, 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only`` (a command of :data:`COMMANDS`), that command's
+    parser alone: the other commands' modules (the service's settings, the hook, the schema
+    export...) are not imported on a check's path. Help and errors of ``only`` are the same."""
     from cfgcheck.cli._common import help_epilog
 
     parser = argparse.ArgumentParser(
@@ -30,9 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"cfgcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"cfgcheck.cli.{name}").register(sub)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names first, when it names one before any option."""
+    first = argv[0] if argv else None
+    return first if first in COMMANDS else None
 
 
 def _say(message: str) -> None:
@@ -52,7 +61,7 @@ def _printable_streams() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     _printable_streams()
-    parser = build_parser()
+    parser = build_parser(_command(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
     # Hydra overrides may come after options too: `check --format json model=x a.b=1`.
     unknown = [a for a in extra if a.startswith("-")]

@@ -21,6 +21,14 @@ def register(sub: Any) -> None:
         help="the overrides are a Hydra sweep (model=a,b x=range(1,4)): check every point",
     )
     parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="with --sweep: check the points in N processes (0: one per core); the output is "
+        "the same, in the same order",
+    )
+    parser.add_argument(
         "--scan-data",
         action="store_true",
         help="also tokenize data.paths with the real tokenizer and add the scan's findings "
@@ -30,6 +38,18 @@ def register(sub: Any) -> None:
 
     add_jobs_arg(parser)
     parser.set_defaults(run=run)
+
+
+def _jobs(text: str) -> int:
+    import os
+
+    try:
+        n = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from e
+    if n < 0:
+        raise argparse.ArgumentTypeError("--jobs must be 0 (one per core) or more")
+    return n or os.cpu_count() or 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,9 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
+from typing import TextIO
 
 from cfgcheck.findings import CheckResult
 from cfgcheck.hydra.report import DETAILED_POINTS, report_sweep_text
@@ -53,15 +55,50 @@ def locate_failing(
     return SweepResult(points)
 
 
+class _Progress:
+    """``checked 120/1000 points`` on one terminal line, redrawn at most every 0.1 s (only
+    when stderr is a terminal: a pipe or a CI log gets the report alone)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._last = 0.0
+        self._drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
+        self._drawn = True
+        self._stream.write(f"\rchecked {done}/{total} points")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._drawn:
+            self._stream.write("\r\x1b[K")  # clear the line before the report
+            self._stream.flush()
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
     from cfgcheck.cli._common import project_of
     from cfgcheck.report import get_reporter
 
     p = project_of(args)
-    result = check_sweep(
-        p.config_dir, p.config_name, args.overrides, schema=p.schema, gpu=p.settings.default_gpu
-    )
+    progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        result = check_sweep(
+            p.config_dir,
+            p.config_name,
+            args.overrides,
+            schema=p.schema,
+            gpu=p.settings.default_gpu,
+            jobs=getattr(args, "jobs", 1),
+            progress=progress,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
     limit = DETAILED_POINTS if args.format == "text" else LOCATED_POINTS
     result = locate_failing(result, p.config_dir, p.config_name, limit, p.settings)
     if args.format == "text":

@@ -13,6 +13,7 @@ reference the fast path is tested against.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pickle
 from collections.abc import Callable, Iterable, Sequence
@@ -217,9 +218,57 @@ class SweepChecker:
             self.validator = functools.partial(validate, schema=schema, gpu=gpu)
         return self
 
-    def check_all(self, points: Iterable[Point], *, fast: bool = True) -> SweepResult:
+    def check_all(
+        self,
+        points: Iterable[Point],
+        *,
+        fast: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> SweepResult:
+        """Every point's verdict. Points share work (:func:`cfgcheck.reuse.shared_scope`): a
+        rule's findings for sections already seen, a fix already verified on the same finding.
+        ``progress`` is called with 1 after each point."""
+        from cfgcheck.reuse import shared_scope
+
         check = self.check if fast else self.check_composed
-        return SweepResult([check(p) for p in points])
+        verdicts = []
+        with shared_scope():
+            for p in points:
+                verdicts.append(check(p))
+                if progress is not None:
+                    progress(1)
+        return SweepResult(verdicts)
+
+    def check_parallel(
+        self, points: Sequence[Point], jobs: int, progress: Callable[[int], None] | None = None
+    ) -> SweepResult:
+        """:meth:`check_all` over ``jobs`` processes, verdicts in the points' order.
+
+        Workers are forked from this process (they inherit the composed Hydra app, the
+        checker and its compositions) and check contiguous chunks of points, so neighbouring
+        points still share work; a verdict's ``config`` (the validated model) stays in the
+        worker. Where fork is not available, or for a single job, points are checked here."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if jobs <= 1 or len(points) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return self.check_all(points, progress=progress)
+        global _WORKER
+        # Several chunks per job: progress moves, and a slow chunk does not hold up the rest.
+        size = max(1, min(CHUNK_POINTS, -(-len(points) // (jobs * 4))))
+        chunks = [tuple(points[i : i + size]) for i in range(0, len(points), size)]
+        _WORKER = self
+        try:
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+                verdicts: list[PointVerdict] = []
+                for chunk in pool.map(_check_chunk, chunks):
+                    verdicts.extend(chunk)
+                    if progress is not None:
+                        progress(len(chunk))
+        finally:
+            _WORKER = None
+        return SweepResult(verdicts)
 
     def check(self, point: Point) -> PointVerdict:
         """Fast path: a cached composition per group choice, value overrides applied to a copy."""
@@ -303,6 +352,20 @@ class SweepChecker:
         return cfg
 
 
+CHUNK_POINTS = 250
+_WORKER: SweepChecker | None = None  # the checker a forked worker inherits
+
+
+def _check_chunk(points: tuple[Point, ...]) -> list[PointVerdict]:
+    assert _WORKER is not None  # set before the workers were forked
+    return [
+        dataclasses.replace(
+            v, result=None if v.result is None else dataclasses.replace(v.result, config=None)
+        )
+        for v in _WORKER.check_all(points).points
+    ]
+
+
 def check_sweep(
     config_dir: str | Path = DEFAULT_CONFIG_DIR,
     config_name: str = DEFAULT_CONFIG_NAME,
@@ -311,8 +374,13 @@ def check_sweep(
     fast: bool = True,
     schema: type[RunConfig] | None = None,
     gpu: DefaultGpu | None = None,
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SweepResult:
     """Expand a sweep over ``config_dir`` and validate every point (``cfgcheck check --sweep``).
+
+    ``jobs``: processes to split the points over (the fast path only; verdicts in order).
+    ``progress(done, total)`` is called as points are checked.
 
     Raises :class:`ConfigLoadError` (one line) when the config or an override cannot be read.
     """
@@ -336,4 +404,15 @@ def check_sweep(
                 "are only known while it runs (set hydra/sweeper=basic to check a sweep)"
             )
         checker = SweepChecker(hydra_app, name, plan.hydra_overrides).with_project(schema, gpu)
-        return checker.check_all(plan.points, fast=fast)
+        total = len(plan.points)
+        done = 0
+
+        def advanced(n: int) -> None:
+            nonlocal done
+            done += n
+            if progress is not None:
+                progress(done, total)
+
+        if fast and jobs > 1:
+            return checker.check_parallel(plan.points, jobs, advanced)
+        return checker.check_all(plan.points, fast=fast, progress=advanced)

@@ -28,6 +28,7 @@ from cfgcheck.memory import activations as act
 from cfgcheck.memory import sharding, weights
 from cfgcheck.memory.params import ParamCount, count_params
 from cfgcheck.pipeline import Pipeline
+from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -167,7 +168,28 @@ def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
     return Pipeline.from_sections(d, t).carries_padding
 
 
+# Trainer settings the estimate never reads (no module of cfgcheck/memory/ names them; a test
+# checks the sources): left out of the cache key, so a learning-rate sweep shares estimates.
+UNREAD_TRAINER_FIELDS = frozenset({"learning_rate", "gpu"})
+
+
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
+    """Per-GPU peak memory of a training step of ``m`` on ``d`` with ``t`` (see the module
+    docstring). Results are cached by the sections' contents (:mod:`cfgcheck.reuse`)."""
+    try:
+        trainer = tuple(
+            (k, frozen(getattr(t, k)))
+            for k in type(t).model_fields
+            if k not in UNREAD_TRAINER_FIELDS
+        )
+        key = (frozen(m), frozen(d), type(t), trainer)
+    except Unkeyable:
+        return _estimate(m, d, t)
+    found: MemoryEstimate = ESTIMATES.get_or(key, lambda: _estimate(m, d, t))
+    return found
+
+
+def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Peak per-GPU memory of one training step of this model, data and trainer."""
     from cfgcheck.memory import allocator, coverage
     from cfgcheck.memory.stack import as_built, sdpa_masked, stack

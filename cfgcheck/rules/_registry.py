@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 from cfgcheck.findings import Finding, Fix, Severity
+from cfgcheck.reuse import Scope, Unkeyable, current_scope, frozen
 from cfgcheck.schema.run import SECTIONS, RunConfig
 
 
@@ -140,9 +142,80 @@ def all_rules() -> list[Rule]:
 
 
 def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Finding]:
-    """Run every rule whose required sections are all valid."""
+    """Run every rule whose required sections are all valid.
+
+    Inside :func:`cfgcheck.reuse.shared_scope` (a sweep), a built-in rule's findings are
+    reused for a config whose sections that rule reads have the same contents. Not while a
+    native source limits the fixes (:func:`cfgcheck.fixcheck.expressible_only`), and never for
+    a team's rule (it may read anything)."""
+    from cfgcheck.fixcheck import expressible_filter
+
     _plugins()
     valid = frozenset(valid_sections)
+    scope = current_scope()
+    shared = scope is not None and expressible_filter() is None
+    keys = _Contents(config, scope)
     for r in list(_RULES.values()):
-        if r.requires <= valid:
+        if not r.requires <= valid:
+            continue
+        if scope is None or not shared or not r.builtin:
             yield from r.check(config)
+            continue
+        known = scope.rule_reads.setdefault(r.id, [])
+        for reads in known:
+            key = keys.of(r.id, reads)
+            hit = None if key is None else scope.rules.get(key)
+            if hit is not None:
+                yield from hit
+                break
+        else:
+            recorder = _Recorder(config)
+            found = tuple(r.check(cast(RunConfig, recorder)))
+            reads = frozenset(recorder.read)
+            key = keys.of(r.id, reads)
+            if key is not None:
+                if reads not in known:
+                    known.append(reads)
+                scope.rules.get_or(key, lambda found=found: found)  # type: ignore[misc]
+            yield from found
+
+
+class _Recorder:
+    """A run config that records which of its attributes (sections) a rule reads, so that
+    the rule's findings are reused exactly for configs equal on those: a rule may read a
+    section it does not require when it is there (``getattr(cfg, "trainer", None)``)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.add(name)
+        return getattr(self.config, name)
+
+
+_ABSENT = ("absent",)
+
+
+class _Contents:
+    """Content keys of a config's top-level attributes, each computed once (None: no key)."""
+
+    def __init__(self, config: RunConfig, scope: Scope | None) -> None:
+        self._config = config
+        self._scope = scope
+        self._keys: dict[str, Hashable | None] = {}
+
+    def _attr(self, name: str) -> Hashable | None:
+        if name not in self._keys:
+            try:
+                key = frozen(getattr(self._config, name, _ABSENT))
+                self._keys[name] = key if self._scope is None else self._scope.intern(key)
+            except Unkeyable:  # e.g. a method: the rule reads more than sections
+                self._keys[name] = None
+        return self._keys[name]
+
+    def of(self, rule_id: str, reads: frozenset[str]) -> Hashable | None:
+        parts = [(s, self._attr(s)) for s in sorted(reads)]
+        if any(k is None for _, k in parts):
+            return None
+        return (rule_id, tuple(parts))
