@@ -23,10 +23,11 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--jobs",
         type=_jobs,
-        default=1,
+        default=None,
         metavar="N",
-        help="with --sweep: check the points in N processes (0: one per core); the output is "
-        "the same, in the same order",
+        help="processes, 0: one per core. With --sweep: check the points in N processes "
+        "(default 1; the output is the same, in the same order). With --scan-data: the "
+        "dataset scan's worker processes (default: one per core)",
     )
     parser.add_argument(
         "--scan-data",
@@ -34,9 +35,6 @@ def register(sub: Any) -> None:
         help="also tokenize data.paths with the real tokenizer and add the scan's findings "
         "(see `cfgcheck data`)",
     )
-    from cfgcheck.cli.data import add_jobs_arg
-
-    add_jobs_arg(parser)
     parser.set_defaults(run=run)
 
 

@@ -93,7 +93,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             args.overrides,
             schema=p.schema,
             gpu=p.settings.default_gpu,
-            jobs=getattr(args, "jobs", 1),
+            jobs=getattr(args, "jobs", None) or 1,
             progress=progress,
         )
     finally:
