@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from cfgcheck.compose import DEFAULT_CONFIG_DIR, DEFAULT_CONFIG_NAME
 
 if TYPE_CHECKING:
+    from cfgcheck.findings import CheckResult
     from cfgcheck.project.context import Project
 
 EXIT_CODES = """exit status:
@@ -125,3 +126,18 @@ def say(message: str) -> None:
 
     line = printable(" ".join(message.split()))
     print(f"cfgcheck: {line or 'unknown error'}", file=sys.stderr)
+
+
+def check_args(args: argparse.Namespace) -> CheckResult:
+    """:func:`cfgcheck.check` of the config the command line names (tree, overrides, team
+    schema, rule selection), as every command that composes a config runs it."""
+    from cfgcheck import check
+
+    return check(
+        args.config_dir,
+        args.config_name,
+        args.overrides,
+        schema=args.schema,
+        select=args.select,
+        ignore=args.ignore,
+    )

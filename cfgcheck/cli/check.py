@@ -51,8 +51,8 @@ def _jobs(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cfgcheck import check
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
+    from cfgcheck.cli._common import check_args
     from cfgcheck.report import get_reporter
 
     if getattr(args, "sweep", False) and getattr(args, "source", None):
@@ -71,14 +71,7 @@ def run(args: argparse.Namespace) -> int:
         settings = find_settings().with_cli(args.select, args.ignore)
         result = settings.apply(native_result(args))
     else:
-        result = check(
-            args.config_dir,
-            args.config_name,
-            args.overrides,
-            schema=args.schema,
-            select=args.select,
-            ignore=args.ignore,
-        )
+        result = check_args(args)
     if getattr(args, "scan_data", False):
         from cfgcheck.data.check import with_scan_findings
 

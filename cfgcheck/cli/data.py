@@ -51,20 +51,13 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cfgcheck import check
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
+    from cfgcheck.cli._common import check_args
     from cfgcheck.data import ScanError, scan_dataset, scan_findings
     from cfgcheck.findings import CheckResult, sort_findings
     from cfgcheck.report import get_reporter
 
-    composed = check(
-        args.config_dir,
-        args.config_name,
-        args.overrides,
-        schema=args.schema,
-        select=args.select,
-        ignore=args.ignore,
-    )
+    composed = check_args(args)
     if composed.config is None:
         # The schema rejected the config: show why; there is nothing to scan with.
         get_reporter(args.format)(composed, sys.stdout)

@@ -104,8 +104,8 @@ def _text(p: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cfgcheck import check
     from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
+    from cfgcheck.cli._common import check_args
     from cfgcheck.report import get_reporter
 
     if getattr(args, "source", None):
@@ -113,14 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
         result = native_result(args)
     else:
-        result = check(
-            args.config_dir,
-            args.config_name,
-            args.overrides,
-            schema=args.schema,
-            select=args.select,
-            ignore=args.ignore,
-        )
+        result = check_args(args)
     if result.config is None:
         print("cfgcheck memory: the config does not validate:", file=sys.stderr)
         get_reporter("text")(result, sys.stderr)

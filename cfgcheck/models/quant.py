@@ -13,24 +13,12 @@ format unset, so the estimate counts 16-bit weights (on the safe side).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 from cfgcheck.models.files import ModelFolderError
+from cfgcheck.schema.model import WeightFormat
 
-FORMATS = (
-    "gptq-2bit",
-    "gptq-3bit",
-    "gptq-4bit",
-    "gptq-8bit",
-    "awq-4bit",
-    "bnb-nf4",
-    "bnb-nf4-dq",
-    "bnb-fp4",
-    "bnb-int8",
-    "mxfp4",
-    "fp8",
-    "fbgemm-fp8",
-)
+FORMATS: tuple[str, ...] = get_args(WeightFormat)  # the schema's model.weight_format
 
 
 def weight_format(data: Mapping[str, Any], where: str) -> str | None:

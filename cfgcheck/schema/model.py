@@ -29,6 +29,21 @@ from cfgcheck.schema.bounds import (
 
 MlpKind = Literal["gelu", "swiglu", "geglu"]
 NormKind = Literal["rmsnorm", "layernorm"]
+# How a pre-quantized checkpoint stores its weights (cfgcheck.models.quant reads them).
+WeightFormat = Literal[
+    "gptq-2bit",
+    "gptq-3bit",
+    "gptq-4bit",
+    "gptq-8bit",
+    "awq-4bit",
+    "bnb-nf4",
+    "bnb-nf4-dq",
+    "bnb-fp4",
+    "bnb-int8",
+    "mxfp4",
+    "fp8",
+    "fbgemm-fp8",
+]
 
 
 def find_multiple(n: int, k: int) -> int:
@@ -182,23 +197,7 @@ class ModelConfig(Section):
         None,
         description="Experts each token runs through (the router's top-k; Mixtral: 2).",
     )
-    weight_format: (
-        Literal[
-            "gptq-2bit",
-            "gptq-3bit",
-            "gptq-4bit",
-            "gptq-8bit",
-            "awq-4bit",
-            "bnb-nf4",
-            "bnb-nf4-dq",
-            "bnb-fp4",
-            "bnb-int8",
-            "mxfp4",
-            "fp8",
-            "fbgemm-fp8",
-        ]
-        | None
-    ) = Field(
+    weight_format: WeightFormat | None = Field(
         None,
         description="How a pre-quantized checkpoint stores its weights (its config.json "
         "quantization_config: GPTQ, AWQ, bitsandbytes, gpt-oss's MXFP4 experts, FP8). None: "
