@@ -86,7 +86,9 @@ def native_fixes(
 
 
 # A cfgcheck override spelled inside prose: ``trainer.precision=16-mixed``.
-_OVERRIDE_IN_TEXT = re.compile(r"(?<![\w.-])((?:trainer|data|model|tokenizer)\.[\w.]+)=([^\s,;)]+)")
+_OVERRIDE_IN_TEXT = re.compile(
+    r"(?<![\w.-])((?:trainer|data|model|tokenizer)\.[\w.]+)=(\[[^\]\s]*\]|[^\s,;)]+)"
+)
 
 
 def native_text(text: str, spec: Format) -> str:
