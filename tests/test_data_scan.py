@@ -293,8 +293,23 @@ def test_progress_only_on_a_terminal_for_large_scans(
     err = _Tty() if tty else io.StringIO()
     monkeypatch.setattr("sys.stderr", err)
     monkeypatch.setattr(scan_module, "PROGRESS_MIN_BYTES", min_bytes)
+    monkeypatch.delenv("CI", raising=False)  # progress stays quiet in CI (tested below)
     scan_dataset(run, chunk_size=10)
     assert ("scanning [" in err.getvalue()) is shown
+
+
+def test_progress_is_quiet_in_ci_even_on_a_terminal(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cfgcheck.data import scan as scan_module
+
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(30)))
+    err = _Tty()
+    monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setattr(scan_module, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setenv("CI", "true")
+    scan_dataset(run, chunk_size=10)
+    assert "scanning [" not in err.getvalue()
 
 
 def test_text_lines_keep_their_numbers_and_bytes_are_counted(tmp_path: Path) -> None:

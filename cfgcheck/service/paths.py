@@ -87,22 +87,17 @@ def refused_native_paths(
     native: Mapping[str, Any], roots: Sequence[Path], cwd: Path | None = None
 ) -> list[str]:
     """:func:`refused_paths` of the files a native config's builder reads itself
-    (``NATIVE_READ_KEYS``, at any depth), before the builder runs."""
+    (``NATIVE_READ_KEYS``, top-level keys: torchtune's ``checkpointer.checkpoint_dir`` is
+    never read for a request), before the builder runs."""
     from cfgcheck.safeio import confinement_problem
 
     base = cwd or Path.cwd()
     refused = []
-    stack: list[tuple[str, Any]] = [("", native)]
-    while stack:
-        prefix, body = stack.pop()
-        for key, value in body.items():
-            where = f"{prefix}{key}"
-            if isinstance(value, Mapping):
-                stack.append((where + ".", value))
-            elif key in NATIVE_READ_KEYS and isinstance(value, str):
-                reason = confinement_problem(value, roots, base)
-                if reason:
-                    refused.append(f"{where}={value!r} {reason}")
+    for key, value in native.items():  # the builders read these at the top level only
+        if key in NATIVE_READ_KEYS and isinstance(value, str):
+            reason = confinement_problem(value, roots, base)
+            if reason:
+                refused.append(f"{key}={value!r} {reason}")
     return sorted(refused)
 
 
