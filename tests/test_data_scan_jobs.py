@@ -281,6 +281,7 @@ print(json.dumps([report.samples, me, kids]))
 """
 
 
+@pytest.mark.slow
 def test_peak_memory_does_not_grow_with_the_corpus(
     cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
 ) -> None:

@@ -173,6 +173,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+CLOSED_EARLY = -1
+
+
 def _post(port: int, body: bytes, content_type: str) -> int:
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/validate", data=body, headers={"content-type": content_type}
@@ -182,6 +185,12 @@ def _post(port: int, body: bytes, content_type: str) -> int:
             return int(r.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
+    except urllib.error.URLError as e:
+        # The server refused the body before it was all sent (a bound crossed) and closed the
+        # connection: CLOSED_EARLY, which the caller accepts only while the server stays up.
+        if isinstance(e.reason, BrokenPipeError | ConnectionResetError):
+            return CLOSED_EARLY
+        raise
 
 
 def _healthy(port: int) -> bool:
@@ -192,6 +201,7 @@ def _healthy(port: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_crash_canary_real_server() -> None:
     port = _free_port()
     server = subprocess.Popen(
@@ -229,7 +239,7 @@ def test_crash_canary_real_server() -> None:
         ]
         for body, content_type in cases:
             status = _post(port, body, content_type)
-            assert status in ANSWERED, (status, body[:40])
+            assert status in (*ANSWERED, CLOSED_EARLY), (status, body[:40])
             assert server.poll() is None, f"the server died on {body[:40]!r}"
             assert _healthy(port)
         # A client dribbling a request head is cut off by the head deadline.

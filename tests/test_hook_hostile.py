@@ -59,6 +59,7 @@ def test_3000_changed_files_are_refused_before_any_composition(
     assert "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_the_limit_is_a_flag(tmp_path: Path, crowded: list[str]) -> None:
     done = hook(tmp_path, "--max-compositions", "3", *crowded[:3])
     assert done.returncode == 2

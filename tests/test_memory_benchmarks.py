@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 MEASURED = REPO / "benchmarks" / "reference" / "measured-memory.csv"
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -32,6 +34,7 @@ def test_every_source_has_one_mapping_and_a_metric() -> None:
     assert {s["metric"] for s in memory_accuracy.SOURCES.values()} <= {"allocated", "reserved"}
 
 
+@pytest.mark.slow
 def test_calibration_table_covers_every_recorded_run() -> None:
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "memory_calibration.py")],

@@ -53,6 +53,7 @@ def memory_finding(result: dict[str, Any]) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base", OVER_THE_GPU, ids=lambda b: " ".join(b))
 def test_each_fix_applied_through_the_cli_passes_every_rule(base: list[str]) -> None:
     before = check(*base)

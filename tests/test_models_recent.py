@@ -257,6 +257,7 @@ def test_experts_peft_cannot_reach_are_a_warning() -> None:
 # --- memory estimate, CLI, failures --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_memory_estimate_of_a_moe_counts_all_experts_and_states_its_margin(
     tmp_path: Path,
 ) -> None:
@@ -277,6 +278,7 @@ def test_memory_estimate_of_a_moe_counts_all_experts_and_states_its_margin(
     assert weights["bytes"] == 2 * pc.total  # every expert, bf16-true (the default)
 
 
+@pytest.mark.slow
 def test_an_architecture_transformers_does_not_ship_is_one_line_exit_2(tmp_path: Path) -> None:
     folder = write_config(tmp_path / "m", {"model_type": "my_private_arch", "hidden_size": 8})
     proc = run_cfgcheck("check", "~model", f"+model.pretrained={folder}", timeout=120)
@@ -381,6 +383,7 @@ def test_peft_conversion_tables_are_peft_and_transformers_own() -> None:
         assert trace(data).peft_moe == (expected if expected in PEFT_MOE_NAMES else None)
 
 
+@pytest.mark.slow
 def test_a_traced_preset_without_transformers_is_one_line_exit_2() -> None:
     """conf/model/mixtral-8x7b.yaml carries its config.json; without transformers the check
     stops with one line naming the extra, exit 2 (never a rule's traceback)."""

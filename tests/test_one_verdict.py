@@ -43,6 +43,7 @@ def json_run(*args: str) -> tuple[int, dict[str, object]]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_check_memory_and_data_agree(name: str) -> None:
     overrides = CONFIGS[name]

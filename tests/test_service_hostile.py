@@ -87,6 +87,7 @@ def test_lone_surrogate_in_a_yaml_body(client: TestClient) -> None:
 # --- 2. thousands of unknown keys -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_19000_unknown_keys_are_validated_in_linear_time() -> None:
     """Each unknown key cost a did-you-mean search and a fix checked by validating the whole
     config again: quadratic, hours for 19,000 keys (1,000 keys took 3 minutes). Now the first
@@ -133,6 +134,7 @@ def test_a_few_unknown_keys_keep_their_fixes(cfg: dict[str, Any]) -> None:
 # --- 4. concurrent first requests -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_concurrent_first_requests_to_a_fresh_app_get_no_500() -> None:
     """46 first requests at once, on every request kind, to an app in a fresh interpreter
     (nothing imported yet but what create_app imports): 2 of 46 got a 500 from a concurrent

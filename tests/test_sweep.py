@@ -302,6 +302,7 @@ JOBS_SWEEP = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_cli_sweep_jobs_gives_byte_identical_ordered_output(tmp_path: Path, fmt: str) -> None:
     one = cli(tmp_path, "--format", fmt, "--jobs", "1", *JOBS_SWEEP)
