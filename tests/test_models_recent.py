@@ -394,8 +394,15 @@ def test_a_traced_preset_without_transformers_is_one_line_exit_2() -> None:
         "sys.argv = ['cfgcheck', 'check', 'model=mixtral-8x7b']; "
         "from cfgcheck.cli import main; raise SystemExit(main())"
     )
+    from tests.conftest import REPO
+
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,  # the shipped conf/, whatever directory an earlier test left
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
