@@ -1,0 +1,43 @@
+"""One check of the page's form, run on a validation thread: the service's own validation
+(:meth:`cfgcheck.service.runner.Runner.check`, the code ``POST /v1/validate`` runs) on the
+body the form stands for, then the findings located on the lines of the pasted file and the
+memory panel."""
+
+from __future__ import annotations
+
+from cfgcheck.findings import CheckResult, Location
+from cfgcheck.service.runner import Runner
+from cfgcheck.service.web import form as forms
+from cfgcheck.service.web.memory import panel
+from cfgcheck.service.web.page import Outcome
+
+
+def check_form(runner: Runner, form: forms.PageForm, deadline: float) -> Outcome:
+    body, kind = forms.request_body(form)
+    result = runner.check(body, kind, deadline)
+    if form.mode == "paste" and form.format == "cfgcheck" and result.findings:
+        result = locate_in_text(result, form.config, forms.shown_filename(form))
+    if result.config is None:
+        return Outcome(result)
+    native = form.format if form.mode == "paste" and form.format != "cfgcheck" else None
+    return Outcome(result, panel(result.config, form.gpu, native))
+
+
+def locate_in_text(result: CheckResult, text: str, shown: str) -> CheckResult:
+    """``result`` with each finding's paths located on the line of the pasted run config that
+    sets them (as ``cfgcheck check`` locates them in conf/ files,
+    :func:`cfgcheck.locations.locate`); the text is read by the sources layer's bounded
+    reader, which the service's parser already accepted."""
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.locations import SourceMap, locate
+    from cfgcheck.sources.reader import parse_yaml
+
+    try:
+        _, lines = parse_yaml(text, shown)
+    except ConfigLoadError:  # accepted by the service's reader, not by this one: no lines
+        return result
+    parents = {key.rsplit(".", 1)[0] for key in lines if "." in key}
+    smap = SourceMap()
+    for key, line in lines.items():  # a key with nothing below it holds its whole value
+        smap.set(key, Location(shown, line), covering=key not in parents)
+    return locate(result, smap)
