@@ -45,6 +45,8 @@ NUMBERS: dict[str, tuple[str, int, int]] = {
     "devices": ("trainer.devices", 1, 1024),
 }
 GROUPS = ("model", "tokenizer", "trainer")
+PASTE_FIELDS = ("format", "config", "filename")
+PRESET_FIELDS = (*GROUPS, *CHOICES, *NUMBERS, "lora_targets")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _TARGET = re.compile(r"^[A-Za-z0-9_.]+$")
 MAX_FIELDS = 64
@@ -85,8 +87,10 @@ class PageForm:
         return self.mode == "preset" or bool(self.config.strip())
 
     def query(self) -> str:
-        """The inputs as a query string (the shareable URL), only the fields that are set."""
-        pairs = [(f.name, getattr(self, f.name)) for f in fields(self) if f.name != "problems"]
+        """The inputs as a query string (the shareable URL): the fields of the mode that are
+        set."""
+        unused = set(PASTE_FIELDS if self.mode == "preset" else PRESET_FIELDS) | {"problems"}
+        pairs = [(f.name, getattr(self, f.name)) for f in fields(self) if f.name not in unused]
         return urlencode([(k, v) for k, v in pairs if v and not (k == "mode" and v == "paste")])
 
     def override_lines(self) -> list[str]:

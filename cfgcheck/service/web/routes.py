@@ -93,7 +93,10 @@ def add_routes(app: FastAPI, runner: Runner, offload: Offload) -> None:
         try:
             mime = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
             if mime != FORM_TYPE:
-                raise RequestError(415, f"unsupported Content-Type {mime or '(none)'!r}; the page posts {FORM_TYPE}")
+                raise RequestError(
+                    415,
+                    f"unsupported Content-Type {mime or '(none)'!r}; the page posts {FORM_TYPE}",
+                )
             body = await read_within(
                 request.headers.get("content-length"),
                 request.stream(),
