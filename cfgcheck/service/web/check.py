@@ -14,16 +14,42 @@ from cfgcheck.service.web.page import Outcome
 
 def check_form(runner: Runner, form: forms.PageForm, deadline: float) -> Outcome:
     body, kind = forms.request_body(form)
+    own = form.mode == "paste" and form.format == "cfgcheck"
+    if own and form.gpu:
+        body, kind = with_gpu(runner, body, form.gpu)
     result = runner.check(body, kind, deadline)
-    if form.mode == "paste" and form.format == "cfgcheck" and result.findings:
-        result = locate_in_text(result, form.config, forms.shown_filename(form))
+    if own and result.findings:
+        result = locate_in_text(result, form.config, forms.shown_filename(form), form.gpu)
     if result.config is None:
         return Outcome(result)
     native = form.format if form.mode == "paste" and form.format != "cfgcheck" else None
     return Outcome(result, panel(result.config, form.gpu, native))
 
 
-def locate_in_text(result: CheckResult, text: str, shown: str) -> CheckResult:
+def with_gpu(runner: Runner, body: bytes, gpu: str) -> tuple[bytes, str]:
+    """A pasted run config with ``trainer.gpu`` set to the GPU picked on the page (as the
+    override ``trainer.gpu.name=GPU`` sets it for ``cfgcheck check``). The text is read by the
+    service's own bounded parser; what it refuses, or a body that is no run config, is left to
+    the check to refuse or judge."""
+    import json
+
+    from cfgcheck.service.body import parse_body
+    from cfgcheck.service.errors import RequestError
+    from cfgcheck.service.models import COMPOSE_KEYS, NATIVE_KEY
+
+    try:
+        payload = parse_body(body, "yaml", runner.limits)
+    except RequestError:
+        return body, "yaml"
+    if not isinstance(payload, dict) or (COMPOSE_KEYS | {NATIVE_KEY}) & payload.keys():
+        return body, "yaml"
+    trainer = payload.get("trainer")
+    if isinstance(trainer, dict):
+        trainer["gpu"] = {"name": gpu}
+    return json.dumps(payload).encode(), "json"
+
+
+def locate_in_text(result: CheckResult, text: str, shown: str, gpu: str = "") -> CheckResult:
     """``result`` with each finding's paths located on the line of the pasted run config that
     sets them (as ``cfgcheck check`` locates them in conf/ files,
     :func:`cfgcheck.locations.locate`); the text is read by the sources layer's bounded
@@ -40,4 +66,6 @@ def locate_in_text(result: CheckResult, text: str, shown: str) -> CheckResult:
     smap = SourceMap()
     for key, line in lines.items():  # a key with nothing below it holds its whole value
         smap.set(key, Location(shown, line), covering=key not in parents)
+    if gpu:  # the GPU picked on the page, not the file's
+        smap.set("trainer.gpu", Location(f"<GPU picked on the page: {gpu}>"), covering=True)
     return locate(result, smap)
