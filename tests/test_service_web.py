@@ -297,3 +297,40 @@ def test_timeout_is_the_services(monkeypatch: pytest.MonkeyPatch) -> None:
     with client_for(request_timeout_s=0.5) as c:
         r = post(c, mode="paste", config=seed_yaml([]))
     assert r.status_code == 504 and "took longer than" in r.text
+
+
+def bar_total(page: str) -> int:
+    found = re.search(r'data-total-bytes="(\d+)"', page)
+    assert found is not None, "no memory bar"
+    return int(found.group(1))
+
+
+def test_hf_config_json_is_the_model(client: TestClient) -> None:
+    from tests.model_folders import LLAMA2_7B
+
+    text = json.dumps(LLAMA2_7B, indent=2)
+    r = post(client, format="hf-config", config=text, tokenizer="llama-2", max_seq_length="8192")
+    assert r.status_code == 200 and "seq-len-over-block-size" in r.text
+    line = next(n for n, t in enumerate(text.split("\n"), 1) if "max_position_embeddings" in t)
+    assert highlighted(r.text).get(line) == "error"
+    assert f"config.json:{line}" in r.text
+    # The same model as the server's llama-2-7b preset (made from the same published file).
+    pasted = post(client, format="hf-config", config=text, tokenizer="llama-2")
+    preset = post(client, mode="preset", model="llama-2-7b", tokenizer="llama-2")
+    assert bar_total(pasted.text) == bar_total(preset.text)
+    link = re.search(r'<a href="/\?([^"]+)" id="share">', pasted.text)
+    assert link is not None and "tokenizer=llama-2" in link.group(1)
+
+
+def test_hf_config_json_must_be_an_object(client: TestClient) -> None:
+    r = post(client, format="hf-config", config="[1, 2]")
+    assert r.status_code == 422 and "JSON object" in r.text
+
+
+def test_picked_gpu_applies_to_a_pasted_run_config(client: TestClient) -> None:
+    text, _ = SEEDS["litgpt-cannot-attend"]
+    r = post(client, config=text, gpu="T4")
+    assert '<code class="rule">gpu-memory</code>' in r.text
+    assert "&lt;GPU picked on the page: T4&gt;" in r.text
+    # the finding's fixes are the memory panel's
+    assert set(copyable(r.text, "memfix-")) <= set(copyable(r.text))

@@ -6,23 +6,32 @@ memory panel."""
 from __future__ import annotations
 
 from cfgcheck.findings import CheckResult, Location
+from cfgcheck.locations import locate
 from cfgcheck.service.runner import Runner
 from cfgcheck.service.web import form as forms
+from cfgcheck.service.web import hfconfig
 from cfgcheck.service.web.memory import panel
 from cfgcheck.service.web.page import Outcome
 
 
 def check_form(runner: Runner, form: forms.PageForm, deadline: float) -> Outcome:
-    body, kind = forms.request_body(form)
-    own = form.mode == "paste" and form.format == "cfgcheck"
-    if own and form.gpu:
-        body, kind = with_gpu(runner, body, form.gpu)
-    result = runner.check(body, kind, deadline)
-    if own and result.findings:
-        result = locate_in_text(result, form.config, forms.shown_filename(form), form.gpu)
+    paste = form.format if form.mode == "paste" else None
+    shown = forms.shown_filename(form)
+    if paste == hfconfig.FORMAT:
+        body, keys = hfconfig.run_config(runner, form)
+        result = runner.check(body, "json", deadline)
+        if result.findings:
+            result = locate(result, hfconfig.source_map(form.config, shown, keys))
+    else:
+        body, kind = forms.request_body(form)
+        if paste == "cfgcheck" and form.gpu:
+            body, kind = with_gpu(runner, body, form.gpu)
+        result = runner.check(body, kind, deadline)
+        if paste == "cfgcheck" and result.findings:
+            result = locate_in_text(result, form.config, shown, form.gpu)
     if result.config is None:
         return Outcome(result)
-    native = form.format if form.mode == "paste" and form.format != "cfgcheck" else None
+    native = paste if paste not in (None, "cfgcheck", hfconfig.FORMAT) else None
     return Outcome(result, panel(result.config, form.gpu, native))
 
 
@@ -55,7 +64,7 @@ def locate_in_text(result: CheckResult, text: str, shown: str, gpu: str = "") ->
     :func:`cfgcheck.locations.locate`); the text is read by the sources layer's bounded
     reader, which the service's parser already accepted."""
     from cfgcheck.errors import ConfigLoadError
-    from cfgcheck.locations import SourceMap, locate
+    from cfgcheck.locations import SourceMap
     from cfgcheck.sources.reader import parse_yaml
 
     try:

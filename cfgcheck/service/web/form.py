@@ -28,6 +28,7 @@ FORMATS: dict[str, str] = {
     "torchtune": "torchtune",
     "llamafactory": "LLaMA-Factory",
     "python": "Python script or notebook (read, never run)",
+    "hf-config": "Hugging Face config.json (the model; the rest from the preset below)",
 }
 MODES = ("paste", "preset")
 # The knobs of a preset: form field -> (override key, choices or None for a number/list).
@@ -89,7 +90,11 @@ class PageForm:
     def query(self) -> str:
         """The inputs as a query string (the shareable URL): the fields of the mode that are
         set."""
-        unused = set(PASTE_FIELDS if self.mode == "preset" else PRESET_FIELDS) | {"problems"}
+        unused = {"problems"}
+        if self.mode == "preset":
+            unused |= set(PASTE_FIELDS)
+        elif self.format != "hf-config":  # a config.json takes the preset's other sections
+            unused |= set(PRESET_FIELDS)
         pairs = [(f.name, getattr(self, f.name)) for f in fields(self) if f.name not in unused]
         return urlencode([(k, v) for k, v in pairs if v and not (k == "mode" and v == "paste")])
 
@@ -198,4 +203,4 @@ def shown_filename(form: PageForm) -> str:
     """The name findings' locations give the pasted file."""
     if form.filename:
         return form.filename
-    return "config.py" if form.format == "python" else "config.yaml"
+    return {"python": "config.py", "hf-config": "config.json"}.get(form.format, "config.yaml")

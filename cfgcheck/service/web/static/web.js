@@ -11,10 +11,13 @@
   function showMode() {
     var chosen = form.querySelector("input[name=mode]:checked");
     var mode = chosen ? chosen.value : "paste";
+    // A Hugging Face config.json is the model only: the other sections come from the preset.
+    var hf = mode === "paste" && document.getElementById("format").value === "hf-config";
     document.getElementById("paste").classList.toggle("hidden-mode", mode !== "paste");
-    document.getElementById("preset").classList.toggle("hidden-mode", mode !== "preset");
+    document.getElementById("preset").classList.toggle("hidden-mode", mode !== "preset" && !hf);
   }
   form.querySelectorAll("input[name=mode]").forEach(function (r) { r.addEventListener("change", showMode); });
+  document.getElementById("format").addEventListener("change", showMode);
   showMode();
 
   var upload = document.getElementById("upload");
@@ -34,6 +37,8 @@
         document.getElementById("config").value = String(reader.result);
         document.getElementById("filename").value = file.name.replace(/[^A-Za-z0-9_.\-]/g, "_").replace(/^[.\-]+/, "");
         if (/\.(py|ipynb)$/i.test(file.name)) { document.getElementById("format").value = "python"; }
+        if (file.name === "config.json") { document.getElementById("format").value = "hf-config"; }
+        showMode();
       };
       reader.readAsText(file);
     });
