@@ -12,6 +12,11 @@ request at a time over one kept-alive connection:
 * ``POST /``: the form with a seed failure (the composed conf/ with data.max_seq_length=3063),
   checked and rendered with its memory panel (the time to a result, not part of page load).
 
+With ``--browser`` (Selenium and Debian's chromium/chromedriver, as the browser tests use
+them), also ``browser load``: headless Chromium opening ``/`` with an empty cache, timed by
+the page's own Navigation Timing (``loadEventEnd``: the page, its stylesheet and script
+fetched, parsed and run).
+
 Prints p50/p90/max milliseconds per item. Loopback only; the client shares the server's CPU.
 """
 
@@ -55,9 +60,38 @@ def _ms(samples: list[float]) -> str:
     )
 
 
+def _browser_loads(base: str, n: int) -> list[float]:
+    """Seconds from navigation start to the end of the load event, ``n`` cold loads of ``/``."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    out = []
+    try:
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})
+        driver.get(base + "/")  # warm-up
+        for _ in range(n):
+            driver.get(base + "/")
+            ms = driver.execute_script(
+                "const e = performance.getEntriesByType('navigation')[0];"
+                "return e.loadEventEnd - e.startTime;"
+            )
+            out.append(float(ms) / 1000)
+    finally:
+        driver.quit()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=50, help="timed requests per item")
+    parser.add_argument("--browser", action="store_true", help="also time headless Chromium")
     args = parser.parse_args()
 
     import httpx
@@ -104,6 +138,8 @@ def main() -> int:
                 start = time.perf_counter()
                 client.post("/", data=form).raise_for_status()
                 times["POST /"].append(time.perf_counter() - start)
+        if args.browser:
+            times["browser load"] = _browser_loads(base, args.requests)
     finally:
         server.terminate()
         server.wait(10)

@@ -334,3 +334,14 @@ def test_picked_gpu_applies_to_a_pasted_run_config(client: TestClient) -> None:
     assert "&lt;GPU picked on the page: T4&gt;" in r.text
     # the finding's fixes are the memory panel's
     assert set(copyable(r.text, "memfix-")) <= set(copyable(r.text))
+
+
+def test_a_long_file_is_listed_up_to_a_bound(client: TestClient) -> None:
+    from cfgcheck.service.web.findings_view import MAX_LISTING_LINES
+
+    text, _ = SEEDS["litgpt-cannot-attend"]
+    r = post(client, config=text + "#\n" * (MAX_LISTING_LINES + 100))
+    assert r.status_code == 200
+    assert f'id="L{MAX_LISTING_LINES}"' in r.text and f'id="L{MAX_LISTING_LINES + 1}"' not in r.text
+    assert f"the listing stops at line {MAX_LISTING_LINES}" in r.text
+    assert highlighted(r.text)  # the findings' lines are near the top

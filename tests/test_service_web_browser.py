@@ -358,6 +358,33 @@ def test_docs_screenshot(browser: Any, server: str, tmp_path: Path) -> None:
         browser.set_window_size(1280, 1000)
 
 
+def test_upload_a_config_json(browser: Any, server: str, tmp_path: Path) -> None:
+    from tests.model_folders import LLAMA2_7B
+
+    upload = tmp_path / "config.json"
+    upload.write_text(json.dumps(LLAMA2_7B, indent=2))
+    browser.get(server + "/")
+    assert not browser.find_element(By.ID, "tokenizer").is_displayed()
+    browser.find_element(By.ID, "upload").send_keys(str(upload))
+    wait(browser, lambda d: d.find_element(By.ID, "config").get_attribute("value"))
+    assert json.loads(browser.find_element(By.ID, "config").get_attribute("value")) == LLAMA2_7B
+    assert browser.find_element(By.ID, "format").get_attribute("value") == "hf-config"
+    assert browser.find_element(By.ID, "filename").get_attribute("value") == "config.json"
+    # A config.json is the model only: the preset's fields are shown for the rest.
+    Select(browser.find_element(By.ID, "tokenizer")).select_by_value("llama-2")
+    browser.find_element(By.ID, "max_seq_length").send_keys("8192")
+    old = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.ID, "submit").click()
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "html") != old)
+    wait(browser, lambda d: d.find_elements(By.ID, "summary"))
+    line = next(
+        n for n, t in enumerate(upload.read_text().split("\n"), 1) if "max_position_embeddings" in t
+    )
+    assert "hl-error" in browser.find_element(By.ID, f"L{line}").get_attribute("class")
+    assert browser.find_element(By.ID, "file-title").text == "config.json"
+    shot(browser, tmp_path / "upload.png")
+
+
 def test_check_works_without_javascript(server: str, tmp_path: Path) -> None:
     driver = _driver(javascript=False)
     try:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from cfgcheck.findings import CheckResult, Finding, Location
 from cfgcheck.service.web.render import Markup, fill, join, tag
 
+MAX_LISTING_LINES = 5000
+
 
 def _location(loc: Location, shown: str | None) -> Markup:
     """``file:line``, a link to the line of the pasted file when it is that file."""
@@ -76,6 +78,10 @@ def highlighted_lines(result: CheckResult, shown: str) -> dict[int, str]:
 
 
 def render_listing(text: str, marks: dict[int, str], shown: str) -> Markup:
+    """The pasted file, numbered, the marked lines highlighted; at most
+    :data:`MAX_LISTING_LINES` lines (a file of a million blank lines is no page)."""
+    lines = text.split("\n", MAX_LISTING_LINES)
+    more = len(lines) > MAX_LISTING_LINES
     items = [
         tag(
             "li",
@@ -83,7 +89,7 @@ def render_listing(text: str, marks: dict[int, str], shown: str) -> Markup:
             id=f"L{n}",
             class_=f"hl hl-{marks[n]}" if n in marks else None,
         )
-        for n, line in enumerate(text.split("\n"), start=1)
+        for n, line in enumerate(lines[:MAX_LISTING_LINES], start=1)
     ]
     return join(
         [
@@ -91,6 +97,8 @@ def render_listing(text: str, marks: dict[int, str], shown: str) -> Markup:
             tag("h2", shown, id="file-title"),
             Markup('<ol class="listing">'),
             join(items, ""),
-            Markup("</ol></section>"),
+            Markup("</ol>"),
+            tag("p", f"(the listing stops at line {MAX_LISTING_LINES})") if more else Markup(""),
+            Markup("</section>"),
         ]
     )

@@ -56,24 +56,39 @@ def add_routes(app: FastAPI, runner: Runner, offload: Offload) -> None:
     )
     assets = {name: static_file(name) for name in STATIC}
 
-    def page(form: forms.PageForm, outcome: Outcome | None) -> HTMLResponse:
+    def page(
+        form: forms.PageForm, outcome: Outcome | None, html: str | None = None
+    ) -> HTMLResponse:
         status = 200 if outcome is None else outcome.status
         headers = dict(HEADERS)
         if status == 503:
             headers["Retry-After"] = "1"
-        return HTMLResponse(render_page(form, outcome, presets), status, headers=headers)
+        if html is None:
+            html = render_page(form, outcome, presets)
+        return HTMLResponse(html, status, headers=headers)
+
+    def checked(form: forms.PageForm, deadline: float) -> tuple[Outcome, str]:
+        """The check and its page, both on the validation thread (a long file's listing is
+        rendered off the event loop too, within the time limit)."""
+        try:
+            outcome = check_form(runner, form, deadline)
+        except RequestError as e:
+            outcome = Outcome(status=e.status, detail=e.detail)
+        return outcome, render_page(form, outcome, presets)
 
     async def answer(form: forms.PageForm) -> HTMLResponse:
         if not form.submitted:
             return page(form, None)
         try:
-            outcome: Outcome = await offload(lambda deadline: check_form(runner, form, deadline))
-        except RequestError as e:
-            outcome = Outcome(status=e.status, detail=e.detail)
+            outcome, html = await offload(lambda deadline: checked(form, deadline))
+        except RequestError as e:  # 503 or 504: refused or stopped by the service
+            return page(form, Outcome(status=e.status, detail=e.detail))
         except Exception as e:  # a bug: logged, one line on the page
             log_internal_error(f"checking the page's {form.mode} form", e)
-            outcome = Outcome(status=500, detail=f"internal error ({type(e).__name__}); logged")
-        return page(form, outcome)
+            return page(
+                form, Outcome(status=500, detail=f"internal error ({type(e).__name__}); logged")
+            )
+        return page(form, outcome, html)
 
     def refused(e: RequestError) -> HTMLResponse:
         return page(forms.PageForm(), Outcome(status=e.status, detail=e.detail))
