@@ -234,6 +234,18 @@ def test_switch_gpus_in_the_table(browser: Any, server: str, tmp_path: Path) -> 
     assert "GiB per GPU, fits" in browser.find_element(By.CSS_SELECTOR, ".memfixes").text
     assert browser.find_element(By.ID, "gpu").get_attribute("value") == "T4"
     shot(browser, tmp_path / "t4.png")
+    # The shareable link holds the inputs: opening it gives the same page.
+    copy_link = browser.find_element(By.CSS_SELECTOR, "button[data-copy-link]")
+    copy_link.click()
+    wait(browser, lambda _: copy_link.get_attribute("data-copied"))
+    link = copy_link.get_attribute("data-copied")
+    assert link.startswith(server + "/?") and "gpu=T4" in link
+    memfixes = [f.text for f in fixes]
+    browser.get(link)
+    wait(browser, lambda d: d.find_elements(By.ID, "summary"))
+    assert browser.find_element(By.CSS_SELECTOR, "tr.chosen").get_attribute("data-gpu") == "T4"
+    shared = browser.find_elements(By.CSS_SELECTOR, ".memfixes code.copyable")
+    assert [f.text for f in shared] == memfixes
     # By mouse: H100, where it fits (no fixes to show).
     old = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.CSS_SELECTOR, "button.pick[value='H100']").click()
