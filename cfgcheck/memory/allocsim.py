@@ -187,7 +187,7 @@ class CachingAllocator:
         self.ooms = 0
         self.segments = 0
         self._next_addr = 1 << 40
-        self._expandable: set[bool] = set()  # the pools (small?) that have their segment
+        self._expandable: dict[bool, int] = {}  # pool (small?) -> its segment's base address
         fraction = self.conf.memory_fraction
         self.allowed = (
             int(fraction * capacity) if fraction is not None and capacity is not None else None
@@ -411,7 +411,7 @@ class CachingAllocator:
             space = -(-space // self._page(pool)) * self._page(pool)
             head = Block(space, self._new_address(space), pool.small, True, mapped=False)
             pool.unmapped[head.addr] = head
-            self._expandable.add(pool.small)
+            self._expandable[pool.small] = head.addr
 
     def _try_allocate_expandable(self, pool: Pool, size: int) -> Block | None:
         """``try_allocate_expandable_block``: from the lowest-address unmapped range (with the
@@ -472,9 +472,10 @@ class CachingAllocator:
     def _unmap_block(self, pool: Pool, b: Block) -> None:
         """``unmap_block``: give back the whole pages inside a free block
         (``ExpandableSegment::unmap`` keeps partial pages at both ends)."""
-        page = self._page(pool)
-        start = -(-b.addr // page) * page
-        end = (b.addr + b.size) // page * page
+        page, base = self._page(pool), self._expandable[pool.small]
+        # pages are counted from the segment's start (segmentLeft / segmentRight)
+        start = base + -(-(b.addr - base) // page) * page
+        end = base + (b.addr + b.size - base) // page * page
         if start >= end:
             return
         pool.erase(b)
