@@ -34,11 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cfgcheck.memory import weights
-from cfgcheck.memory.activations import (
-    checkpoint_bytes,
-    head_activations,
-    layer_activations,
-)
+from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import FREE, RESET, Event
 from cfgcheck.memory.params import block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
@@ -104,12 +100,37 @@ def _param_tensors(m: ModelConfig) -> list[tuple[str, int]]:
     return full
 
 
-def _pieces(total: int, row: int) -> list[int]:
-    """``total`` bytes as tensors of ``row`` bytes, the rest as one more."""
-    if row <= 0:
-        return [total]
+def _pieces(total: int, row: int, limit: int = 1 << 30) -> list[int]:
+    """``total`` bytes as up to ``limit`` tensors of ``row`` bytes, the rest as one more."""
+    if row <= 0 or total <= 0:
+        return [total] if total > 0 else []
     n, rest = divmod(total, row)
+    if n > limit:
+        n, rest = limit, total - limit * row
     return [row] * n + ([rest] if rest else [])
+
+
+def layer_tensors(m: ModelConfig, t: TrainerConfig, masked: bool, tokens: int, seq: int) -> list[int]:
+    """One layer's saved bytes (:func:`layer_activations`) as the tensors that hold them: the
+    attention probabilities (eager: the fp32 softmax output, then its 16-bit copy), the MLP's
+    intermediate-size tensors (gate, activation, up, and the down projection's input when it
+    is kept), then hidden-size rows, the rest as one tensor."""
+    s = stack(m, t)
+    la = layer_activations(m, t, masked)
+    out: list[int] = []
+    scores = la.attention_scores
+    if scores:
+        a = m.n_head
+        first = 4 * a if scores > 4 * a else scores
+        out += [x * seq * tokens for x in (first, scores - first) if x]
+    inter = s.act * m.mlp_width
+    mlp = _pieces(la.per_token, inter, 4 if m.mlp in ("swiglu", "geglu") else 2)
+    rest = mlp.pop() if mlp and mlp[-1] != inter else 0
+    out += [x * tokens for x in mlp]
+    out += [x * tokens for x in _pieces(rest, s.residual * m.n_embd)]
+    if la.per_layer:
+        out.append(la.per_layer)
+    return out
 
 
 def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2) -> list[Event]:
@@ -137,9 +158,9 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
         ev.alloc(8 * tokens)
     ev.reset()
     masked = sdpa_masked(m, d, t, s, seq)
-    layer = layer_activations(m, t, masked)
-    layer_bytes = layer.bytes(tokens, seq)
+    pieces = layer_tensors(m, t, masked, tokens, seq)
     row = res * m.n_embd * tokens
+    n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     ckpt = t.gradient_checkpointing
     ckpt_layer = checkpoint_bytes(m, t, tokens) // max(1, m.n_layer)
     v = m.head_rows
@@ -154,7 +175,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             hidden = ev.alloc(row)
             saved: list[list[int]] = []
             for _ in range(m.n_layer):
-                ids = [ev.alloc(x) for x in _pieces(layer_bytes, row)]
+                ids = _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
                 if ckpt:
                     ev.free(*ids)
                     ids = [ev.alloc(ckpt_layer)]
@@ -176,10 +197,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.free(g_logits, head)
             for i in reversed(range(m.n_layer)):
                 if ckpt:
-                    ids = [ev.alloc(x) for x in _pieces(layer_bytes, row)]
-                    saved[i] += ids
+                    saved[i] += _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
+                # the MLP's gradients (intermediate size), then each norm's fp32 backward
                 tmp = [ev.alloc(p * m.mlp_width * tokens) for _ in range(2)]
                 ev.free(*tmp)
+                for _ in range(n_norms):
+                    tmp = [ev.alloc(4 * m.n_embd * tokens) for _ in range(3)]
+                    ev.free(*tmp)
                 if full:
                     first = 1 + i * per_layer_params
                     for j in range(first, first + per_layer_params):
@@ -213,6 +237,17 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
         ev.free(*grads.values())  # zero_grad(set_to_none=True)
     del states
     return ev.events
+
+
+def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> list[int]:
+    """A layer's forward: each norm's fp32 temporaries (``x.pow(2)`` and ``x * rsqrt``,
+    transformers' ``LlamaRMSNorm``) come and go, the saved tensors stay."""
+    for _ in range(n_norms):
+        a = ev.alloc(norm_tmp)
+        ev.free(a)
+        a = ev.alloc(norm_tmp)
+        ev.free(a)
+    return [ev.alloc(x) for x in pieces]
 
 
 def _grad(ev: Seq, grads: dict[int, int], param: int, nbytes: int) -> None:
