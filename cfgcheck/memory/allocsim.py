@@ -110,7 +110,7 @@ def allocation_size(size: int) -> int:
     return K_ROUND_LARGE * ((size + K_ROUND_LARGE - 1) // K_ROUND_LARGE)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Block:
     size: int
     addr: int
