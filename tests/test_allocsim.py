@@ -164,3 +164,12 @@ def test_parse_alloc_conf() -> None:  # AllocatorConfig::parseArgs
     for bad in ("max_split_size_mb:10", "expandable_segments:true", "nope:1", "x"):
         with pytest.raises(AllocConfError):
             parse_alloc_conf(bad)
+
+
+def test_repeated_block_is_the_block_written_out() -> None:
+    from cfgcheck.memory.allocsim import END, REPEAT
+
+    block = [(5, 12 * MIB), (6, 3 * MIB), (5, FREE), (7, 14 * MIB), (6, FREE), (7, FREE)]
+    head = [(1, 30 * MIB), (2, 100)]
+    r = simulate([*head, (4, REPEAT), *block, (0, END), (3, 40 * MIB)])
+    assert r == simulate([*head, *block * 4, (3, 40 * MIB)])

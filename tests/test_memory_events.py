@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cfgcheck.memory.allocsim import FREE, RESET, simulate
+from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, simulate
 from cfgcheck.memory.events import covered, step_events
 from cfgcheck.memory.simulated import simulate_step
 from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
@@ -48,13 +48,30 @@ def _cfg(finetuning: str, ckpt: bool, **kw: Any) -> tuple[ModelConfig, DataConfi
     return ModelConfig(**MID), DataConfig(max_seq_length=256), t
 
 
-@pytest.mark.parametrize(("finetuning", "ckpt"), [("full", False), ("lora", True)])
-def test_events_are_well_formed(finetuning: str, ckpt: bool) -> None:
-    m, d, t = _cfg(finetuning, ckpt)
-    ev = step_events(m, d, t)
+def _flat(ev: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The events with each repeated block written out."""
+    out, i = [], 0
+    while i < len(ev):
+        if ev[i][1] == REPEAT:
+            j = ev.index((0, END), i)
+            out += ev[i + 1 : j] * ev[i][0]
+            i = j + 1
+        else:
+            out.append(ev[i])
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize(
+    ("finetuning", "ckpt", "accum"), [("full", False, 1), ("lora", True, 1), ("full", True, 3)]
+)
+def test_events_are_well_formed(finetuning: str, ckpt: bool, accum: int) -> None:
+    m, d, t = _cfg(finetuning, ckpt, gradient_accumulation_steps=accum)
+    ev = _flat(step_events(m, d, t))
     live: set[int] = set()
     allocs = 0
     for ident, size in ev:
+        assert size not in (REPEAT, END)
         if size == FREE:
             assert ident in live
             live.remove(ident)
@@ -67,6 +84,7 @@ def test_events_are_well_formed(finetuning: str, ckpt: bool) -> None:
     assert sum(1 for _, s in ev if s == RESET) == 1
     # after two steps: weights, batch, adapters and optimizer states stay, nothing else
     r = simulate(ev)
+    assert r == simulate(step_events(m, d, t))  # skipping repetitions changes nothing
     assert r.peak_reserved >= r.peak_allocated
     kept = {i: s for i, s in ev if s > 0}
     assert 0 < sum(kept[i] for i in live) < r.peak_allocated

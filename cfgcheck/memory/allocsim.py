@@ -520,15 +520,38 @@ def _expandable_size(b: Block) -> int:
 Event = tuple[int, int]  # (id, size) allocates ``size`` bytes as ``id``; (id, -1) frees ``id``
 FREE = -1
 RESET = -2  # (0, RESET): torch.cuda.reset_peak_memory_stats()
+REPEAT = -3  # (n, REPEAT) ... (0, END): the events between run n times
+END = -4
 
 
 def simulate(
     events: list[Event], conf: AllocConf | None = None, capacity: int | None = None
 ) -> SimResult:
     """Run ``events`` through the allocator: ``(id, size)`` allocates, ``(id, FREE)`` frees,
-    ``(0, RESET)`` resets the peaks."""
+    ``(0, RESET)`` resets the peaks, ``(n, REPEAT) ... (0, END)`` repeats a block that frees
+    what it allocates (a micro-batch of gradient accumulation). A repetition that leaves the
+    allocator as it found it would do so again, with the same peaks: the rest are skipped."""
     a = CachingAllocator(conf, capacity)
     live: dict[int, Block] = {}
+    i = 0
+    while i < len(events):
+        ident, size = events[i]
+        if size == REPEAT:
+            j = events.index((0, END), i)
+            block = events[i + 1 : j]
+            for _ in range(ident):
+                before = _state(a)
+                _run(a, live, block)
+                if _state(a) == before:
+                    break
+            i = j + 1
+            continue
+        _run(a, live, events[i : i + 1])
+        i += 1
+    return a.result()
+
+
+def _run(a: CachingAllocator, live: dict[int, Block], events: list[Event]) -> None:
     for ident, size in events:
         if size == FREE:
             blk = live.pop(ident, None)
@@ -540,4 +563,17 @@ def simulate(
             got = a.malloc(size)
             if got is not None:
                 live[ident] = got
-    return a.result()
+
+
+def _state(a: CachingAllocator) -> tuple[object, ...]:
+    """What decides the allocator's future: its free blocks, mappings and counters."""
+    return (
+        tuple(a.small.keys),
+        tuple(a.large.keys),
+        tuple(a.small.unmapped),
+        tuple(a.large.unmapped),
+        a.reserved,
+        a.allocated,
+        a.retries,
+        a.ooms,
+    )

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from cfgcheck.memory import weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
-from cfgcheck.memory.allocsim import FREE, RESET, Event
+from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
 from cfgcheck.memory.params import block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
@@ -61,6 +61,9 @@ class Seq:
 
     def reset(self) -> None:
         self.events.append((0, RESET))
+
+    def mark(self, event: Event) -> None:
+        self.events.append(event)
 
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
@@ -170,7 +173,14 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     )
     for step in range(steps):
         grads: dict[int, int] = {}
-        for micro in range(t.gradient_accumulation_steps):
+        accum = t.gradient_accumulation_steps
+        # the first micro-batch makes the gradients; the others add into them, the same
+        # allocations each time: one block repeated (allocsim.simulate skips a repetition that
+        # changes nothing), with the same ids
+        for micro in range(min(accum, 2)):
+            if micro == 1:
+                ev.mark((accum - 1, REPEAT))
+                start = ev.next_id
             # forward
             hidden = ev.alloc(row)
             saved: list[list[int]] = []
@@ -226,7 +236,9 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 for pid, nb in rest:
                     _grad(ev, grads, pid, nb)
             ev.free(g_hidden, hidden)
-            del micro
+            if micro == 1:
+                ev.mark((0, END))
+                ev.next_id = start
         # optimizer step
         if step == 0:
             per = 2 if t.optimizer == "adamw" else 1
