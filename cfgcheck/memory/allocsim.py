@@ -422,10 +422,11 @@ class CachingAllocator:
             c = pool.unmapped[addr]
             if c.prev is not None and not c.prev.allocated:
                 c = c.prev
-            room, b = 0, c
-            while b is not None and room < size and not b.allocated:
-                room += b.size
-                b = b.next
+            room = 0
+            walk: Block | None = c
+            while walk is not None and room < size and not walk.allocated:
+                room += walk.size
+                walk = walk.next
             if room >= size:
                 cand = c
                 break

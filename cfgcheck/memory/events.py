@@ -113,7 +113,9 @@ def _pieces(total: int, row: int, limit: int = 1 << 30) -> list[int]:
     return [row] * n + ([rest] if rest else [])
 
 
-def layer_tensors(m: ModelConfig, t: TrainerConfig, masked: bool, tokens: int, seq: int) -> list[int]:
+def layer_tensors(
+    m: ModelConfig, t: TrainerConfig, masked: bool, tokens: int, seq: int
+) -> list[int]:
     """One layer's saved bytes (:func:`layer_activations`) as the tensors that hold them: the
     attention probabilities (eager: the fp32 softmax output, then its 16-bit copy), the MLP's
     intermediate-size tensors (gate, activation, up, and the down projection's input when it
@@ -149,9 +151,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     # the build
     params = _param_tensors(m)
     param_ids = [ev.alloc(n * master) for _, n in params]
-    trainable = (
-        list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
-    )
+    trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
     if not full:
         for numel, count in weights.trainable_tensors(m, t):
             for _ in range(count):
