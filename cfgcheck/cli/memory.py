@@ -103,7 +103,7 @@ def _text(p: dict[str, Any]) -> str:
         lines.append(
             f"allocator simulation ~ reserved {sim['reserved_gib']:.2f} GiB, allocated "
             f"{sim['allocated_gib']:.2f} GiB, cache {sim['fragmentation_gib']:.2f} GiB "
-            f"({sim['events']:,} allocations and frees replayed){outcome}"
+            f"(replayed from {sim['events']:,} allocation events){outcome}"
         )
     margin = f"stated error +/-{e['margin']:.0%}: up to {e['upper_gib']:.2f} GiB"
     if not e["calibrated"]:

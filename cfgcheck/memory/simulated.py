@@ -60,11 +60,16 @@ def alloc_conf(t: TrainerConfig) -> AllocConf:
 def simulate_step(
     m: ModelConfig, d: DataConfig, t: TrainerConfig, capacity: int | None = None
 ) -> Simulation | None:
-    """The simulated peaks of two steps, or None where the event sequence does not cover the
-    settings (:func:`cfgcheck.memory.events.covered`). ``capacity``: the bytes torch can have
-    (the GPU less the CUDA context)."""
+    """The simulated peaks of two steps with no memory limit, or None where the event sequence
+    does not cover the settings (:func:`cfgcheck.memory.events.covered`). ``capacity``: the
+    bytes torch can have (the GPU less the CUDA context): the step is replayed again on it
+    for :meth:`Simulation.outcome` (frees and retries, out of memory)."""
     if not covered(m, t):
         return None
     ev = step_events(m, d, t)
-    r = simulate(ev, alloc_conf(t), capacity)
-    return Simulation(r.peak_reserved, r.peak_allocated, len(ev), r.retries, r.ooms, capacity)
+    conf = alloc_conf(t)
+    r = simulate(ev, conf)  # the figures: what the step takes with room to spare
+    on_gpu = r if capacity is None else simulate(ev, conf, capacity)  # the path it takes
+    return Simulation(
+        r.peak_reserved, r.peak_allocated, len(ev), on_gpu.retries, on_gpu.ooms, capacity
+    )
