@@ -143,3 +143,23 @@ def test_generated_sequence_simulates_like_the_traced_step(finetuning: str, ckpt
     assert abs(generated.peak_allocated - traced.peak_allocated) <= 0.02 * traced.peak_allocated
     # LoRA with checkpointing: +4.5 % (12 MiB: a few segments); the others within 4 %
     assert abs(generated.peak_reserved - traced.peak_reserved) <= 0.05 * traced.peak_reserved
+
+
+def test_cfgcheck_memory_shows_the_simulation(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from cfgcheck.cli import main
+
+    main(["memory", "--format", "json", "trainer.gpu.memory_gib=12.2"])
+    out = json.loads(capsys.readouterr().out)
+    sim = out["simulation"]
+    assert sim["allocated_gib"] <= sim["reserved_gib"]
+    assert sim["fragmentation_gib"] == pytest.approx(
+        sim["reserved_gib"] - sim["allocated_gib"], abs=0.002
+    )
+    assert sim["outcome"] is not None and sim["events"] > 0
+    main(["memory", "trainer.cuda_alloc_conf=expandable_segments:True"])
+    text = capsys.readouterr().out
+    assert "allocator simulation ~ reserved" in text
+    main(["memory", "--format", "json", "trainer.framework=torchtune"])
+    assert json.loads(capsys.readouterr().out)["simulation"] is None  # not covered
