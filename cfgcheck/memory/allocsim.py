@@ -18,80 +18,40 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 
-MIB = 1024 * 1024
+from cfgcheck.memory.allocconf import (
+    K_LARGE_BUFFER,
+    MIB,
+    NO_LIMIT,
+    AllocConf,
+    AllocConfError,
+    parse_alloc_conf,
+)
+
+__all__ = [
+    "END",
+    "FREE",
+    "MIB",
+    "REPEAT",
+    "RESET",
+    "AllocConf",
+    "AllocConfError",
+    "CachingAllocator",
+    "Event",
+    "SimResult",
+    "allocation_size",
+    "parse_alloc_conf",
+    "round_size",
+    "simulate",
+]
+
 # constants at the top of CUDACachingAllocator.cpp
 K_MIN_BLOCK = 512  # kMinBlockSize: "all sizes are rounded to at least 512 bytes"
 K_SMALL_SIZE = MIB  # kSmallSize: "largest 'small' allocation is 1 MiB"
 K_SMALL_BUFFER = 2 * MIB  # kSmallBuffer: "'small' allocations are packed in 2 MiB blocks"
-K_LARGE_BUFFER = 20 * MIB  # kLargeBuffer: "'large' allocations may be packed in 20 MiB blocks"
+# kLargeBuffer (allocconf.K_LARGE_BUFFER): "'large' allocations may be packed in 20 MiB blocks"
 K_MIN_LARGE_ALLOC = 10 * MIB  # kMinLargeAlloc: "allocations between 1 and 10 MiB may use
 # kLargeBuffer"
 K_ROUND_LARGE = 2 * MIB  # kRoundLarge: "round up large allocations to 2 MiB"
-NO_LIMIT = 2**64 - 1  # std::numeric_limits<size_t>::max(), max_split_size's default
-
-
-@dataclass(frozen=True)
-class AllocConf:
-    """The ``PYTORCH_CUDA_ALLOC_CONF`` options the simulation honours (AllocatorConfig.cpp
-    ``parseArgs``); ``memory_fraction`` is ``torch.cuda.set_per_process_memory_fraction``,
-    without which ``garbage_collection_threshold`` does nothing (``malloc`` and
-    ``get_free_block`` test ``set_fraction && garbage_collection_threshold() > 0.0``)."""
-
-    expandable_segments: bool = False
-    max_split_size: int = NO_LIMIT  # bytes
-    max_non_split_rounding: int = K_LARGE_BUFFER  # bytes (max_non_split_rounding_mb)
-    garbage_collection_threshold: float = 0.0
-    memory_fraction: float | None = None
-
-
-class AllocConfError(ValueError):
-    pass
-
-
-def parse_alloc_conf(text: str) -> AllocConf:
-    """``PYTORCH_CUDA_ALLOC_CONF`` as AllocatorConfig.cpp ``parseArgs`` reads it: ``key:value``
-    pairs separated by commas, spaces ignored (``lexArgs``); unknown keys are an error there too.
-    Options that do not change the reserved figure are accepted and ignored."""
-    conf: dict[str, object] = {}
-    for item in text.replace(" ", "").split(","):
-        if not item:
-            continue
-        key, sep, value = item.partition(":")
-        if not sep or not value:
-            raise AllocConfError(f"PYTORCH_CUDA_ALLOC_CONF: {item!r} is not key:value")
-        try:
-            if key == "expandable_segments":
-                if value not in ("True", "False"):  # parseArgs: exactly True / False
-                    raise AllocConfError("expandable_segments takes True or False")
-                conf["expandable_segments"] = value == "True"
-            elif key in ("max_split_size_mb", "max_non_split_rounding_mb"):
-                mb = int(value)
-                # parseMaxSplitSize / parseMaxNonSplitRoundingSize: ">= kLargeBuffer / kMB"
-                if mb < K_LARGE_BUFFER // MIB:
-                    raise AllocConfError(f"{key} must be >= {K_LARGE_BUFFER // MIB}")
-                name = "max_split_size" if key == "max_split_size_mb" else "max_non_split_rounding"
-                conf[name] = mb * MIB
-            elif key == "garbage_collection_threshold":
-                v = float(value)
-                if not 0.0 < v < 1.0:  # parseGarbageCollectionThreshold
-                    raise AllocConfError("garbage_collection_threshold must be in (0.0, 1.0)")
-                conf["garbage_collection_threshold"] = v
-            elif key in (
-                "backend",
-                "roundup_power2_divisions",
-                "release_lock_on_cudamalloc",
-                "pinned_use_cuda_host_register",
-                "pinned_num_register_threads",
-                "pinned_use_background_threads",
-            ):
-                pass
-            else:
-                raise AllocConfError(f"PYTORCH_CUDA_ALLOC_CONF: unknown option {key!r}")
-        except ValueError as e:
-            if isinstance(e, AllocConfError):
-                raise
-            raise AllocConfError(f"PYTORCH_CUDA_ALLOC_CONF: {item!r}: {e}") from e
-    return AllocConf(**conf)  # type: ignore[arg-type]
 
 
 def round_size(size: int) -> int:

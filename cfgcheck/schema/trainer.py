@@ -127,7 +127,7 @@ class TrainerConfig(Section):
     @classmethod
     def _alloc_conf(cls, v: str | None) -> str | None:
         if v is not None:
-            from cfgcheck.memory.allocsim import parse_alloc_conf
+            from cfgcheck.memory.allocconf import parse_alloc_conf
 
             parse_alloc_conf(v)  # AllocConfError is a ValueError: a validation error
         return v
