@@ -123,9 +123,18 @@ def test_a_gpu_that_only_fits_after_freeing_the_cache() -> None:
 @pytest.mark.tracer
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("finetuning", "ckpt"), [("full", False), ("full", True), ("lora", False), ("lora", True)]
+    ("finetuning", "ckpt", "tied"),
+    [
+        ("full", False, False),
+        ("full", True, False),
+        ("lora", False, False),
+        ("lora", True, False),
+        ("full", True, True),
+    ],
 )
-def test_generated_sequence_simulates_like_the_traced_step(finetuning: str, ckpt: bool) -> None:
+def test_generated_sequence_simulates_like_the_traced_step(
+    finetuning: str, ckpt: bool, tied: bool
+) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
@@ -133,6 +142,7 @@ def test_generated_sequence_simulates_like_the_traced_step(finetuning: str, ckpt
 
     torch.set_num_threads(1)
     m, d, t = _cfg(finetuning, ckpt)
+    m = m.model_copy(update={"tie_embeddings": tied})
     spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
