@@ -68,7 +68,6 @@ class AllocTracer(TorchDispatchMode):
         # every allocation and free in order: (storage id, bytes) / (storage id, -1), with the
         # phase:op that made it (the simulator's input, cfgcheck/memory/allocsim.py)
         self.record = False
-        self.meta = False  # count meta tensors too (a step traced without memory or compute)
         self.events: list[tuple[int, int]] = []
         self.event_ops: list[str] = []
 
@@ -86,7 +85,7 @@ class AllocTracer(TorchDispatchMode):
 
     def track(self, t: object, op: str = "") -> None:
         """Count the storage of ``t`` (a tensor) if it is new or has grown."""
-        if not isinstance(t, torch.Tensor) or (t.device.type == "meta" and not self.meta):
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             return
         try:
             st = t.untyped_storage()
