@@ -214,6 +214,9 @@ class SweepChecker:
         # How a composed point is validated (a team's schema and default GPU: see with_project).
         self.validator: Callable[[DictConfig | dict[str, Any]], CheckResult] = validate
         self._schema: type[RunConfig] | None = None
+        # Points of plain value overrides skip OmegaConf (cfgcheck.hydra.plain); off: every
+        # point goes through Hydra's override code (benchmarks/sweep.py's baseline row).
+        self.plain_points = True
 
     def with_project(self, schema: type[RunConfig] | None, gpu: DefaultGpu | None) -> SweepChecker:
         """Validate with a team's schema and its settings' default GPU."""
@@ -287,7 +290,7 @@ class SweepChecker:
         base = self._base(key)
         if isinstance(base, str):
             return PointVerdict(point, error=base)
-        plain = self._plain_base(key, base)
+        plain = self._plain_base(key, base) if self.plain_points else None
         applied = plain.apply(values) if plain is not None else None
         if applied is not None:
             return self._validate(point, applied)
