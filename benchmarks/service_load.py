@@ -62,12 +62,13 @@ def cores() -> int:
 
 
 def start_server(
-    port: int, workers: int, repo: Path = REPO, threads: int = 4
+    port: int, workers: int, repo: Path = REPO, threads: int = 4, timeout: float = 10.0
 ) -> subprocess.Popen[bytes]:
-    """``cfgcheck serve --workers WORKERS --threads THREADS``, once every worker answers."""
+    """``cfgcheck serve --workers WORKERS --threads THREADS --timeout TIMEOUT``, once every
+    worker answers."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
     command = [sys.executable, "-m", "cfgcheck", "serve", "--port", str(port)]
-    command += ["--workers", str(workers), "--threads", str(threads)]
+    command += ["--workers", str(workers), "--threads", str(threads), "--timeout", str(timeout)]
     proc = subprocess.Popen(
         command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -231,7 +232,7 @@ def run_scenarios(
 ) -> dict[str, dict[str, Any]]:
     """Every chosen scenario against one ``cfgcheck serve --workers WORKERS``."""
     port = free_port()
-    server = start_server(port, workers, args.repo.resolve(), args.threads)
+    server = start_server(port, workers, args.repo.resolve(), args.threads, args.server_timeout)
     url = f"http://127.0.0.1:{port}/v1/validate"
     try:
         rows = {
@@ -249,13 +250,13 @@ def run_scenarios(
 
 
 def print_side_by_side(counts: list[int], runs: dict[int, dict[str, dict[str, Any]]]) -> None:
-    """One markdown row per scenario: each worker count's req/s and p50/p99 ms, then the
+    """One markdown row per scenario: each worker count's req/s, p50/p99 ms and errors, then the
     ratio of the last count's req/s to the first's (the figure the docs quote)."""
     first, last = counts[0], counts[-1]
     head = ["scenario"]
     for n in counts:
         w = f"{n} worker{'s' if n > 1 else ''}"
-        head += [f"{w} req/s", f"{w} p50 ms", f"{w} p99 ms"]
+        head += [f"{w} req/s", f"{w} p50 ms", f"{w} p99 ms", f"{w} errors"]
     if len(counts) > 1:
         head.append(f"{last} vs {first} req/s")
     print("| " + " | ".join(head) + " |")
@@ -264,7 +265,7 @@ def print_side_by_side(counts: list[int], runs: dict[int, dict[str, dict[str, An
         cells = [f"`{name}`"]
         for n in counts:
             r = runs[n][name]
-            cells += [f"{r['rps']:.1f}", f"{r['p50']:.0f}", f"{r['p99']:.0f}"]
+            cells += [f"{r['rps']:.1f}", f"{r['p50']:.0f}", f"{r['p99']:.0f}", str(r["errors"])]
         if len(counts) > 1:
             cells.append(f"{runs[last][name]['rps'] / runs[first][name]['rps']:.2f}x")
         print("| " + " | ".join(cells) + " |")
@@ -281,6 +282,13 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=4, help="validation threads per worker")
     parser.add_argument("--quick", action="store_true", help="16 clients, 3 s per scenario")
+    parser.add_argument(
+        "--server-timeout",
+        type=float,
+        default=10.0,
+        help="the server's --timeout (default 10, the server's own; raise it on a loaded "
+        "machine, where compose-new requests queue past 10 s and are answered 504)",
+    )
     parser.add_argument(
         "--attackers", type=int, default=4, help="clients sending hostile bodies (adversarial)"
     )
@@ -333,7 +341,8 @@ def main() -> None:
     }
     print(
         f"cfgcheck serve on 127.0.0.1, {args.clients} concurrent clients, "
-        f"{args.duration:g} s per scenario, {args.threads} validation threads per worker; "
+        f"{args.duration:g} s per scenario, {args.threads} validation threads per worker, "
+        f"--timeout {args.server_timeout:g}; "
         f"{cores()} cores, {platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} "
         "(clients share the machine)"
