@@ -79,8 +79,25 @@ def tables(text: str) -> list[list[list[str]]]:
     return found
 
 
+def _outside_fences(text: str) -> str:
+    """``text`` with the lines of fenced code blocks blanked (line numbers kept): a marker
+    shown as an example in a code block is not a figure block."""
+    lines = text.split("\n")
+    fence: str | None = None
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if fence is None and stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            lines[i] = ""
+        elif fence is not None:
+            if stripped.startswith(fence):
+                fence = None
+            lines[i] = ""
+    return "\n".join(lines)
+
+
 def blocks(path: Path) -> list[Block]:
-    text = path.read_text(encoding="utf-8")
+    text = _outside_fences(path.read_text(encoding="utf-8"))
     out = []
     for m in BLOCK.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
@@ -93,8 +110,7 @@ def blocks(path: Path) -> list[Block]:
         found = tables(m["body"])
         if len(found) != 1:
             raise FigureError(
-                f"{shown(path)}:{line}: a figures block holds one table "
-                f"(found {len(found)})"
+                f"{shown(path)}:{line}: a figures block holds one table (found {len(found)})"
             )
         out.append(
             Block(

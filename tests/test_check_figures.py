@@ -103,6 +103,12 @@ def test_malformed_markers_are_refused(tmp_path: Path, marker: str, phrase: str)
         cf.blocks(page)
 
 
+def test_a_marker_in_a_code_block_is_an_example(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"```text\n<!-- figures: python x.py -->\n{TABLE}<!-- /figures -->\n```\n")
+    assert cf.blocks(page) == []
+
+
 def test_a_benchmark_without_the_documented_table_is_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
