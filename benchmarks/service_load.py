@@ -97,7 +97,10 @@ def answering(port: int, workers: int) -> set[int]:
     pids = set()
     for _ in range(8 * workers):
         with httpx.Client() as fresh:
-            pids.add(fresh.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json()["pid"])
+            pid = fresh.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json().get("pid")
+        if pid is None:  # a checkout (--repo) from before worker processes: threads only
+            return set(range(workers))
+        pids.add(pid)
         if len(pids) == workers:
             break
     return pids
