@@ -221,3 +221,20 @@ def test_the_dockerfiles_healthcheck_passes_against_a_real_server(server: Server
     assert subprocess.run(argv, timeout=30, check=False).returncode == 0
     closed = [a.replace(f":{server.port}/", f":{free_port()}/") for a in argv]
     assert subprocess.run(closed, capture_output=True, timeout=30, check=False).returncode != 0
+
+
+@pytest.mark.parametrize(
+    ("option", "phrase"),
+    [(["--workers", "0"], "--workers must be at least 1"), (["--threads", "0"], "--threads")],
+)
+def test_worker_and_thread_counts_are_checked(option: list[str], phrase: str) -> None:
+    proc = subprocess.run(
+        [*COMMAND, "serve", *option, "--port", str(free_port())],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert phrase in proc.stderr and "Traceback" not in proc.stderr

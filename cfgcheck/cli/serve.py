@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigLoadError(
             f"cfgcheck serve needs FastAPI and uvicorn: pip install 'cfgcheck[service]' ({e})"
         ) from e
+    if args.threads < 1:  # ServiceSettings calls them workers: name the option here
+        raise ConfigLoadError(f"--threads must be at least 1, got {args.threads}")
     try:
         settings = ServiceSettings(
             config_dir=Path(args.config_dir),
