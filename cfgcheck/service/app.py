@@ -143,18 +143,25 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def check_config_dir(settings: ServiceSettings) -> None:
+    """Raise :class:`ConfigLoadError` if the server's config dir is missing or unsafe.
+
+    The server's own conf/ is screened once at start-up (a dangling link, a FIFO, a file that
+    is not UTF-8 or crosses a bound): a clear error now, not a failure per request."""
+    from cfgcheck.safeio import screen_config_dir
+
+    if not settings.config_dir.expanduser().is_dir():
+        raise ConfigLoadError(f"config directory not found: {settings.config_dir}")
+    screen_config_dir(settings.config_dir.expanduser().resolve())
+
+
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     """The validator service. Raises :class:`ConfigLoadError` if the config dir is missing."""
     from cfgcheck import __version__
     from cfgcheck.jsonschema import json_schemas
-    from cfgcheck.safeio import screen_config_dir
 
     settings = settings or ServiceSettings()
-    if not settings.config_dir.expanduser().is_dir():
-        raise ConfigLoadError(f"config directory not found: {settings.config_dir}")
-    # The server's own conf/ is screened once at start-up (a dangling link, a FIFO, a file
-    # that is not UTF-8 or crosses a bound): a clear error now, not a failure per request.
-    screen_config_dir(settings.config_dir.expanduser().resolve())
+    check_config_dir(settings)
     if settings.offline:
         # Validation may load tokenizers; nothing it does may reach the network.
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -239,9 +246,27 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         """`{"run": ..., "model": ..., "tokenizer": ..., "data": ..., "trainer": ...}`."""
         return schemas
 
-    @app.get("/healthz", summary="Liveness")
+    @app.get("/healthz", summary="Liveness", response_model=HealthResponse)
     async def healthz() -> HealthResponse:
-        return HealthResponse(status="ok", version=__version__)
+        """200 `{"status": "ok", ...}` from a worker that has finished start-up (every
+        import done); no auth, no work. A load balancer's liveness/health check."""
+        return HealthResponse(status="ok", version=__version__, pid=os.getpid())
+
+    @app.get(
+        "/readyz",
+        summary="Readiness",
+        response_model=HealthResponse,
+        responses={503: {"model": HealthResponse, "description": "Saturated: retry elsewhere."}},
+    )
+    async def readyz() -> Response:
+        """200 `{"status": "ready", ...}` while this worker can take a validation; 503
+        `{"status": "busy", ...}` while it already holds its limit of validations in flight
+        (the request would get 503 too). No auth, no work."""
+        busy = gate.count >= gate.limit
+        body = HealthResponse(
+            status="busy" if busy else "ready", version=__version__, pid=os.getpid()
+        )
+        return JSONResponse(body.model_dump(), 503 if busy else 200)
 
     from cfgcheck.service.web import mount
 

@@ -143,5 +143,8 @@ class ErrorResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok"]
+    """``GET /healthz`` and ``GET /readyz``: cheap, unauthenticated, for load balancers."""
+
+    status: Literal["ok", "ready", "busy"]
     version: str
+    pid: int = Field(description="The worker process that answered.")
