@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cfgcheck.data.scan import ScanReport
+from cfgcheck.data.report import ScanReport
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.pipeline import round_up
 from cfgcheck.rules.sequence import length_fix

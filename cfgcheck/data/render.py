@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cfgcheck.data.scan import ScanReport
+from cfgcheck.data.report import ScanReport
 from cfgcheck.plotting import PlotUnavailableError, pyplot
 
 BAR = "█"
