@@ -15,6 +15,7 @@ from typing import Any
 from cfgcheck.data.progress import Meter
 from cfgcheck.data.records import DataReadError, Shard
 from cfgcheck.data.report import ScanError
+from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scanner import Scanner, shown
 from cfgcheck.data.summary import Limits, Summary
 from cfgcheck.schema.run import RunConfig
@@ -33,10 +34,10 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _init_worker(run: RunConfig, chunk_size: int) -> None:
+def _init_worker(run: RunConfig, chunk_size: int, sampling: Sampling | None) -> None:
     global _WORKER
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one tokenizer thread per process
-    _WORKER = Scanner(run, chunk_size)
+    _WORKER = Scanner(run, chunk_size, sampling=sampling)
 
 
 def _scan_in_worker(shard: Shard) -> tuple[Summary, int]:
@@ -97,11 +98,12 @@ def scan_here(
     chunk_size: int,
     meter: Meter,
     work: Work | None,
+    sampling: Sampling | None = None,
 ) -> Summary:
     before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # --jobs 1: one core
     try:
-        scanner = Scanner(run, chunk_size, *loaded)
+        scanner = Scanner(run, chunk_size, *loaded, sampling=sampling)
         merge = Merge(run)
         for shard in shards:
             try:
@@ -126,13 +128,16 @@ def scan_pool(
     jobs: int,
     meter: Meter,
     work: Work | None,
+    sampling: Sampling | None = None,
 ) -> Summary:
     import multiprocessing
 
     merge = Merge(run)
     pending: list[tuple[list[Shard], Future[_Done]]] = []
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with tokenizer threads
-    pool = ProcessPoolExecutor(jobs, ctx, initializer=_init_worker, initargs=(run, chunk_size))
+    pool = ProcessPoolExecutor(
+        jobs, ctx, initializer=_init_worker, initargs=(run, chunk_size, sampling)
+    )
     try:
         # At most 2 * jobs tasks in flight; results taken in dataset order.
         for task in tasks(shards, shard_bytes):

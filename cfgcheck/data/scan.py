@@ -18,6 +18,7 @@ from cfgcheck.data.local import Work, default_jobs, scan_here, scan_pool
 from cfgcheck.data.progress import Meter, progress_stream
 from cfgcheck.data.records import DataReadError, expand_paths, plan_shards
 from cfgcheck.data.report import NoTokenizerPathError, ScanError, ScanReport
+from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scanner import load_scan_tokenizer, shown
 from cfgcheck.data.summary import Sample
 from cfgcheck.findings import Finding
@@ -49,13 +50,19 @@ def scan_dataset(
     jobs: int | None = None,
     shard_bytes: int | None = None,
     quiet: bool = False,
+    sample: Sampling | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
     _work: Work | None = None,
 ) -> ScanReport:
     """Tokenize every sample of ``run.data.paths`` with the run's tokenizer (special tokens
     added as the tokenizer's post-processor adds them), over ``jobs`` processes (default: all
     cores; 1: this process, the tokenizer's own threads off). ``progress``: a stream for a
     progress line (default: stderr when it is a terminal, the data is large and not
-    ``quiet``). Raises ScanError."""
+    ``quiet``). ``sample``: scan only the records it keeps. ``engine``: "local" (processes
+    on this machine) or "ray" (Ray Data, on the cluster at ``ray_address``, or a local Ray
+    started with ``jobs`` CPUs). Raises ScanError."""
+    requested = jobs
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
         raise ScanError(f"--jobs must be at least 1, got {jobs}")
@@ -76,14 +83,24 @@ def scan_dataset(
     jobs = min(jobs, max(1, len(shards)))
     meter = Meter(bar, total_bytes, started)
     try:
-        if jobs == 1:
-            summary = scan_here(run, loaded, shards, chunk_size, meter, _work)
+        if engine == "ray":
+            from cfgcheck.data.ray_engine import scan_ray
+
+            asked = None if ray_address and requested is None else jobs
+            summary = scan_ray(
+                run, shards, shard_bytes, chunk_size, asked, meter, sample, ray_address, _work
+            )
+        elif engine != "local":
+            raise ScanError(f"unknown scan engine {engine!r}: local or ray")
+        elif jobs == 1:
+            summary = scan_here(run, loaded, shards, chunk_size, meter, _work, sample)
         else:
-            summary = scan_pool(run, shards, shard_bytes, chunk_size, jobs, meter, _work)
+            summary = scan_pool(run, shards, shard_bytes, chunk_size, jobs, meter, _work, sample)
     finally:
         meter.close()
     if not summary.count:
-        raise ScanError("the dataset has no samples: " + ", ".join(d.paths))
+        kept = f" in a {sample.describe()} sample (seed {sample.seed})" if sample else ""
+        raise ScanError(f"the dataset has no samples{kept}: " + ", ".join(d.paths))
     report = ScanReport(
         summary=summary,
         max_length=d.effective_max_length,
@@ -97,6 +114,9 @@ def scan_dataset(
         tokenizer=loaded[1],
         seconds=time.perf_counter() - started,
         jobs=jobs,
+        embedding_rows=m.rows,
+        engine=engine,
+        sampling=sample,
     )
     report.waste = summary.waste()
     return report

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cfgcheck.data.records import Shard, shard_chunks
+from cfgcheck.data.records import Shard, at, shard_chunks
 from cfgcheck.data.report import NoTokenizerPathError, ScanError
-from cfgcheck.data.summary import Limits, Sample, Summary
+from cfgcheck.data.sample import Sampling
+from cfgcheck.data.summary import FED_KEPT, TOP, Limits, Sample, Summary
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.run import RunConfig
 
@@ -54,6 +55,7 @@ class Scanner:
     chunk_size: int
     tk: Any = None
     where: str = ""
+    sampling: Sampling | None = None
 
     def __post_init__(self) -> None:
         if self.tk is None:
@@ -65,13 +67,23 @@ class Scanner:
         self.limits = Limits.of(self.run)
         self.block_size = m.block_size
         self.check_block = d.collator != "packed"
+        self.chat = None
+        if d.messages_field is not None:
+            from cfgcheck.data.chat import ChatEncoder
+
+            self.chat = ChatEncoder(self.run)
+        # An id can reach the embedding rows only when the tokenizer has one that high.
+        self.rows = m.rows
+        self.check_ids = max(tk.get_vocab(with_added_tokens=True).values()) >= self.rows
 
     def scan(self, shard: Shard) -> tuple[Summary, int]:
-        """The shard's summary (lines numbered from the shard's start) and its line count."""
+        """The shard's summary (lines numbered from the shard's start) and its line count;
+        with ``sampling``, of the records it keeps (:mod:`cfgcheck.data.sample`)."""
         total = Summary(self.limits)
         lines_read = 0
         name = shown(shard.path)
-        for c in shard_chunks(shard, self.run.data, self.chunk_size):
+        keep = None if self.sampling is None else self.sampling.keep_for(str(shard.path))
+        for c in shard_chunks(shard, self.run.data, self.chunk_size, keep):
             lines_read = c.lines_read
             if not c.texts:
                 continue
@@ -79,18 +91,66 @@ class Scanner:
             total = total.merged(self.measure(name, list(where), c.texts))
         return total, lines_read
 
+    def _ids(
+        self, name: str, where: list[int], texts: list[str]
+    ) -> tuple[list[int], list[list[int]] | None, list[list[int]] | None]:
+        """(lengths, ids when they are needed, assistant masks when labels are masked)."""
+        if self.chat is None:
+            enc = self.encode(texts)
+            ids = [e.ids for e in enc] if self.check_ids else None
+            return [len(e) for e in enc], ids, None
+        try:
+            ids, masks = self.chat.encode(texts)
+        except ScanError:  # find the conversation the template refuses: one error, located
+            for i, text in enumerate(texts):
+                try:
+                    self.chat.encode([text])
+                except ScanError as e:
+                    raise at(name, where[i], str(e)) from e
+            raise
+        return [len(x) for x in ids], ids, masks
+
     def measure(self, name: str, where: list[int], texts: list[str]) -> Summary:
         """The summary of consecutive samples ``texts`` found at lines ``where`` of ``name``."""
-        pipe, d = self.pipe, self.run.data
-        n = [len(e) for e in self.encode(texts)]
-        top = sorted(range(len(n)), key=n.__getitem__, reverse=True)[:5]
+        pipe, d, lim = self.pipe, self.run.data, self.limits
+        n, ids, masks = self._ids(name, where, texts)
+        top = sorted(range(len(n)), key=n.__getitem__, reverse=True)[:TOP]
         best = [Sample(name, where[i], n[i]) for i in sorted(top)]
-        part = Summary.of_chunk(self.limits, n, best)
-        part.fed_lengths = frozenset(sorted({pipe.sample_length(k) for k in n})[:2])
+        part = Summary.of_chunk(lim, n, best)
+        part.fed_lengths = frozenset(sorted({pipe.sample_length(k) for k in n})[:FED_KEPT])
         part.rows_full = all(pipe.truncated(k) % d.max_seq_length == 0 for k in n)
         part.longest_fed = pipe.model_length(max(n))
         if part.longest_fed > self.block_size and self.check_block:
             over = [i for i, k in enumerate(n) if pipe.model_length(k) > self.block_size]
             part.over_block_count = len(over)
-            part.over_block = [Sample(name, where[i], pipe.model_length(n[i])) for i in over[:5]]
+            part.over_block = [Sample(name, where[i], pipe.model_length(n[i])) for i in over[:TOP]]
+        # Labels the loss reads: position 0 is never a target (the shift in transformers'
+        # ForCausalLMLoss), so a sample's targets are its label positions 1..fed-1.
+        fed = [lim.fed(k) for k in n]
+        if masks is None:
+            targets = [max(k - 1, 0) for k in n]
+            kept = [max(f - 1, 0) for f in fed]
+        else:
+            targets = [sum(m[1:]) for m in masks]
+            kept = [sum(m[1:f]) for m, f in zip(masks, fed, strict=True)]
+        part.targets, part.targets_fed = sum(targets), sum(kept)
+        none = [i for i, k in enumerate(kept) if not k]
+        part.no_targets = len(none)
+        part.no_targets_at = [Sample(name, where[i], n[i]) for i in none[:TOP]]
+        blank = self._blank(texts)
+        part.empty = len(blank)
+        part.empty_at = [Sample(name, where[i], n[i]) for i in blank[:TOP]]
+        if ids is not None and self.check_ids:
+            tops = [max(x, default=-1) for x in ids]
+            part.max_id = max(tops, default=-1)
+            bad = [i for i, t in enumerate(tops) if t >= self.rows]
+            part.over_vocab = len(bad)
+            part.over_vocab_at = [Sample(name, where[i], tops[i]) for i in bad[:TOP]]
         return part
+
+    def _blank(self, texts: list[str]) -> list[int]:
+        if self.chat is None:
+            return [i for i, t in enumerate(texts) if not t.strip()]
+        from cfgcheck.data.chat import is_empty
+
+        return [i for i, t in enumerate(texts) if is_empty(t)]

@@ -11,7 +11,10 @@ of workers gives the same report as one process. Nothing is kept per sample:
   and the first and last ``mbs - 1`` padded lengths, so batches that straddle two shards are
   completed when the shards merge;
 - the ``TOP`` longest samples and the first ``TOP`` samples over model.block_size, with their
-  file:line (ties keep dataset order).
+  file:line (ties keep dataset order);
+- what the loss sees: label targets before and after truncation, and the samples left with
+  none (counted, the first ``TOP`` located); empty samples; token ids at or above the
+  embedding rows (counted, the largest id, the first ``TOP`` located).
 """
 
 from __future__ import annotations
@@ -84,6 +87,15 @@ class Summary:
     fed_lengths: frozenset[int] = frozenset()
     longest_fed: int = 0
     rows_full: bool = True
+    targets: int = 0  # label positions the loss reads (after the shift), before truncation
+    targets_fed: int = 0  # the same after truncation
+    no_targets: int = 0  # samples with no label left after truncation
+    no_targets_at: list[Sample] = field(default_factory=list)  # first TOP (length: tokens)
+    empty: int = 0  # samples whose text is empty or blank
+    empty_at: list[Sample] = field(default_factory=list)
+    over_vocab: int = 0  # samples holding an id >= the embedding rows
+    over_vocab_at: list[Sample] = field(default_factory=list)  # first TOP (length: the id)
+    max_id: int = -1
 
     def __post_init__(self) -> None:
         if not self.windows:
@@ -171,6 +183,15 @@ class Summary:
             fed_lengths=frozenset(sorted(fed)[:FED_KEPT]),
             longest_fed=max(self.longest_fed, other.longest_fed),
             rows_full=self.rows_full and other.rows_full,
+            targets=self.targets + other.targets,
+            targets_fed=self.targets_fed + other.targets_fed,
+            no_targets=self.no_targets + other.no_targets,
+            no_targets_at=(self.no_targets_at + other.no_targets_at)[:TOP],
+            empty=self.empty + other.empty,
+            empty_at=(self.empty_at + other.empty_at)[:TOP],
+            over_vocab=self.over_vocab + other.over_vocab,
+            over_vocab_at=(self.over_vocab_at + other.over_vocab_at)[:TOP],
+            max_id=max(self.max_id, other.max_id),
         )
 
     def relocated(self, line_offset: int) -> Summary:
@@ -185,7 +206,15 @@ class Summary:
             self,
             longest=[move(s) for s in self.longest],
             over_block=[move(s) for s in self.over_block],
+            no_targets_at=[move(s) for s in self.no_targets_at],
+            empty_at=[move(s) for s in self.empty_at],
+            over_vocab_at=[move(s) for s in self.over_vocab_at],
         )
+
+    @property
+    def packed_rows(self) -> int:
+        """Rows of data.max_seq_length tokens that packing makes of every token."""
+        return -(-self.tokens // self.limits.block)
 
     def waste(self) -> dict[str, Waste]:
         """Padding waste of the three schemes, as :func:`cfgcheck.data.stats.padding_waste`
