@@ -135,7 +135,10 @@ class ScanReport:
             "label_tokens": self.summary.targets,
             "label_tokens_after_truncation": self.summary.targets_fed,
             "samples_without_labels": self.summary.no_targets,
-            "samples_without_labels_first": [s.__dict__ for s in self.summary.no_targets_at],
+            "samples_without_labels_first": [
+                {"file": s.file, "line": s.line, "length_keeping_a_label": s.length or None}
+                for s in self.summary.no_targets_at
+            ],
             "empty_samples": self.summary.empty,
             "empty_samples_first": [s.__dict__ for s in self.summary.empty_at],
             "embedding_rows": self.embedding_rows,

@@ -136,7 +136,13 @@ class Scanner:
         part.targets, part.targets_fed = sum(targets), sum(kept)
         none = [i for i, k in enumerate(kept) if not k]
         part.no_targets = len(none)
-        part.no_targets_at = [Sample(name, where[i], n[i]) for i in none[:TOP]]
+        # Per such sample, the length that would keep its first label (0: it has none).
+        need = [_first_label(n[i], None if masks is None else masks[i]) for i in none]
+        part.no_targets_at = [
+            Sample(name, where[i], k) for i, k in zip(none[:TOP], need, strict=False)
+        ]
+        part.no_targets_need = max(need, default=0)
+        part.no_targets_ever = sum(1 for k in need if not k)
         blank = self._blank(texts)
         part.empty = len(blank)
         part.empty_at = [Sample(name, where[i], n[i]) for i in blank[:TOP]]
@@ -154,3 +160,11 @@ class Scanner:
         from cfgcheck.data.chat import is_empty
 
         return [i for i, t in enumerate(texts) if is_empty(t)]
+
+
+def _first_label(length: int, mask: list[int] | None) -> int:
+    """The shortest truncation length that keeps one label of this sample (position 0 is
+    never a target); 0 when no length does."""
+    if mask is None:
+        return 2 if length >= 2 else 0
+    return next((i + 1 for i in range(1, len(mask)) if mask[i]), 0)

@@ -90,7 +90,9 @@ class Summary:
     targets: int = 0  # label positions the loss reads (after the shift), before truncation
     targets_fed: int = 0  # the same after truncation
     no_targets: int = 0  # samples with no label left after truncation
-    no_targets_at: list[Sample] = field(default_factory=list)  # first TOP (length: tokens)
+    no_targets_at: list[Sample] = field(default_factory=list)  # first TOP (length: see need)
+    no_targets_need: int = 0  # the length that keeps a label in every one of them
+    no_targets_ever: int = 0  # of them, those with no label at any length
     empty: int = 0  # samples whose text is empty or blank
     empty_at: list[Sample] = field(default_factory=list)
     over_vocab: int = 0  # samples holding an id >= the embedding rows
@@ -187,6 +189,8 @@ class Summary:
             targets_fed=self.targets_fed + other.targets_fed,
             no_targets=self.no_targets + other.no_targets,
             no_targets_at=(self.no_targets_at + other.no_targets_at)[:TOP],
+            no_targets_need=max(self.no_targets_need, other.no_targets_need),
+            no_targets_ever=self.no_targets_ever + other.no_targets_ever,
             empty=self.empty + other.empty,
             empty_at=(self.empty_at + other.empty_at)[:TOP],
             over_vocab=self.over_vocab + other.over_vocab,
