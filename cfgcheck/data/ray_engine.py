@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 import warnings
 from typing import Any
 
@@ -49,13 +50,32 @@ class _RayScanner:
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 
-        out = [pickle.dumps(_scan_task(self.work, pickle.loads(t))) for t in batch["task"]]
+        out = []
+        for t in batch["task"]:
+            try:
+                done: _Done | str = _scan_task(self.work, pickle.loads(t))
+            except Exception as e:  # a bug or a library error: reported by the driver
+                done = f"{type(e).__name__}: {_one_line(e)}"
+            out.append(pickle.dumps(done))
         return {"i": batch["i"], "done": np.array(out, dtype=object)}
 
 
 def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
+    """The first line of ``e``'s message, terminal colours removed, at most 300 characters."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()
+    text = " ".join(lines[0].split()) if lines else type(e).__name__
     return text[:300] + (" ..." if len(text) > 300 else "")
+
+
+def _root(e: BaseException) -> BaseException:
+    """The exception a Ray error wraps (``RayTaskError.cause``, ``__cause__``), innermost."""
+    seen = {id(e)}
+    while True:
+        inner = getattr(e, "cause", None) or e.__cause__
+        if not isinstance(inner, BaseException) or id(inner) in seen:
+            return e
+        seen.add(id(inner))
+        e = inner
 
 
 def scan_ray(
@@ -133,7 +153,13 @@ def _run(
     try:
         for row in ds.iter_rows():
             task = groups[int(row["i"])]
-            done: _Done = pickle.loads(row["done"])
+            done: _Done | str = pickle.loads(row["done"])
+            if isinstance(done, str):
+                files = sorted({shown(s.path) for s in task})
+                raise ScanError(
+                    f"a scan worker failed on {', '.join(files[:3])}"
+                    f"{' ...' if len(files) > 3 else ''}: {done}"
+                )
             results, error = done
             for shard, (part, lines) in zip(task, results, strict=False):
                 merge.add(shard, part, lines)
@@ -144,7 +170,7 @@ def _run(
         raise
     except Exception as e:  # a UDF error or a dead actor: Ray's exception, in one line
         files = sorted({shown(s.path) for s in shards})
-        cause = e.__cause__ or e
+        cause = _root(e)
         raise ScanError(
             f"a Ray scan worker failed ({type(cause).__name__}: {_one_line(cause)}) on "
             f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''}"
