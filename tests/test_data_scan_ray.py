@@ -109,3 +109,17 @@ def test_a_crashed_or_failing_ray_worker_is_reported_not_retried(
         scan_dataset(run, jobs=2, shard_bytes=500, engine="ray", _work=_fail)
     with pytest.raises(ScanError, match=r"a Ray scan worker failed \(.*\) on .*d\.jsonl"):
         scan_dataset(run, jobs=2, shard_bytes=500, engine="ray", _work=_die)
+
+
+@pytest.mark.slow
+def test_a_2_gb_line_in_ray_is_one_located_error(
+    local_ray: None, cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    from cfgcheck.data.records import MAX_LINE_BYTES
+    from tests.test_data_scan_bad_input import sparse_line
+
+    run = make_run(cfg, tok_dir, sparse_line(tmp_path / "huge.jsonl"))
+    with pytest.raises(
+        ScanError, match=rf"huge\.jsonl:2: the line is longer than {MAX_LINE_BYTES:,}"
+    ):
+        scan_dataset(run, jobs=2, engine="ray")

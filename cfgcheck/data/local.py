@@ -87,7 +87,7 @@ class Merge:
     def add(self, shard: Shard, part: Summary, lines: int) -> None:
         if shard.path != self.file:
             self.file, self.lines = shard.path, 0
-        self.total = self.total.merged(part.relocated(self.lines))
+        self.total = self.total.merged(part.relocated(self.lines), in_place=True)
         self.lines += lines
 
 

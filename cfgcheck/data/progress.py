@@ -11,6 +11,7 @@ from cfgcheck.data.summary import Summary
 
 # Progress shows only on a terminal and only for scans at least this big (bytes of data).
 PROGRESS_MIN_BYTES = 4 << 20
+EVERY = 0.2  # seconds between redraws
 
 
 def progress_stream(progress: TextIO | None, total_bytes: int) -> TextIO | None:
@@ -29,13 +30,19 @@ class Meter:
 
     def __init__(self, bar: TextIO | None, total: int, started: float) -> None:
         self.bar, self.total, self.started, self.bytes = bar, total, started, 0
+        self.shown = float("-inf")
 
     def done(self, size: int, summary: Summary) -> None:
-        """``size`` more bytes scanned; ``summary``: everything scanned so far."""
+        """``size`` more bytes scanned; ``summary``: everything scanned so far. The line is
+        redrawn at most every ``EVERY`` seconds (a folder of 100,000 tiny files)."""
         self.bytes += size
         if self.bar is None:
             return
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        now = time.perf_counter()
+        if now - self.shown < EVERY and self.bytes < self.total:
+            return
+        self.shown = now
+        elapsed = max(now - self.started, 1e-9)
         share = min(self.bytes / self.total, 1.0) if self.total else 1.0
         rate = summary.tokens / elapsed
         left = elapsed * (1 - share) / share if share else 0.0

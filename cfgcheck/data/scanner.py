@@ -88,7 +88,7 @@ class Scanner:
             if not c.texts:
                 continue
             where = c.lines if c.lines else range(c.first, c.first + len(c.texts))
-            total = total.merged(self.measure(name, list(where), c.texts))
+            total = total.merged(self.measure(name, list(where), c.texts), in_place=True)
         return total, lines_read
 
     def _ids(

@@ -154,8 +154,10 @@ class Summary:
             longest=heapq.nlargest(TOP, samples, key=lambda s: s.length),
         )
 
-    def merged(self, other: Summary) -> Summary:
-        """This summary followed by ``other`` (exact)."""
+    def merged(self, other: Summary, *, in_place: bool = False) -> Summary:
+        """This summary followed by ``other`` (exact). ``in_place``: reuse this summary's
+        histogram (the caller drops this summary), so folding many small parts into a
+        running total costs each part's size, not the total's."""
         mbs = self.limits.micro_batch_size
         keep = mbs - 1
         windows = list(self.windows)
@@ -171,7 +173,7 @@ class Summary:
         return replace(
             self,
             count=self.count + other.count,
-            hist=self.hist + other.hist,
+            hist=_added(self.hist, other.hist, in_place),
             fed_tokens=self.fed_tokens + other.fed_tokens,
             fixed_slots=self.fixed_slots + other.fixed_slots,
             windows=windows,
@@ -236,3 +238,10 @@ class Summary:
             "longest": Waste("longest", self.fed_tokens, longest_slots),
             "packed": Waste("packed", tokens, blocks * lim.block),
         }
+
+
+def _added(a: Counter[int], b: Counter[int], in_place: bool) -> Counter[int]:
+    if not in_place:
+        return a + b
+    a.update(b)
+    return a
