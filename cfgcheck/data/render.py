@@ -72,7 +72,8 @@ def render_text(report: ScanReport, paths: Sequence[str]) -> str:
     names = {
         "max_length": f"pad every sample to {report.max_length:,}",
         "longest": "pad each micro batch to its longest",
-        "packed": f"pack into {s.packed_rows:,} rows of {report.max_seq_length:,}",
+        "packed": f"pack into {s.packed_rows:,} row{'' if s.packed_rows == 1 else 's'} of "
+        f"{report.max_seq_length:,}",
     }
     for key, w in report.waste.items():
         mark = "   <- configured" if key == report.configured else ""
