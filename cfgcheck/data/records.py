@@ -153,13 +153,16 @@ def expand_paths(paths: list[str], base: Path | None = None) -> list[Path]:
 
 
 def plan_shards(
-    data: DataConfig, base: Path | None = None, shard_bytes: int = 64 << 20
+    data: DataConfig,
+    base: Path | None = None,
+    shard_bytes: int = 64 << 20,
+    files: list[Path] | None = None,
 ) -> list[Shard]:
-    """The files of ``data.paths`` cut into shards: uncompressed JSONL and text files larger
-    than ``shard_bytes`` by byte range (the reader aligns each range to whole lines), every
-    other file whole."""
+    """The files of ``data.paths`` (or ``files``, already expanded) cut into shards:
+    uncompressed JSONL and text files larger than ``shard_bytes`` by byte range (the reader
+    aligns each range to whole lines), every other file whole."""
     shards: list[Shard] = []
-    for path in expand_paths(data.paths, base):
+    for path in expand_paths(data.paths, base) if files is None else files:
         fmt = file_format(path, data.format)
         try:
             size = path.stat().st_size

@@ -69,10 +69,11 @@ def scan_dataset(
     d, m = run.data, run.model
     loaded = load_scan_tokenizer(run)  # a bad tokenizer is one error, before any worker starts
     try:
+        files = expand_paths(d.paths, base)
         if shard_bytes is None:
-            total = sum(p.stat().st_size for p in expand_paths(d.paths, base))
+            total = sum(p.stat().st_size for p in files)
             shard_bytes = max(SHARD_MIN, min(SHARD_MAX, total // (4 * jobs)))
-        shards = plan_shards(d, base, shard_bytes)
+        shards = plan_shards(d, base, shard_bytes, files)
     except OSError as e:
         raise ScanError(f"cannot read the dataset: {e.strerror or e}") from e
     except DataReadError as e:

@@ -924,7 +924,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "data-unreadable": E(
         "error",
-        "Every file of `data.paths` exists and parses as JSONL, text or Parquet.",
+        "Every file of `data.paths` exists and parses as JSONL, text, Parquet or Arrow.",
         "The training script fails reading the dataset (`FileNotFoundError`, "
         "`json.decoder.JSONDecodeError`, `pyarrow.lib.ArrowInvalid`).",
         "Fix the file named in the message, or point `data.paths` at readable files.",
