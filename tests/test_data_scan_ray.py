@@ -45,6 +45,19 @@ def test_without_ray_the_missing_extra_is_one_line(
         scan_dataset(run, engine="ray", jobs=1)
 
 
+def test_the_command_line_without_ray_exits_2_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cfgcheck.cli import main
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert main(["data", "tokenizer=demo-bpe", "--engine", "ray", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "cfgcheck: error: --engine ray needs Ray Data: pip install 'cfgcheck[ray]'"
+    assert main(["data", "tokenizer=demo-bpe", "--ray-address", "auto"]) == 2
+    assert "--ray-address needs --engine ray" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray", reason=NO_RAY)
