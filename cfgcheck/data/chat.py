@@ -5,7 +5,11 @@ tokenize=True, return_dict=True, return_assistant_tokens_mask=assistant_only_los
 so no special token is added besides what the template writes; with ``assistant_only_loss``
 the labels are the tokens the template marks with ``{% generation %}`` (transformers'
 ``apply_chat_template`` maps the marked characters to tokens), the rest ``-100``. Axolotl's
-``chat_template`` dataset type renders with the same tokenizer method.
+``chat_template`` dataset type renders the ids with the same call
+(``ChatTemplatePrompter.build_prompt``: ``tokenizer.apply_chat_template(conversation,
+tokenize=True, ...)``, src/axolotl/prompt_strategies/chat_template.py, commit 01f6a5c), so
+lengths agree; its labels come from ``roles_to_train`` and character offsets instead, which
+this scan does not model (``assistant_only_loss`` counts TRL's labels).
 
 The reader hands each conversation over as canonical JSON text (:func:`conversation`), so it
 travels through the same chunks, shards and workers as plain text.
