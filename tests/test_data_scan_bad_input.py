@@ -64,6 +64,7 @@ def test_a_folder_of_many_files_merges_in_place(cfg: dict[str, Any], tok_dir: Pa
     assert merge.total.count == 2000
 
 
+@pytest.mark.slow  # 2,000 files written and scanned three times
 def test_a_folder_of_many_tiny_files_with_one_bad_file(
     cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
 ) -> None:

@@ -63,6 +63,7 @@ def test_empty_samples_are_counted_and_located(
     assert "3 of 30 samples have an empty text" in f.message and "d.jsonl:18" in f.message
 
 
+@pytest.mark.slow  # a real model: torch and transformers load
 def test_ids_at_or_above_the_embedding_rows(cfg: dict[str, Any], tmp_path: Path) -> None:
     """A tokenizer with tokens added after its base vocabulary and a model built for the
     base vocabulary: the samples that use them are named; the real embedding
@@ -143,6 +144,7 @@ def conversations() -> list[list[dict[str, str]]]:
     return out
 
 
+@pytest.mark.slow  # a real model: torch and transformers load
 def test_chat_masks_match_trl_and_prompts_filling_max_length_leave_no_label(
     tmp_path: Path,
 ) -> None:
@@ -254,6 +256,7 @@ def test_a_record_that_is_not_a_conversation_names_its_line(
             scan_dataset(run, jobs=jobs)
 
 
+@pytest.mark.slow  # a real model: torch and transformers load
 def test_a_plain_text_sample_too_short_for_a_target_gives_nan(
     cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
 ) -> None:
