@@ -76,6 +76,10 @@ class Runner:
         """The verdict's JSON text. With a ``deadline`` (``time.monotonic()`` seconds), the
         work stops between stages once it has passed: a request the client already got a
         504 for stops costing a worker at the next stage boundary."""
+        return render(self.check(body, kind, deadline))
+
+    def check(self, body: bytes, kind: str, deadline: float | None = None) -> CheckResult:
+        """The verdict of :meth:`run` before it is rendered (the web page renders it too)."""
         stage = _Stages(deadline)
         payload = parse_body(body, kind, self.limits)
         stage.check("parsing")
@@ -89,7 +93,7 @@ class Runner:
         if NATIVE_KEY in payload:
             from cfgcheck.service.native import check_native_request
 
-            return render(check_native_request(payload, self.roots))
+            return check_native_request(payload, self.roots)
         request = _compose_request(payload) if COMPOSE_KEYS & payload.keys() else None
         config = payload if request is None else self.compose(request)
         stage.check("composing")
@@ -108,7 +112,7 @@ class Runner:
         if request is not None and result.findings:
             stage.check("validating")
             result = self._locate(result, request)
-        return render(result)
+        return result
 
     def _run_config(self, config: dict[str, Any]) -> Any:
         """The run config whose paths are confined: a ``cfgcheck:`` mapping node resolved in
