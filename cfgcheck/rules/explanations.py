@@ -886,7 +886,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "data-truncated": E(
         "warning",
-        "At most 5 % of samples are cut by `data.max_seq_length`.",
+        "At most 5 % of samples, and of all tokens, are cut by `data.max_seq_length`.",
         "No error: the ends of the samples (often the answers) are silently dropped.",
         "Raise `data.max_seq_length` (within the block size), or filter long samples.",
         group=SCAN,
