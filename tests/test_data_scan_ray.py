@@ -58,6 +58,20 @@ def test_the_command_line_without_ray_exits_2_in_one_line(
     assert "--ray-address needs --engine ray" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_an_unreachable_cluster_is_one_line(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path
+) -> None:
+    """Runs before the module's local Ray starts: ``auto`` finds no cluster."""
+    ray = pytest.importorskip("ray", reason=NO_RAY)
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        pytest.skip("a Ray instance is running here")
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(5)))
+    with pytest.raises(ScanError, match=r"^cannot start or reach the Ray cluster at auto: ") as e:
+        scan_dataset(run, engine="ray", ray_address="auto")
+    assert "\n" not in str(e.value)
+
+
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray", reason=NO_RAY)

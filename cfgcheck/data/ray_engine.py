@@ -97,14 +97,9 @@ def scan_ray(
     started = not ray.is_initialized()
     if started:
         try:
-            ray.init(
-                address=address,
-                num_cpus=None if address else (jobs or 1),
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.ERROR,
-                ignore_reinit_error=True,
-            )
+            with warnings.catch_warnings():  # Ray Client warns before it raises: one line
+                warnings.simplefilter("ignore")
+                _init(ray, address, jobs)
         except Exception as e:  # ConnectionError, RuntimeError, ValueError from ray.init
             where = f"the Ray cluster at {address}" if address else "a local Ray"
             raise ScanError(f"cannot start or reach {where}: {_one_line(e)}") from e
@@ -113,6 +108,17 @@ def scan_ray(
     finally:
         if started:
             ray.shutdown()
+
+
+def _init(ray: Any, address: str | None, jobs: int | None) -> None:
+    ray.init(
+        address=address,
+        num_cpus=None if address else (jobs or 1),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        ignore_reinit_error=True,
+    )
 
 
 def _run(
