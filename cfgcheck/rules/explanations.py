@@ -475,7 +475,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     "launch-fp16-and-bf16": E(
         "error",
         "Launch scripts (`--from launch`): `--fp16` and `--bf16` are not both True.",
-        "`TrainingArguments.__post_init__` refuses it before training: \"ValueError: At most "
+        '`TrainingArguments.__post_init__` refuses it before training: "ValueError: At most '
         'one of fp16 and bf16 can be True, but not both" (transformers `training_args.py`).',
         "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
         group=NATIVE,
@@ -484,8 +484,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "info",
         "Launch scripts (`--from launch`): a script that starts several training commands "
         "(a sweep, stages one after another).",
-        "Only the first command is checked; the others could fail in ways this check does "
-        "not see.",
+        "Only the first command is checked; the others could fail in ways this check does not see.",
         "Give each command its own script to check it.",
         group=NATIVE,
     ),
@@ -887,7 +886,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "data-truncated": E(
         "warning",
-        "At most 5 % of samples are cut by `data.max_seq_length`.",
+        "At most 5 % of samples, and of all tokens, are cut by `data.max_seq_length`.",
         "No error: the ends of the samples (often the answers) are silently dropped.",
         "Raise `data.max_seq_length` (within the block size), or filter long samples.",
         group=SCAN,
@@ -899,9 +898,33 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Pad per batch (`data.padding=longest` with the padded collator) or pack samples.",
         group=SCAN,
     ),
+    "data-no-labels": E(
+        "warning",
+        "Every sample keeps at least one label after truncation (the loss reads positions 1 "
+        "to the length, and with `data.assistant_only_loss` only the assistant's tokens).",
+        "A micro batch of only such samples gives a NaN loss in transformers (cross-entropy "
+        "averaged over zero labels); TRL's SFTTrainer silently drops them.",
+        "Raise `data.max_length` past the prompt, or drop the samples.",
+        group=SCAN,
+    ),
+    "data-empty-samples": E(
+        "warning",
+        "No sample's text (or conversation) is empty.",
+        "No error: the model trains on the special tokens alone; often a wrong field name.",
+        "Drop empty records, or point `data.text_field` / `data.messages_field` at the text.",
+        group=SCAN,
+    ),
+    "data-ids-over-embedding": E(
+        "error",
+        "Every token id of the tokenized data is below the model's embedding rows.",
+        "`IndexError: index out of range in self` (CPU) or a device-side assert (CUDA) in the "
+        "embedding lookup.",
+        "Give the model as many embedding rows as the tokenizer has ids, or use its tokenizer.",
+        group=SCAN,
+    ),
     "data-unreadable": E(
         "error",
-        "Every file of `data.paths` exists and parses as JSONL, text or Parquet.",
+        "Every file of `data.paths` exists and parses as JSONL, text, Parquet or Arrow.",
         "The training script fails reading the dataset (`FileNotFoundError`, "
         "`json.decoder.JSONDecodeError`, `pyarrow.lib.ArrowInvalid`).",
         "Fix the file named in the message, or point `data.paths` at readable files.",
