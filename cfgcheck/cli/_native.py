@@ -115,7 +115,14 @@ def run_native_hook(args: argparse.Namespace) -> int:
             print(f"{printable(file)}: cannot check: {printable(str(e))}")
             code = EXIT_LOAD
             continue
-        if result.findings:
+        from cfgcheck.sources.launcher.commands import ScriptResult, report_text
+
+        if isinstance(result, ScriptResult):  # a launch script with several commands
+            print(f"== {printable(file)}")
+            report_text(result, get_reporter("text"), sys.stdout)
+            if result.unreadable:
+                code = EXIT_LOAD
+        elif result.findings:
             print(f"== {printable(file)}")
             report(result, sys.stdout)
         if not result.ok and code == EXIT_OK:

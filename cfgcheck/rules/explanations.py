@@ -480,15 +480,6 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
         group=NATIVE,
     ),
-    "launch-several-commands": E(
-        "info",
-        "Launch scripts (`--from launch`): a script that starts several training commands "
-        "(a sweep, stages one after another).",
-        "Only the first command is checked; the others could fail in ways this check does "
-        "not see.",
-        "Give each command its own script to check it.",
-        group=NATIVE,
-    ),
     "launch-unknown-value": E(
         "warning",
         "Launch scripts (`--from launch`): a flag's value comes from a variable the script "

@@ -14,6 +14,7 @@ import pytest
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources import check_native
 from cfgcheck.sources.launcher.command import find_launches
+from cfgcheck.sources.launcher.commands import ScriptResult
 from cfgcheck.sources.launcher.flags import read_launch
 from cfgcheck.sources.launcher.shell import read_script
 from tests.conftest import requires, run_cfgcheck
@@ -357,10 +358,17 @@ def test_accelerate_launch_reads_its_config_file(tmp_path: Path) -> None:
     assert (result.config.trainer.devices, result.config.trainer.strategy) == (2, "zero3")
 
 
-def test_a_script_with_several_commands_names_them() -> None:
+def test_a_script_with_several_commands_gets_a_verdict_per_command() -> None:
     result = check_native(SEED / "two_stages.sh", "launch")
-    (info,) = result.by_rule("launch-several-commands")
-    assert "lines 4, 7" in info.message
+    assert isinstance(result, ScriptResult)
+    assert [c.line for c in result.commands] == [4, 7]
+    first, second = (c.result for c in result.commands)
+    assert first is not None and second is not None
+    assert {f.paths[0] for f in first.by_rule("launch-unknown-value")} == {
+        "output_dir",
+        "learning_rate",
+    }
+    assert not second.by_rule("launch-unknown-value")
     assert result.ok  # LR is unknown (a loop variable): a warning, never a guess
 
 

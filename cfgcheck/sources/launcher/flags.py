@@ -21,7 +21,6 @@ from cfgcheck.sources.launcher.shell import Word, read_script
 
 UNKNOWN_FLAG = "launch-unknown-flag"
 BOTH_PRECISIONS = "launch-fp16-and-bf16"
-SEVERAL_COMMANDS = "launch-several-commands"
 
 
 class NoTrainingRun(ConfigLoadError):
@@ -54,7 +53,10 @@ def read_launch(
             f"{shown}: no training command found: no torchrun, deepspeed, accelerate launch "
             "or python command that starts a .py entry point; nothing to check"
         )
-    launch = launches[0]
+    index = int(opts.get("launch_index", "0"))
+    if index >= len(launches):
+        raise ConfigLoadError(f"{shown}: no training command number {index + 1}")
+    launch = launches[index]
     root = Path(opts["cwd"]) if opts.get("cwd") else _root(script, launch)
     entry_path = _entry_path(launch, root, shown)
     from cfgcheck.locations import display_path
@@ -72,19 +74,6 @@ def read_launch(
         if word.unknown and name.replace("-", "_") in counts:
             native.unknown[f"launcher.{name}"] = f"{word.unknown} ({shown}:{word.line})"
             native.where[f"launcher.{name}"] = Location(shown, word.line)
-    if len(launches) > 1:
-        lines = ", ".join(str(x.line) for x in launches)
-        native.where["launch.commands"] = Location(shown, launches[1].line)
-        native.problems.append(
-            Finding(
-                SEVERAL_COMMANDS,
-                "info",
-                ("launch.commands",),
-                f"{shown} starts {len(launches)} training commands (lines {lines}): the "
-                f"first, at line {launch.line}, is the one checked",
-                "check the others by giving each its own script",
-            )
-        )
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
     if native.data.get("fp16") is True and native.data.get("bf16") is True:
