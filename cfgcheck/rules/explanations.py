@@ -480,6 +480,19 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
         group=NATIVE,
     ),
+    "launch-deepspeed-mismatch": E(
+        "error",
+        "Launch scripts (`--from launch`): every value of the `--deepspeed` JSON that the "
+        "Trainer fills (`train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`, "
+        "`train_batch_size` = processes x micro batch x accumulation, `gradient_clipping`, the "
+        "optimizer's `lr`/`betas`/`eps`/`weight_decay`, `warmup_max_lr`, `fp16`/`bf16` "
+        '`enabled`) is `"auto"` or equal to the flag it comes from.',
+        "transformers refuses to start: \"ValueError: Please correct the following DeepSpeed "
+        'config values that mismatch TrainingArguments values" (integrations/deepspeed.py '
+        "`trainer_config_process`, raised by `trainer_config_finalize`).",
+        'Set the value to `"auto"` in the JSON, or give the flag the JSON\'s value.',
+        group=NATIVE,
+    ),
     "launch-unknown-value": E(
         "warning",
         "Launch scripts (`--from launch`): a flag's value comes from a variable the script "

@@ -98,6 +98,12 @@ def launch_rules(native: NativeConfig, run: RunConfig | None) -> list[Finding]:
     return list(launch_of(native).problems)
 
 
+def deepspeed_rules(native: NativeConfig, run: RunConfig | None) -> list[Finding]:
+    from cfgcheck.sources.launcher.ds_config import mismatch_rule
+
+    return mismatch_rule(native, run)
+
+
 def finish(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
     from cfgcheck.sources.launcher.fixes import finish_fixes
 
@@ -144,7 +150,7 @@ FORMAT = Format(
     build=_build,
     to_native=_to_native,
     profile=profile,
-    rules=(launch_rules,),
+    rules=(launch_rules, deepspeed_rules),
     open_prefixes=("",),
     finish=finish,
     verifies_fixes=True,
