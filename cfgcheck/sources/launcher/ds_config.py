@@ -109,7 +109,7 @@ def mismatch_rule(native: NativeConfig, run: RunConfig | None) -> list[Finding]:
             "error",
             tuple(locations),
             f"the DeepSpeed config {n.value('deepspeed')} disagrees with the flags: "
-            "TrainingArguments refuses to start with \"ValueError: Please correct the following "
+            'TrainingArguments refuses to start with "ValueError: Please correct the following '
             f'DeepSpeed config values that mismatch TrainingArguments values: {lines}" '
             "(transformers integrations/deepspeed.py trainer_config_finalize)",
             'set these DeepSpeed values to "auto" (the Trainer fills them from the flags), or '
