@@ -380,3 +380,21 @@ def test_lora_targets_are_checked_against_the_model_and_fixed_as_flags(
     (finding,) = result.by_rule("lora-target-unknown")
     assert "wq" in finding.message
     assert any(fix.flags[:2] == ("--lora_target_modules", "q_proj") for fix in finding.fixes)
+
+
+def test_an_unknown_lora_rank_drops_the_memory_verdict_and_nothing_else(
+    vicuna_cache: Path, tmp_path: Path
+) -> None:
+    """The memory estimate rests on the LoRA rank and targets (the adapter's weights, their
+    gradients and optimizer state): when the script computes the rank, the memory verdict is
+    left out, as for ``--from python``; every other finding stays."""
+    text = (PUBLISHED / "fastchat" / "scripts" / "train_lora.sh").read_text()
+    (tmp_path / "known.sh").write_text(text)
+    (tmp_path / "unknown.sh").write_text(text.replace("--lora_r 8", "--lora_r $RANK"))
+    opts = {"cwd": str(PUBLISHED / "fastchat")}
+    known = check_native(tmp_path / "known.sh", "launch", gpu="8", options=opts)
+    unknown = check_native(tmp_path / "unknown.sh", "launch", gpu="8", options=opts)
+    assert [f.severity for f in known.by_rule("gpu-memory")] == ["error"]
+    assert {f.rule for f in known.findings} - {f.rule for f in unknown.findings} == {"gpu-memory"}
+    assert {f.rule for f in unknown.findings} <= {f.rule for f in known.findings}
+    assert "lora_r" in {f.paths[0] for f in unknown.by_rule("launch-unknown-value")}

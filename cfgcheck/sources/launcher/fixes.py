@@ -8,23 +8,11 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources.code.resting import rests_on
 from cfgcheck.sources.launcher import launch_of
 
 if TYPE_CHECKING:
     from cfgcheck.sources.native import Loaded
-
-MEMORY_INPUTS = frozenset(
-    {
-        "data.max_seq_length",
-        "trainer.micro_batch_size",
-        "trainer.precision",
-        "trainer.quantization",
-        "trainer.finetuning",
-        "trainer.gradient_checkpointing",
-        "data.collator",
-        "data.padding",
-    }
-)
 
 
 def _as_flags(fix: Fix) -> Fix:
@@ -65,11 +53,10 @@ def _pairs(flags: tuple[str, ...]) -> list[str]:
 
 def finish_fixes(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
     n = launch_of(loaded.native)
-    resting = set(n.unknown_paths)
     before = {f.rule for f in findings if f.severity == "error"}
     out = []
     for f in findings:
-        if resting & set(f.paths) or (f.rule == "gpu-memory" and resting & MEMORY_INPUTS):
+        if rests_on(f, n.unknown_paths):
             continue
         fixes = [_as_flags(x) for x in f.fixes]
         if f.rule == "ragged-batch":
