@@ -475,7 +475,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     "launch-fp16-and-bf16": E(
         "error",
         "Launch scripts (`--from launch`): `--fp16` and `--bf16` are not both True.",
-        "`TrainingArguments.__post_init__` refuses it before training: \"ValueError: At most "
+        '`TrainingArguments.__post_init__` refuses it before training: "ValueError: At most '
         'one of fp16 and bf16 can be True, but not both" (transformers `training_args.py`).',
         "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
         group=NATIVE,
@@ -487,7 +487,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "`train_batch_size` = processes x micro batch x accumulation, `gradient_clipping`, the "
         "optimizer's `lr`/`betas`/`eps`/`weight_decay`, `warmup_max_lr`, `fp16`/`bf16` "
         '`enabled`) is `"auto"` or equal to the flag it comes from.',
-        "transformers refuses to start: \"ValueError: Please correct the following DeepSpeed "
+        'transformers refuses to start: "ValueError: Please correct the following DeepSpeed '
         'config values that mismatch TrainingArguments values" (integrations/deepspeed.py '
         "`trainer_config_process`, raised by `trainer_config_finalize`).",
         'Set the value to `"auto"` in the JSON, or give the flag the JSON\'s value.',

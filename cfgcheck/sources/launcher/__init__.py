@@ -41,6 +41,7 @@ class LaunchConfig(NativeConfig):
     defaults: dict[str, tuple[Any, str]] = field(default_factory=dict)  # field -> value, where
     launch_flags: list[str] = field(default_factory=list)  # the flags, for a fix's re-check
     verify: bool = True  # check each fix by reading the script again (not when re-checking)
+    given: tuple[str, ...] = ()  # the overrides and script arguments it was read with
 
     def value(self, key: str, fallback: Any = None) -> Any:
         """The flag's value, else the field's default, else ``fallback``."""

@@ -21,6 +21,7 @@ from cfgcheck.sources import deepspeed
 from cfgcheck.sources.base import Builder
 from cfgcheck.sources.code import Known
 from cfgcheck.sources.launcher import LaunchConfig, launch_of
+from cfgcheck.sources.launcher.entry import inside
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
 
@@ -203,7 +204,7 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         # accelerate launch --config_file: its num_processes and distributed_type
         # (cfgcheck.sources.launch, as for TRL's accelerate configs); flags on the command win.
         path = n.root / config_file.value
-        if path.is_file():
+        if path.is_file() and inside(path, n.root):  # the project's own files only
             from cfgcheck.sources import launch as accelerate
 
             accelerate.apply(b, str(path))

@@ -107,23 +107,43 @@ def check_script(
     command, else a :class:`ScriptResult` with one verdict per command."""
     from cfgcheck import safeio
     from cfgcheck.locations import display_path
+
+    script = Path(path)
+    text = safeio.read_text(script)
+    return check_text(text, display_path(script), script, overrides, gpu, options)
+
+
+def check_text(
+    text: str,
+    shown: str,
+    script: Path | None,
+    overrides: Sequence[str] = (),
+    gpu: str | None = None,
+    options: Mapping[str, str] | None = None,
+) -> CheckResult:
+    """:func:`check_script` of a script's text (the service's requests), ``shown`` as its
+    name; ``script`` (its path, when it has one) places the project folder."""
+    from cfgcheck.sources.launcher import _loaded
     from cfgcheck.sources.launcher.command import find_launches
+    from cfgcheck.sources.launcher.flags import read_launch
     from cfgcheck.sources.launcher.shell import read_script
-    from cfgcheck.sources.native import check_loaded, load_native
+    from cfgcheck.sources.native import check_loaded
 
     opts = dict(options or {})
-    script = Path(path)
-    shown = display_path(script)
     args = [o for o in overrides if "=" not in o and not o.startswith("-")]
-    launches = find_launches(read_script(safeio.read_text(script), shown, args))
+    launches = find_launches(read_script(text, shown, args))
+
+    def check(index: int | None) -> CheckResult:
+        chosen = opts if index is None else {**opts, INDEX: str(index)}
+        return check_loaded(_loaded(read_launch(text, shown, script, overrides, chosen), gpu))
+
     if len(launches) <= 1 or INDEX in opts:
-        return check_loaded(load_native(path, "launch", overrides, gpu, opts))
+        return check(None)
     commands = []
     for i, launch in enumerate(launches):
         verdict = CommandVerdict(shown, launch.line, launch.launcher, launch.entry)
         try:
-            loaded = load_native(path, "launch", overrides, gpu, {**opts, INDEX: str(i)})
-            verdict.result = check_loaded(loaded)
+            verdict.result = check(i)
         except ConfigLoadError as e:
             verdict.error = str(e)
         commands.append(verdict)

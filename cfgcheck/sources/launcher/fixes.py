@@ -34,7 +34,7 @@ def _clears(loaded: Loaded, finding: Finding, fix: Fix, before: set[str]) -> boo
 
     n = launch_of(loaded.native)
     pairs = _pairs(fix.flags)
-    again = read_launch(n.text, n.file, n.origin, [*pairs], dict(n.options))
+    again = read_launch(n.text, n.file, n.origin, [*n.given, *pairs], dict(n.options))
     again.verify = False
     result = check_loaded(_loaded(again, loaded.gpu), verify=False)
     return not result.by_rule(finding.rule) and {f.rule for f in result.errors} <= before

@@ -44,6 +44,7 @@ def read_launch(
 ) -> LaunchConfig:
     # Overrides without "=" are the script's own arguments ($1, $2...); the others are flags
     # appended to the training command.
+    given = tuple(overrides)
     args = [o for o in overrides if "=" not in o and not o.startswith("-")]
     overrides = [o for o in overrides if o not in args]
     parsed = read_script(text, shown, args)
@@ -61,10 +62,13 @@ def read_launch(
     entry_path = _entry_path(launch, root, shown)
     from cfgcheck.locations import display_path
 
-    entry = read_entry(entry_path, display_path(entry_path), root)
+    # A script given as text (the service) shows its entry point relative to its folder.
+    entry_shown = display_path(entry_path) if script else _relative(entry_path, root)
+    entry = read_entry(entry_path, entry_shown, root)
     native = LaunchConfig("launch", shown, {}, {}, origin=script, text=text)
     native.options = {k: v for k, v in opts.items() if v}
     native.launch, native.entry, native.root = launch, entry, root
+    native.given = given
     native.launch_flags = [w for f in launch.flags for w in _argv(f)]
     for name, spec in entry.fields.items():
         native.defaults[name] = (spec.default, spec.where)
@@ -90,6 +94,13 @@ def read_launch(
             )
         )
     return native
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.name
 
 
 def _argv(flag: Flag) -> list[str]:
