@@ -62,7 +62,7 @@ def check_launch_request(request: NativeRequest, roots: Sequence[Path]) -> Check
                 None,
                 request.overrides,
                 request.gpu,
-                {"cwd": str(root)},
+                {"cwd": str(root), "confined": "1"},
             )
         except ConfigLoadError as e:
             raise RequestError(422, str(e)) from e

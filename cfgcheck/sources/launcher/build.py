@@ -25,7 +25,10 @@ from cfgcheck.sources.launcher.entry import inside
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
 
-LENGTH_FLAGS = ("model_max_length", "max_seq_length", "max_length")
+# The model trained: DeepSpeed-Chat's step3_rlhf_finetuning/main.py trains the actor (its
+# --actor_model_name_or_path; the critic, --critic_model_name_or_path, trains beside it).
+MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path")
+LENGTH_FLAGS = ("model_max_length", "max_seq_length", "max_length", "max_seq_len")
 LORA_FLAGS = ("lora_enable", "use_lora", "use_peft")
 DEEPSPEED_MISSING = "launch-deepspeed-missing"
 # cfgcheck path -> the flag that sets it (a fix is that flag as it would be typed).
@@ -72,18 +75,18 @@ def _take(b: Builder, path: str, key: str, fallback: Any, convert: Any = None) -
 def build(b: Builder) -> None:
     n = launch_of(b.native)
     b.default("trainer.framework", "hf", "(the entry point trains with transformers' Trainer)")
-    if "model_name_or_path" in n.unknown:
+    key = next((k for k in MODEL_FLAGS if k in n.data or k in n.unknown), MODEL_FLAGS[0])
+    if key in n.unknown:
         from cfgcheck.errors import ConfigLoadError
 
         raise ConfigLoadError(
-            f"{n.where['model_name_or_path']}: --model_name_or_path is "
-            f"{n.unknown['model_name_or_path']}: give it in the script or after --"
+            f"{n.where[key]}: --{key} is {n.unknown[key]}: give it in the script or after --"
         )
-    ref = n.value("model_name_or_path")
+    ref = n.value(key)
     if isinstance(ref, str) and ref and (n.root / ref).is_dir():
         ref = str(n.root / ref)  # a folder, opened from where the script runs (--cwd)
-    set_model(b, "model_name_or_path", ref)
-    if "model_name_or_path" not in n.where and (at := _at(n, "model_name_or_path")):
+    set_model(b, key, ref)
+    if key not in n.where and (at := _at(n, key)):
         b.smap.set("model.pretrained", at, covering=True)
     _lengths(b, n)
     _data(b, n)
@@ -148,6 +151,11 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         b.set("trainer.precision", "16-mixed", _at(n, "fp16"))
     elif n.value("bf16") is True:  # autocast over the weights the entry point loads (fp32)
         b.set("trainer.precision", "bf16-mixed", _at(n, "bf16"))
+    elif n.known("dtype") and n.value("dtype") in ("fp16", "bf16"):
+        # DeepSpeed-Chat main.py: --dtype fp16|bf16|fp32 (default fp16) enables the DeepSpeed
+        # config's fp16 / bf16 section (dschat/utils/ds_utils.py get_train_ds_config).
+        precision = "16-mixed" if n.value("dtype") == "fp16" else "bf16-mixed"
+        b.set("trainer.precision", precision, _at(n, "dtype"))
     else:
         b.default("trainer.precision", "32-true", "TrainingArguments bf16=False, fp16=False")
     four_bit = n.value("q_lora") is True or n.value("bits") == 4
@@ -194,6 +202,11 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         if flag is not None and flag.value and flag.value.isdigit():
             b.set("trainer.devices", int(flag.value), Location(n.file, flag.word.line))
             break
+    counts = ("num_gpus", "include", "num_nodes", "hostfile")
+    if launch.launcher == "deepspeed" and not any(c in launch.launcher_flags for c in counts):
+        # deepspeed without --num_gpus / --include starts one process per GPU of the machine
+        # (deepspeed/launcher/runner.py): the count is not in the script.
+        n.unknown_paths.setdefault("trainer.devices", "launcher.num_gpus")
     for name in ("nnodes", "num_nodes", "num_machines"):
         flag = launch.launcher_flags.get(name)
         if flag is not None and flag.value and flag.value.isdigit():
@@ -236,6 +249,11 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         b.set("trainer.strategy", "zero3" if "3" in value else "zero2", _at(n, "deepspeed") or line)
     elif n.value("fsdp"):
         b.set("trainer.strategy", "fsdp", _at(n, "fsdp"))
+    elif launch.launcher == "deepspeed" and isinstance(n.value("zero_stage"), int):
+        # DeepSpeed-Chat's main.py builds its DeepSpeed config from --zero_stage
+        # (get_train_ds_config(stage=args.zero_stage), dschat/utils/ds_utils.py).
+        stage = deepspeed.STAGES.get(n.value("zero_stage"), "zero2")
+        b.set("trainer.strategy", stage, _at(n, "zero_stage") or line)
     elif launch.launcher in ("torchrun", "deepspeed", "accelerate") and any(
         f in launch.launcher_flags for f in ("nproc_per_node", "num_gpus", "num_processes")
     ):

@@ -29,6 +29,14 @@ from cfgcheck.sources.pydataclass import (
 )
 
 HF_ARGS = ("TrainingArguments", "Seq2SeqTrainingArguments")
+# deepspeed.add_config_arguments(parser) adds these options (deepspeedai/DeepSpeed
+# deepspeed/__init__.py _add_core_arguments, at 0a1fbe1d): name -> (type, default).
+DEEPSPEED_ARGUMENTS: dict[str, tuple[str, Any]] = {
+    "deepspeed": ("flag", False),
+    "deepspeed_config": ("str", None),
+    "deepscale": ("flag", False),
+    "deepscale_config": ("str", None),
+}
 MAX_HOPS = 2  # an entry point that only calls another module's main (FastChat's train_mem.py)
 
 
@@ -137,12 +145,18 @@ def _argparse_fields(program: Program, file: str) -> dict[str, Field]:
                 out[name] = Field(name, type_name, value, where)
                 if "-" in name:
                     out[name.replace("-", "_")] = Field(name, type_name, value, where)
+    for call in program.find("deepspeed.add_config_arguments"):
+        where = f"{call.location} deepspeed.add_config_arguments"
+        for name, (type_name, value) in DEEPSPEED_ARGUMENTS.items():
+            out.setdefault(name, Field(name, type_name, value, where))
     return out
 
 
-def read_entry(path: Path, shown: str, root: Path) -> Entry:
+def read_entry(path: Path, shown: str, root: Path, boundary: Path | None = None) -> Entry:
     """Read the entry point at ``path`` (see the module); follows an entry point that only
-    imports another module of the project and calls it."""
+    imports another module of the project and calls it. The project's modules it imports are
+    looked for in ``root`` and the folders above it (a package installed from the repository,
+    DeepSpeed-Chat's ``dschat``), never outside ``boundary`` when one is given."""
     code = read_code(path, shown)
     program = read_program(code)
     tree = ast.Module(body=[s for u in code.units for s in u.tree.body], type_ignores=[])
@@ -150,7 +164,7 @@ def read_entry(path: Path, shown: str, root: Path) -> Entry:
     if names is None and not program.find("add_argument"):
         target = _delegate(tree, root)
         if target is not None and target != path:
-            return read_entry(target, _shown(target, root), root)
+            return read_entry(target, _shown(target, root), root, boundary)
     entry = Entry(shown, code, program, "")
     if names is not None:
         entry.parser = "HfArgumentParser"
@@ -165,7 +179,83 @@ def read_entry(path: Path, shown: str, root: Path) -> Entry:
         entry.parser = "argparse"
         entry.fields = _argparse_fields(program, shown)
     _data_path(entry)
+    if entry.pad_token_set is None or entry.tokenize is None:
+        _imported_data_path(entry, tree, root, boundary)
     return entry
+
+
+MAX_MODULES = 8  # the project modules read for the data path, in import order
+
+
+def project_modules(tree: ast.Module, root: Path, boundary: Path | None) -> list[Path]:
+    """The files of the project modules ``tree`` imports (``from dschat.utils.utils import
+    ...``): under ``root`` or up to three folders above it, inside ``boundary``."""
+    base_root = root.resolve()
+    bases = [base_root, *list(base_root.parents)[:3]]
+    out: list[Path] = []
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
+            continue
+        for base in bases:
+            if boundary is not None and not inside(base, boundary):
+                continue
+            stem = base.joinpath(*node.module.split("."))
+            found = next(
+                (c for c in (stem.with_suffix(".py"), stem / "__init__.py") if c.is_file()), None
+            )
+            if found is not None and (boundary is None or inside(found, boundary)):
+                if found not in out:
+                    out.append(found)
+                break
+        if len(out) >= MAX_MODULES:
+            break
+    return out
+
+
+def _imported_data_path(entry: Entry, tree: ast.Module, root: Path, boundary: Path | None) -> None:
+    """The pad token and the tokenizer call, when the entry point leaves them to the project
+    modules it imports (DeepSpeed-Chat's ``load_hf_tokenizer``, ``create_prompt_dataset``)."""
+    for path in project_modules(tree, root, boundary):
+        try:
+            code = read_code(path, _shown(path, root))
+        except ConfigLoadError:
+            continue
+        if entry.pad_token_set is None:
+            entry.pad_token_set = _pad_token_in(code)
+        if entry.tokenize is None:
+            program = read_program(code)
+            for call in program.calls:
+                if is_tokenizer_call(call) and not call.written.endswith("from_pretrained"):
+                    if call.kwargs.get("padding") is not None:
+                        entry.tokenize = call
+                        break
+
+
+def _pad_token_in(code: CodeFile) -> str | None:
+    """Where ``code`` gives a tokenizer a pad token: ``tokenizer.pad_token = ...`` or
+    ``tokenizer.add_special_tokens({"pad_token": ...})``."""
+    for unit in code.units:
+        for node in ast.walk(unit.tree):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and target.attr in (
+                        "pad_token",
+                        "pad_token_id",
+                    ):
+                        return f"{ast.unparse(target)} = ... at {code.file}:{node.lineno}"
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_special_tokens"
+                and node.args
+                and isinstance(node.args[0], ast.Dict)
+                and any(
+                    isinstance(k, ast.Constant) and k.value == "pad_token"
+                    for k in node.args[0].keys
+                )
+            ):
+                return f"add_special_tokens(pad_token) at {code.file}:{node.lineno}"
+    return None
 
 
 def _shown(path: Path, root: Path) -> str:

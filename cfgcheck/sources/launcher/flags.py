@@ -64,7 +64,8 @@ def read_launch(
 
     # A script given as text (the service) shows its entry point relative to its folder.
     entry_shown = display_path(entry_path) if script else _relative(entry_path, root)
-    entry = read_entry(entry_path, entry_shown, root)
+    boundary = root if opts.get("confined") else None  # the service: nothing above --cwd
+    entry = read_entry(entry_path, entry_shown, root, boundary)
     native = LaunchConfig("launch", shown, {}, {}, origin=script, text=text)
     native.options = {k: v for k, v in opts.items() if v}
     native.launch, native.entry, native.root = launch, entry, root
