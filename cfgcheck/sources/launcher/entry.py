@@ -225,10 +225,13 @@ def _imported_data_path(entry: Entry, tree: ast.Module, root: Path, boundary: Pa
         if entry.tokenize is None:
             program = read_program(code)
             for call in program.calls:
-                if is_tokenizer_call(call) and not call.written.endswith("from_pretrained"):
-                    if call.kwargs.get("padding") is not None:
-                        entry.tokenize = call
-                        break
+                if (
+                    is_tokenizer_call(call)
+                    and not call.written.endswith("from_pretrained")
+                    and call.kwargs.get("padding") is not None
+                ):
+                    entry.tokenize = call
+                    break
 
 
 def _pad_token_in(code: CodeFile) -> str | None:
