@@ -10,7 +10,8 @@ from cfgcheck.findings import Finding
 
 # What the memory estimate is computed from (cfgcheck.memory: the weights, their precision and
 # quantization, which of them train, the LoRA adapter's rank and targets, the activations of
-# one micro batch at the padded length): an estimate resting on an unknown one is left out.
+# one micro batch at the padded length, the devices ZeRO / FSDP shard them over): an estimate
+# resting on an unknown one is left out.
 MEMORY_INPUTS = frozenset(
     {
         "data.max_seq_length",
@@ -19,6 +20,7 @@ MEMORY_INPUTS = frozenset(
         "trainer.quantization",
         "trainer.finetuning",
         "trainer.gradient_checkpointing",
+        "trainer.devices",
         "trainer.lora.rank",
         "trainer.lora.targets",
         "data.collator",

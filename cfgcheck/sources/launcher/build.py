@@ -207,6 +207,18 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         # deepspeed without --num_gpus / --include starts one process per GPU of the machine
         # (deepspeed/launcher/runner.py): the count is not in the script.
         n.unknown_paths.setdefault("trainer.devices", "launcher.num_gpus")
+        n.problems.append(
+            Finding(
+                "launch-unknown-value",
+                "warning",
+                ("launcher.num_gpus",),
+                f"deepspeed at line {launch.line} has no --num_gpus or --include: it starts one "
+                "process per GPU of the machine it runs on, which the script does not say, so "
+                "the memory estimate (ZeRO shards over the processes) is left out",
+                "give the count: deepspeed --num_gpus N ...",
+                locations={"launcher.num_gpus": line},
+            )
+        )
     for name in ("nnodes", "num_nodes", "num_machines"):
         flag = launch.launcher_flags.get(name)
         if flag is not None and flag.value and flag.value.isdigit():

@@ -184,6 +184,35 @@ def read_entry(path: Path, shown: str, root: Path, boundary: Path | None = None)
     return entry
 
 
+def _own_collator(code: CodeFile, text: str) -> str | None:
+    """ "padded" when ``text`` names (or was assigned an instance of) a collator class the file
+    defines whose ``__call__`` pads: ``torch.nn.utils.rnn.pad_sequence`` or ``tokenizer.pad``
+    (stanford_alpaca and LLaVA train.py ``DataCollatorForSupervisedDataset``)."""
+    trees = [u.tree for u in code.units]
+    name = text.split("(")[0]
+    for tree in trees:
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and ast.unparse(node.targets[0]) == name
+                and isinstance(node.value, ast.Call)
+            ):
+                name = ast.unparse(node.value.func)
+    known = collator_kind(name)
+    if known is not None:
+        return known
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name == name.split(".")[-1]:
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Call):
+                        callee = ast.unparse(inner.func)
+                        if callee.endswith(("pad_sequence", "tokenizer.pad")):
+                            return "padded"
+    return None
+
+
 MAX_MODULES = 8  # the project modules read for the data path, in import order
 
 
@@ -381,4 +410,5 @@ def _data_path(entry: Entry) -> None:
             entry.collator = ("default", arg.location)
         else:
             kind = collator_kind(arg.value) or collator_kind(ast.unparse(arg.node))
+            kind = kind or _own_collator(entry.code, ast.unparse(arg.node))
             entry.collator = (kind or ast.unparse(arg.node), arg.location)
