@@ -50,6 +50,9 @@ NATIVE_OPTIONS = {
     "--cwd": "with --from launch: the folder the launch script runs from (where its entry point "
     "and --deepspeed JSON are found); default: the script's folder or the first one above it "
     "that holds the entry point",
+    "--transformers-version": "with --from launch: the transformers release the entry point "
+    "runs with (e.g. 4.37.2); its TrainingArguments fields come from the tables "
+    "scripts/training_args_versions.py generates; default: the installed one",
     "--accelerate-config": "with --from trl: the accelerate config YAML the run is launched "
     "with (num_processes, DeepSpeed ZeRO stage, FSDP)",
 }

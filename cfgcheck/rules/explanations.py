@@ -464,11 +464,13 @@ EXPLANATIONS: dict[str, Explanation] = {
         "error",
         "Launch scripts (`--from launch`): every flag of the training command is a field of "
         "the entry point's `HfArgumentParser` dataclasses (transformers' `TrainingArguments` "
-        "of the installed release included) or one of its `argparse` options.",
+        "of the installed release, or of `--transformers-version`'s, included) or one of its "
+        "`argparse` options.",
         'The run stops before training: "ValueError: Some specified arguments are not used '
         "by the HfArgumentParser: ['--evaluation_strategy', 'steps']\" (transformers "
-        "`hf_argparser.py`); a flag a release renamed (`--evaluation_strategy` is "
-        "`--eval_strategy` since 4.46) is named with its new name.",
+        "`hf_argparser.py`); a flag a release renamed is named with its new name and the "
+        "first tabled release that refuses it (`--evaluation_strategy` is `--eval_strategy`: "
+        "4.46.3 declares it, 4.51.3 refuses it).",
         "Rename the flag as the message says, or remove it.",
         group=NATIVE,
     ),

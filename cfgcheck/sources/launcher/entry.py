@@ -72,7 +72,7 @@ class Entry:
 
 
 @lru_cache(maxsize=1)
-def training_arguments() -> tuple[dict[str, Field], str]:
+def _installed() -> tuple[dict[str, Field], str]:
     """The installed transformers' TrainingArguments fields, and its version."""
     spec = importlib.util.find_spec("transformers")
     roots = list(spec.submodule_search_locations or []) if spec else []
@@ -98,6 +98,60 @@ def training_arguments() -> tuple[dict[str, Field], str]:
         name: Field(name, info.types.get(name, ""), default, where)
         for name, default in info.fields.items()
     }, version
+
+
+@lru_cache(maxsize=1)
+def release_tables() -> dict[str, Any]:
+    """TrainingArguments per transformers release (``training_args_versions.json``, generated
+    by ``scripts/training_args_versions.py`` from each release's training_args.py)."""
+    import json
+    from importlib import resources
+
+    text = resources.files("cfgcheck.sources.launcher").joinpath("training_args_versions.json")
+    tables: dict[str, Any] = json.loads(text.read_text("utf-8"))["versions"]
+    return tables
+
+
+def _release(version: str) -> str:
+    """The tabled release ``version`` names: itself, else the newest with its major.minor."""
+    tables = release_tables()
+    if version in tables:
+        return version
+    same = [v for v in tables if v.split(".")[:2] == version.split(".")[:2]]
+    if not same:
+        raise ConfigLoadError(
+            f"--transformers-version {version}: no TrainingArguments table for it (tabled: "
+            f"{', '.join(tables)}; scripts/training_args_versions.py adds releases)"
+        )
+    return same[-1]
+
+
+@lru_cache(maxsize=8)
+def training_arguments(version: str | None = None) -> tuple[dict[str, Field], str]:
+    """TrainingArguments' fields and the release they are from: the installed transformers',
+    or release ``version``'s from the generated tables (types, defaults as written there)."""
+    installed, installed_version = _installed()
+    if not version or version == installed_version:
+        return installed, installed_version
+    release = _release(version)
+    where = f"transformers {release} TrainingArguments"
+    table = release_tables()[release]["fields"]
+    return {
+        name: Field(name, spec["type"], spec["default"] if spec["literal"] else NO_DEFAULT, where)
+        for name, spec in table.items()
+    }, release
+
+
+def refused_since(name: str, version: str) -> str:
+    """When the tabled releases stop declaring ``name``: "refused since 4.51.3 (4.46.3
+    declares it)", or "" when every tabled release up to ``version`` lacks it."""
+    last_with = ""
+    for release, table in release_tables().items():
+        if name in table["fields"]:
+            last_with = release
+        elif last_with:
+            return f"refused since transformers {release} ({last_with} declares it)"
+    return ""
 
 
 def _dataclass_fields(
@@ -152,7 +206,13 @@ def _argparse_fields(program: Program, file: str) -> dict[str, Field]:
     return out
 
 
-def read_entry(path: Path, shown: str, root: Path, boundary: Path | None = None) -> Entry:
+def read_entry(
+    path: Path,
+    shown: str,
+    root: Path,
+    boundary: Path | None = None,
+    transformers_version: str | None = None,
+) -> Entry:
     """Read the entry point at ``path`` (see the module); follows an entry point that only
     imports another module of the project and calls it. The project's modules it imports are
     looked for in ``root`` and the folders above it (a package installed from the repository,
@@ -164,14 +224,14 @@ def read_entry(path: Path, shown: str, root: Path, boundary: Path | None = None)
     if names is None and not program.find("add_argument"):
         target = _delegate(tree, root)
         if target is not None and target != path:
-            return read_entry(target, _shown(target, root), root, boundary)
+            return read_entry(target, _shown(target, root), root, boundary, transformers_version)
     entry = Entry(shown, code, program, "")
     if names is not None:
         entry.parser = "HfArgumentParser"
         found = {**_imported_classes(tree, root, names), **classes_in(tree)}
         fields, hf = _dataclass_fields(names, found, shown)
         if hf or any(n in HF_ARGS for n in names):
-            ta, entry.transformers_version = training_arguments()
+            ta, entry.transformers_version = training_arguments(transformers_version)
             entry.fields = {**ta, **fields}
         else:
             entry.fields = fields

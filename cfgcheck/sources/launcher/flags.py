@@ -16,7 +16,7 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Finding, Location
 from cfgcheck.sources.launcher import LaunchConfig
 from cfgcheck.sources.launcher.command import Flag, Launch, find_launches, script_flags
-from cfgcheck.sources.launcher.entry import Field, inside, read_entry
+from cfgcheck.sources.launcher.entry import Field, inside, read_entry, refused_since
 from cfgcheck.sources.launcher.shell import Word, read_script
 
 UNKNOWN_FLAG = "launch-unknown-flag"
@@ -33,9 +33,10 @@ FALSE = ("false", "0", "no", "n", "f")
 # Flags a transformers release renamed (the installed one refuses the old name):
 # evaluation_strategy -> eval_strategy (transformers 4.41 deprecated it, 4.46 removed it);
 # warmup_ratio -> warmup_steps, where a float in [0, 1) is the ratio (training_args.py of 5.x).
+# Which release refuses the old name comes from the generated tables (entry.refused_since).
 RENAMED = {
-    "evaluation_strategy": ("eval_strategy", "since transformers 4.46"),
-    "warmup_ratio": ("warmup_steps", "in transformers 5 (a float in [0, 1) is the ratio)"),
+    "evaluation_strategy": ("eval_strategy", ""),
+    "warmup_ratio": ("warmup_steps", "(a float in [0, 1) is the ratio)"),
 }
 
 
@@ -65,7 +66,8 @@ def read_launch(
     # A script given as text (the service) shows its entry point relative to its folder.
     entry_shown = display_path(entry_path) if script else _relative(entry_path, root)
     boundary = root if opts.get("confined") else None  # the service: nothing above --cwd
-    entry = read_entry(entry_path, entry_shown, root, boundary)
+    version = opts.get("transformers_version")
+    entry = read_entry(entry_path, entry_shown, root, boundary, version)
     native = LaunchConfig("launch", shown, {}, {}, origin=script, text=text)
     native.options = {k: v for k, v in opts.items() if v}
     native.launch, native.entry, native.root = launch, entry, root
@@ -221,8 +223,11 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
         entry = native.entry
         version = entry.transformers_version if entry else ""
         if renamed is not None and renamed[0] in fields:
+            since = refused_since(flag.name, version) or f"refused by transformers {version}"
+            note = f" {renamed[1]}" if renamed[1] else ""
             hints.append(
-                f"--{flag.name} is --{renamed[0]} {renamed[1]} (installed: {version or 'unknown'})"
+                f"--{flag.name} is --{renamed[0]}{note}: {since}; this check is against "
+                f"transformers {version or 'unknown'}"
             )
             continue
         close = difflib.get_close_matches(flag.name, list(fields), n=1)
