@@ -29,7 +29,9 @@ from cfgcheck.sources.names import schema_optimizer
 # --actor_model_name_or_path; the critic, --critic_model_name_or_path, trains beside it).
 MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path")
 LENGTH_FLAGS = ("model_max_length", "max_seq_length", "max_length", "max_seq_len")
-LORA_FLAGS = ("lora_enable", "use_lora", "use_peft")
+# LoRA on/off flags: LLaVA train.py lora_enable, Qwen finetune.py use_lora, TRL use_peft,
+# peft examples/sft/train.py use_peft_lora.
+LORA_FLAGS = ("lora_enable", "use_lora", "use_peft", "use_peft_lora")
 DEEPSPEED_MISSING = "launch-deepspeed-missing"
 # cfgcheck path -> the flag that sets it (a fix is that flag as it would be typed).
 TO_FLAG = {
@@ -158,8 +160,11 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         b.set("trainer.precision", precision, _at(n, "dtype"))
     else:
         b.default("trainer.precision", "32-true", "TrainingArguments bf16=False, fp16=False")
+    # peft examples/sft utils.py create_and_prepare_model: use_4bit_quantization /
+    # use_8bit_quantization build the BitsAndBytesConfig (4-bit NF4 by its default quant type).
     four_bit = n.value("q_lora") is True or n.value("bits") == 4
-    eight_bit = n.value("bits") == 8
+    four_bit = four_bit or n.value("use_4bit_quantization") is True
+    eight_bit = n.value("bits") == 8 or n.value("use_8bit_quantization") is True
     lora = next((k for k in LORA_FLAGS if n.value(k) is True), None)
     entry = n.entry
     always = (
@@ -168,10 +173,12 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         and not any(k in n.defaults for k in LORA_FLAGS)
     )  # the entry point applies LoRA whatever the flags (FastChat's train_lora.py)
     if four_bit:
-        key = "q_lora" if n.value("q_lora") is True else "bits"
+        key = next(
+            k for k in ("q_lora", "use_4bit_quantization", "bits") if n.value(k) in (True, 4)
+        )
         b.set("trainer.quantization", "nf4", _at(n, key))
     elif eight_bit:
-        b.set("trainer.quantization", "int8", _at(n, "bits"))
+        b.set("trainer.quantization", "int8", _at(n, "bits") or _at(n, "use_8bit_quantization"))
     else:
         b.default("trainer.quantization", "none", "no q_lora / bits flag")
     if lora is not None or four_bit or always:

@@ -142,6 +142,40 @@ def training_arguments(version: str | None = None) -> tuple[dict[str, Field], st
     }, release
 
 
+@lru_cache(maxsize=16)
+def trl_config(name: str) -> dict[str, ClassInfo]:
+    """TRL's ``name`` (``SFTConfig``, ``DPOConfig``...) and the TRL classes it derives from
+    (``_BaseConfig``, trl/trainer/base_config.py), read from the installed trl's
+    ``trl/trainer/*.py`` as text (never imported); empty when trl is not installed or has no
+    such class. peft's examples/sft/train.py hands ``SFTConfig`` to HfArgumentParser."""
+    from cfgcheck import safeio
+
+    spec = importlib.util.find_spec("trl")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    if not roots:
+        return {}
+    files = sorted(Path(roots[0]).glob("trainer/*.py"))
+    out: dict[str, ClassInfo] = {}
+    todo = [name]
+    while todo:
+        wanted = todo.pop()
+        if wanted in out or wanted in HF_ARGS:
+            continue
+        for path in files:
+            try:
+                text = safeio.read_text(path)
+            except ConfigLoadError:
+                continue
+            if f"class {wanted}(" not in text:
+                continue
+            found = classes_in(ast.parse(text))
+            if wanted in found:
+                out[wanted] = found[wanted]
+                todo.extend(found[wanted].bases)
+                break
+    return out
+
+
 def refused_since(name: str, version: str) -> str:
     """When the tabled releases stop declaring ``name``: "refused since 4.51.3 (4.46.3
     declares it)", or "" when every tabled release up to ``version`` lacks it."""
@@ -229,6 +263,9 @@ def read_entry(
     if names is not None:
         entry.parser = "HfArgumentParser"
         found = {**_imported_classes(tree, root, names), **classes_in(tree)}
+        for name in names:
+            if name not in found and name not in HF_ARGS:
+                found.update(trl_config(name))
         fields, hf = _dataclass_fields(names, found, shown)
         if hf or any(n in HF_ARGS for n in names):
             ta, entry.transformers_version = training_arguments(transformers_version)
@@ -239,6 +276,8 @@ def read_entry(
         entry.parser = "argparse"
         entry.fields = _argparse_fields(program, shown)
     _data_path(entry)
+    if entry.pad_token_set is None:
+        entry.pad_token_set = _pad_token_in(code)
     if entry.pad_token_set is None or entry.tokenize is None:
         _imported_data_path(entry, tree, root, boundary)
     return entry
@@ -271,6 +310,17 @@ def _own_collator(code: CodeFile, text: str) -> str | None:
                         if callee.endswith(("pad_sequence", "tokenizer.pad")):
                             return "padded"
     return None
+
+
+def _gives_pad_token(node: ast.AST) -> bool:
+    if isinstance(node, ast.Dict):
+        return any(isinstance(k, ast.Constant) and k.value == "pad_token" for k in node.keys)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "dict"
+        and any(k.arg == "pad_token" for k in node.keywords)
+    )
 
 
 MAX_MODULES = 8  # the project modules read for the data path, in import order
@@ -330,23 +380,20 @@ def _pad_token_in(code: CodeFile) -> str | None:
         for node in ast.walk(unit.tree):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
-                    if isinstance(target, ast.Attribute) and target.attr in (
-                        "pad_token",
-                        "pad_token_id",
-                    ):
+                    named = (
+                        isinstance(target, ast.Attribute)
+                        and target.attr in ("pad_token", "pad_token_id")
+                    ) or (  # special_tokens_dict["pad_token"] = ... (stanford_alpaca train.py)
+                        isinstance(target, ast.Subscript)
+                        and isinstance(target.slice, ast.Constant)
+                        and target.slice.value == "pad_token"
+                    )
+                    if named:
                         return f"{ast.unparse(target)} = ... at {code.file}:{node.lineno}"
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_special_tokens"
-                and node.args
-                and isinstance(node.args[0], ast.Dict)
-                and any(
-                    isinstance(k, ast.Constant) and k.value == "pad_token"
-                    for k in node.args[0].keys
-                )
-            ):
-                return f"add_special_tokens(pad_token) at {code.file}:{node.lineno}"
+            if _gives_pad_token(node):
+                # tokenizer.add_special_tokens({"pad_token": ...}), or a helper handed
+                # dict(pad_token=...)
+                return f"a pad_token special token at {code.file}:{getattr(node, 'lineno', 0)}"
     return None
 
 
