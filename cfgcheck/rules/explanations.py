@@ -495,6 +495,16 @@ EXPLANATIONS: dict[str, Explanation] = {
         'Set the value to `"auto"` in the JSON, or give the flag the JSON\'s value.',
         group=NATIVE,
     ),
+    "launch-lora-module-unmatched": E(
+        "error",
+        "Launch scripts (`--from launch`), DeepSpeed-Chat entry points: with `--lora_dim` above "
+        "0, `--lora_module_name` is part of the name of at least one linear module of the model.",
+        "DeepSpeed-Chat's `convert_linear_layer_to_lora` replaces only the `nn.Linear` modules "
+        "whose name contains it: LoRA is applied to nothing, silently (and with "
+        "`--only_optimize_lora` no parameter trains).",
+        "Give a part of the model's layer names (`layers.` for Llama, `decoder.layers.` for OPT).",
+        group=NATIVE,
+    ),
     "launch-unknown-value": E(
         "warning",
         "Launch scripts (`--from launch`): a flag's value comes from a variable the script "

@@ -101,8 +101,9 @@ def launch_rules(native: NativeConfig, run: RunConfig | None) -> list[Finding]:
 
 def deepspeed_rules(native: NativeConfig, run: RunConfig | None) -> list[Finding]:
     from cfgcheck.sources.launcher.ds_config import mismatch_rule
+    from cfgcheck.sources.launcher.dschat import lora_module_rule
 
-    return mismatch_rule(native, run)
+    return mismatch_rule(native, run) + lora_module_rule(native, run)
 
 
 def finish(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
