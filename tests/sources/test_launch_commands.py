@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cfgcheck.sources import check_native
 from cfgcheck.sources.launcher.commands import ScriptResult
 from tests.conftest import run_cfgcheck
@@ -65,3 +67,29 @@ def test_one_command_is_a_plain_result() -> None:
     result = check_native(SEED / "train.sh", "launch")
     assert not isinstance(result, ScriptResult)
     assert result.by_rule("ragged-batch")
+
+
+# --- the device count: the launcher's flags and CUDA_VISIBLE_DEVICES --------------------------
+@pytest.mark.parametrize(
+    ("launch", "devices", "nodes"),
+    [
+        ("CUDA_VISIBLE_DEVICES=0,1,2 deepspeed train.py", 3, 1),
+        ("export CUDA_VISIBLE_DEVICES=0,1\ndeepspeed train.py", 2, 1),
+        ("CUDA_VISIBLE_DEVICES=0,1,2 deepspeed --num_gpus 1 train.py", 1, 1),  # ignored
+        ("deepspeed --include localhost:0,1,2,3 train.py", 4, 1),
+        ("deepspeed --include h1:0,1@h2:0,1 train.py", 2, 2),
+        ("CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node gpu train.py", 2, 1),
+        ("CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node 4 train.py", 4, 1),
+    ],
+)
+def test_the_device_count_follows_the_launcher(
+    tmp_path: Path, launch: str, devices: int, nodes: int
+) -> None:
+    (tmp_path / "tiny-llama").symlink_to(SEED / "tiny-llama")
+    (tmp_path / "train.py").write_text((SEED / "train.py").read_text())
+    flags = " --model_name_or_path tiny-llama --output_dir o --model_max_length 128"
+    (tmp_path / "run.sh").write_text(launch + flags + " --per_device_train_batch_size 1\n")
+    result = check_native(tmp_path / "run.sh", "launch")
+    assert result.config is not None
+    assert (result.config.trainer.devices, result.config.trainer.num_nodes) == (devices, nodes)
+    assert not any(f.paths == ("launcher.num_gpus",) for f in result.findings)

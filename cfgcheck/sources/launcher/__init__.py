@@ -42,6 +42,7 @@ class LaunchConfig(NativeConfig):
     launch_flags: list[str] = field(default_factory=list)  # the flags, for a fix's re-check
     verify: bool = True  # check each fix by reading the script again (not when re-checking)
     given: tuple[str, ...] = ()  # the overrides and script arguments it was read with
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES the command runs with
 
     def value(self, key: str, fallback: Any = None) -> Any:
         """The flag's value, else the field's default, else ``fallback``."""

@@ -196,6 +196,19 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         b.default("trainer.finetuning", "full", "no LoRA flag: every weight trains")
 
 
+def _visible_count(value: str | None) -> int | None:
+    """How many devices ``CUDA_VISIBLE_DEVICES`` lists (None: unset or unknown)."""
+    if value is None or "\x00" in value or not value.strip() or value.strip() == "-1":
+        return None
+    parts = [p for p in value.split(",") if p.strip()]
+    return len(parts) or None
+
+
+def _flag_text(launch: Any, name: str) -> str | None:
+    flag = launch.launcher_flags.get(name) or launch.launcher_flags.get(name.replace("_", "-"))
+    return flag.value if flag is not None else None
+
+
 def _devices(b: Builder, n: LaunchConfig) -> None:
     launch = n.launch
     if launch is None:
@@ -210,7 +223,33 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
             b.set("trainer.devices", int(flag.value), Location(n.file, flag.word.line))
             break
     counts = ("num_gpus", "include", "num_nodes", "hostfile")
-    if launch.launcher == "deepspeed" and not any(c in launch.launcher_flags for c in counts):
+    visible = _visible_count(n.visible_devices)
+    include = launch.launcher_flags.get("include")
+    if launch.launcher == "deepspeed" and include is not None and include.value:
+        # deepspeed --include host:0,1@host2:0,1 (deepspeed/launcher/runner.py): the slots of
+        # the first host per node, one node per host.
+        hosts = [h for h in include.value.split("@") if h]
+        slots = [s for s in hosts[0].partition(":")[2].split(",") if s] if hosts else []
+        if slots:
+            b.set("trainer.devices", len(slots), Location(n.file, include.word.line))
+            b.set("trainer.num_nodes", len(hosts), Location(n.file, include.word.line))
+    elif (
+        launch.launcher == "deepspeed"
+        and visible is not None
+        and not any(c in launch.launcher_flags for c in counts)
+    ):
+        # deepspeed with none of --include/--exclude/--num_gpus/--num_nodes respects
+        # CUDA_VISIBLE_DEVICES on a single node (runner.py main: args.include =
+        # f"localhost:{cuda_visible_devices}").
+        b.set("trainer.devices", visible, line)
+    elif launch.launcher == "torchrun" and _flag_text(launch, "nproc_per_node") in ("gpu", "auto"):
+        # torchrun --nproc_per_node gpu|auto: one process per visible GPU (torch/distributed/
+        # run.py determine_local_world_size).
+        if visible is not None:
+            b.set("trainer.devices", visible, line)
+        else:
+            n.unknown_paths.setdefault("trainer.devices", "launcher.nproc_per_node")
+    elif launch.launcher == "deepspeed" and not any(c in launch.launcher_flags for c in counts):
         # deepspeed without --num_gpus / --include starts one process per GPU of the machine
         # (deepspeed/launcher/runner.py): the count is not in the script.
         n.unknown_paths.setdefault("trainer.devices", "launcher.num_gpus")

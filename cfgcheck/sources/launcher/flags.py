@@ -71,6 +71,12 @@ def read_launch(
     native = LaunchConfig("launch", shown, {}, {}, origin=script, text=text)
     native.options = {k: v for k, v in opts.items() if v}
     native.launch, native.entry, native.root = launch, entry, root
+    # CUDA_VISIBLE_DEVICES as the command runs with it: a prefix on the command, else the
+    # script's own assignment or export (the shell it was run from is not known).
+    visible = launch.command.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None and "CUDA_VISIBLE_DEVICES" in parsed.variables:
+        visible = parsed.variables["CUDA_VISIBLE_DEVICES"][0]
+    native.visible_devices = visible
     native.given = given
     native.launch_flags = [w for f in launch.flags for w in _argv(f)]
     for name, spec in entry.fields.items():
