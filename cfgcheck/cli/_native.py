@@ -32,6 +32,14 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     )
     for flag, text in NATIVE_OPTIONS.items():
         parser.add_argument(flag, default=None, help=text)
+    parser.add_argument(
+        "--command",
+        dest="launch_command",
+        default=None,
+        metavar="TEXT",
+        help="with --from launch: the training command as text instead of a script FILE "
+        '("torchrun --nproc_per_node 4 train.py --bf16 True"), read the same way, never run',
+    )
 
 
 # What the command line states about a native run that the file itself does not spell.
@@ -71,6 +79,17 @@ def native_result(args: argparse.Namespace) -> CheckResult:
     """The check of ``--from FORMAT FILE [KEY=VALUE ...]``."""
     from cfgcheck.sources import check_native
 
+    if args.source == "launch" and getattr(args, "launch_command", None):
+        from cfgcheck.sources.launcher.commands import check_text
+
+        return check_text(
+            args.launch_command,
+            "<--command>",
+            None,
+            list(args.overrides),
+            args.gpu,
+            native_options(args),
+        )
     if not args.overrides:
         raise ConfigLoadError(
             f"--from {args.source} needs the config FILE: cfgcheck {args.command} --from "

@@ -93,3 +93,18 @@ def test_the_device_count_follows_the_launcher(
     assert result.config is not None
     assert (result.config.trainer.devices, result.config.trainer.num_nodes) == (devices, nodes)
     assert not any(f.paths == ("launcher.num_gpus",) for f in result.findings)
+
+
+def test_a_command_given_as_text_is_read_like_a_script() -> None:
+    command = (
+        "torchrun --nproc_per_node 2 train.py --model_name_or_path tiny-llama --output_dir o "
+        "--model_max_length 128 --per_device_train_batch_size 2"
+    )
+    proc = run_cfgcheck("check", "--from", "launch", "--command", command, cwd=SEED)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "error[ragged-batch]" in proc.stdout
+    assert "<--command>:1: trainer.micro_batch_size set here" in proc.stdout
+    assert "train.py:38: data.padding set here" in proc.stdout
+    empty = run_cfgcheck("check", "--from", "launch", "--command", "echo hi", cwd=SEED)
+    assert empty.returncode == 2
+    assert "no training command found" in empty.stderr and "Traceback" not in empty.stderr
