@@ -56,7 +56,9 @@ def lora_module_rule(native: NativeConfig, run: RunConfig | None) -> list[Findin
         return []
     only = n.value("only_optimize_lora") is True
     prefix = _layers_prefix(linears)
-    fixes = (Fix((), f"LoRA on the linears under {prefix}", ("--lora_module_name", prefix)),)
+    fixes: tuple[Fix, ...] = ()
+    if prefix:
+        fixes = (Fix((), f"LoRA on the linears under {prefix}", ("--lora_module_name", prefix)),)
     shown = ", ".join(linears[:4])
     return [
         Finding(
@@ -72,6 +74,6 @@ def lora_module_rule(native: NativeConfig, run: RunConfig | None) -> list[Findin
             if prefix
             else "give a part of the model's linear module names",
             locations={k: n.where[k] for k in ("lora_module_name", "lora_dim") if k in n.where},
-            fixes=fixes if prefix else (),
+            fixes=fixes,
         )
     ]
