@@ -113,3 +113,26 @@ def test_deepspeed_without_a_gpu_count_leaves_the_global_batch_unchecked(tmp_pat
     )
     (tmp_path / "ds.json").write_text('{"train_batch_size": 7, "zero_optimization": {"stage": 2}}')
     assert not check_native(tmp_path / "run.sh", "launch").by_rule("launch-deepspeed-mismatch")
+
+
+def test_an_offloading_config_makes_the_memory_verdict_a_warning(tmp_path: Path) -> None:
+    """The estimate keeps the optimizer states on the GPU; a config that offloads them (FastChat's
+    deepspeed_config_s2.json: offload_optimizer cpu) cannot fail on the estimate alone."""
+    seed = LAUNCH / "seed"
+    (tmp_path / "tiny-llama").symlink_to(seed / "tiny-llama")
+    (tmp_path / "train.py").write_text((seed / "train.py").read_text())
+    (tmp_path / "train.sh").write_text((seed / "train.sh").read_text())
+    offloading = LAUNCH / "published" / "fastchat" / "playground" / "deepspeed_config_s2.json"
+    (tmp_path / "offload.json").write_text(offloading.read_text())
+    kept = json.loads(offloading.read_text())
+    del kept["zero_optimization"]["offload_optimizer"]
+    (tmp_path / "on_gpu.json").write_text(json.dumps(kept))
+    flags = ["per_device_train_batch_size=1"]
+    on_gpu = check_native(tmp_path / "train.sh", "launch", [*flags, "deepspeed=on_gpu.json"], "0.5")
+    offload = check_native(
+        tmp_path / "train.sh", "launch", [*flags, "deepspeed=offload.json"], "0.5"
+    )
+    assert [f.severity for f in on_gpu.by_rule("gpu-memory")] == ["error"]
+    (warning,) = offload.by_rule("gpu-memory")
+    assert warning.severity == "warning"
+    assert "offload_optimizer=cpu" in warning.message
