@@ -176,6 +176,15 @@ def trl_config(name: str) -> dict[str, ClassInfo]:
     return out
 
 
+def release_checks(version: str) -> frozenset[str]:
+    """The ``TrainingArguments.__post_init__`` refusals cfgcheck models that release
+    ``version`` makes (the tables' ``checks``); a release not tabled makes all of them."""
+    table = release_tables().get(version)
+    if table is None:
+        return frozenset({"fp16_and_bf16"})
+    return frozenset(table["checks"])
+
+
 def refused_since(name: str, version: str) -> str:
     """When the tabled releases stop declaring ``name``: "refused since 4.51.3 (4.46.3
     declares it)", or "" when every tabled release up to ``version`` lacks it."""

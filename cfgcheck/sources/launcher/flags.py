@@ -16,7 +16,13 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Finding, Location
 from cfgcheck.sources.launcher import LaunchConfig
 from cfgcheck.sources.launcher.command import Flag, Launch, find_launches, script_flags
-from cfgcheck.sources.launcher.entry import Field, inside, read_entry, refused_since
+from cfgcheck.sources.launcher.entry import (
+    Field,
+    inside,
+    read_entry,
+    refused_since,
+    release_checks,
+)
 from cfgcheck.sources.launcher.shell import Word, read_script
 
 UNKNOWN_FLAG = "launch-unknown-flag"
@@ -89,7 +95,8 @@ def read_launch(
             native.where[f"launcher.{name}"] = Location(shown, word.line)
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
-    if native.data.get("fp16") is True and native.data.get("bf16") is True:
+    both = native.data.get("fp16") is True and native.data.get("bf16") is True
+    if both and "fp16_and_bf16" in release_checks(entry.transformers_version):
         # transformers training_args.py TrainingArguments.__post_init__ (5.24: line 1785)
         native.problems.append(
             Finding(
