@@ -108,3 +108,12 @@ def test_a_command_given_as_text_is_read_like_a_script() -> None:
     empty = run_cfgcheck("check", "--from", "launch", "--command", "echo hi", cwd=SEED)
     assert empty.returncode == 2
     assert "no training command found" in empty.stderr and "Traceback" not in empty.stderr
+
+
+def test_the_hook_reports_each_command_and_exits_with_the_worst() -> None:
+    both = run_cfgcheck("hook", "--from", "launch", str(SEED / "sft_then_dpo.sh"))
+    assert both.returncode == 1, both.stdout + both.stderr
+    assert "2 training commands: OK: 1, errors: 1" in both.stdout
+    missing = run_cfgcheck("hook", "--from", "launch", str(SEED / "stage_missing.sh"))
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert "cannot check: " in missing.stdout and "Traceback" not in missing.stderr
