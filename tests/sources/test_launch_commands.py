@@ -117,3 +117,21 @@ def test_the_hook_reports_each_command_and_exits_with_the_worst() -> None:
     missing = run_cfgcheck("hook", "--from", "launch", str(SEED / "stage_missing.sh"))
     assert missing.returncode == 2, missing.stdout + missing.stderr
     assert "cannot check: " in missing.stdout and "Traceback" not in missing.stderr
+
+
+def test_script_arguments_after_a_double_dash(tmp_path: Path) -> None:
+    (tmp_path / "tiny-llama").symlink_to(SEED / "tiny-llama")
+    (tmp_path / "train.py").write_text((SEED / "train.py").read_text())
+    (tmp_path / "run.sh").write_text(
+        "python train.py --model_name_or_path $1 --output_dir o --model_max_length 128 "
+        "--per_device_train_batch_size $2\n"
+    )
+    run = str(tmp_path / "run.sh")
+    given = run_cfgcheck(
+        "check", "--from", "launch", run, "--cwd", str(tmp_path), "--", "tiny-llama", "2"
+    )
+    assert given.returncode == 1, given.stdout + given.stderr
+    assert "error[ragged-batch]" in given.stdout  # $2 = 2: batches of unequal samples
+    missing = run_cfgcheck("check", "--from", "launch", run, "--cwd", str(tmp_path))
+    assert missing.returncode == 2
+    assert "--model_name_or_path is $1" in missing.stderr
