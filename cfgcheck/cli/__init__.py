@@ -96,13 +96,16 @@ def _main(argv: Sequence[str] | None) -> int:
     _printable_streams()
     parser = build_parser(_command(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
-    # Hydra overrides may come after options too: `check --format json model=x a.b=1`.
+    # Hydra overrides may come after options too: `check --format json model=x a.b=1`; after
+    # `--`, the words are arguments (a launch script's $1...: `--from launch run.sh -- out`).
+    after = extra[extra.index("--") + 1 :] if "--" in extra else []
+    extra = extra[: len(extra) - len(after) - 1] if "--" in extra else extra
     unknown = [a for a in extra if a.startswith("-")]
     if unknown or not hasattr(args, "overrides"):
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
+        if extra or after:
+            parser.error(f"unrecognized arguments: {' '.join(unknown or [*extra, *after])}")
     else:
-        args.overrides = [*args.overrides, *extra]
+        args.overrides = [*args.overrides, *extra, *after]
     try:
         code: int = args.run(args)
     except ConfigLoadError as e:
