@@ -77,13 +77,22 @@ def test_the_sample_is_seeded_and_the_same_for_any_jobs_and_shards(
     assert other.hist != one.hist  # another seed, another sample
 
     # The kept records are exactly those the hash keeps, by line offset.
-    keep = sample.keep_for(str(path))
+    keep = sample.keep_for(path.name)
     offsets, at = [], 0
     for line in path.read_bytes().splitlines(keepends=True):
         offsets.append(at)
         at += len(line)
     kept = [n for n, off in zip(lengths, offsets, strict=True) if keep(off)]
     assert one.hist == Counter(kept)
+
+    # The same corpus in another folder (another checkout, another machine) gives the same
+    # sample: the hash takes the file's name, not where it lies.
+    moved = tmp_path / "elsewhere" / "deeper"
+    moved.mkdir(parents=True)
+    copy = moved / path.name
+    copy.write_bytes(path.read_bytes())
+    there = scan_dataset(make_run(cfg, tok_dir, copy, max_seq_length=limit), jobs=1, sample=sample)
+    assert there.hist == one.hist and there.samples == one.samples
 
     lo, hi = one.over_length_interval() or (0, 0)
     over = sum(n > limit for n in kept) / len(kept)

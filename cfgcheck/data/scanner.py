@@ -85,7 +85,7 @@ class Scanner:
         total = Summary(self.limits)
         lines_read = 0
         name = shown(shard.path)
-        keep = None if self.sampling is None else self.sampling.keep_for(str(shard.path))
+        keep = None if self.sampling is None else self.sampling.keep_for(shard.path.name)
         for c in shard_chunks(shard, self.run.data, self.chunk_size, keep):
             lines_read = c.lines_read
             if not c.texts:
