@@ -9,6 +9,7 @@ from pydantic import Field
 from cfgcheck.schema._base import Section
 from cfgcheck.schema.bounds import Batch, Devices, Steps, Width
 from cfgcheck.schema.gpu import GpuConfig
+from cfgcheck.schema.rl import RlConfig
 
 Strategy = Literal["single", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Precision = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]
@@ -77,6 +78,11 @@ class TrainerConfig(Section):
         le=2,
         description="Sequences one sample puts through the model in one forward: 2 for "
         "preference training (DPO, IPO, ORPO: chosen and rejected concatenated into one batch).",
+    )
+    rl: RlConfig = Field(
+        default_factory=RlConfig,
+        description="What an RL trainer adds to a step: log-probabilities of the scored "
+        "tokens only, generation on the training GPUs (TRL GRPO).",
     )
     shard_group: Devices | None = Field(
         None,
