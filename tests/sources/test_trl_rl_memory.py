@@ -208,7 +208,7 @@ def _trl(tmp_path: Path, text: str, version: str = "1.16.0", **options: str) -> 
 
 
 def test_dpo_reference_model_and_both_completions(tmp_path: Path) -> None:
-    full, loaded = _trl(tmp_path, "beta: 0.1\nmax_length: 512\n", trainer="dpo")
+    full, _ = _trl(tmp_path, "beta: 0.1\nmax_length: 512\n", trainer="dpo")
     assert (full["reference_model"], full["sequences_per_sample"]) == (True, 2)
     assert full["rl"]["logprobs"] == "tiled"  # 1.16: the fused LM head
     # PEFT: the adapter-disabled policy is the reference; precomputed: none is kept
