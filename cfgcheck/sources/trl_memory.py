@@ -50,6 +50,19 @@ def apply(b: Builder, run: TrlRun) -> None:
     name = run.trainer.name
     if name == "dpo":
         _dpo(b, run)
+    elif name == "kto":
+        # trl/trainer/kto_trainer.py (1.16.0 lines 920-938): DPO's reference-model rule; one
+        # completion a sample; the fused LM head from 1.15 (before: the model's logits)
+        _reference(b, run, "trl/trainer/kto_trainer.py")
+        if _fused(run):
+            _logprobs(b, run, "trl/trainer/kto_trainer.py")
+    elif name == "orpo":
+        # ORPO (trl/experimental/orpo in 1.16): chosen and rejected concatenated, no reference
+        b.default(
+            "trainer.sequences_per_sample",
+            2,
+            f"{run.config_class}: chosen and rejected, one batch (concatenated_forward)",
+        )
     elif name in ONLINE:
         _online(b, run)
 
@@ -71,22 +84,27 @@ def _logprobs(b: Builder, run: TrlRun, source: str) -> None:
 
 
 def _dpo(b: Builder, run: TrlRun) -> None:
-    n = b.native
     b.default(
         "trainer.sequences_per_sample", 2, f"{run.config_class}: chosen and rejected, one batch"
     )
+    _reference(b, run, DPO)
+    _logprobs(b, run, DPO)
+
+
+def _reference(b: Builder, run: TrlRun, source: str) -> None:
+    n = b.native
     peft = bool(n.get("use_peft"))
     precompute = bool(_value(b, run, "precompute_ref_log_probs", False))
-    fsdp = bool(n.get("fsdp")) or n.options.get("accelerate_config", "").find("fsdp") >= 0
+    launch = str(n.options.get("accelerate_config") or "") + str(n.get("accelerate_config") or "")
+    fsdp = bool(n.get("fsdp")) or "fsdp" in launch
     ref = not peft and not (precompute and not fsdp)
     _located(
         b,
         "trainer.reference_model",
         ref,
         ("use_peft", "precompute_ref_log_probs"),
-        f"{run.config_class}: a reference model beside the policy ({DPO})",
+        f"{run.config_class}: a reference model beside the policy ({source})",
     )
-    _logprobs(b, run, DPO)
 
 
 def _online(b: Builder, run: TrlRun) -> None:

@@ -273,3 +273,10 @@ def test_colocated_vllm_takes_its_share_of_the_gpu(tmp_path: Path) -> None:
     over = check_native(write(tmp_path, "b.yaml", full), "trl", gpu="H100", options=opts)
     (found,) = over.by_rule("gpu-memory")
     assert "vLLM engine" in found.message
+
+
+def test_kto_and_orpo(tmp_path: Path) -> None:
+    kto, _ = _trl(tmp_path, "desirable_weight: 1.0\n", trainer="kto")
+    assert (kto["reference_model"], kto.get("sequences_per_sample", 1)) == (True, 1)
+    orpo, _ = _trl(tmp_path, "beta: 0.1\n", version="0.19.1", trainer="orpo")
+    assert (orpo.get("reference_model", False), orpo["sequences_per_sample"]) == (False, 2)
