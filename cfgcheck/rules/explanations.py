@@ -475,7 +475,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     "launch-fp16-and-bf16": E(
         "error",
         "Launch scripts (`--from launch`): `--fp16` and `--bf16` are not both True.",
-        "`TrainingArguments.__post_init__` refuses it before training: \"ValueError: At most "
+        '`TrainingArguments.__post_init__` refuses it before training: "ValueError: At most '
         'one of fp16 and bf16 can be True, but not both" (transformers `training_args.py`).',
         "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
         group=NATIVE,
@@ -484,8 +484,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         "info",
         "Launch scripts (`--from launch`): a script that starts several training commands "
         "(a sweep, stages one after another).",
-        "Only the first command is checked; the others could fail in ways this check does "
-        "not see.",
+        "Only the first command is checked; the others could fail in ways this check does not see.",
         "Give each command its own script to check it.",
         group=NATIVE,
     ),
@@ -517,6 +516,17 @@ EXPLANATIONS: dict[str, Explanation] = {
         "the checks that need it are left out and their failures are not caught before launch.",
         "Write a literal in the code, or give the value on the command line in the call's "
         "keys (`args.per_device_train_batch_size=4`).",
+        group=NATIVE,
+    ),
+    "axolotl-positions-past-context": E(
+        "error / warning",
+        "Axolotl (`--from axolotl`): `sequence_len` against the model's `max_position_embeddings`.",
+        'Axolotl logs "increasing model.config.max_position_embeddings" and sets the config '
+        "value (`src/axolotl/loaders/model.py` `_adjust_model_config`). RoPE models train on "
+        "positions they never saw (a warning); a learned position table (GPT-2, OPT) keeps its "
+        'rows and fails: "IndexError: index out of range in self" (an error with sample '
+        "packing, where every row is `sequence_len` long).",
+        "Lower `sequence_len` to the model's context, or scale RoPE to extend it.",
         group=NATIVE,
     ),
     "trl-positions-past-context": E(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
+from cfgcheck.sources.axolotl_rules import positions_past_context
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -444,7 +445,7 @@ FORMAT = Format(
     build=build,
     to_native=to_native,
     profile=profile,
-    rules=(conflict_rules, packing_rules),
+    rules=(conflict_rules, packing_rules, positions_past_context),
     unknown=unknown,
     unknown_severity="warning",
     unknown_behaviour="Axolotl's config model ignores keys it does not define, so the setting "

@@ -1,5 +1,6 @@
 """Differential test on TRL's native path: random `trl sft` and `trl dpo` configs over tiny
-models saved with ``save_pretrained`` (a RoPE Llama and a learned-position GPT-2), real
+models saved with ``save_pretrained`` (a RoPE Llama, a learned-position GPT-2 and three MoE
+bodies: Mixtral, Qwen3-MoE, OLMoE), real
 word-level tokenizers and text datasets with lengths around ``max_length`` and the model's
 positions. The real side parses each file with TRL's own `trl sft` / `trl dpo` parser and
 trains one step with SFTTrainer / DPOTrainer on CPU; the verdicts must agree: no miss
@@ -29,6 +30,7 @@ pytestmark = requires("trl", "torch", "transformers", "datasets")
 N = int(os.environ.get("CFGCHECK_TRL_DIFF_N", "6"))
 SEEDS = [int(s) for s in os.environ.get("CFGCHECK_TRL_DIFF_SEEDS", "0").split(",")]
 POSITIONS = 64
+ARCHS = ("llama", "gpt2", "mixtral", "qwen3_moe", "olmoe")
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ def draw(rng: random.Random) -> Draw:
     words = max(4, around + rng.choice([-20, -2, 8, 30]))
     return Draw(
         trainer=rng.choice(["sft", "sft", "dpo"]),
-        arch=rng.choice(["llama", "gpt2"]),
+        arch=rng.choice(ARCHS),
         max_length=max_length,
         words=words,
         packing=rng.random() < 0.3,
@@ -97,9 +99,48 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             vocab_size=64, n_positions=POSITIONS, n_embd=32, n_layer=1, n_head=4, eos_token_id=2
         )
     ).save_pretrained(gpt2)
-    for folder in (llama, gpt2):
+    folders = {"llama": llama, "gpt2": gpt2, **_moe(root)}
+    for folder in folders.values():
         tokenizer_files(folder, 64)
-    return {"llama": llama, "gpt2": gpt2}
+    return folders
+
+
+def _moe(root: Path) -> dict[str, Path]:
+    """Tiny MoE bodies of three families, 4 experts, 2 a token."""
+    from transformers import (
+        MixtralConfig,
+        MixtralForCausalLM,
+        OlmoeConfig,
+        OlmoeForCausalLM,
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+    )
+
+    common: dict[str, Any] = {
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": POSITIONS,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "num_experts_per_tok": 2,
+    }
+    out = {}
+    for name, config, model in (
+        ("mixtral", MixtralConfig(**common, num_local_experts=4), MixtralForCausalLM),
+        (
+            "qwen3_moe",
+            Qwen3MoeConfig(**common, num_experts=4, moe_intermediate_size=32),
+            Qwen3MoeForCausalLM,
+        ),
+        ("olmoe", OlmoeConfig(**common, num_experts=4), OlmoeForCausalLM),
+    ):
+        out[name] = root / f"tiny-{name}"
+        model(config).save_pretrained(out[name])
+    return out
 
 
 def real(file: Path, d: Draw, out: Path) -> str | None:
