@@ -529,6 +529,16 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Lower `sequence_len` to the model's context, or scale RoPE to extend it.",
         group=NATIVE,
     ),
+    "axolotl-gptq-not-gptq-model": E(
+        "error",
+        "Axolotl (`--from axolotl`): `gptq: true` names a model whose config.json has a GPTQ "
+        "`quantization_config`.",
+        'Axolotl refuses it before loading: "ValueError: model_config.quantization_config is '
+        'not set or quant_method is not set to gptq." (`src/axolotl/loaders/utils.py` '
+        "`check_model_config`).",
+        "Point `base_model` at a GPTQ checkpoint, or remove `gptq`.",
+        group=NATIVE,
+    ),
     "trl-positions-past-context": E(
         "error / warning",
         "TRL (`--from trl`): the sequence length (`max_length`, or `max_seq_length` in older "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
-from cfgcheck.sources.axolotl_rules import positions_past_context
+from cfgcheck.sources.axolotl_rules import gptq_rules, positions_past_context, shard_group
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -295,6 +295,7 @@ def build(b: Builder) -> None:
         b.from_key("trainer.strategy", "deepspeed", _deepspeed_strategy(n.get("deepspeed")))
     elif n.get("fsdp") or n.get("fsdp_config"):
         b.from_key("trainer.strategy", "fsdp" if n.get("fsdp") else "fsdp_config", "fsdp")
+        shard_group(b)
     else:
         b.default("trainer.strategy", "single", f"{NORMALIZE} (ddp when world_size > 1)")
     if n.is_set("seed"):
@@ -445,7 +446,7 @@ FORMAT = Format(
     build=build,
     to_native=to_native,
     profile=profile,
-    rules=(conflict_rules, packing_rules, positions_past_context),
+    rules=(conflict_rules, packing_rules, positions_past_context, gptq_rules),
     unknown=unknown,
     unknown_severity="warning",
     unknown_behaviour="Axolotl's config model ignores keys it does not define, so the setting "

@@ -1,5 +1,8 @@
-"""What Axolotl itself does with a ``sequence_len`` past the model's positions
-(axolotl-ai-cloud/axolotl at 067b021c8b87a9e5e380b9173c704cf7340e30f5):
+"""What Axolotl itself does (axolotl-ai-cloud/axolotl at
+067b021c8b87a9e5e380b9173c704cf7340e30f5) with a ``sequence_len`` past the model's positions,
+``gptq: true`` and hybrid FSDP sharding.
+
+Positions:
 
 * ``src/axolotl/loaders/model.py`` ``_adjust_model_config`` (lines 393-404): when
   ``sequence_len > model.config.max_position_embeddings`` it logs "increasing
@@ -13,6 +16,18 @@
   ``sample_packing`` every packed row is ``sequence_len`` long.
 
 LitGPT's "Cannot attend to ..." guard does not exist here; this rule replaces it.
+
+GPTQ: ``src/axolotl/loaders/utils.py`` ``check_model_config`` (lines 110-120) raises
+"model_config.quantization_config is not set or quant_method is not set to gptq. Please make
+sure to point to a GPTQ model." when ``gptq`` is set and the model's config.json has no GPTQ
+``quantization_config``; with one, ``loaders/model.py`` (lines 679-691) loads it with
+``GPTQConfig(**quantization_config)``, so the weights are the checkpoint's packed format
+(``model.weight_format``, read from config.json by cfgcheck.models).
+
+Hybrid sharding: ``dp_shard_size`` (``src/axolotl/utils/distributed.py``
+``_get_parallel_config_kwargs``: FSDP shards over ``dp_shard_size`` GPUs and replicates over
+the rest), or ``fsdp: [hybrid_shard]`` (transformers' ``TrainingArguments.fsdp`` option,
+``FSDPOption.HYBRID_SHARD``: shards within a node).
 """
 
 from __future__ import annotations
@@ -21,7 +36,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
-from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.base import Builder, NativeConfig
 from cfgcheck.sources.trl_rules import LEARNED_POSITIONS
 
 if TYPE_CHECKING:
@@ -81,4 +96,42 @@ def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Itera
         f"set sequence_len<={block}, unless you mean to extend the context (then scale RoPE: "
         "rope_scaling)",
         fixes=fixes,
+    )
+
+
+def shard_group(b: Builder) -> None:
+    """``trainer.shard_group`` from ``dp_shard_size`` or ``fsdp: [hybrid_shard]``."""
+    n = b.native
+    size = n.get("dp_shard_size")
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        b.from_key("trainer.shard_group", "dp_shard_size", size)
+        return
+    options = n.get("fsdp")
+    words = options.split() if isinstance(options, str) else options
+    if isinstance(words, list) and {"hybrid_shard", "hybrid_shard_zero2"} & set(map(str, words)):
+
+        def within_node(b: Builder, _model: object) -> None:
+            devices = b.config["trainer"].get("devices", 1)
+            b.from_key("trainer.shard_group", "fsdp", devices)
+
+        b.after_model.append(within_node)
+
+
+def gptq_rules(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Finding]:
+    if not native.get("gptq") or cfg is None:
+        return
+    fmt = cfg.model.weight_format or ""
+    if fmt.startswith("gptq"):
+        return
+    yield Finding(
+        "axolotl-gptq-not-gptq-model",
+        "error",
+        ("gptq", "model.weight_format"),
+        f"gptq is set but {cfg.model.name}'s config.json has "
+        + (f"a {fmt} quantization_config" if fmt else "no quantization_config")
+        + ': Axolotl refuses it before loading, "ValueError: model_config.quantization_config '
+        "is not set or quant_method is not set to gptq. Please make sure to point to a GPTQ "
+        'model." (src/axolotl/loaders/utils.py check_model_config)',
+        "point base_model at a GPTQ checkpoint, or remove gptq",
+        fixes=(Fix(("~gptq",), "load the checkpoint as it is"),),
     )

@@ -95,3 +95,64 @@ def test_sequence_len_past_the_positions(tmp_path: Path, arch: str) -> None:
     # the fix stays within the positions, and that trains
     assert found.fixes[0].overrides == (f"sequence_len={POSITIONS}",)
     assert _trains(folder, POSITIONS) is None
+
+
+def check_model_config_gptq(cfg: Any, model_config: Any) -> None:
+    """axolotl-ai-cloud/axolotl at 067b021c, src/axolotl/loaders/utils.py check_model_config
+    lines 110-120, the gptq check, copied."""
+    quant_config_exists = (
+        hasattr(model_config, "quantization_config") and model_config.quantization_config
+    )
+    quant_config_method_is_gptq = (
+        quant_config_exists
+        and "quant_method" in model_config.quantization_config
+        and model_config.quantization_config["quant_method"] == "gptq"
+    )
+    if cfg.gptq and not quant_config_method_is_gptq:
+        raise ValueError(
+            "model_config.quantization_config is not set or quant_method is not set to gptq. "
+            "Please make sure to point to a GPTQ model."
+        )
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_gptq_needs_a_gptq_checkpoint(tmp_path: Path, quantized: bool) -> None:
+    import json
+
+    from transformers import AutoConfig
+
+    folder = _folder(tmp_path, "llama")
+    if quantized:  # as a GPTQ export writes it (quant_method, bits, group_size)
+        config = json.loads((folder / "config.json").read_text())
+        config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+        (folder / "config.json").write_text(json.dumps(config))
+    file = write(
+        tmp_path,
+        "gptq.yml",
+        f"base_model: {folder}\ngptq: true\nadapter: lora\nlora_r: 8\nlora_target_linear: true\n"
+        "sequence_len: 32\nmicro_batch_size: 1\n",
+    )
+    result = check_native(file, "axolotl")
+    try:
+        check_model_config_gptq(SimpleNamespace(gptq=True), AutoConfig.from_pretrained(folder))
+        refused = None
+    except ValueError as e:
+        refused = str(e)
+    if quantized:
+        assert refused is None and not result.by_rule("axolotl-gptq-not-gptq-model")
+    else:
+        assert refused is not None
+        found = one(result, "axolotl-gptq-not-gptq-model")
+        assert refused.split(".")[0] in found.message and found.severity == "error"
+        assert found.fixes[0].overrides == ("~gptq",)
+
+
+def test_hybrid_sharding(tmp_path: Path) -> None:
+    from cfgcheck.sources import load_native
+
+    base = "base_model: meta-llama/Llama-3.2-1B\nsequence_len: 512\nmicro_batch_size: 1\n"
+    text = base + "fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: true\n"
+    shard = load_native(write(tmp_path, "a.yml", text + "dp_shard_size: 4\n"), "axolotl")
+    assert shard.config["trainer"]["shard_group"] == 4
+    hybrid = load_native(write(tmp_path, "b.yml", base + "fsdp: [hybrid_shard]\n"), "axolotl")
+    assert hybrid.config["trainer"]["shard_group"] == 1  # one node of the launcher's devices
