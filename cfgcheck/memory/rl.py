@@ -83,9 +83,7 @@ def generation_bytes(m: ModelConfig, t: TrainerConfig, seq: int, div_weights: in
         return 0
     s = stack(m, t)
     batch = t.rl.generation_batch or t.micro_batch_size
-    groups = m.n_query_groups or m.n_head
-    head = m.head_size or m.n_embd // m.n_head
-    kv = 2 * m.n_layer * groups * head * s.act * batch * seq
+    kv = 2 * m.n_layer * m.kv_heads * m.head_dim * s.act * batch * seq
     step = GENERATE_STEP_COPIES * 4 * m.head_rows * batch
     gathered = 0
     if t.strategy == "zero3" and div_weights > 1:

@@ -280,3 +280,30 @@ def test_kto_and_orpo(tmp_path: Path) -> None:
     assert (kto["reference_model"], kto.get("sequences_per_sample", 1)) == (True, 1)
     orpo, _ = _trl(tmp_path, "beta: 0.1\n", version="0.19.1", trainer="orpo")
     assert (orpo.get("reference_model", False), orpo["sequences_per_sample"]) == (False, 2)
+
+
+def test_generation_on_the_training_gpu(tmp_path: Path) -> None:
+    """use_vllm: false: model.generate holds the KV cache of the whole generation batch
+    (per_device_train_batch_size x steps_per_generation sequences of prompt + completion) on
+    the training GPU; long completions make that the peak."""
+    from cfgcheck.memory.estimate import estimate
+    from cfgcheck.validate import validate
+
+    text = (
+        "num_generations: 8\nmax_completion_length: 16384\nper_device_train_batch_size: 2\n"
+        "gradient_accumulation_steps: 32\nuse_peft: true\nbf16: true\n"
+        "gradient_checkpointing: true\n"
+    )
+    _, loaded = _trl(tmp_path, text, trainer="grpo")
+    cfg = validate(loaded.config).config
+    m, t = cfg.model, cfg.trainer
+    est = estimate(m, cfg.data, t)
+    assert est.phase == "generation"
+    kv = 2 * m.n_layer * m.kv_heads * m.head_dim * 2 * 64 * cfg.data.max_seq_length
+    assert est.get("generation") >= kv
+    served = estimate(
+        m,
+        cfg.data,
+        t.model_copy(update={"rl": t.rl.model_copy(update={"generation": "vllm-server"})}),
+    )
+    assert served.phase != "generation" and served.total_bytes < est.total_bytes
