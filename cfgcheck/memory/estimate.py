@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
-from cfgcheck.memory import rl, sharding, weights
+from cfgcheck.memory import rl, sharding, tiled, weights
 from cfgcheck.memory.params import ParamCount, count_params
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
@@ -248,6 +248,10 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     # FSDP / ZeRO-3 gather buffers live while units run, not at the optimizer step
     gather = buffers if sharding.gathers(t) else 0
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
+    # Axolotl tiled_mlp: the MLPs keep only their input; one slice is recomputed (tiled.py)
+    mlp = tiled.mlp_kept(m, t) * tokens
+    if not t.gradient_checkpointing:  # backward recomputes one slice of the last layer's
+        acts -= m.n_layer * mlp - mlp // tiled.shards(t, seq)  # MLP, every layer still held
     logits = act.logits_bytes(m, t, b, seq)
     loss_note: str = t.loss_chunking
     if rl.applies(t):  # the trainer takes the scored tokens' log-probabilities itself
@@ -298,6 +302,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     auto_layer = 0
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
+        layer -= mlp - mlp // tiled.shards(t, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
         dequant = weights.dequant_bytes(m, t, tokens)  # the recomputed layer's bnb buffers
         ckpts = act.checkpoint_bytes(m, t, tokens)

@@ -67,6 +67,16 @@ class TrainerConfig(Section):
         "CPU memory; the GPU keeps those of the layers in flight (Axolotl "
         "activation_offloading).",
     )
+    tiled_mlp: bool = Field(
+        False,
+        description="Each MLP runs over slices of the sequence without keeping its "
+        "intermediates, recomputing one slice at a time in backward (Axolotl tiled_mlp).",
+    )
+    tiled_mlp_shards: Batch | None = Field(
+        None,
+        description="Slices a tiled MLP cuts the sequence into; None: one per 32768 tokens "
+        "(Axolotl tiled_mlp_num_shards).",
+    )
     reference_model: bool = Field(
         False,
         description="A frozen second copy of the model, loaded as the trained one is, lives "

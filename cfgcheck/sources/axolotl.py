@@ -206,6 +206,11 @@ def build(b: Builder) -> None:
             b.from_key("model.head", "model_type", head)
             if n.get("num_labels") is not None:
                 b.from_key("model.num_labels", "num_labels", n.get("num_labels"))
+    if n.get("tiled_mlp"):  # monkeypatch/tiled_mlp (memory/tiled.py)
+        b.from_key("trainer.tiled_mlp", "tiled_mlp", True)
+        shards = n.get("tiled_mlp_num_shards")
+        if isinstance(shards, int) and not isinstance(shards, bool) and shards > 0:
+            b.from_key("trainer.tiled_mlp_shards", "tiled_mlp_num_shards", shards)
     offload = n.get("activation_offloading")
     if offload:  # True, "legacy", "disk", "hidden_states" (config.py activation_offloading)
         b.from_key("trainer.activation_offloading", "activation_offloading", True)
