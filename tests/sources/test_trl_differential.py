@@ -1,13 +1,14 @@
-"""Differential test on TRL's native path: random `trl sft` and `trl dpo` configs over tiny
-models saved with ``save_pretrained`` (a RoPE Llama, a learned-position GPT-2 and three MoE
-bodies: Mixtral, Qwen3-MoE, OLMoE), real
-word-level tokenizers and text datasets with lengths around ``max_length`` and the model's
-positions. The real side parses each file with TRL's own `trl sft` / `trl dpo` parser and
-trains one step with SFTTrainer / DPOTrainer on CPU; the verdicts must agree: no miss
-(cfgcheck ok, TRL fails) and no false alarm (cfgcheck error, TRL trains). A failure that
-depends on the data alone (no truncation on learned positions) must at least be warned of.
+"""Differential test on TRL's native path: random `trl sft`, `trl dpo` and `trl grpo` configs
+over tiny models saved with ``save_pretrained`` (a RoPE Llama, a learned-position GPT-2 and
+three MoE bodies: Mixtral, Qwen3-MoE, OLMoE), real word-level tokenizers and text datasets
+with lengths around ``max_length`` and the model's positions. The real side parses each file
+with TRL's own `trl sft` / `trl dpo` / `trl grpo` parser and trains one step with SFTTrainer /
+DPOTrainer / GRPOTrainer on CPU (GRPO generates its completions with transformers, scored by a
+length reward); the verdicts must agree: no miss (cfgcheck ok, TRL fails) and no false alarm
+(cfgcheck error, TRL trains). A failure that depends on the data alone (no truncation on
+learned positions) must at least be warned of.
 
-A few configs run in CI; ``CFGCHECK_TRL_DIFF_N=200 CFGCHECK_TRL_DIFF_SEEDS=0,1,2,3`` runs more.
+A few configs run in CI; ``CFGCHECK_TRL_DIFF_N=50 CFGCHECK_TRL_DIFF_SEEDS=0,1,2,3`` runs more.
 """
 
 from __future__ import annotations
@@ -43,9 +44,20 @@ class Draw:
     padding_free: bool
     pad_token: str | None
     batch: int
+    generations: int = 2  # GRPO
+    completion: int = 8  # GRPO max_completion_length
+    accumulation: int = 1
 
     def yaml(self, folder: Path) -> str:
         lines = [f"model_name_or_path: {folder}", "bf16: false"]
+        if self.trainer == "grpo":
+            lines.append(f"num_generations: {self.generations}")
+            lines.append(f"max_completion_length: {self.completion}")
+            lines.append(f"gradient_accumulation_steps: {self.accumulation}")
+            lines.append(f"per_device_train_batch_size: {self.batch}")
+            if self.pad_token is not None:
+                lines.append(f"pad_token: '{self.pad_token}'")
+            return "\n".join(lines) + "\n"
         lines.append(f"max_length: {'null' if self.max_length is None else self.max_length}")
         if self.trainer == "sft":
             lines.append(f"packing: {str(self.packing).lower()}")
@@ -62,8 +74,23 @@ def draw(rng: random.Random) -> Draw:
     # samples around the length that matters: max_length, or the positions when unbounded
     around = max_length or POSITIONS
     words = max(4, around + rng.choice([-20, -2, 8, 30]))
+    trainer = rng.choice(["sft", "sft", "dpo", "grpo"])
+    if trainer == "grpo":  # prompts around the positions, a short completion
+        return Draw(
+            trainer="grpo",
+            arch=rng.choice(ARCHS),
+            max_length=None,
+            words=max(4, POSITIONS // 2 + rng.choice([-24, -8, 0, 8])),
+            packing=False,
+            padding_free=False,
+            pad_token=rng.choice([None, None, "<unk>", "<nope>"]),
+            batch=rng.choice([1, 2, 4]),
+            generations=rng.choice([2, 3, 4]),
+            completion=rng.choice([4, 8, 16]),
+            accumulation=rng.choice([1, 2]),
+        )
     return Draw(
-        trainer=rng.choice(["sft", "sft", "dpo"]),
+        trainer=trainer,
         arch=rng.choice(ARCHS),
         max_length=max_length,
         words=words,
@@ -147,7 +174,7 @@ def real(file: Path, d: Draw, out: Path) -> str | None:
     """None when TRL trains a step, else the error it raised."""
     import importlib
 
-    from trl import DPOTrainer, SFTTrainer
+    from trl import DPOTrainer, GRPOTrainer, SFTTrainer
 
     from datasets import Dataset
 
@@ -158,6 +185,8 @@ def real(file: Path, d: Draw, out: Path) -> str | None:
 
     if d.trainer == "sft":
         data = {"text": [words(i, d.words) for i in range(4)]}
+    elif d.trainer == "grpo":
+        data = {"prompt": [words(i, d.words) for i in range(8)]}
     else:  # a prompt of half the words, completions of the rest
         half = d.words // 2
         data = {
@@ -171,16 +200,28 @@ def real(file: Path, d: Draw, out: Path) -> str | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _, args, model_args, _ = make_parser().parse_args_and_config(argv)
-            cls = SFTTrainer if d.trainer == "sft" else DPOTrainer
-            trainer = cls(
-                model=model_args.model_name_or_path,
-                args=args,
-                train_dataset=Dataset.from_dict(data),
-            )
+            if d.trainer == "grpo":
+                trainer = GRPOTrainer(
+                    model=model_args.model_name_or_path,
+                    reward_funcs=[_length_reward],
+                    args=args,
+                    train_dataset=Dataset.from_dict(data),
+                )
+            else:
+                cls = SFTTrainer if d.trainer == "sft" else DPOTrainer
+                trainer = cls(
+                    model=model_args.model_name_or_path,
+                    args=args,
+                    train_dataset=Dataset.from_dict(data),
+                )
             trainer.train()
     except Exception as e:
         return f"{type(e).__name__}: {str(e)[:200]}"
     return None
+
+
+def _length_reward(completions: list[str], **kwargs: Any) -> list[float]:
+    return [float(len(c)) for c in completions]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -193,7 +234,8 @@ def test_cfgcheck_agrees_with_trl(tmp_path: Path, folders: dict[str, Path], seed
         d = draw(rng)
         file = tmp_path / f"{d.trainer}-{seed}-{i}.yaml"
         file.write_text(d.yaml(folders[d.arch]))
-        result = check_native(file, "trl")
+        options = {"trainer": "grpo"} if d.trainer == "grpo" else {}
+        result = check_native(file, "trl", options=options)
         errors = [(f.rule, f.message[:160]) for f in result.errors]
         failed = real(file, d, tmp_path / f"out{i}")
         refused += bool(failed)
