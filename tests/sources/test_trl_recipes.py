@@ -242,3 +242,28 @@ def test_a_rename_is_a_rename_and_a_warning_when_the_version_is_not_known(tmp_pa
     assert assumed.fixes == known.fixes
     pinned = tv.resolve_version(None, "# requires: trl==0.18.2\n", None, installed="")
     assert (pinned.table, pinned.known) == ("0.18.2", True)
+
+
+def test_grpo_with_vllm_colocated_as_open_r1_launches_it() -> None:
+    """open-r1's README (lines 218-224 at 1416fa0): the DeepSeek-R1-Distill-Qwen-1.5B GRPO demo
+    on one node of 8 GPUs with `--vllm_mode colocate`: vLLM takes TRL 0.18's default
+    vllm_gpu_memory_utilization (0.3) of each H100 beside the training step, and it fits;
+    asking vLLM for 0.8 of the GPU does not."""
+    from cfgcheck.memory.estimate import estimate
+    from cfgcheck.validate import validate
+
+    path = TRL / "open-r1" / "DeepSeek-R1-Distill-Qwen-1.5B--grpo--config_demo.yaml"
+    result = check(path, "vllm_mode=colocate")
+    assert result.ok, [(f.rule, f.message) for f in result.errors]  # type: ignore[attr-defined]
+    loaded = load_native(
+        path,
+        "trl",
+        ["model_name_or_path=Qwen/Qwen2.5-1.5B", "vllm_mode=colocate"],
+        options=options(path),
+    )
+    cfg = validate(loaded.config).config
+    assert cfg is not None
+    on_h100 = estimate(cfg.model, cfg.data, cfg.trainer).with_vllm(80 * 1024**3)
+    assert on_h100.get("vllm") == int(0.3 * 80 * 1024**3)
+    greedy = check(path, "vllm_mode=colocate", "vllm_gpu_memory_utilization=0.8")
+    assert greedy.by_rule("gpu-memory")  # type: ignore[attr-defined]
