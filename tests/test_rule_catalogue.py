@@ -224,6 +224,8 @@ NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
     ("axolotl", "llama-2-qlora-fsdp.yml", ("optimizer=adamw_bnb_8bit", "fsdp_version=2")),
     ("axolotl", "mistral-lora.yml", ("cut_cross_entropy=true", "chunked_cross_entropy=true")),
     ("axolotl", "mistral-lora.yml", ("~attn_implementation", "sequence_length=2048")),
+    ("axolotl", "mistral-lora.yml", ("sequence_len=40000",)),
+    ("axolotl", "mistral-lora.yml", ("gptq=true",)),
     ("trl", "example_config.yaml", ("max_seq_length=4096",)),
     (
         "python",

@@ -74,6 +74,14 @@ def coverage(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Coverage:
             gaps.append(f"trainer.{key}={value}")
     if t.world_size > 1 or t.strategy != "single":
         gaps.append(f"trainer.strategy={t.strategy} on {t.world_size} GPUs")
+    # RL trainers' own terms and Axolotl's tiled MLP (memory/rl.py, memory/tiled.py): traced
+    # on CPU with the frameworks' code, not measured on a GPU
+    if t.rl.logprobs != "loss" or t.rl.generation in ("transformers", "vllm-colocate"):
+        gaps.append(f"trainer.rl (log-probabilities {t.rl.logprobs}, generation {t.rl.generation})")
+    if t.reference_model:
+        gaps.append("trainer.reference_model")
+    if t.tiled_mlp:
+        gaps.append("trainer.tiled_mlp")
     if not gaps:
         return Coverage(CALIBRATED_MARGIN, (), ())
     margin = UNCALIBRATED_MARGIN

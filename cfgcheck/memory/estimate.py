@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
-from cfgcheck.memory import sharding, weights
+from cfgcheck.memory import rl, sharding, tiled, weights
 from cfgcheck.memory.params import ParamCount, count_params
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
@@ -68,6 +68,11 @@ class MemoryEstimate:
     # setting the measurements do not cover; see :mod:`cfgcheck.memory.coverage`.
     margin: float = 0.10
     uncalibrated: tuple[str, ...] = field(default=())
+    # A colocated vLLM engine's share of the GPU (memory/rl.py): known in bytes only on a GPU
+    # (:meth:`with_vllm`); ``vllm_beside``: the bytes alive beside it when it sleeps through
+    # the training step (None: it is held through the step's peak).
+    vllm_share: float = 0.0
+    vllm_beside: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -107,23 +112,42 @@ class MemoryEstimate:
 
         return min(self.get("fragmentation"), rounding_bytes(self.allocated_bytes))
 
+    def with_vllm(self, capacity: int) -> MemoryEstimate:
+        """This estimate with a colocated vLLM engine's share of a GPU of ``capacity`` bytes
+        (vLLM's ``gpu_memory_utilization`` is a share of the device's total memory): beside
+        the step's peak, or, when it sleeps through the training step, beside the persistent
+        state while it generates, whichever is larger."""
+        if not self.vllm_share or any(c.key == "vllm" for c in self.components):
+            return self
+        share = int(self.vllm_share * capacity)
+        vllm = Component("vllm", "vLLM engine", share, f"{self.vllm_share:g} of the GPU")
+        if self.vllm_beside is None:
+            return replace(self, components=(vllm, *self.components))
+        if self.vllm_beside + share <= self.allocated_bytes:
+            return self
+        kept = tuple(c for c in self.components if c.key in PERSISTENT)
+        context = tuple(c for c in self.components if c.key == "cuda_context")
+        kept = (*kept, vllm, *context)
+        return replace(self, components=kept, phase="generation (vLLM)")
+
     def on_gpu(self, capacity: int) -> MemoryEstimate:
         """This estimate on a GPU of ``capacity`` bytes: when the allocator's cache would take
         the device past its capacity, torch frees the unused cached segments and retries
         instead (``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp), so the cache
         holds at most what is left; block rounding inside live blocks cannot be freed."""
-        cache = self.get("fragmentation")
-        floor = self.cache_floor
-        room = max(floor, capacity - (self.total_bytes - cache))
+        est = self.with_vllm(capacity)
+        cache = est.get("fragmentation")
+        floor = est.cache_floor
+        room = max(floor, capacity - (est.total_bytes - cache))
         if room >= cache:
-            return self
+            return est
         comps = tuple(
             replace(c, bytes=room, note=c.note + ", capped: the GPU is full, torch frees it")
             if c.key == "fragmentation"
             else c
-            for c in self.components
+            for c in est.components
         )
-        return replace(self, components=comps)
+        return replace(est, components=comps)
 
     def to_dict(self) -> dict[str, Any]:
         total = self.total_bytes
@@ -154,6 +178,12 @@ class MemoryEstimate:
             "uncalibrated": list(self.uncalibrated),
             "notes": list(self.notes),
         }
+
+
+# The components alive through a whole run (not only during one moment of a step).
+PERSISTENT = frozenset(
+    {"weights", "adapters", "reference_model", "optimizer_states", "sharding_buffers"}
+)
 
 
 def sequence_length(d: DataConfig) -> int:
@@ -218,8 +248,15 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     # FSDP / ZeRO-3 gather buffers live while units run, not at the optimizer step
     gather = buffers if sharding.gathers(t) else 0
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
+    # Axolotl tiled_mlp: the MLPs keep only their input; one slice is recomputed (tiled.py)
+    mlp = tiled.mlp_kept(m, t) * tokens
+    if not t.gradient_checkpointing:  # backward recomputes one slice of the last layer's
+        acts -= m.n_layer * mlp - mlp // tiled.shards(t, seq)  # MLP, every layer still held
     logits = act.logits_bytes(m, t, b, seq)
     loss_note: str = t.loss_chunking
+    if rl.applies(t):  # the trainer takes the scored tokens' log-probabilities itself
+        logits = rl.logprob_bytes(m, t, b, seq)
+        loss_note = f"{t.rl.logprobs} log-probabilities of {rl.scored(t, seq)} tokens a sequence"
     loss_phase = "forward"
     # persistent gradients of the previous micro-batches; without accumulation the first
     # gradient (the lm_head's) appears only after the loss buffers' peak: autograd runs the
@@ -233,7 +270,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         # leaves that require grad only: a frozen base's casts are transient)
         head_cast = 2 * m.head_rows * m.n_embd // div.weights
         cached = auto if t.finetuning == "full" else head_cast + 2 * lora // div.weights
-        in_forward = cached + act.logits_forward_bytes(m, t, b, seq)
+        in_forward = cached + (logits if rl.applies(t) else act.logits_forward_bytes(m, t, b, seq))
         fwd_auto, fwd_logits = max((head_cast, logits), (cached, in_forward - cached), key=sum)
     if t.framework == "litgpt" and t.loss_chunking == "chunked":
         # LitGPT's loop holds the previous step's logits until this forward returns: at that
@@ -265,6 +302,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     auto_layer = 0
     if t.gradient_checkpointing:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
+        layer -= mlp - mlp // tiled.shards(t, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
         dequant = weights.dequant_bytes(m, t, tokens)  # the recomputed layer's bnb buffers
         ckpts = act.checkpoint_bytes(m, t, tokens)
@@ -297,7 +335,13 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         else None
     )
     forward += gather
-    if forward >= max(step, recompute):
+    # an online trainer generating on the training GPU, between optimizer steps (memory/rl.py)
+    generation = rl.generation_bytes(m, t, seq * t.context_parallel, div.weights)
+    parts: list[Component | None]
+    if generation > max(forward, step, recompute):
+        phase = "generation"
+        parts = [Component("generation", "generation", generation, "KV cache, model.generate")]
+    elif forward >= max(step, recompute):
         phase = loss_phase
         parts = [
             Component("autocast_copies", "autocast 16-bit weight copies", fwd_auto)
@@ -351,6 +395,10 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
             )
         )
     cov = coverage.coverage(m, d, t)
+    share, beside = 0.0, None
+    if t.rl.generation == "vllm-colocate":
+        share = t.rl.vllm_memory_share
+        beside = sum(c.bytes for c in base if c is not None) if t.rl.vllm_sleeps else None
     return MemoryEstimate(
         components=tuple(comps),
         phase=phase,
@@ -361,6 +409,8 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         notes=cov.notes,
         margin=cov.margin,
         uncalibrated=cov.uncalibrated,
+        vllm_share=share,
+        vllm_beside=beside,
     )
 
 

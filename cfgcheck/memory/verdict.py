@@ -25,6 +25,7 @@ def required_bytes(est: MemoryEstimate) -> int:
 
 
 def verdict(est: MemoryEstimate, capacity: int) -> Verdict:
+    est = est.with_vllm(capacity)  # a colocated vLLM engine's share of this GPU
     if required_bytes(est) > capacity:
         return "does not fit"
     if est.upper_bytes > capacity:

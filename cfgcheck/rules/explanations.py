@@ -535,6 +535,27 @@ EXPLANATIONS: dict[str, Explanation] = {
         "keys (`args.per_device_train_batch_size=4`).",
         group=NATIVE,
     ),
+    "axolotl-positions-past-context": E(
+        "error / warning",
+        "Axolotl (`--from axolotl`): `sequence_len` against the model's `max_position_embeddings`.",
+        'Axolotl logs "increasing model.config.max_position_embeddings" and sets the config '
+        "value (`src/axolotl/loaders/model.py` `_adjust_model_config`). RoPE models train on "
+        "positions they never saw (a warning); a learned position table (GPT-2, OPT) keeps its "
+        'rows and fails: "IndexError: index out of range in self" (an error with sample '
+        "packing, where every row is `sequence_len` long).",
+        "Lower `sequence_len` to the model's context, or scale RoPE to extend it.",
+        group=NATIVE,
+    ),
+    "axolotl-gptq-not-gptq-model": E(
+        "error",
+        "Axolotl (`--from axolotl`): `gptq: true` names a model whose config.json has a GPTQ "
+        "`quantization_config`.",
+        'Axolotl refuses it before loading: "ValueError: model_config.quantization_config is '
+        'not set or quant_method is not set to gptq." (`src/axolotl/loaders/utils.py` '
+        "`check_model_config`).",
+        "Point `base_model` at a GPTQ checkpoint, or remove `gptq`.",
+        group=NATIVE,
+    ),
     "trl-positions-past-context": E(
         "error / warning",
         "TRL (`--from trl`): the sequence length (`max_length`, or `max_seq_length` in older "

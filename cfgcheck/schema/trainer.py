@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from cfgcheck.schema._base import Section
 from cfgcheck.schema.bounds import Batch, Devices, Steps, Width
 from cfgcheck.schema.gpu import GpuConfig
+from cfgcheck.schema.rl import RlConfig
 
 Strategy = Literal["single", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Precision = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]
@@ -66,6 +67,16 @@ class TrainerConfig(Section):
         "CPU memory; the GPU keeps those of the layers in flight (Axolotl "
         "activation_offloading).",
     )
+    tiled_mlp: bool = Field(
+        False,
+        description="Each MLP runs over slices of the sequence without keeping its "
+        "intermediates, recomputing one slice at a time in backward (Axolotl tiled_mlp).",
+    )
+    tiled_mlp_shards: Batch | None = Field(
+        None,
+        description="Slices a tiled MLP cuts the sequence into; None: one per 32768 tokens "
+        "(Axolotl tiled_mlp_num_shards).",
+    )
     reference_model: bool = Field(
         False,
         description="A frozen second copy of the model, loaded as the trained one is, lives "
@@ -77,6 +88,11 @@ class TrainerConfig(Section):
         le=2,
         description="Sequences one sample puts through the model in one forward: 2 for "
         "preference training (DPO, IPO, ORPO: chosen and rejected concatenated into one batch).",
+    )
+    rl: RlConfig = Field(
+        default_factory=RlConfig,
+        description="What an RL trainer adds to a step: log-probabilities of the scored "
+        "tokens only, generation on the training GPUs (TRL GRPO).",
     )
     shard_group: Devices | None = Field(
         None,

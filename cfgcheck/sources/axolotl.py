@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
+from cfgcheck.sources.axolotl_rules import gptq_rules, positions_past_context, shard_group
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -205,6 +206,11 @@ def build(b: Builder) -> None:
             b.from_key("model.head", "model_type", head)
             if n.get("num_labels") is not None:
                 b.from_key("model.num_labels", "num_labels", n.get("num_labels"))
+    if n.get("tiled_mlp"):  # monkeypatch/tiled_mlp (memory/tiled.py)
+        b.from_key("trainer.tiled_mlp", "tiled_mlp", True)
+        shards = n.get("tiled_mlp_num_shards")
+        if isinstance(shards, int) and not isinstance(shards, bool) and shards > 0:
+            b.from_key("trainer.tiled_mlp_shards", "tiled_mlp_num_shards", shards)
     offload = n.get("activation_offloading")
     if offload:  # True, "legacy", "disk", "hidden_states" (config.py activation_offloading)
         b.from_key("trainer.activation_offloading", "activation_offloading", True)
@@ -294,6 +300,7 @@ def build(b: Builder) -> None:
         b.from_key("trainer.strategy", "deepspeed", _deepspeed_strategy(n.get("deepspeed")))
     elif n.get("fsdp") or n.get("fsdp_config"):
         b.from_key("trainer.strategy", "fsdp" if n.get("fsdp") else "fsdp_config", "fsdp")
+        shard_group(b)
     else:
         b.default("trainer.strategy", "single", f"{NORMALIZE} (ddp when world_size > 1)")
     if n.is_set("seed"):
@@ -444,7 +451,7 @@ FORMAT = Format(
     build=build,
     to_native=to_native,
     profile=profile,
-    rules=(conflict_rules, packing_rules),
+    rules=(conflict_rules, packing_rules, positions_past_context, gptq_rules),
     unknown=unknown,
     unknown_severity="warning",
     unknown_behaviour="Axolotl's config model ignores keys it does not define, so the setting "

@@ -130,11 +130,9 @@ AXOLOTL = Profile(
     (
         Adjustment(
             "seq-len-over-block-size",
-            "warning",
-            "Axolotl raises max_position_embeddings to sequence_len and trains on "
-            "(src/axolotl/loaders/model.py _adjust_model_config): no crash, but positions past "
-            "the pretrained context are untrained",
-            "error",
+            None,
+            "Axolotl raises max_position_embeddings to sequence_len (src/axolotl/loaders/"
+            "model.py _adjust_model_config); see axolotl-positions-past-context",
         ),
         Adjustment(
             "vocab-mismatch",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
-from cfgcheck.sources import deepspeed, launch
+from cfgcheck.sources import deepspeed, launch, trl_memory
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -70,6 +70,7 @@ def build(b: Builder) -> None:
     if n.is_set("dataset_text_field"):
         b.take("data.text_field", "dataset_text_field", "text", "")
     _trainer(b, run)
+    trl_memory.apply(b, run)  # reference model, chosen + rejected, GRPO's generation
     launch.apply(b, n.options.get("accelerate_config"))
 
 

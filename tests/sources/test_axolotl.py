@@ -116,18 +116,20 @@ def test_derived_and_alternative_keys(tmp_path: Path) -> None:
 
 
 def test_sequence_len_over_the_context_is_a_warning(tmp_path: Path) -> None:
-    # Axolotl raises max_position_embeddings to sequence_len and trains on
+    # Axolotl raises max_position_embeddings to sequence_len and trains on (the finding quotes
+    # its log line; LitGPT's "Cannot attend to" guard is not Axolotl's)
     result = check_native(MISTRAL, "axolotl", ["sequence_len=40000"], gpu="H100")
-    finding = one(result, "seq-len-over-block-size")
+    finding = one(result, "axolotl-positions-past-context")
     assert finding.severity == "warning" and "max_position_embeddings" in finding.message
+    assert not result.by_rule("seq-len-over-block-size")
     planted = write(
         tmp_path,
         "long.yml",
         MISTRAL.read_text().replace("sequence_len: 8192", "sequence_len: 40000"),
     )
     located_at(
-        one(check_native(planted, "axolotl", gpu="H100"), "seq-len-over-block-size"),
-        "data.max_seq_length",
+        one(check_native(planted, "axolotl", gpu="H100"), "axolotl-positions-past-context"),
+        "sequence_len",
         planted,
         line_of(planted, "sequence_len"),
     )

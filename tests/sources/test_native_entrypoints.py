@@ -101,7 +101,7 @@ def test_memory_from_a_native_file() -> None:
 
 def test_library_call() -> None:
     result = cfgcheck.check_native(AXOLOTL, "axolotl", ["sequence_len=40000"], gpu="H100")
-    (finding,) = result.by_rule("seq-len-over-block-size")
+    (finding,) = result.by_rule("axolotl-positions-past-context")
     assert finding.severity == "warning"
     assert str(finding.locations["data.max_seq_length"]) == "<override sequence_len=40000>"
 
@@ -194,7 +194,7 @@ def test_service_format_requests(client: object) -> None:
     answer = client.post("/v1/validate", json=body)
     assert answer.status_code == 200, answer.text
     verdict = answer.json()
-    finding = next(f for f in verdict["findings"] if f["rule"] == "seq-len-over-block-size")
+    finding = next(f for f in verdict["findings"] if f["rule"] == "axolotl-positions-past-context")
     assert finding["severity"] == "warning"
     assert finding["locations"][0] == {"file": "<override sequence_len=40000>", "line": None}
     planted = text.replace("sequence_len: 8192", "sequence_length: 8192")
