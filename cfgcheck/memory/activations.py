@@ -40,9 +40,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cfgcheck.memory.modules import Linear, architecture_of
+from cfgcheck.memory.modules import Linear, architecture_of, traced
 from cfgcheck.memory.params import adapted_modules, block_linears
 from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, stack
+from cfgcheck.memory.traced import text_config
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
@@ -289,8 +290,6 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
         # and layer (the logits themselves are the router's, already counted; CPU-traced)
         total += e * p
     if t.finetuning == "full":
-        from cfgcheck.memory.modules import traced
-
         tr = traced(m)
         width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
         total += p * h + k * p * h + k * p * width
@@ -301,8 +300,6 @@ def _aux_loss(m: ModelConfig) -> bool:
     """The router's auxiliary load-balancing loss is on (``output_router_logits`` in the
     config.json: transformers' MoE ``*ForCausalLM.forward`` then adds
     ``router_aux_loss_coef * load_balancing_loss_func(...)``)."""
-    from cfgcheck.memory.traced import text_config
-
     return bool(m.hf_config and text_config(m.hf_config).get("output_router_logits"))
 
 

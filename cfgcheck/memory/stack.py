@@ -44,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypedDict
 
+from cfgcheck.memory.modules import architecture_of, traced
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -212,8 +214,6 @@ def attention(m: ModelConfig, t: TrainerConfig) -> str:
     if t.attention != "sdpa":
         return t.attention
     if t.framework == "hf":
-        from cfgcheck.memory.modules import architecture_of, traced
-
         if m.attention_logit_softcapping or architecture_of(m) == "gemma2":
             return "eager"
         tr = traced(m)
@@ -228,8 +228,6 @@ def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: 
     """Whether the attention kernel gets a mask: padded batches, packed rows turned into a
     block-diagonal mask (transformers), or a sliding window shorter than the sequence
     (transformers' masking_utils cannot use ``is_causal`` then)."""
-    from cfgcheck.memory.estimate import padded_batches
-
     if s.framework == "hf" and m.sliding_window_size is not None and m.sliding_window_size < seq:
         return True
     if s.framework == "litgpt":
@@ -237,3 +235,8 @@ def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: 
     if d.collator == "packed":
         return s.mask_when_packed
     return padded_batches(d, t)
+
+
+def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
+    """Whether batches carry padding (so transformers hands sdpa an attention mask)."""
+    return Pipeline.from_sections(d, t).carries_padding
