@@ -170,16 +170,22 @@ def test_gpt_oss_and_shared_experts_are_not_under_counted(family: str, finetunin
     [(True, "bf16-true"), (False, "bf16-mixed"), (True, "bf16-mixed")],
 )
 @pytest.mark.parametrize("finetuning", ["full", "lora"])
-@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
-def test_moe_with_checkpointing_or_autocast_is_within_its_wider_margin(
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_moe_with_checkpointing_or_autocast_matches_the_trace(
     family: str, finetuning: str, checkpointing: bool, precision: str
 ) -> None:
-    """Gradient checkpointing and mixed precision on a MoE: the estimate is under the trace
-    (up to 25 % here: the backward of the per-expert dispatch is not modelled), so it states
-    the wider MOE_BACKWARD_MARGIN, and the trace stays inside it."""
+    """Gradient checkpointing and mixed precision on a MoE, the mechanisms modelled
+    (activations.dispatch_backward_bytes, Stack.experts, weights._uncast_experts): under
+    autocast the fp32 experts run and keep fp32 (grouped_mm is not autocast-enabled) and get no
+    16-bit casts; a checkpointed MoE layer is recomputed with the routed gradient expanded
+    top_k-fold, the weighted outputs and the forward's locals alive, and the boolean mask is a
+    layer input. The estimate is not under the trace beyond the dense tolerance; above it by
+    up to 8 % where full fine-tuning counts the layer's own and the embedding's gradients at
+    the recomputation (estimate._backward_front, on the safe side). The margin stated is the
+    uncalibrated one, as for every MoE run (no GPU measurement)."""
     import torch
 
-    from cfgcheck.memory.coverage import MOE_BACKWARD_MARGIN, coverage
+    from cfgcheck.memory.coverage import UNCALIBRATED_MARGIN, coverage
     from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
     from tests.alloc_tracer import compare
 
@@ -190,10 +196,11 @@ def test_moe_with_checkpointing_or_autocast_is_within_its_wider_margin(
     cov = coverage(
         ModelConfig(**run["model"]), DataConfig(**run["data"]), TrainerConfig(**run["trainer"])
     )
-    assert cov.margin == MOE_BACKWARD_MARGIN
+    assert cov.margin == UNCALIBRATED_MARGIN
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         c = compare(run)
-    print(f"{family} {finetuning} {checkpointing} {precision}: {c.error:+.3f}")
-    assert c.traced.peak.bytes <= c.estimated * (1 + cov.margin)
-    assert c.error <= 0.05  # never the other way beyond the dense tolerance
+    label = f"{family} {finetuning} {checkpointing} {precision}: {100 * c.error:+.1f}%"
+    print(label)
+    over = 0.09 if checkpointing and finetuning == "full" else OVER
+    assert UNDER <= c.error <= over, label

@@ -258,8 +258,62 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
 
 
 def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
-    """What the MLP keeps between its projections, per token."""
-    return s.act * m.mlp_width * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
+    """What the MLP keeps between its projections, per token (a mixture-of-experts' routed
+    part in the experts' dtype, :attr:`Stack.experts`)."""
+    n = 3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved
+    routed = _routed_width(m)
+    return n * (s.act * (m.mlp_width - routed) + s.experts * routed)
+
+
+def _routed_width(m: ModelConfig) -> int:
+    """``top_k`` times one routed expert's width: the routed part of ``mlp_width`` (0 for a
+    dense model; a shared expert is the rest)."""
+    k = m.n_expert_per_token
+    if not m.n_expert or not k:
+        return 0
+    tr = traced(m)
+    width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
+    return min(m.mlp_width, k * width)
+
+
+# Routers that cast the renormalised top-k weights back to the logits' dtype:
+# ``router_top_value.to(router_logits.dtype)`` (transformers models/qwen2_moe, qwen3_moe, olmoe
+# modeling_*.py ``*TopKRouter.forward``), gpt-oss's ``softmax(router_top_value, dtype=
+# router_top_value.dtype)``. Mixtral's (``softmax(router_logits.float())``, kept) and the
+# families not read here weigh in fp32 (the safe side): the weighted outputs are then fp32.
+ROUTER_WEIGHTS_IN_LOGITS_DTYPE = frozenset({"qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss"})
+
+
+def _weighted_bytes(m: ModelConfig, s: Stack) -> int:
+    """Bytes per element of the experts' outputs scaled by their routing weights
+    (``proj_out * sample_weights_g``, integrations/moe.py): type promotion of the experts'
+    dtype and the routing weights'."""
+    weights = s.act if m.architecture in ROUTER_WEIGHTS_IN_LOGITS_DTYPE else 4
+    return max(s.experts, weights)
+
+
+def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """Gradient checkpointing of a mixture-of-experts layer: backward reaches the layer at
+    the experts' output and recomputes the layer when it first needs a saved tensor, the
+    un-permutation's indices (``weighted_out[inv_perm]`` in ``grouped_mm_experts_forward``,
+    transformers integrations/moe.py). By then the incoming gradient has been cast to the
+    weighted outputs' dtype and expanded to ``top_k`` copies per token (the backward of
+    ``.view(tokens, top_k, hidden).sum(dim=1)``), and it stays alive while the recomputation
+    runs, which itself peaks at its last step with the weighted outputs (``proj_out *
+    sample_weights_g``) live: two routed, hidden-wide tensors beyond the layer's saved ones.
+    The forward's locals are alive too where nothing saves them: the routed copies
+    (``hidden_states[perm // top_k]``, saved only when the experts train) and the MoE input
+    (the norm's output, saved by the router only when it trains on the same dtype)
+    (CPU-traced, tests/test_memory_tracer_moe.py)."""
+    k = m.n_expert_per_token
+    if not m.n_expert or not k or not t.gradient_checkpointing:
+        return 0
+    s, h = stack(m, t), m.n_embd
+    total = 2 * k * _weighted_bytes(m, s) * h
+    full = t.finetuning == "full"
+    total += 0 if full else k * s.experts * h  # the routed copies
+    total += 0 if full and s.residual == s.act else s.residual * h  # the MoE input
+    return total * tokens
 
 
 def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
@@ -282,17 +336,15 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     e, k = m.n_expert, m.n_expert_per_token
     if not e or not k:
         return 0
-    p, h = s.act, m.n_embd
-    total = e * (p + 4) + k * (8 + 4) + k * p * h
+    p, h, x = s.act, m.n_embd, s.experts
+    total = e * (p + 4) + k * (8 + 4) + k * x * h
     if _aux_loss(m):
         # output_router_logits: load_balancing_loss_func's softmax over each layer's returned
         # router logits is kept for its backward: one more n_expert-wide tensor per token
         # and layer (the logits themselves are the router's, already counted; CPU-traced)
         total += e * p
-    if t.finetuning == "full":
-        tr = traced(m)
-        width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
-        total += p * h + k * p * h + k * p * width
+    if t.finetuning == "full":  # the router's input cast; the routed copies, the down input
+        total += p * h + k * x * h + x * _routed_width(m)
     return total
 
 
@@ -407,6 +459,21 @@ def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
     return layers * stack(m, t).residual * m.n_embd * tokens
 
 
+def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bool) -> int:
+    """Gradient checkpointing with a materialised attention mask, per sequence of ``seq``
+    tokens (multiply by the batch): transformers builds the (batch, 1, seq, seq) mask once per
+    forward (masking_utils ``sdpa_mask``: boolean; ``eager_mask``: the compute dtype) and
+    hands it to every decoder layer; a checkpointed layer keeps its inputs for the
+    recomputation (torch.utils.checkpoint), so the mask lives until the first layer's backward
+    (CPU-traced). flash-attention gets no 4D mask; LitGPT passes none in training."""
+    if not t.gradient_checkpointing or not masked or stack(m, t).framework != "hf":
+        return 0
+    kernel = attention(m, t)
+    if kernel == "sdpa":
+        return seq * seq
+    return stack(m, t).act * seq * seq if kernel == "eager" else 0
+
+
 def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     """Per-token bytes kept around the lm_head: the final norm and, when the lm_head trains,
     its input."""
@@ -431,7 +498,8 @@ def activation_bytes(
     tokens = batch * seq
     head = head_activations(m, t) * tokens
     if t.gradient_checkpointing:
-        return checkpoint_bytes(m, t, tokens) + head
+        mask = batch * checkpoint_mask_bytes(m, t, seq, masked)
+        return checkpoint_bytes(m, t, tokens) + head + mask
     layers = m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq)
     first = first_layer_unsaved(m, t, masked).bytes(tokens, seq)
     return layers - first + head + _norm_fixed(m)  # the final norm's fixed part

@@ -67,6 +67,7 @@ class Stack:
     gelu_saved: int  # intermediate-size tensors a (non-gated) GELU MLP keeps
     mask_when_packed: bool  # packed rows become a block-diagonal mask
     norm_out: int  # bytes of the normalized tensor a trained norm weight multiplies
+    experts: int  # bytes per element of a mixture-of-experts' routed tensors (see stack())
     # LitGPT (see litgpt_layout below); the hf defaults change nothing
     kv_expanded: bool = False  # k/v expanded to n_head heads (copies) before the kernel
     fused_qkv_adapter: bool = False  # one LoRA dropout over the fused qkv input, not one per q/k/v
@@ -119,6 +120,11 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
             # GemmaRMSNorm multiplies in fp32 and casts after ((x * w).to(dtype), transformers
             # models/gemma/modeling_gemma.py); Llama's casts first (x.to(dtype) * w)
             norm_out=4 if _gemma_norm(m) else residual,
+            # the routed experts run in their weights' dtype: transformers' grouped_mm (and its
+            # fallback) is not autocast-enabled and casts its input to the weight dtype
+            # (integrations/moe.py ``_grouped_mm``: ``input.to(weight.dtype)``, "not
+            # autocast-enabled"), so under autocast the fp32 experts compute and keep fp32
+            experts=4 if upcast or mixed else p,
         )
     return Stack(
         framework=t.framework,
@@ -135,6 +141,7 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
         gelu_saved=1,
         mask_when_packed=False,
         norm_out=4 if mixed else p,
+        experts=p,
         **litgpt_layout(t, t.framework == "litgpt"),
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cfgcheck.memory.activations import first_layer_frozen_linears
+from cfgcheck.memory.modules import traced
 from cfgcheck.memory.params import (
     ParamCount,
     adapted_modules,
@@ -115,13 +116,21 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
         return 0
 
     pc: ParamCount = count_params(m)
-    # a traced model's other matmul weights (fused experts, routers) are cast the same way:
-    # F.linear on a slice of an fp32 parameter under autocast (MixtralExperts.forward)
-    linear = 0 if quantized(t) else pc.linear_weights + pc.other
+    # a traced model's other matmul weights (routers: F.linear on an fp32 parameter) are cast
+    # the same way; not the routed experts (:func:`_uncast_experts`)
+    linear = 0 if quantized(t) else pc.linear_weights + pc.other - _uncast_experts(m)
     head = m.head_rows * m.n_embd
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t)
     uncast = sum(x.in_features * x.out_features for x in first_layer_frozen_linears(m, t))
     return 2 * (linear + head + adapters - uncast)
+
+
+def _uncast_experts(m: ModelConfig) -> int:
+    """The routed experts' parameters, which autocast never casts: transformers runs them
+    through ``grouped_mm``, not autocast-enabled, on the weights as stored (integrations/moe.py
+    ``_grouped_mm``: ``input.to(weight.dtype)``; CPU-traced: no 16-bit copy of them)."""
+    tr = traced(m) if m.n_expert else None
+    return tr.expert_params if tr is not None else 0
 
 
 def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
@@ -131,7 +140,8 @@ def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
         return 0
 
     pc = count_params(m)
-    linear = 0 if quantized(t) else pc.block_linear_weight_elems + pc.other // m.n_layer
+    other = pc.other - _uncast_experts(m)
+    linear = 0 if quantized(t) else pc.block_linear_weight_elems + other // m.n_layer
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t) // m.n_layer
     return 2 * (linear + adapters)
 
