@@ -42,7 +42,14 @@ from dataclasses import dataclass
 
 from cfgcheck.memory.modules import Linear, architecture_of, traced
 from cfgcheck.memory.params import adapted_modules, block_linears
-from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, stack
+from cfgcheck.memory.stack import (
+    Stack,
+    attention,
+    compute_bytes,
+    fp32_weight_norm,
+    quantized,
+    stack,
+)
 from cfgcheck.memory.traced import text_config
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -105,7 +112,10 @@ def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]
         return True, False, True
     arch = architecture_of(m)
     softmax_fp32 = arch != "gpt2" or s.linear_cast  # linear_cast: fp32 weights + autocast
-    return softmax_fp32, arch in ("phi", "phi3"), arch != "gpt2"
+    # partial rotary elsewhere concatenates alike (GPT-NeoX, StableLM ``apply_rotary_pos_emb``:
+    # ``torch.cat([q_embed, q_pass], dim=-1)``)
+    rope_cat = arch in ("phi", "phi3") or m.rotary_fraction < 1
+    return softmax_fp32, rope_cat, arch != "gpt2"
 
 
 def _gpt2_dropout(m: ModelConfig, s: Stack) -> bool:
@@ -200,9 +210,15 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     # norms
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     total += _norm_bytes(m, s, full) * n_norms
+    if m.parallel_residual and not m.shared_attention_norm and m.norm == "layernorm":
+        # a parallel block's two LayerNorms read the same block input, kept once (GPT-NeoX
+        # ``mlp(post_attention_layernorm(hidden_states))``, models/gpt_neox/modeling_gpt_neox.py
+        # GPTNeoXLayer.forward; LitGPT's Block ``mlp(norm_2(x))``, litgpt/model.py)
+        total -= s.residual * h
     if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head, and
         # when its weight trains the normalized tensor (in the q/k dtype) that multiplies it
-        total += 4 * (a + kv) * d + 4 * (a + kv) + (p * (a + kv) * d if full else 0)
+        stats, normalized = _qk_norm_layout(m, p)
+        total += 4 * (a + kv) * d + 4 * stats + (normalized * (a + kv) * d if full else 0)
     core = _attention_core(m, t, s, masked)
     total += core.per_token + _mlp_bytes(m, s) + _router_bytes(m, t, s)
     scores = core.attention_scores
@@ -213,6 +229,23 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         scores += a * (1 + (0 if copy else p)) if kernel == "eager" else 0
     fixed = _norm_fixed(m) * n_norms
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
+
+
+def _qk_norm_layout(m: ModelConfig, p: int) -> tuple[int, int]:
+    """q/k norms: the fp32 statistics per token, and the bytes per element of the normalized
+    tensor a trained weight multiplies. Qwen3's norm each head (``Qwen3RMSNorm(head_dim)``,
+    ``n_head + n_query_groups`` statistics) and cast before the weight (q/k dtype); OLMo 2's
+    norm the whole projection (``Olmo2RMSNorm(num_attention_heads * head_dim)`` on
+    ``q_proj``'s output, transformers models/olmo2/modeling_olmo2.py ``Olmo2Attention``: two
+    statistics) and multiply in fp32 (:func:`stack.fp32_weight_norm`). The width is read off
+    the traced model (the q norm's parameters)."""
+    per_head = m.n_head + m.kv_heads
+    tr = traced(m)
+    if tr is not None:
+        q_norm = next((n for path, n in tr.params.items() if path.endswith(".q_norm")), None)
+        if q_norm == m.n_head * m.head_dim and m.head_dim > 1:
+            per_head = 2
+    return per_head, 4 if fp32_weight_norm(m) else p
 
 
 def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) -> LayerActivations:
@@ -457,6 +490,30 @@ def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
     and come back one layer ahead of the backward: two layers' inputs are on the GPU."""
     layers = min(m.n_layer, 2) if t.activation_offloading else m.n_layer
     return layers * stack(m, t).residual * m.n_embd * tokens
+
+
+# fp32, hidden-wide tensors autograd's backward of an RMSNorm written in tensor ops holds at
+# once (transformers' *RMSNorm.forward: ``x.float()``, ``pow(2).mean``, ``rsqrt``, two ``mul``):
+# the gradient cast to fp32, through the weight's ``mul``, and the pow / rsqrt branch's
+# products before they are summed into the input's gradient (CPU-traced)
+NORM_BACKWARD_TEMPORARIES = 5
+
+
+def post_norm_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """Gradient checkpointing of a block that ends with a norm on the MLP's output (OLMo 2's
+    ``post_feedforward_layernorm`` in place of the pre-norms, models/olmo2/modeling_olmo2.py
+    ``Olmo2DecoderLayer.forward``; Gemma 2/3's sandwich): the first backward op of the block
+    is that norm's, so the block is recomputed whole and the norm's backward temporaries
+    (:data:`NORM_BACKWARD_TEMPORARIES` fp32 hidden-wide tensors) come on top of it; a
+    Llama-like block's backward starts at the MLP's down projection instead, within what the
+    recomputed layer frees."""
+    if not t.gradient_checkpointing or stack(m, t).framework != "hf":
+        return 0
+    tr = traced(m)
+    ends = m.post_mlp_norm or (
+        tr is not None and any(p.endswith(".post_feedforward_layernorm") for p in tr.tree)
+    )
+    return NORM_BACKWARD_TEMPORARIES * 4 * m.n_embd * tokens if ends else 0
 
 
 def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bool) -> int:

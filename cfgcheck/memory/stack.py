@@ -118,8 +118,8 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
             gelu_saved=4 if m.architecture in (None, "phi", "gpt2") else 1,
             mask_when_packed=True,
             # GemmaRMSNorm multiplies in fp32 and casts after ((x * w).to(dtype), transformers
-            # models/gemma/modeling_gemma.py); Llama's casts first (x.to(dtype) * w)
-            norm_out=4 if _gemma_norm(m) else residual,
+            # models/gemma/modeling_gemma.py), OLMo 2's too; Llama's casts first (x.to(dtype) * w)
+            norm_out=4 if fp32_weight_norm(m) else residual,
             # the routed experts run in their weights' dtype: transformers' grouped_mm (and its
             # fallback) is not autocast-enabled and casts its input to the weight dtype
             # (integrations/moe.py ``_grouped_mm``: ``input.to(weight.dtype)``, "not
@@ -203,6 +203,19 @@ def as_built(m: ModelConfig, t: TrainerConfig) -> ModelConfig:
     if t.framework == "litgpt" and m.tie_embeddings:
         return m.model_copy(update={"tie_embeddings": False})
     return m
+
+
+# RMSNorms that multiply their weight in fp32 and cast after, ``(self.weight *
+# hidden_states).to(input_dtype)``, besides Gemma's: transformers models/olmo2/modeling_olmo2.py
+# ``Olmo2RMSNorm``, olmo3, flex_olmo, gpt_oss ``GptOssRMSNorm`` (the same forward).
+FP32_WEIGHT_NORMS = frozenset({"olmo2", "olmo3", "flex_olmo", "gpt_oss"})
+
+
+def fp32_weight_norm(m: ModelConfig) -> bool:
+    """The norms multiply their weight in fp32 before casting back (Gemma's ``(x * (1 +
+    w)).to(dtype)``, OLMo 2's ``(w * x).to(dtype)``): a trained weight keeps the fp32
+    normalized tensor; Llama's casts first (``w * x.to(dtype)``)."""
+    return _gemma_norm(m) or m.architecture in FP32_WEIGHT_NORMS
 
 
 def _gemma_norm(m: ModelConfig) -> bool:
