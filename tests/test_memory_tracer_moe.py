@@ -99,6 +99,8 @@ DENSE: dict[str, dict[str, Any]] = {
     "falcon": {"num_kv_heads": 2, "new_decoder_architecture": True},
     "cohere": {},
 }  # fmt: skip
+
+
 def dense_run(family: str, finetuning: str, checkpointing: bool) -> dict[str, Any]:
     from cfgcheck.models.generic import generic_model
 
