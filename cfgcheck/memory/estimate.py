@@ -273,7 +273,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
         hidden_grads += act.dispatch_backward_bytes(m, t, tokens)  # MoE: routed gradients
         hidden_grads += b * act.checkpoint_mask_bytes(m, t, seq, masked)  # a layer input
-        hidden_grads += act.post_norm_backward_bytes(m, t, tokens)  # a block ending in a norm
+        hidden_grads += act.recompute_backward_bytes(m, t, tokens)  # the layer's backward
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [
