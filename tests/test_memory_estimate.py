@@ -97,7 +97,10 @@ def test_checkpointing_keeps_layer_inputs_and_one_layer() -> None:
     tokens = 3 * 32
     head = act.head_activations(MODEL, t) * tokens
     # the layer inputs and the head; the recomputed layer is a separate moment of the estimate
-    assert act.activation_bytes(MODEL, t, 3, 32) == 2 * 2 * 8 * tokens + head
+    unmasked = act.activation_bytes(MODEL, t, 3, 32, masked=False)
+    assert unmasked == 2 * 2 * 8 * tokens + head
+    # a padded batch: transformers' boolean (batch, 1, seq, seq) sdpa mask is a layer input too
+    assert act.activation_bytes(MODEL, t, 3, 32) == unmasked + 3 * 32 * 32
     e = estimate(MODEL, DataConfig(max_seq_length=32, padding="max_length"), t)
     assert e.allocated_bytes >= act.layer_activations(MODEL, t).bytes(32, 32)
 
@@ -158,8 +161,13 @@ def test_more_batch_sequence_or_rank_never_needs_less(kw: dict[str, Any]) -> Non
 
 @pytest.mark.parametrize("kw", MONO)
 def test_checkpointing_and_sharding_never_need_more(kw: dict[str, Any]) -> None:
+    def allocated(**kw: Any) -> int:
+        return estimate(MODEL, DataConfig(max_seq_length=256), trainer(**kw)).allocated_bytes
+
     for b in (1, 8):
-        assert total(micro_batch_size=b, gradient_checkpointing=True, **kw) <= total(
+        # the tensors: the allocator's cache (allocator.py) of this 8-wide model, whose
+        # attention mask outweighs its layers, is larger after a checkpointed step
+        assert allocated(micro_batch_size=b, gradient_checkpointing=True, **kw) <= allocated(
             micro_batch_size=b, **kw
         )
     for s in ("zero1", "zero2", "zero3", "fsdp"):

@@ -99,33 +99,71 @@ DENSE: dict[str, dict[str, Any]] = {
     "falcon": {"num_kv_heads": 2, "new_decoder_architecture": True},
     "cohere": {},
 }  # fmt: skip
-# The margin the estimate states for an architecture it reads generically (coverage.py): the
-# layout of a traced family is approximated by the nearest hand-written one (measured errors
-# on this trace are listed in docs/models.md).
-STATED = 0.25
+
+
+def dense_run(
+    family: str, finetuning: str, checkpointing: bool, intermediate: int = 96
+) -> dict[str, Any]:
+    from cfgcheck.models.generic import generic_model
+
+    data = {**SMALL, "intermediate_size": intermediate, "model_type": family}
+    data.update(DENSE.get(family, {}))
+    model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
+    trainer: dict[str, Any] = {
+        "micro_batch_size": 2, "finetuning": finetuning, "precision": "bf16-true",
+        "attention": "sdpa", "optimizer": "adamw", "gradient_checkpointing": checkpointing,
+    }  # fmt: skip
+    if finetuning == "lora":
+        fused = family in ("gpt_neox", "falcon")
+        targets = ["query_key_value"] if fused else ["q_proj", "v_proj"]
+        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": targets}
+    return {
+        "model": {"name": family, "vocab_size": 256, **model},
+        "trainer": trainer,
+        "data": {"max_seq_length": 256},
+    }
 
 
 @pytest.mark.parametrize("family", sorted(DENSE))
-def test_traced_dense_family_is_within_the_stated_margin(family: str) -> None:
+def test_traced_dense_family_matches_the_trace(family: str) -> None:
+    """Full fine-tuning of every generically read dense family, within the dense tolerance:
+    OLMo 2's norms multiply in fp32 and its q/k norms span the whole projection, GPT-NeoX's
+    and StableLM's partial rotary concatenates, a parallel block's two LayerNorms share their
+    input, and the k/v heads and MLP width are the built ones (GPT-NeoX has no GQA, Falcon
+    builds ffn_hidden_size whatever intermediate_size says)."""
     import torch
 
-    from cfgcheck.models.generic import generic_model
     from tests.alloc_tracer import compare
 
     torch.set_num_threads(1)
-    data = {**SMALL, "model_type": family, **DENSE[family]}
-    model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
-    run = {
-        "model": {"name": family, "vocab_size": 256, **model},
-        "trainer": {"micro_batch_size": 2, "finetuning": "full", "precision": "bf16-true",
-                    "attention": "sdpa", "optimizer": "adamw", "gradient_checkpointing": False},
-        "data": {"max_seq_length": 256},
-    }  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        c = compare(run)
+        c = compare(dense_run(family, "full", False))
     print(f"{family}: traced {c.traced.peak.bytes}, estimate {c.estimated} ({c.error:+.3f})")
-    assert -STATED <= c.error <= STATED
+    assert UNDER <= c.error <= OVER
+
+
+@pytest.mark.parametrize("finetuning", ["full", "lora"])
+@pytest.mark.parametrize("family", ["olmo2", "gemma3_text", "gpt_neox"])
+def test_checkpointed_block_ending_in_a_norm_matches_the_trace(
+    family: str, finetuning: str
+) -> None:
+    """OLMo 2 and Gemma 3 end each block with a norm on the MLP output: with checkpointing the
+    block is recomputed whole at that norm's backward, whose fp32 temporaries come on top
+    (activations.post_norm_backward_bytes; without it -10 % to -23 %). GPT-NeoX (parallel
+    block) alongside. Over by up to 10 % where full fine-tuning counts the layer's own and the
+    embedding's gradients at the recomputation (on the safe side)."""
+    import torch
+
+    from tests.alloc_tracer import compare
+
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = compare(dense_run(family, finetuning, True))
+    label = f"{family} {finetuning} checkpointed: {100 * c.error:+.1f}%"
+    print(label)
+    assert UNDER <= c.error <= (0.10 if finetuning == "full" else OVER), label
 
 
 @pytest.mark.parametrize("finetuning", ["full", "lora"])
@@ -170,16 +208,22 @@ def test_gpt_oss_and_shared_experts_are_not_under_counted(family: str, finetunin
     [(True, "bf16-true"), (False, "bf16-mixed"), (True, "bf16-mixed")],
 )
 @pytest.mark.parametrize("finetuning", ["full", "lora"])
-@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
-def test_moe_with_checkpointing_or_autocast_is_within_its_wider_margin(
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_moe_with_checkpointing_or_autocast_matches_the_trace(
     family: str, finetuning: str, checkpointing: bool, precision: str
 ) -> None:
-    """Gradient checkpointing and mixed precision on a MoE: the estimate is under the trace
-    (up to 25 % here: the backward of the per-expert dispatch is not modelled), so it states
-    the wider MOE_BACKWARD_MARGIN, and the trace stays inside it."""
+    """Gradient checkpointing and mixed precision on a MoE, the mechanisms modelled
+    (activations.dispatch_backward_bytes, Stack.experts, weights._uncast_experts): under
+    autocast the fp32 experts run and keep fp32 (grouped_mm is not autocast-enabled) and get no
+    16-bit casts; a checkpointed MoE layer is recomputed with the routed gradient expanded
+    top_k-fold, the weighted outputs and the forward's locals alive, and the boolean mask is a
+    layer input. The estimate is not under the trace beyond the dense tolerance; above it by
+    up to 8 % where full fine-tuning counts the layer's own and the embedding's gradients at
+    the recomputation (estimate._backward_front, on the safe side). The margin stated is the
+    uncalibrated one, as for every MoE run (no GPU measurement)."""
     import torch
 
-    from cfgcheck.memory.coverage import MOE_BACKWARD_MARGIN, coverage
+    from cfgcheck.memory.coverage import UNCALIBRATED_MARGIN, coverage
     from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
     from tests.alloc_tracer import compare
 
@@ -190,10 +234,33 @@ def test_moe_with_checkpointing_or_autocast_is_within_its_wider_margin(
     cov = coverage(
         ModelConfig(**run["model"]), DataConfig(**run["data"]), TrainerConfig(**run["trainer"])
     )
-    assert cov.margin == MOE_BACKWARD_MARGIN
+    assert cov.margin == UNCALIBRATED_MARGIN
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         c = compare(run)
-    print(f"{family} {finetuning} {checkpointing} {precision}: {c.error:+.3f}")
-    assert c.traced.peak.bytes <= c.estimated * (1 + cov.margin)
-    assert c.error <= 0.05  # never the other way beyond the dense tolerance
+    label = f"{family} {finetuning} {checkpointing} {precision}: {100 * c.error:+.1f}%"
+    print(label)
+    over = 0.09 if checkpointing and finetuning == "full" else OVER
+    assert UNDER <= c.error <= over, label
+
+
+@pytest.mark.parametrize("finetuning", ["full", "lora"])
+@pytest.mark.parametrize("family", ["llama", "granite", "smollm3", "cohere"])
+def test_checkpointed_mlp_backward_matches_the_trace(family: str, finetuning: str) -> None:
+    """The recomputed layer's MLP backward holds three intermediate-size tensors while the
+    gate, activation and up outputs are kept (activations.recompute_backward_bytes): with an
+    MLP 3.5 x the hidden size, a checkpointed Llama (hand-written layout) and the generically
+    read SmolLM3 / Granite / Cohere were 20 to 22 % under the trace without it (LoRA). Over by
+    up to 12 % in full fine-tuning (the recomputation counts the layer's own and the
+    embedding's gradients, on the safe side)."""
+    import torch
+
+    from tests.alloc_tracer import compare
+
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = compare(dense_run(family, finetuning, True, intermediate=224))
+    label = f"{family} {finetuning} checkpointed, MLP 3.5 x hidden: {100 * c.error:+.1f}%"
+    print(label)
+    assert UNDER <= c.error <= (0.12 if finetuning == "full" else OVER), label

@@ -1,6 +1,55 @@
-"""Peak GPU memory estimate of a training run, and the GPUs it is checked against."""
+"""Peak GPU memory estimate of a training run, and the GPUs it is checked against.
+
+The package is built in layers; a module imports only from its own layer or a lower one, and
+never in a cycle (tests/test_memory_layering.py reads every import, function-level ones
+included, and checks :data:`LAYERS`):
+
+0. shapes: what the model is (``traced`` reads a transformers model on the meta device,
+   ``modules`` the linears and norms of a block, ``params`` the parameter counts,
+   ``hf_shapes`` the transformers config of a shape) and the GPUs (``devices``);
+1. stack: whose conventions run the config (``stack``: dtypes, what a framework keeps,
+   the attention kernel that really runs, whether batches are padded);
+2. terms: one mechanism each (``weights``, ``activations``, ``sharding``, ``allocator``,
+   ``coverage``; ``rl`` for preference/RL terms, ``tiled`` for tiled MLPs; ``allocsim`` the
+   caching allocator, whose settings ``allocconf`` reads at layer 0);
+3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
+   allocation events that ``allocsim`` replays (``events``);
+4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``).
+"""
 
 from cfgcheck.memory.estimate import GIB, Component, MemoryEstimate, estimate
 from cfgcheck.memory.params import ParamCount, count_params
 
-__all__ = ["GIB", "Component", "MemoryEstimate", "ParamCount", "count_params", "estimate"]
+# module (under cfgcheck.memory) -> layer; a new module must be declared here
+LAYERS: dict[str, int] = {
+    "traced": 0,
+    "modules": 0,
+    "params": 0,
+    "hf_shapes": 0,
+    "devices": 0,
+    "allocconf": 0,
+    "stack": 1,
+    "weights": 2,
+    "activations": 2,
+    "sharding": 2,
+    "allocator": 2,
+    "coverage": 2,
+    "rl": 2,
+    "tiled": 2,
+    "allocsim": 2,
+    "events": 3,
+    "estimate": 3,
+    "verdict": 4,
+    "fixes": 4,
+    "plot": 4,
+}
+
+__all__ = [
+    "GIB",
+    "LAYERS",
+    "Component",
+    "MemoryEstimate",
+    "ParamCount",
+    "count_params",
+    "estimate",
+]

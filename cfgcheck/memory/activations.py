@@ -40,9 +40,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cfgcheck.memory.modules import Linear, architecture_of
+from cfgcheck.memory.modules import Linear, architecture_of, traced
 from cfgcheck.memory.params import adapted_modules, block_linears
-from cfgcheck.memory.stack import Stack, attention, compute_bytes, quantized, stack
+from cfgcheck.memory.stack import (
+    Stack,
+    attention,
+    compute_bytes,
+    fp32_weight_norm,
+    quantized,
+    stack,
+)
+from cfgcheck.memory.traced import text_config
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
@@ -104,7 +112,10 @@ def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]
         return True, False, True
     arch = architecture_of(m)
     softmax_fp32 = arch != "gpt2" or s.linear_cast  # linear_cast: fp32 weights + autocast
-    return softmax_fp32, arch in ("phi", "phi3"), arch != "gpt2"
+    # partial rotary elsewhere concatenates alike (GPT-NeoX, StableLM ``apply_rotary_pos_emb``:
+    # ``torch.cat([q_embed, q_pass], dim=-1)``)
+    rope_cat = arch in ("phi", "phi3") or m.rotary_fraction < 1
+    return softmax_fp32, rope_cat, arch != "gpt2"
 
 
 def _gpt2_dropout(m: ModelConfig, s: Stack) -> bool:
@@ -199,9 +210,15 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     # norms
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     total += _norm_bytes(m, s, full) * n_norms
+    if m.parallel_residual and not m.shared_attention_norm and m.norm == "layernorm":
+        # a parallel block's two LayerNorms read the same block input, kept once (GPT-NeoX
+        # ``mlp(post_attention_layernorm(hidden_states))``, models/gpt_neox/modeling_gpt_neox.py
+        # GPTNeoXLayer.forward; LitGPT's Block ``mlp(norm_2(x))``, litgpt/model.py)
+        total -= s.residual * h
     if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head, and
         # when its weight trains the normalized tensor (in the q/k dtype) that multiplies it
-        total += 4 * (a + kv) * d + 4 * (a + kv) + (p * (a + kv) * d if full else 0)
+        stats, normalized = _qk_norm_layout(m, p)
+        total += 4 * (a + kv) * d + 4 * stats + (normalized * (a + kv) * d if full else 0)
     core = _attention_core(m, t, s, masked)
     total += core.per_token + _mlp_bytes(m, s) + _router_bytes(m, t, s)
     scores = core.attention_scores
@@ -212,6 +229,23 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         scores += a * (1 + (0 if copy else p)) if kernel == "eager" else 0
     fixed = _norm_fixed(m) * n_norms
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
+
+
+def _qk_norm_layout(m: ModelConfig, p: int) -> tuple[int, int]:
+    """q/k norms: the fp32 statistics per token, and the bytes per element of the normalized
+    tensor a trained weight multiplies. Qwen3's norm each head (``Qwen3RMSNorm(head_dim)``,
+    ``n_head + n_query_groups`` statistics) and cast before the weight (q/k dtype); OLMo 2's
+    norm the whole projection (``Olmo2RMSNorm(num_attention_heads * head_dim)`` on
+    ``q_proj``'s output, transformers models/olmo2/modeling_olmo2.py ``Olmo2Attention``: two
+    statistics) and multiply in fp32 (:func:`stack.fp32_weight_norm`). The width is read off
+    the traced model (the q norm's parameters)."""
+    per_head = m.n_head + m.kv_heads
+    tr = traced(m)
+    if tr is not None:
+        q_norm = next((n for path, n in tr.params.items() if path.endswith(".q_norm")), None)
+        if q_norm == m.n_head * m.head_dim and m.head_dim > 1:
+            per_head = 2
+    return per_head, 4 if fp32_weight_norm(m) else p
 
 
 def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) -> LayerActivations:
@@ -257,8 +291,62 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
 
 
 def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
-    """What the MLP keeps between its projections, per token."""
-    return s.act * m.mlp_width * (3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved)
+    """What the MLP keeps between its projections, per token (a mixture-of-experts' routed
+    part in the experts' dtype, :attr:`Stack.experts`)."""
+    n = 3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved
+    routed = _routed_width(m)
+    return n * (s.act * (m.mlp_width - routed) + s.experts * routed)
+
+
+def _routed_width(m: ModelConfig) -> int:
+    """``top_k`` times one routed expert's width: the routed part of ``mlp_width`` (0 for a
+    dense model; a shared expert is the rest)."""
+    k = m.n_expert_per_token
+    if not m.n_expert or not k:
+        return 0
+    tr = traced(m)
+    width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
+    return min(m.mlp_width, k * width)
+
+
+# Routers that cast the renormalised top-k weights back to the logits' dtype:
+# ``router_top_value.to(router_logits.dtype)`` (transformers models/qwen2_moe, qwen3_moe, olmoe
+# modeling_*.py ``*TopKRouter.forward``), gpt-oss's ``softmax(router_top_value, dtype=
+# router_top_value.dtype)``. Mixtral's (``softmax(router_logits.float())``, kept) and the
+# families not read here weigh in fp32 (the safe side): the weighted outputs are then fp32.
+ROUTER_WEIGHTS_IN_LOGITS_DTYPE = frozenset({"qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss"})
+
+
+def _weighted_bytes(m: ModelConfig, s: Stack) -> int:
+    """Bytes per element of the experts' outputs scaled by their routing weights
+    (``proj_out * sample_weights_g``, integrations/moe.py): type promotion of the experts'
+    dtype and the routing weights'."""
+    weights = s.act if m.architecture in ROUTER_WEIGHTS_IN_LOGITS_DTYPE else 4
+    return max(s.experts, weights)
+
+
+def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """Gradient checkpointing of a mixture-of-experts layer: backward reaches the layer at
+    the experts' output and recomputes the layer when it first needs a saved tensor, the
+    un-permutation's indices (``weighted_out[inv_perm]`` in ``grouped_mm_experts_forward``,
+    transformers integrations/moe.py). By then the incoming gradient has been cast to the
+    weighted outputs' dtype and expanded to ``top_k`` copies per token (the backward of
+    ``.view(tokens, top_k, hidden).sum(dim=1)``), and it stays alive while the recomputation
+    runs, which itself peaks at its last step with the weighted outputs (``proj_out *
+    sample_weights_g``) live: two routed, hidden-wide tensors beyond the layer's saved ones.
+    The forward's locals are alive too where nothing saves them: the routed copies
+    (``hidden_states[perm // top_k]``, saved only when the experts train) and the MoE input
+    (the norm's output, saved by the router only when it trains on the same dtype)
+    (CPU-traced, tests/test_memory_tracer_moe.py)."""
+    k = m.n_expert_per_token
+    if not m.n_expert or not k or not t.gradient_checkpointing:
+        return 0
+    s, h = stack(m, t), m.n_embd
+    total = 2 * k * _weighted_bytes(m, s) * h
+    full = t.finetuning == "full"
+    total += 0 if full else k * s.experts * h  # the routed copies
+    total += 0 if full and s.residual == s.act else s.residual * h  # the MoE input
+    return total * tokens
 
 
 def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
@@ -281,19 +369,15 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     e, k = m.n_expert, m.n_expert_per_token
     if not e or not k:
         return 0
-    p, h = s.act, m.n_embd
-    total = e * (p + 4) + k * (8 + 4) + k * p * h
+    p, h, x = s.act, m.n_embd, s.experts
+    total = e * (p + 4) + k * (8 + 4) + k * x * h
     if _aux_loss(m):
         # output_router_logits: load_balancing_loss_func's softmax over each layer's returned
         # router logits is kept for its backward: one more n_expert-wide tensor per token
         # and layer (the logits themselves are the router's, already counted; CPU-traced)
         total += e * p
-    if t.finetuning == "full":
-        from cfgcheck.memory.modules import traced
-
-        tr = traced(m)
-        width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
-        total += p * h + k * p * h + k * p * width
+    if t.finetuning == "full":  # the router's input cast; the routed copies, the down input
+        total += p * h + k * x * h + x * _routed_width(m)
     return total
 
 
@@ -301,8 +385,6 @@ def _aux_loss(m: ModelConfig) -> bool:
     """The router's auxiliary load-balancing loss is on (``output_router_logits`` in the
     config.json: transformers' MoE ``*ForCausalLM.forward`` then adds
     ``router_aux_loss_coef * load_balancing_loss_func(...)``)."""
-    from cfgcheck.memory.traced import text_config
-
     return bool(m.hf_config and text_config(m.hf_config).get("output_router_logits"))
 
 
@@ -410,6 +492,62 @@ def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
     return layers * stack(m, t).residual * m.n_embd * tokens
 
 
+# fp32, hidden-wide tensors autograd's backward of an RMSNorm written in tensor ops holds at
+# once (transformers' *RMSNorm.forward: ``x.float()``, ``pow(2).mean``, ``rsqrt``, two ``mul``):
+# the gradient cast to fp32, through the weight's ``mul``, and the pow / rsqrt branch's
+# products before they are summed into the input's gradient (CPU-traced)
+NORM_BACKWARD_TEMPORARIES = 5
+
+
+def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """Gradient checkpointing: what the backward of the recomputed layer holds beyond its
+    saved tensors, at the larger of its moments: the MLP's backward (three intermediate-size
+    tensors in the kernels' dtype while the gate, activation and up outputs are still kept, as
+    in :func:`last_layer_backward_bytes`; dense MLPs) or, for a block ending in a norm, that
+    norm's (:func:`post_norm_backward_bytes`). CPU-traced: without the MLP's, a checkpointed
+    tiny Llama with an MLP 3.5 x the hidden size was 20 % under the trace (LoRA)."""
+    if not t.gradient_checkpointing:
+        return 0
+    s = stack(m, t)
+    mlp = 0
+    if not m.n_expert:
+        k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
+        mlp = k * s.act * m.mlp_width * tokens
+    return max(mlp, post_norm_backward_bytes(m, t, tokens))
+
+
+def post_norm_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+    """Gradient checkpointing of a block that ends with a norm on the MLP's output (OLMo 2's
+    ``post_feedforward_layernorm`` in place of the pre-norms, models/olmo2/modeling_olmo2.py
+    ``Olmo2DecoderLayer.forward``; Gemma 2/3's sandwich): the first backward op of the block
+    is that norm's, so the block is recomputed whole and the norm's backward temporaries
+    (:data:`NORM_BACKWARD_TEMPORARIES` fp32 hidden-wide tensors) come on top of it; a
+    Llama-like block's backward starts at the MLP's down projection instead, within what the
+    recomputed layer frees."""
+    if not t.gradient_checkpointing or stack(m, t).framework != "hf":
+        return 0
+    tr = traced(m)
+    ends = m.post_mlp_norm or (
+        tr is not None and any(p.endswith(".post_feedforward_layernorm") for p in tr.tree)
+    )
+    return NORM_BACKWARD_TEMPORARIES * 4 * m.n_embd * tokens if ends else 0
+
+
+def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bool) -> int:
+    """Gradient checkpointing with a materialised attention mask, per sequence of ``seq``
+    tokens (multiply by the batch): transformers builds the (batch, 1, seq, seq) mask once per
+    forward (masking_utils ``sdpa_mask``: boolean; ``eager_mask``: the compute dtype) and
+    hands it to every decoder layer; a checkpointed layer keeps its inputs for the
+    recomputation (torch.utils.checkpoint), so the mask lives until the first layer's backward
+    (CPU-traced). flash-attention gets no 4D mask; LitGPT passes none in training."""
+    if not t.gradient_checkpointing or not masked or stack(m, t).framework != "hf":
+        return 0
+    kernel = attention(m, t)
+    if kernel == "sdpa":
+        return seq * seq
+    return stack(m, t).act * seq * seq if kernel == "eager" else 0
+
+
 def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
     """Per-token bytes kept around the lm_head: the final norm and, when the lm_head trains,
     its input."""
@@ -434,7 +572,8 @@ def activation_bytes(
     tokens = batch * seq
     head = head_activations(m, t) * tokens
     if t.gradient_checkpointing:
-        return checkpoint_bytes(m, t, tokens) + head
+        mask = batch * checkpoint_mask_bytes(m, t, seq, masked)
+        return checkpoint_bytes(m, t, tokens) + head + mask
     layers = m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq)
     first = first_layer_unsaved(m, t, masked).bytes(tokens, seq)
     return layers - first + head + _norm_fixed(m)  # the final norm's fixed part

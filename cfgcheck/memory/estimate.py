@@ -25,8 +25,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
-from cfgcheck.memory import rl, sharding, tiled, weights
+from cfgcheck.memory import allocator, coverage, rl, sharding, tiled, weights
+from cfgcheck.memory.allocator import rounding_bytes
 from cfgcheck.memory.params import ParamCount, count_params
+from cfgcheck.memory.stack import as_built, attention, sdpa_masked, stack
+from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
 from cfgcheck.schema.data import DataConfig
@@ -108,8 +111,6 @@ class MemoryEstimate:
         """The part of the allocator cache torch cannot free: block rounding and split
         remainders inside segments that hold live blocks (``release_cached_blocks`` returns
         only wholly free segments to the driver)."""
-        from cfgcheck.memory.allocator import rounding_bytes
-
         return min(self.get("fragmentation"), rounding_bytes(self.allocated_bytes))
 
     def with_vllm(self, capacity: int) -> MemoryEstimate:
@@ -193,11 +194,6 @@ def sequence_length(d: DataConfig) -> int:
     return Pipeline.from_data(d).memory_length()
 
 
-def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
-    """Whether batches carry padding (so transformers hands sdpa an attention mask)."""
-    return Pipeline.from_sections(d, t).carries_padding
-
-
 # Trainer settings the estimate never reads (no module of cfgcheck/memory/ names them; a test
 # checks the sources): left out of the cache key, so a learning-rate sweep shares estimates.
 UNREAD_TRAINER_FIELDS = frozenset({"learning_rate", "gpu"})
@@ -221,9 +217,6 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
 
 def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Peak per-GPU memory of one training step of this model, data and trainer."""
-    from cfgcheck.memory import allocator, coverage
-    from cfgcheck.memory.stack import as_built, sdpa_masked, stack
-
     m = as_built(m, t)  # LitGPT unties the lm_head
     # context parallelism: each GPU holds its slice of every sequence (ring attention /
     # Ulysses keep activations and logits of the local tokens only)
@@ -316,6 +309,9 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         # only the recomputed layer's 16-bit weight casts are alive (the forward's are freed
         # with its discarded activations; the recomputation casts again under autocast)
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
+        hidden_grads += act.dispatch_backward_bytes(m, t, tokens)  # MoE: routed gradients
+        hidden_grads += b * act.checkpoint_mask_bytes(m, t, seq, masked)  # a layer input
+        hidden_grads += act.recompute_backward_bytes(m, t, tokens)  # the layer's backward
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [
@@ -442,8 +438,6 @@ def _weights_note(m: ModelConfig, t: TrainerConfig, upcast: bool) -> str:
 
 
 def _act_note(m: ModelConfig, t: TrainerConfig, masked: bool) -> str:
-    from cfgcheck.memory.stack import attention
-
     kernel = attention(m, t)  # the kernel that really runs (Gemma 2 under transformers: eager)
     mask = " with a mask" if masked and kernel == "sdpa" else ""
     ran = "" if kernel == t.attention else f" in place of {t.attention}"

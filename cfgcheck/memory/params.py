@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cfgcheck.memory.modules import (
+    DOWN,
     EMBEDDING,
+    GATE,
     LINEAR,
     NORM,
     ROLES,
+    UP,
     Linear,
     architecture_of,
     block_linears,
@@ -214,7 +217,24 @@ def _by_roles(m: ModelConfig, targets: list[str], framework: str) -> Adapted:
     for t in targets:
         roles.update(roles_of(t, framework))
     picked = tuple((x, m.n_layer if roles & set(x.roles) else 0) for x in block_linears(m))
-    return Adapted(picked, "lm_head" in roles, (m.rows,) if "embed_tokens" in roles else ())
+    moe = _litgpt_moe_adapters(m) if framework == "litgpt" and {GATE, UP, DOWN} & roles else 0
+    rows = (m.rows,) if "embed_tokens" in roles else ()
+    return Adapted(picked, "lm_head" in roles, rows, param_adapters=moe)
+
+
+def _litgpt_moe_adapters(m: ModelConfig) -> int:
+    """LitGPT's LoRA on a mixture-of-experts MLP (Lightning-AI/litgpt 0.5.13, litgpt/lora.py
+    ``LLaMAMoE``): with ``lora_mlp`` the router ``gate`` is a ``LoRALinear`` (hidden ->
+    n_expert) and every expert a LoRA ``LLaMAMLP`` (``fc_1``, ``fc_2``: hidden -> expert width,
+    ``proj`` back), each ``r * (in + out)``; per unit of rank, over the MoE layers."""
+    if not m.n_expert:
+        return 0
+    tr = traced(m)
+    h = m.n_embd
+    if tr is not None and tr.experts:
+        return sum(h + e.n_expert + 3 * e.n_expert * (h + e.width) for e in tr.experts)
+    k = m.n_expert_per_token or 1
+    return m.n_layer * (h + m.n_expert + 3 * m.n_expert * (h + m.mlp_width // k))
 
 
 def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -> Adapted:

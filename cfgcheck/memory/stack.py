@@ -44,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypedDict
 
+from cfgcheck.memory.modules import architecture_of, traced
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -65,6 +67,7 @@ class Stack:
     gelu_saved: int  # intermediate-size tensors a (non-gated) GELU MLP keeps
     mask_when_packed: bool  # packed rows become a block-diagonal mask
     norm_out: int  # bytes of the normalized tensor a trained norm weight multiplies
+    experts: int  # bytes per element of a mixture-of-experts' routed tensors (see stack())
     # LitGPT (see litgpt_layout below); the hf defaults change nothing
     kv_expanded: bool = False  # k/v expanded to n_head heads (copies) before the kernel
     fused_qkv_adapter: bool = False  # one LoRA dropout over the fused qkv input, not one per q/k/v
@@ -115,8 +118,13 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
             gelu_saved=4 if m.architecture in (None, "phi", "gpt2") else 1,
             mask_when_packed=True,
             # GemmaRMSNorm multiplies in fp32 and casts after ((x * w).to(dtype), transformers
-            # models/gemma/modeling_gemma.py); Llama's casts first (x.to(dtype) * w)
-            norm_out=4 if _gemma_norm(m) else residual,
+            # models/gemma/modeling_gemma.py), OLMo 2's too; Llama's casts first (x.to(dtype) * w)
+            norm_out=4 if fp32_weight_norm(m) else residual,
+            # the routed experts run in their weights' dtype: transformers' grouped_mm (and its
+            # fallback) is not autocast-enabled and casts its input to the weight dtype
+            # (integrations/moe.py ``_grouped_mm``: ``input.to(weight.dtype)``, "not
+            # autocast-enabled"), so under autocast the fp32 experts compute and keep fp32
+            experts=4 if upcast or mixed else p,
         )
     return Stack(
         framework=t.framework,
@@ -133,6 +141,7 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
         gelu_saved=1,
         mask_when_packed=False,
         norm_out=4 if mixed else p,
+        experts=p,
         **litgpt_layout(t, t.framework == "litgpt"),
     )
 
@@ -196,6 +205,19 @@ def as_built(m: ModelConfig, t: TrainerConfig) -> ModelConfig:
     return m
 
 
+# RMSNorms that multiply their weight in fp32 and cast after, ``(self.weight *
+# hidden_states).to(input_dtype)``, besides Gemma's: transformers models/olmo2/modeling_olmo2.py
+# ``Olmo2RMSNorm``, olmo3, flex_olmo, gpt_oss ``GptOssRMSNorm`` (the same forward).
+FP32_WEIGHT_NORMS = frozenset({"olmo2", "olmo3", "flex_olmo", "gpt_oss"})
+
+
+def fp32_weight_norm(m: ModelConfig) -> bool:
+    """The norms multiply their weight in fp32 before casting back (Gemma's ``(x * (1 +
+    w)).to(dtype)``, OLMo 2's ``(w * x).to(dtype)``): a trained weight keeps the fp32
+    normalized tensor; Llama's casts first (``w * x.to(dtype)``)."""
+    return _gemma_norm(m) or m.architecture in FP32_WEIGHT_NORMS
+
+
 def _gemma_norm(m: ModelConfig) -> bool:
     if m.architecture is not None:
         return m.architecture.startswith("gemma")
@@ -212,8 +234,6 @@ def attention(m: ModelConfig, t: TrainerConfig) -> str:
     if t.attention != "sdpa":
         return t.attention
     if t.framework == "hf":
-        from cfgcheck.memory.modules import architecture_of, traced
-
         if m.attention_logit_softcapping or architecture_of(m) == "gemma2":
             return "eager"
         tr = traced(m)
@@ -228,8 +248,6 @@ def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: 
     """Whether the attention kernel gets a mask: padded batches, packed rows turned into a
     block-diagonal mask (transformers), or a sliding window shorter than the sequence
     (transformers' masking_utils cannot use ``is_causal`` then)."""
-    from cfgcheck.memory.estimate import padded_batches
-
     if s.framework == "hf" and m.sliding_window_size is not None and m.sliding_window_size < seq:
         return True
     if s.framework == "litgpt":
@@ -237,3 +255,8 @@ def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: 
     if d.collator == "packed":
         return s.mask_when_packed
     return padded_batches(d, t)
+
+
+def padded_batches(d: DataConfig, t: TrainerConfig) -> bool:
+    """Whether batches carry padding (so transformers hands sdpa an attention mask)."""
+    return Pipeline.from_sections(d, t).carries_padding

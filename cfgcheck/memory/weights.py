@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cfgcheck.memory.activations import first_layer_frozen_linears
+from cfgcheck.memory.modules import traced
 from cfgcheck.memory.params import (
     ParamCount,
     adapted_modules,
@@ -11,6 +13,7 @@ from cfgcheck.memory.params import (
     norm_params,
     norms_per_block,
 )
+from cfgcheck.memory.stack import compute_bytes, quantized, stack
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
@@ -67,7 +70,6 @@ def trainable_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     fine-tuning, the adapter dtype for LoRA (fp32 under PEFT, see :mod:`stack`)."""
     if t.finetuning == "full":
         return master_bytes(t)
-    from cfgcheck.memory.stack import stack
 
     return stack(m, t).adapter
 
@@ -87,14 +89,12 @@ def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:
         quant = pc.linear_weights * per
         if m.weight_format in ("bnb-int8", "fbgemm-fp8"):  # one fp32 scale per output row
             quant += 4 * m.n_layer * sum(x.out_features for x in block_linears(m))
-        from cfgcheck.memory.stack import stack
 
         if stack(m, t).kbit_upcast:  # prepare_model_for_kbit_training: 16-bit params to fp32
             stored = 4
         return int(quant) + pc.unquantized * stored
     if t.quantization not in QUANT_BYTES or t.finetuning == "full":
         return pc.total * stored
-    from cfgcheck.memory.stack import stack
 
     st = stack(m, t)
     # LitGPT under Fabric's bitsandbytes plugin quantizes the (untied) lm_head too
@@ -114,17 +114,23 @@ def autocast_copy_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     layer's frozen linears whose input has no gradient: ``first_layer_frozen_linears``)."""
     if not t.precision.endswith("-mixed"):
         return 0
-    from cfgcheck.memory.activations import first_layer_frozen_linears
-    from cfgcheck.memory.stack import quantized
 
     pc: ParamCount = count_params(m)
-    # a traced model's other matmul weights (fused experts, routers) are cast the same way:
-    # F.linear on a slice of an fp32 parameter under autocast (MixtralExperts.forward)
-    linear = 0 if quantized(t) else pc.linear_weights + pc.other
+    # a traced model's other matmul weights (routers: F.linear on an fp32 parameter) are cast
+    # the same way; not the routed experts (:func:`_uncast_experts`)
+    linear = 0 if quantized(t) else pc.linear_weights + pc.other - _uncast_experts(m)
     head = m.head_rows * m.n_embd
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t)
     uncast = sum(x.in_features * x.out_features for x in first_layer_frozen_linears(m, t))
     return 2 * (linear + head + adapters - uncast)
+
+
+def _uncast_experts(m: ModelConfig) -> int:
+    """The routed experts' parameters, which autocast never casts: transformers runs them
+    through ``grouped_mm``, not autocast-enabled, on the weights as stored (integrations/moe.py
+    ``_grouped_mm``: ``input.to(weight.dtype)``; CPU-traced: no 16-bit copy of them)."""
+    tr = traced(m) if m.n_expert else None
+    return tr.expert_params if tr is not None else 0
 
 
 def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
@@ -132,10 +138,10 @@ def autocast_layer_bytes(m: ModelConfig, t: TrainerConfig) -> int:
     (and adapters), what the recomputation of one layer makes and keeps for its backward."""
     if not t.precision.endswith("-mixed"):
         return 0
-    from cfgcheck.memory.stack import quantized
 
     pc = count_params(m)
-    linear = 0 if quantized(t) else pc.block_linear_weight_elems + pc.other // m.n_layer
+    other = pc.other - _uncast_experts(m)
+    linear = 0 if quantized(t) else pc.block_linear_weight_elems + other // m.n_layer
     adapters = 0 if t.finetuning == "full" else trainable_params(m, t) // m.n_layer
     return 2 * (linear + adapters)
 
@@ -146,7 +152,6 @@ def paged(t: TrainerConfig) -> bool:
     allocator counters, resident on the GPU while it has room, so inside the device total."""
     if t.optimizer.startswith("paged_"):
         return True
-    from cfgcheck.memory.stack import quantized
 
     # LitGPT trains quantized models with bnb.optim.PagedAdamW (stack.litgpt_layout)
     return t.framework == "litgpt" and quantized(t) and t.optimizer == "adamw"
@@ -352,7 +357,6 @@ def _quant_linear_transient(
 def dequant_bytes(m: ModelConfig, t: TrainerConfig, tokens: int = 0) -> int:
     """Transient buffers of the quantized linears of the layer being recomputed (the largest
     linear counts; see :func:`_quant_linear_transient`), for ``tokens`` tokens."""
-    from cfgcheck.memory.stack import compute_bytes, quantized, stack
 
     if not quantized(t):
         return 0

@@ -75,6 +75,17 @@ def generic_model(data: Mapping[str, Any], where: str, known: str) -> dict[str, 
     head_dim = getattr(cfg, "head_dim", None)
     if isinstance(head_dim, int) and head_dim > 0:
         out["head_size"] = val("head_dim")
+    size = head_dim if isinstance(head_dim, int) and head_dim > 0 else hidden.value // heads.value
+    built = _built_kv_heads(tr, heads.value, size)
+    if built is not None and built != out["n_query_groups"].value:
+        # a key the class ignores (GPT-NeoX has no grouped-query attention): the built k/v
+        out["n_query_groups"] = Value(built, heads.key, "the k/v width transformers builds")
+    parallel = getattr(cfg, "use_parallel_residual", None) or getattr(cfg, "parallel_attn", None)
+    if parallel is True:
+        # GPT-NeoX ``use_parallel_residual``, Falcon ``parallel_attn``: attention and MLP read
+        # the same block input (models/gpt_neox/modeling_gpt_neox.py GPTNeoXLayer.forward)
+        key = "use_parallel_residual" if hasattr(cfg, "use_parallel_residual") else "parallel_attn"
+        out["parallel_residual"] = val(key)
     width = _mlp_width(tr, cfg)
     if width:
         out["intermediate_size"] = width
@@ -127,6 +138,28 @@ def _first(cfg: Any, *names: str) -> str | None:
     return None
 
 
+_FUSED_QKV = ("query_key_value", "qkv_proj", "Wqkv", "c_attn", "W_pack")
+
+
+def _built_kv_heads(tr: Trace, heads: int, size: int) -> int | None:
+    """The k/v heads the first layer's k projection (or fused q/k/v projection) is built with,
+    when its width says so unambiguously."""
+    layer = f"{tr.layers}.0."
+    for path, lin in tr.linears.items():
+        name = path.rsplit(".", 1)[-1]
+        if not path.startswith(layer) or lin.out_features % size:
+            continue
+        if name == "k_proj":
+            kv = lin.out_features // size
+        elif name in _FUSED_QKV:
+            rest = lin.out_features // size - heads
+            kv = rest // 2 if rest > 0 and rest % 2 == 0 else 0
+        else:
+            continue
+        return kv if 0 < kv <= heads and heads % kv == 0 else None
+    return None
+
+
 def _mlp_width(tr: Trace, cfg: Any) -> Value | None:
     """The MLP width one token runs through: the dense MLP's, or for a MoE layer the routed
     experts' ``top_k * width`` plus the shared experts' (what its activations scale with)."""
@@ -140,9 +173,25 @@ def _mlp_width(tr: Trace, cfg: Any) -> Value | None:
         )
         return Value(e.top_k * e.width + shared, "num_experts_per_tok * moe_intermediate_size")
     v = getattr(cfg, "intermediate_size", None) or getattr(cfg, "ffn_hidden_size", None)
+    built = _built_mlp_width(tr)
+    if built is not None and built != v:
+        # a key the class ignores (Falcon builds ffn_hidden_size, 4 x hidden by default)
+        return Value(built, "model_type", "the MLP width transformers builds")
     if isinstance(v, int) and v > 0:
         return Value(v, "intermediate_size")
     return None
+
+
+def _built_mlp_width(tr: Trace) -> int | None:
+    """The first layer's MLP width: the input of its projection back to the hidden size."""
+    layer = f"{tr.layers}.0."
+    widths = {
+        lin.in_features
+        for path, lin in tr.linears.items()
+        if path.startswith(layer) and ".mlp." in path and lin.out_features == tr.hidden
+    }
+    widths.discard(tr.hidden)
+    return widths.pop() if len(widths) == 1 else None
 
 
 def _mlp(cfg: Any, tr: Trace, prefix: str) -> Value:
