@@ -14,7 +14,8 @@ included, and checks :data:`LAYERS`):
    caching allocator, whose settings ``allocconf`` reads at layer 0);
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
    allocation events that ``allocsim`` replays (``events``);
-4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``).
+4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``; ``simulated``
+   the simulation's figures next to it).
 """
 
 from cfgcheck.memory.estimate import GIB, Component, MemoryEstimate, estimate
@@ -38,6 +39,7 @@ LAYERS: dict[str, int] = {
     "tiled": 2,
     "allocsim": 2,
     "events": 3,
+    "simulated": 4,
     "estimate": 3,
     "verdict": 4,
     "fixes": 4,
