@@ -118,8 +118,8 @@ def over_cap(kind: str, size: int, where: str) -> UnsafeInput:
     """The refusal of ``size`` bytes of ``kind`` (one line naming the cap and its variable)."""
     c = CAPS[kind]
     return UnsafeInput(
-        f"{where} is {size:,} bytes, over the {c.limit():,}-byte cap for {c.what}; not read "
-        f"(set {c.env} to change it)"
+        f"{where} is larger than {c.limit():,} bytes, the cap for {c.what} ({size:,} bytes); "
+        f"not read (set {c.env} to change it)"
     )
 
 
