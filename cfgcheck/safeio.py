@@ -553,8 +553,16 @@ def screen_config_dir(directory: Path, limits: Limits = DEFAULT_LIMITS) -> None:
     """Screen every config file under a Hydra config directory (:func:`config_files`: links
     confined to the directory) before Hydra reads any (Hydra loads them with its own loader,
     unbounded): special files, encodings, and :func:`screen_yaml`'s bounds."""
+    from cfgcheck.interpolation_cost import check_cost
+
+    root = directory.resolve()
     for path in config_files(directory):
-        screen_yaml(read_text(path, limits.max_bytes), shown(path), limits)
+        text = read_text(path, limits.max_bytes)
+        screen_yaml(text, shown(path), limits)
+        if "${" in text:  # Hydra resolves hydra.searchpath and defaults while it composes
+            group = path.resolve().parent.relative_to(root).parts
+            prefixes = tuple(".".join(group[:i]) for i in range(len(group), 0, -1))
+            check_cost(load_yaml_text(text, shown(path), limits), shown(path), prefixes=prefixes)
 
 
 def _raise_walk(e: OSError) -> None:
