@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from cfgcheck.budget import check as check_budget
 from cfgcheck.errors import ConfigLoadError
 
 MAX_VALUES = 1_000_000
@@ -60,7 +61,7 @@ class _Counter:
         self.tree, self.where, self.limit, self.prefixes = tree, where, limit, prefixes
         self.memo: dict[str, int] = {}
         self.active: set[str] = set()
-        self.total = 0
+        self.steps = 0
 
     def refuse(self, path: str) -> InterpolationBudget:
         return InterpolationBudget(
@@ -70,7 +71,8 @@ class _Counter:
         )
 
     def lookup(self, path: str) -> tuple[str, Any] | None:
-        candidates = [path] + [path[len(p) + 1 :] for p in self.prefixes if path.startswith(p + ".")]
+        stripped = [path[len(p) + 1 :] for p in self.prefixes if path.startswith(p + ".")]
+        candidates = [path, *stripped]
         for cand in candidates:
             node: Any = self.tree
             ok = True
@@ -130,6 +132,9 @@ class _Counter:
                 cost += sum(self.ref_cost(b, here, chain) for b in references(value))
             if cost > self.limit:
                 raise self.refuse(here)
+            self.steps += 1
+            if not self.steps & 4095:
+                check_budget("counting interpolations")
         return cost
 
 

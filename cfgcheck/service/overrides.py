@@ -7,6 +7,7 @@ and config-group choices that climb out of the config directory (``model=../../x
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from cfgcheck.compose import one_line
 from cfgcheck.service.errors import RequestError
 
+MAX_PARSE_CPU_S = 0.5  # Hydra's parser: ~0.05 s for a 1,000-character list override
 MAX_KEY_CHARS = 200  # Hydra turns group keys into file names (255 bytes at most)
 
 
@@ -31,7 +33,9 @@ def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
     except ConfigLoadError as e:
         raise RequestError(422, str(e)) from e
     parser = OverridesParser.create()
+    started = time.thread_time()
     for text in overrides:
+        _parse_budget(started)
         if "${" in text:
             raise RequestError(
                 422,
@@ -45,6 +49,18 @@ def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
         reason = _refusal(override, config_dir)
         if reason:
             raise RequestError(422, f"override {text!r} refused: {reason}")
+    _parse_budget(started)
+
+
+def _parse_budget(started: float) -> None:
+    """Hydra parses the overrides again while it composes, under the compose lock: the
+    screen (outside the lock) measures that cost and refuses it before the lock is taken."""
+    if time.thread_time() - started > MAX_PARSE_CPU_S:
+        raise RequestError(
+            422,
+            f"the overrides took more than {MAX_PARSE_CPU_S:g} s of CPU to parse; the service "
+            f"composes under one lock per process: send fewer or shorter values",
+        )
 
 
 def _refusal(override: Any, config_dir: Path) -> str | None:

@@ -75,7 +75,23 @@ class Runner:
     def run(self, body: bytes, kind: str, deadline: float | None = None) -> str:
         """The verdict's JSON text. With a ``deadline`` (``time.monotonic()`` seconds), the
         work stops between stages once it has passed: a request the client already got a
-        504 for stops costing a worker at the next stage boundary."""
+        504 for stops costing a worker at the next stage boundary.
+
+        The request runs under a CPU budget of ``request_timeout_s`` seconds of this worker
+        thread's CPU time (:mod:`cfgcheck.budget`), checked wherever the work loops (every
+        rule, every fix check, the interpolation count, the override screen): past it the
+        request is refused with 422 and the worker is free for the next one."""
+        from cfgcheck.budget import BudgetExceeded, cpu_budget
+
+        try:
+            with cpu_budget(self.settings.request_timeout_s, deadline):
+                return self._run(body, kind, deadline)
+        except BudgetExceeded as e:
+            if deadline is not None and time.monotonic() > deadline:
+                raise Past504(504, str(e)) from e
+            raise RequestError(422, str(e)) from e
+
+    def _run(self, body: bytes, kind: str, deadline: float | None) -> str:
         stage = _Stages(deadline)
         payload = parse_body(body, kind, self.limits)
         stage.check("parsing")
