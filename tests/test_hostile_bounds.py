@@ -321,3 +321,18 @@ def test_llamafactory_inline_registry_is_confined(
             detail = r.json()["detail"]
             assert "dataset_dir.x.file_name" in detail, detail
             assert SECRET not in detail and str(tmp_path / "outside") not in detail
+
+
+def test_a_record_rendering_past_the_cap_is_refused(tmp_path: Path) -> None:
+    """A template repeating a field renders a text longer than any line read."""
+    (tmp_path / "d.jsonl").write_text(json.dumps({"a": "x" * 400}) + "\n")
+    ended = run_bounded(
+        "data",
+        f"tokenizer.path={DEMO_TOKENIZER}",
+        f"data.paths=[{tmp_path / 'd.jsonl'}]",
+        "data.format=jsonl",
+        "data.template='{a}{a}{a}{a}'",
+        env={"CFGCHECK_MAX_RECORD_BYTES": "1000"},
+    )
+    line = assert_refused(ended, "renders to more than 1,000 characters")
+    assert "d.jsonl:1" in line

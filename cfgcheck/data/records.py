@@ -226,7 +226,7 @@ def _capped(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
             if len(text) > limit:
                 line = c.lines[i] if c.lines else c.first + i
                 raise at(
-                    c.path,
+                    c.file,
                     line,
                     f"the record renders to more than {limit:,} characters: not one sample "
                     "(CFGCHECK_MAX_RECORD_BYTES changes the cap)",
