@@ -278,6 +278,7 @@ async def attacked(
     duration: float,
 ) -> dict[str, Any]:
     """Valid clients and ``attackers`` sending ``payloads`` round-robin; valid latencies."""
+    import json
     from urllib.parse import urlsplit
 
     import httpx
@@ -330,7 +331,11 @@ async def attacked(
                     if payload == "expect-100":
                         key = await expect_100()
                     else:
-                        r = await client.post(url, json=payload)
+                        r = await client.post(
+                            url,
+                            content=json.dumps(payload).encode(),  # ASCII: \ud800 escaped
+                            headers={"content-type": "application/json"},
+                        )
                         key = str(r.status_code)
                         leaked = leaked or SECRET in r.text
                 except httpx.HTTPError as e:

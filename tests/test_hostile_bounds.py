@@ -259,8 +259,39 @@ def test_costly_overrides_never_take_the_compose_lock(monkeypatch: pytest.Monkey
     with _service() as client:
         r = client.post("/v1/validate", json={"config_name": "config", "overrides": overrides})
     assert r.status_code == 422, r.text
+    assert "over the 4,000 one request may send" in r.json()["detail"]
+    assert not composed
+
+
+def test_overrides_over_their_parse_budget_are_refused_before_the_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("fastapi")
+    from cfgcheck.service import overrides as screen
+    from cfgcheck.service.runner import Runner
+
+    composed: list[object] = []
+    monkeypatch.setattr(Runner, "_compose", lambda self, request: composed.append(request))
+    monkeypatch.setattr(screen, "MAX_PARSE_CPU_S", 0.0)
+    with _service() as client:
+        body = {"config_name": "config", "overrides": ["data.paths=[a,b,c]"] * 3}
+        r = client.post("/v1/validate", json=body)
+    assert r.status_code == 422, r.text
     assert "s of CPU to parse" in r.json()["detail"]
     assert not composed
+
+
+def test_a_mapping_of_19000_keys_is_refused_before_validation() -> None:
+    pytest.importorskip("fastapi")
+    from cfgcheck.compose import compose
+    from cfgcheck.validate import to_plain
+
+    config = to_plain(compose(CONF, "config"))
+    config["model"].update({f"unknown_key_{i}": i for i in range(19_000)})
+    with _service() as client:
+        r = client.post("/v1/validate", json=config)
+    assert r.status_code == 422, r.text
+    assert "model has 19,0" in r.json()["detail"] and "1,000" in r.json()["detail"]
 
 
 def test_a_request_past_its_cpu_budget_is_refused() -> None:

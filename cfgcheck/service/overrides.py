@@ -15,7 +15,11 @@ from typing import Any
 from cfgcheck.compose import one_line
 from cfgcheck.service.errors import RequestError
 
-MAX_PARSE_CPU_S = 0.5  # Hydra's parser: ~0.05 s for a 1,000-character list override
+# Hydra's override parser (pure Python, superlinear on lists): ~0.05 s for a 1,000-character
+# list, 0.8 s for 4,000. A request's overrides are bounded in total characters (linear, at
+# once) and in the CPU their screening parse took (it predicts the parse under the lock).
+MAX_TOTAL_CHARS = 4_000
+MAX_PARSE_CPU_S = 0.25
 MAX_KEY_CHARS = 200  # Hydra turns group keys into file names (255 bytes at most)
 
 
@@ -28,6 +32,14 @@ def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
     from cfgcheck.compose import screen_overrides as bound_overrides
     from cfgcheck.errors import ConfigLoadError
 
+    total = sum(len(text) for text in overrides)
+    if total > MAX_TOTAL_CHARS:
+        raise RequestError(
+            422,
+            f"the overrides hold {total:,} characters, over the {MAX_TOTAL_CHARS:,} one request "
+            f"may send (Hydra parses about 20,000 a second, under the compose lock): put long "
+            f"values in a config file",
+        )
     try:
         bound_overrides(overrides)  # lengths and nesting, before Hydra's recursive parser
     except ConfigLoadError as e:
