@@ -461,6 +461,11 @@ def check_plain(tree: Any, where: str, limits: Limits = DEFAULT_LIMITS) -> None:
                 f"{where}: nesting deeper than {limits.max_depth} levels (at {path}); not read"
             )
         if isinstance(value, dict):
+            if len(value) > limits.max_keys:  # before its keys are walked one by one
+                raise UnsafeInput(
+                    f"{where}: {path} has {len(value):,} keys, more than {limits.max_keys:,}; "
+                    "not read"
+                )
             for key, child in value.items():
                 if not isinstance(key, str | int | bool) and key is not None:
                     raise UnsafeInput(

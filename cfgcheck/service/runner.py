@@ -21,7 +21,7 @@ from cfgcheck.safeio import Limits
 from cfgcheck.service.body import parse_body
 from cfgcheck.service.cache import ComposeCache
 from cfgcheck.service.errors import RequestError
-from cfgcheck.service.guards import check_tree, resolver_refused
+from cfgcheck.service.guards import MAX_KEYS_PER_MAPPING, check_tree, resolver_refused
 from cfgcheck.service.interpolation import resolver_paths
 from cfgcheck.service.models import COMPOSE_KEYS, NATIVE_KEY, ComposeRequest
 from cfgcheck.service.overrides import screen_overrides
@@ -59,7 +59,7 @@ class Runner:
             max_depth=settings.max_depth + 1,  # check_tree names the path at max_depth
             max_nodes=settings.max_nodes,
             max_aliases=100,
-            max_keys=settings.max_nodes,
+            max_keys=MAX_KEYS_PER_MAPPING,  # refused while the tree is checked, at once
             max_key_chars=MAX_KEY_CHARS,
         )
         # Hydra's compose API keeps global state: one composition at a time per process.

@@ -137,7 +137,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     except ConfigLoadError as e:
         raise TokenizerFileError(str(e)) from e
     try:  # bounded nesting; NaN and huge ints refused
-        limits = Limits(max_bytes=cap("tokenizer"), max_nodes=10_000_000)
+        limits = Limits(max_bytes=cap("tokenizer"), max_nodes=10_000_000, max_keys=10_000_000)
         data = load_json_text(text, "it", limits)
     except ConfigLoadError as e:
         raise TokenizerFileError(f"{path} is not valid JSON: {e}") from e
