@@ -498,3 +498,39 @@ def test_native(fmt: str, cls: str) -> None:
             assert_bounded_cli(ended, case, strict=case.cls == "huge-int")
 
     run()
+
+
+@pytest.mark.slow
+def test_expect_100_continue_without_a_body_holds_no_worker(served: tuple[str, Path, Any]) -> None:
+    """uvicorn answers ``100 Continue`` when the app first reads the body; the body read is
+    bounded by the request timeout (408) and happens before a worker is taken, so valid
+    requests are answered meanwhile."""
+    import socket
+
+    import httpx
+
+    url, _, proc = served
+    host, port = url.removeprefix("http://").split(":")
+    held = []
+    for _ in range(8):  # more connections than validation threads
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(
+            b"POST /v1/validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: 500\r\n\r\n"
+        )
+        held.append(sock)
+    body = {"config_name": "config", "overrides": []}
+    started = time.monotonic()
+    assert httpx.post(f"{url}/v1/validate", json=body, timeout=30).status_code == 200
+    assert time.monotonic() - started < 8  # not queued behind the held connections
+    for sock in held:
+        sock.settimeout(30)
+        answer = b""
+        while b"408" not in answer:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        assert b"100 Continue" in answer and b"408" in answer, answer
+        sock.close()
+    assert proc.poll() is None
