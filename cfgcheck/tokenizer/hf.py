@@ -25,19 +25,20 @@ def load_auto_tokenizer(path: Path) -> Any:
     that folder is what transformers loads."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as e:
-        raise TokenizerFileError(
-            f"reading {path} needs transformers and sentencepiece: install cfgcheck[transformers]"
-        ) from e
     with tempfile.TemporaryDirectory(prefix="cfgcheck-tok-") as tmp:
-        if path.is_dir():
+        if path.is_dir():  # copied (capped) before transformers is even imported
             _copy_tokenizer_files(path, Path(tmp))
         elif path.name in ("tokenizer.model", "tokenizer.json"):
             _copy_tokenizer_files(path.parent, Path(tmp))
         else:
             _copy(path, Path(tmp) / "tokenizer.model")
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as e:
+            raise TokenizerFileError(
+                f"reading {path} needs transformers and sentencepiece: install "
+                "cfgcheck[transformers]"
+            ) from e
         return _load(AutoTokenizer, Path(tmp), path)
 
 
