@@ -367,3 +367,19 @@ def test_a_record_rendering_past_the_cap_is_refused(tmp_path: Path) -> None:
     )
     line = assert_refused(ended, "renders to more than 1,000 characters")
     assert "d.jsonl:1" in line
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_bomb_spread_over_two_files_is_refused_once_composed(bombed: Path, sweep: bool) -> None:
+    """Each file alone is cheap (its references lead into the other file); the composed tree
+    is counted before anything resolves it, on the plain path and for each sweep point."""
+    lines = bomb_lines()
+    _append(bombed / "config.yaml", "\n".join(lines[::2]))  # a0, a2, a4, a6, a8
+    (bombed / "odd.yaml").write_text("\n".join(lines[1::2]) + "\n")  # a1, a3, ... a9
+    text = (bombed / "config.yaml").read_text().replace("  - _self_", "  - odd\n  - _self_")
+    (bombed / "config.yaml").write_text(text)
+    args = ["check", "--config-dir", str(bombed)] + (["--sweep", "seed=1,2"] if sweep else [])
+    ended = run_bounded(*args, memory=2 * GB, timeout=60)
+    assert ended.returncode in ((1, 2) if sweep else (2,)), ended.out[-2000:]
+    assert "would produce more than 1,000,000 values" in ended.out, ended.out[-2000:]
+    assert "Traceback" not in ended.out
