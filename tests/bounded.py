@@ -13,6 +13,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def run_bounded(
     environ = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "CFGCHECK_CACHE_DIR": str(cwd / ".cfgcheck-test-cache"),
+        "CFGCHECK_CACHE_DIR": os.path.join(tempfile.gettempdir(), "cfgcheck-bounded-cache"),
         **(env or {}),
     }
     environ.pop("CFGCHECK_DEBUG", None)

@@ -475,7 +475,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     "launch-fp16-and-bf16": E(
         "error",
         "Launch scripts (`--from launch`): `--fp16` and `--bf16` are not both True.",
-        '`TrainingArguments.__post_init__` refuses it before training: "ValueError: At most '
+        "`TrainingArguments.__post_init__` refuses it before training: \"ValueError: At most "
         'one of fp16 and bf16 can be True, but not both" (transformers `training_args.py`).',
         "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
         group=NATIVE,
@@ -484,7 +484,8 @@ EXPLANATIONS: dict[str, Explanation] = {
         "info",
         "Launch scripts (`--from launch`): a script that starts several training commands "
         "(a sweep, stages one after another).",
-        "Only the first command is checked; the others could fail in ways this check does not see.",
+        "Only the first command is checked; the others could fail in ways this check does "
+        "not see.",
         "Give each command its own script to check it.",
         group=NATIVE,
     ),
