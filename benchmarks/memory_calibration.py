@@ -37,9 +37,17 @@ class Row:
     verdicts: dict[float, str]  # GPU size (GiB) -> "fits" | "may not fit" | "does not fit"
     calibrated: bool
     margin: float
+    # the allocator simulation (cfgcheck/memory/simulated.py): reserved and device figures,
+    # None where its event sequence does not cover the run
+    simulated: dict[str, int] | None = None
 
     def error(self, key: str) -> float:
         return (self.estimated[key] - self.measured[key]) / self.measured[key]
+
+    def sim_error(self, key: str) -> float | None:
+        if self.simulated is None:
+            return None
+        return (self.simulated[key] - self.measured[key]) / self.measured[key]
 
     def unsafe(self) -> list[float]:
         """GPU sizes where the estimate says "fits" but the measured peak exceeds the GPU."""
@@ -74,6 +82,7 @@ def load(data: Path = DATA) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 def evaluate(data: Path = DATA) -> list[Row]:
     from cfgcheck import check
     from cfgcheck.memory.estimate import estimate
+    from cfgcheck.memory.simulated import simulate_step
     from cfgcheck.memory.verdict import verdict
 
     rows = []
@@ -84,6 +93,17 @@ def evaluate(data: Path = DATA) -> list[Row]:
         if cfg is None:
             raise SystemExit(f"{spec['id']}: the overrides do not validate")
         est = estimate(cfg.model, cfg.data, cfg.trainer)
+        sim = simulate_step(cfg.model, cfg.data, cfg.trainer)
+        outside = est.get("cuda_context") + est.get("paged_states")
+        simulated = (
+            None
+            if sim is None
+            else {
+                "allocated": sim.allocated,
+                "reserved": sim.reserved,
+                "device_peak": sim.reserved + outside,
+            }
+        )
         rows.append(
             Row(
                 id=spec["id"],
@@ -97,6 +117,7 @@ def evaluate(data: Path = DATA) -> list[Row]:
                 verdicts={s: verdict(est, int(s * GIB)) for s in SIZES_GIB},
                 calibrated=not est.uncalibrated,
                 margin=est.margin,
+                simulated=simulated,
             )
         )
     return rows
@@ -128,6 +149,31 @@ def table(rows: list[Row]) -> str:
         ("device_peak", "device total"),
     ):
         lines.append(f"{label}: {_summary(rows, key)} over {len(rows)} runs")
+    sim_rows = [r for r in rows if r.simulated is not None]
+    if sim_rows:
+        lines.append("")
+        lines.append(
+            f"allocator simulation (cfgcheck/memory/simulated.py), the {len(sim_rows)} runs "
+            "its event sequence covers:"
+        )
+        lines.append("| run | reserved GiB meas / sim | err | pattern err | device err |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for r in sim_rows:
+            assert r.simulated is not None
+            lines.append(
+                f"| {r.id} | {r.measured['reserved'] / GIB:.2f} / "
+                f"{r.simulated['reserved'] / GIB:.2f} | {r.sim_error('reserved') or 0.0:+.1%} | "
+                f"{r.error('reserved'):+.1%} | {r.sim_error('device_peak') or 0.0:+.1%} |"
+            )
+        for key, label in (("reserved", "reserved"), ("device_peak", "device total")):
+            sim = [abs(r.sim_error(key) or 0.0) for r in sim_rows]
+            pat = [abs(r.error(key)) for r in sim_rows]
+            under = min(r.sim_error(key) or 0.0 for r in sim_rows)
+            lines.append(
+                f"{label}: simulated median |error| {statistics.median(sim):.1%}, worst "
+                f"{max(sim):.1%}, most under {under:+.1%}; pattern on the same runs median "
+                f"{statistics.median(pat):.1%}, worst {max(pat):.1%}"
+            )
     lines.append("")
     lines.append("verdicts over GPU sizes " + ", ".join(f"{s:g}" for s in SIZES_GIB) + " GiB:")
     counts: dict[str, int] = {}

@@ -1,11 +1,15 @@
 """Benchmark: the validator service under many concurrent clients on loopback.
 
-    python benchmarks/service_load.py [--clients 32] [--duration 8] [--workers 4]
+    python benchmarks/service_load.py [--clients 32] [--duration 8] [--workers 1,CORES]
+                                      [--threads 4] [--quick]
 
-Starts the real ``cfgcheck serve`` in a subprocess on 127.0.0.1 (a free port), then for each
-scenario runs ``--clients`` concurrent httpx clients in one asyncio loop for ``--duration``
-seconds, and prints requests/s, p50/p99 latency and the error count (any non-200 answer or
-transport error; it must be 0). Scenarios:
+Starts the real ``cfgcheck serve --workers N`` in a subprocess on 127.0.0.1 (a free port), for
+each N of ``--workers`` (default: 1 and the number of cores), then for each scenario runs
+``--clients`` concurrent httpx clients in one asyncio loop for ``--duration`` seconds, and
+prints requests/s, p50/p99 latency and the error count (any non-200 answer or transport
+error; it must be 0), each worker count side by side, with the ratio of the last one's
+requests/s to the first one's (a markdown table: ``scripts/check-figures.py`` compares its
+ratios with the ones the docs quote). ``--quick``: 16 clients, 3 s per scenario. Scenarios:
 
 * ``body``: a composed run config POSTed as JSON (validation only; the verdict has 1 error).
 * ``compose``: ``{"overrides": ["data.max_seq_length=3063"]}`` against the server's conf/;
@@ -61,30 +65,58 @@ def free_port() -> int:
         return port
 
 
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def start_server(
-    port: int, workers: int, repo: Path = REPO, cwd: Path | None = None
+    port: int,
+    workers: int,
+    repo: Path = REPO,
+    threads: int = 4,
+    timeout: float = 10.0,
+    cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
+    """``cfgcheck serve --workers WORKERS --threads THREADS --timeout TIMEOUT``, once every
+    worker answers."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
+    command = [sys.executable, "-m", "cfgcheck", "serve", "--port", str(port)]
+    command += ["--workers", str(workers), "--threads", str(threads), "--timeout", str(timeout)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cfgcheck", "serve", "--port", str(port), "--workers", str(workers)],
-        cwd=cwd or repo,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        command, cwd=cwd or repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     import httpx
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60 * workers
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             sys.exit(f"cfgcheck serve exited with {proc.returncode}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+            up = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            # every worker started (each answers only once its start-up is done)
+            if up and (workers == 1 or len(answering(port, workers)) == workers):
                 return proc
         except httpx.TransportError:
-            time.sleep(0.2)
+            pass
+        time.sleep(0.2)
     proc.kill()
-    sys.exit("cfgcheck serve did not come up within 30 s")
+    sys.exit(f"cfgcheck serve did not come up within {60 * workers} s")
+
+
+def answering(port: int, workers: int) -> set[int]:
+    """The worker pids that answer ``/healthz`` over fresh connections."""
+    import httpx
+
+    pids = set()
+    for _ in range(8 * workers):
+        with httpx.Client() as fresh:
+            pid = fresh.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json().get("pid")
+        if pid is None:  # a checkout (--repo) from before worker processes: threads only
+            return set(range(workers))
+        pids.add(pid)
+        if len(pids) == workers:
+            break
+    return pids
 
 
 async def load(
@@ -366,7 +398,7 @@ async def attacked(
     }
 
 
-def run_attackers(args: argparse.Namespace, config: dict[str, Any]) -> bool:
+def run_attackers(args: argparse.Namespace, config: dict[str, Any], workers: int) -> bool:
     """The ``attackers`` table; True when every class kept p99 within 2x and nothing leaked."""
     import tempfile
 
@@ -377,7 +409,9 @@ def run_attackers(args: argparse.Namespace, config: dict[str, Any]) -> bool:
         if args.attacks != "all":
             classes = {k: v for k, v in classes.items() if k in args.attacks.split(",")}
         port = free_port()
-        server = start_server(port, args.workers, args.repo.resolve(), cwd=project)
+        server = start_server(
+            port, workers, args.repo.resolve(), args.threads, args.server_timeout, cwd=project
+        )
         url = f"http://127.0.0.1:{port}/v1/validate"
         try:
             idle = asyncio.run(
@@ -395,7 +429,8 @@ def run_attackers(args: argparse.Namespace, config: dict[str, Any]) -> bool:
             server.wait(timeout=10)
     print(
         f"attackers: {args.clients - args.attackers} valid clients (+{args.attackers} attackers "
-        f"per class), {args.duration:g} s per row, {args.workers} validation threads; "
+        f"per class), {args.duration:g} s per row, {workers} worker(s) of {args.threads} "
+        f"validation threads; load average {os.getloadavg()[0]:.1f}; "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()} (clients share the machine)"
     )
     print(
@@ -419,11 +454,72 @@ def run_attackers(args: argparse.Namespace, config: dict[str, Any]) -> bool:
     return good
 
 
+def run_scenarios(
+    args: argparse.Namespace,
+    workers: int,
+    scenarios: dict[str, Callable[[], dict[str, Any]]],
+    chosen: set[str],
+    adversarial_run: Callable[[str], dict[str, Any]] | None,
+) -> dict[str, dict[str, Any]]:
+    """Every chosen scenario against one ``cfgcheck serve --workers WORKERS``."""
+    port = free_port()
+    server = start_server(port, workers, args.repo.resolve(), args.threads, args.server_timeout)
+    url = f"http://127.0.0.1:{port}/v1/validate"
+    try:
+        rows = {
+            name: asyncio.run(load(url, body, args.clients, args.duration))
+            for name, body in scenarios.items()
+            if name in chosen
+        }
+        if adversarial_run is not None:
+            rows["adversarial"] = adversarial_run(url)
+            rows["adversarial"]["alive"] = server.poll() is None
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return rows
+
+
+def print_side_by_side(counts: list[int], runs: dict[int, dict[str, dict[str, Any]]]) -> None:
+    """One markdown row per scenario: each worker count's req/s, p50/p99 ms and errors, then the
+    ratio of the last count's req/s to the first's (the figure the docs quote)."""
+    first, last = counts[0], counts[-1]
+    head = ["scenario"]
+    for n in counts:
+        w = f"{n} worker{'s' if n > 1 else ''}"
+        head += [f"{w} req/s", f"{w} p50 ms", f"{w} p99 ms", f"{w} errors"]
+    if len(counts) > 1:
+        head.append(f"{last} vs {first} req/s")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
+    for name in runs[first]:
+        cells = [f"`{name}`"]
+        for n in counts:
+            r = runs[n][name]
+            cells += [f"{r['rps']:.1f}", f"{r['p50']:.0f}", f"{r['p99']:.0f}", str(r["errors"])]
+        if len(counts) > 1:
+            cells.append(f"{runs[last][name]['rps'] / runs[first][name]['rps']:.2f}x")
+        print("| " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per scenario")
-    parser.add_argument("--workers", type=int, default=4, help="server validation threads")
+    parser.add_argument(
+        "--workers",
+        default=f"1,{cores()}",
+        help="comma-separated worker process counts to compare (default: 1 and the cores)",
+    )
+    parser.add_argument("--threads", type=int, default=4, help="validation threads per worker")
+    parser.add_argument("--quick", action="store_true", help="16 clients, 3 s per scenario")
+    parser.add_argument(
+        "--server-timeout",
+        type=float,
+        default=10.0,
+        help="the server's --timeout (default 10, the server's own; raise it on a loaded "
+        "machine, where compose-new requests queue past 10 s and are answered 504)",
+    )
     parser.add_argument(
         "--attackers", type=int, default=4, help="clients sending hostile bodies (adversarial)"
     )
@@ -439,6 +535,9 @@ def main() -> None:
     )
     parser.add_argument("--repo", type=Path, default=REPO, help="checkout to serve")
     args = parser.parse_args()
+    if args.quick:
+        args.clients, args.duration = 16, 3.0
+    counts = sorted({int(n) for n in args.workers.split(",")})
     chosen = set(args.scenarios.split(","))
     attacks = attack_bodies()
     if args.attacks != "all":
@@ -456,51 +555,52 @@ def main() -> None:
         "compose-new": lambda: {"overrides": ["data.max_seq_length=3063", f"seed={next(seeds)}"]},
     }
     if chosen == {"attackers"}:
-        if not run_attackers(args, config):
+        if not run_attackers(args, config, counts[-1]):
             sys.exit("an attack class slowed valid clients past 2x, failed them or leaked")
         return
-    port = free_port()
-    server = start_server(port, args.workers, args.repo.resolve())
-    url = f"http://127.0.0.1:{port}/v1/validate"
-    try:
-        rows = {
-            name: asyncio.run(load(url, body, args.clients, args.duration))
-            for name, body in scenarios.items()
-            if name in chosen
-        }
-        if "adversarial" in chosen:
-            rows["adversarial"] = asyncio.run(
-                adversarial(url, config, attacks, args.clients, args.attackers, args.duration)
-            )
-            rows["adversarial"]["alive"] = server.poll() is None
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
+    def adversarial_run(url: str) -> dict[str, Any]:
+        return asyncio.run(
+            adversarial(url, config, attacks, args.clients, args.attackers, args.duration)
+        )
+
+    runs = {
+        n: run_scenarios(
+            args,
+            n,
+            scenarios,
+            chosen,
+            adversarial_run if "adversarial" in chosen and n == counts[-1] else None,
+        )
+        for n in counts
+    }
     print(
         f"cfgcheck serve on 127.0.0.1, {args.clients} concurrent clients, "
-        f"{args.duration:g} s per scenario, {args.workers} validation threads; "
-        f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()} (clients share the machine)"
+        f"{args.duration:g} s per scenario, {args.threads} validation threads per worker, "
+        f"--timeout {args.server_timeout:g}; "
+        f"{cores()} cores, {platform.processor() or platform.machine()}, "
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} "
+        "(clients share the machine)"
     )
-    print(f"{'scenario':<12}{'requests':>10}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
-    for name, r in rows.items():
-        print(
-            f"{name:<12}{r['requests']:>10}{r['rps']:>10.1f}{r['p50']:>10.1f}"
-            f"{r['p99']:>10.1f}{r['errors']:>8}"
-        )
+    print()
+    plain = {n: {k: v for k, v in rows.items() if k != "adversarial"} for n, rows in runs.items()}
+    if plain[counts[0]]:
+        print_side_by_side(counts, plain)
+    rows = runs[counts[-1]]
     if "adversarial" in rows:
         r = rows["adversarial"]
         total = max(r["requests"], 1)
+        print()
         print(
-            f"adversarial: {args.clients - args.attackers} valid clients, {args.attackers} "
-            f"attackers ({', '.join(attacks)}); valid error rate {r['errors'] / total:.1%}; "
+            f"adversarial ({counts[-1]} workers): {args.clients - args.attackers} valid clients, "
+            f"{args.attackers} attackers ({', '.join(attacks)}); valid {r['rps']:.1f} req/s, "
+            f"p50 {r['p50']:.0f} ms, p99 {r['p99']:.0f} ms, error rate {r['errors'] / total:.1%}; "
             f"attack answers {dict(sorted(r['attacks'].items()))}; server "
             f"{'alive' if r['alive'] else 'DEAD'} after the run"
         )
-    if "attackers" in chosen and not run_attackers(args, config):
+    if "attackers" in chosen and not run_attackers(args, config, counts[-1]):
         sys.exit("an attack class slowed valid clients past 2x, failed them or leaked")
-    if any(r["errors"] for r in rows.values()):
+    if any(r["errors"] for rows in runs.values() for r in rows.values()):
         sys.exit("errors under load")
 
 

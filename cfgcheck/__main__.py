@@ -2,6 +2,9 @@
 
 import sys
 
-from cfgcheck.cli import main
+from cfgcheck.cli import EXIT_NOW, _command, _main, exit_now
 
-sys.exit(main())
+code = _main(None)
+if _command(sys.argv[1:]) in EXIT_NOW:
+    exit_now(code)
+sys.exit(code)

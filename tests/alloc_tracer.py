@@ -65,6 +65,11 @@ class AllocTracer(TorchDispatchMode):
         self.phase = "setup"
         self.peak = Peak()
         self.allocs = 0
+        # every allocation and free in order: (storage id, bytes) / (storage id, -1), with the
+        # phase:op that made it (the simulator's input, cfgcheck/memory/allocsim.py)
+        self.record = False
+        self.events: list[tuple[int, int]] = []
+        self.event_ops: list[str] = []
 
     # -- bookkeeping ------------------------------------------------------------------------
     def _free(self, key: int, _ref: object) -> None:
@@ -74,6 +79,9 @@ class AllocTracer(TorchDispatchMode):
         if n is not None:
             self.current -= n
             self.current_rounded -= _round(n)
+            if self.record:
+                self.events.append((key, -1))
+                self.event_ops.append("free")
 
     def track(self, t: object, op: str = "") -> None:
         """Count the storage of ``t`` (a tensor) if it is new or has grown."""
@@ -95,6 +103,12 @@ class AllocTracer(TorchDispatchMode):
             self.allocs += 1
             self.origin[key] = f"{self.phase}:{op}"
             old = 0
+        elif self.record:  # a storage that grows: freed and allocated again
+            self.events.append((key, -1))
+            self.event_ops.append("free")
+        if self.record:
+            self.events.append((key, n))
+            self.event_ops.append(f"{self.phase}:{op}")
         self.live[key] = n
         self.current += n - old
         self.current_rounded += _round(n) - _round(old)
@@ -165,6 +179,9 @@ class StepResult:
     baseline: int  # live bytes when the peak was reset (weights, batch)
     params: int
     trainable: int
+    # with ``record``: every allocation / free of the build's tensors and the steps, in order
+    events: list[tuple[int, int]] = field(default_factory=list)
+    event_ops: list[str] = field(default_factory=list)
 
 
 def make_optimizer(name: str, params: list[Any]) -> Any:
@@ -241,7 +258,9 @@ def batch(m: dict[str, Any], t: dict[str, Any], d: dict[str, Any]) -> dict[str, 
     return kwargs
 
 
-def traced_step(spec: dict[str, Any], steps: int = 2, snapshot: bool = False) -> StepResult:
+def traced_step(
+    spec: dict[str, Any], steps: int = 2, snapshot: bool = False, record: bool = False
+) -> StepResult:
     """Peak live bytes of gpu_measure.py's loop for a resolved run (``model``, ``trainer``,
     ``data`` dicts as in ``benchmarks/calibration/runs.json``), measured like the script: the
     peak is reset after the build, with the weights and the batch live."""
@@ -254,6 +273,7 @@ def traced_step(spec: dict[str, Any], steps: int = 2, snapshot: bool = False) ->
     accum = t["gradient_accumulation_steps"]
     autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(t["precision"])
     tracer = AllocTracer(snapshot)
+    tracer.record = record
     tracer.track_all([list(model.parameters()), list(model.buffers()), kwargs])
     tracer.reset_peak()
     baseline = tracer.current
@@ -279,6 +299,8 @@ def traced_step(spec: dict[str, Any], steps: int = 2, snapshot: bool = False) ->
         baseline=baseline,
         params=sum(p.numel() for p in model.parameters()),
         trainable=sum(p.numel() for p in params),
+        events=tracer.events,
+        event_ops=tracer.event_ops,
     )
 
 

@@ -287,7 +287,7 @@ def test_progress_only_on_a_terminal_for_large_scans(
     min_bytes: int,
     shown: bool,
 ) -> None:
-    from cfgcheck.data import scan as scan_module
+    from cfgcheck.data import progress as scan_module
 
     run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(30)))
     err = _Tty() if tty else io.StringIO()
@@ -301,7 +301,7 @@ def test_progress_only_on_a_terminal_for_large_scans(
 def test_progress_is_quiet_in_ci_even_on_a_terminal(
     cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cfgcheck.data import scan as scan_module
+    from cfgcheck.data import progress as scan_module
 
     run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(30)))
     err = _Tty()

@@ -329,7 +329,7 @@ def test_progress_on_a_terminal_only_never_quiet_or_in_ci(
     ci: str,
     shown: bool,
 ) -> None:
-    from cfgcheck.data import scan as scan_module
+    from cfgcheck.data import progress as scan_module
 
     run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(60)))
     err = _Tty()

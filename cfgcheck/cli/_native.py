@@ -32,6 +32,14 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     )
     for flag, text in NATIVE_OPTIONS.items():
         parser.add_argument(flag, default=None, help=text)
+    parser.add_argument(
+        "--command",
+        dest="launch_command",
+        default=None,
+        metavar="TEXT",
+        help="with --from launch: the training command as text instead of a script FILE "
+        '("torchrun --nproc_per_node 4 train.py --bf16 True"), read the same way, never run',
+    )
 
 
 # What the command line states about a native run that the file itself does not spell.
@@ -50,6 +58,9 @@ NATIVE_OPTIONS = {
     "--cwd": "with --from launch: the folder the launch script runs from (where its entry point "
     "and --deepspeed JSON are found); default: the script's folder or the first one above it "
     "that holds the entry point",
+    "--transformers-version": "with --from launch: the transformers release the entry point "
+    "runs with (e.g. 4.37.2); its TrainingArguments fields come from the tables "
+    "scripts/training_args_versions.py generates; default: the installed one",
     "--accelerate-config": "with --from trl: the accelerate config YAML the run is launched "
     "with (num_processes, DeepSpeed ZeRO stage, FSDP)",
 }
@@ -68,6 +79,17 @@ def native_result(args: argparse.Namespace) -> CheckResult:
     """The check of ``--from FORMAT FILE [KEY=VALUE ...]``."""
     from cfgcheck.sources import check_native
 
+    if args.source == "launch" and getattr(args, "launch_command", None):
+        from cfgcheck.sources.launcher.commands import check_text
+
+        return check_text(
+            args.launch_command,
+            "<--command>",
+            None,
+            list(args.overrides),
+            args.gpu,
+            native_options(args),
+        )
     if not args.overrides:
         raise ConfigLoadError(
             f"--from {args.source} needs the config FILE: cfgcheck {args.command} --from "
@@ -115,7 +137,14 @@ def run_native_hook(args: argparse.Namespace) -> int:
             print(f"{printable(file)}: cannot check: {printable(str(e))}")
             code = EXIT_LOAD
             continue
-        if result.findings:
+        from cfgcheck.sources.launcher.commands import ScriptResult, report_text
+
+        if isinstance(result, ScriptResult):  # a launch script with several commands
+            print(f"== {printable(file)}")
+            report_text(result, get_reporter("text"), sys.stdout)
+            if result.unreadable:
+                code = EXIT_LOAD
+        elif result.findings:
             print(f"== {printable(file)}")
             report(result, sys.stdout)
         if not result.ok and code == EXIT_OK:

@@ -51,7 +51,7 @@ def _jobs(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cfgcheck.cli import EXIT_FINDINGS, EXIT_OK
+    from cfgcheck.cli import EXIT_FINDINGS, EXIT_LOAD, EXIT_OK
     from cfgcheck.cli._common import check_args
     from cfgcheck.report import get_reporter
 
@@ -69,7 +69,17 @@ def run(args: argparse.Namespace) -> int:
 
         # A native file has no config directory: the project's rule selection still applies.
         settings = find_settings().with_cli(args.select, args.ignore)
-        result = settings.apply(native_result(args))
+        result = native_result(args)
+        from cfgcheck.sources.launcher.commands import ScriptResult, report_text
+
+        if isinstance(result, ScriptResult):  # a launch script: one verdict per command
+            script = result.with_each(settings.apply)
+            if args.format == "text":
+                report_text(script, get_reporter("text"), sys.stdout)
+            else:
+                get_reporter(args.format)(script, sys.stdout)
+            return EXIT_LOAD if script.unreadable else EXIT_OK if script.ok else EXIT_FINDINGS
+        result = settings.apply(result)
     else:
         result = check_args(args)
     if getattr(args, "scan_data", False):

@@ -26,7 +26,42 @@ def register(sub: Any) -> None:
     add_config_args(parser, ["text", "json"])
     parser.add_argument("--png", metavar="PATH", help="also write a length histogram PNG")
     add_jobs_arg(parser)
+    parser.add_argument(
+        "--sample",
+        type=_share,
+        default=None,
+        metavar="SHARE",
+        help="scan only this share of the records (e.g. 0.1%% or 0.001), chosen by a seeded "
+        "hash: the same records for any --jobs and engine; shares come with a 95%% "
+        "Wilson interval",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="the --sample seed (default 0)"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: worker processes on this machine (default); ray: Ray Data on a Ray "
+        "cluster (pip install 'cfgcheck[ray]'), a local one unless --ray-address is given",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="with --engine ray: the cluster to use (auto, ray://HOST:10001); default: start "
+        "Ray on this machine with --jobs CPUs",
+    )
     parser.set_defaults(run=run)
+
+
+def _share(text: str) -> float:
+    from cfgcheck.data.sample import parse_rate
+
+    try:
+        return parse_rate(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_jobs_arg(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +98,21 @@ def run(args: argparse.Namespace) -> int:
         get_reporter(args.format)(composed, sys.stdout)
         return EXIT_FINDINGS
     run_cfg = composed.config
+    if args.ray_address and args.engine != "ray":
+        say("error: --ray-address needs --engine ray")
+        return EXIT_LOAD
+    from cfgcheck.data.sample import Sampling
+
+    sample = None if args.sample is None else Sampling(args.sample, args.seed)
     try:
-        report = scan_dataset(run_cfg, jobs=args.jobs, quiet=args.format != "text")
+        report = scan_dataset(
+            run_cfg,
+            jobs=args.jobs,
+            quiet=args.format != "text",
+            sample=sample,
+            engine=args.engine,
+            ray_address=args.ray_address,
+        )
     except ScanError as e:
         say(f"error: {e}")
         return EXIT_LOAD

@@ -60,7 +60,19 @@ def _payload(result: Any) -> tuple[dict[str, Any], Any]:
         out["estimate"] = est.to_dict()
         out["fits"] = out["verdict"] == "fits"
         out["share"] = round(est.total_bytes / avail.bytes, 4) if avail.bytes > 0 else None
+    out["simulation"] = _simulation(cfg, est, None if avail is None else avail.bytes)
     return out, (est, avail)
+
+
+def _simulation(cfg: Any, est: Any, available: int | None) -> dict[str, Any] | None:
+    """The allocator simulation's figures (cfgcheck/memory/simulated.py), on the GPU's
+    capacity less the CUDA context when the GPU is known; None where it does not cover the run."""
+    from cfgcheck.memory.simulated import simulate_step
+
+    context = est.get("cuda_context") + est.get("paged_states")
+    cap = None if available is None else max(0, available - context)
+    sim = simulate_step(cfg.model, cfg.data, cfg.trainer, cap)
+    return None if sim is None else sim.to_dict()
 
 
 def _text(p: dict[str, Any]) -> str:
@@ -85,6 +97,14 @@ def _text(p: dict[str, Any]) -> str:
         f"torch max_memory_allocated ~ {e['allocated_gib']:.2f} GiB, "
         f"max_memory_reserved ~ {e['reserved_gib']:.2f} GiB"
     )
+    sim = p.get("simulation")
+    if sim is not None:
+        outcome = f"; on this GPU it {sim['outcome']}" if sim["outcome"] else ""
+        lines.append(
+            f"allocator simulation ~ reserved {sim['reserved_gib']:.2f} GiB, allocated "
+            f"{sim['allocated_gib']:.2f} GiB, cache {sim['fragmentation_gib']:.2f} GiB "
+            f"(replayed from {sim['events']:,} allocation events){outcome}"
+        )
     margin = f"stated error +/-{e['margin']:.0%}: up to {e['upper_gib']:.2f} GiB"
     if not e["calibrated"]:
         margin += " (not calibrated on measured runs: " + ", ".join(e["uncalibrated"]) + ")"

@@ -7,8 +7,22 @@ Listens on 127.0.0.1:8000 by default; ``POST /v1/validate`` answers what
 from __future__ import annotations
 
 import argparse
+import math
+import os
 from pathlib import Path
 from typing import Any
+
+# Seconds a draining worker waits past the request time limit before cancelling what is left.
+DRAIN_MARGIN_S = 5
+# Seconds the supervisor waits for a worker's answer to its liveness ping.
+WORKER_START_S = 60
+
+
+def default_workers() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def register(sub: Any) -> None:
@@ -47,8 +61,17 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--workers",
         type=int,
+        default=None,
+        metavar="N",
+        help="worker processes, each with its own app, composition lock and threads "
+        f"(default: the number of cores, here {default_workers()})",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
         default=defaults.workers,
-        help=f"validation threads (default: {defaults.workers})",
+        metavar="N",
+        help=f"validation threads per worker process (default: {defaults.workers})",
     )
     parser.add_argument(
         "--header-timeout",
@@ -79,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigLoadError(
             f"cfgcheck serve needs FastAPI and uvicorn: pip install 'cfgcheck[service]' ({e})"
         ) from e
+    if args.threads < 1:  # ServiceSettings calls them workers: name the option here
+        raise ConfigLoadError(f"--threads must be at least 1, got {args.threads}")
     try:
         settings = ServiceSettings(
             config_dir=Path(args.config_dir),
@@ -86,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             schema=args.schema,
             request_timeout_s=args.timeout,
-            workers=args.workers,
+            workers=args.threads,
         )
     except SettingsError as e:
         raise ConfigLoadError(str(e)) from e
@@ -95,14 +120,38 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigLoadError(f"--allow-root directory not found: {', '.join(missing)}")
     if not args.header_timeout > 0:
         raise ConfigLoadError(f"--header-timeout must be positive, got {args.header_timeout}")
+    workers = default_workers() if args.workers is None else args.workers
+    if workers < 1:
+        raise ConfigLoadError(f"--workers must be at least 1, got {workers}")
     from cfgcheck.service.http import uvicorn_options
 
-    app = create_app(settings)
+    options = uvicorn_options(args.header_timeout)
+    # SIGTERM drains: no new connections, requests in flight answered (each is bounded by
+    # --timeout, so the drain is too), then the process exits.
+    common: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "access_log": args.access_log,
+        "timeout_graceful_shutdown": math.ceil(settings.request_timeout_s) + DRAIN_MARGIN_S,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings), **common, **options)
+        return 0
+    from cfgcheck.service.app import check_config_dir
+    from cfgcheck.service.worker import APP, ENV, WorkerProtocol, encode_options
+
+    # Refused here, once, rather than by every worker: a missing or unreadable config dir.
+    check_config_dir(settings)
+    os.environ[ENV] = encode_options(settings, args.header_timeout)
+    options["http"] = WorkerProtocol  # pickles by reference: read from ENV in each worker
     uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        access_log=args.access_log,
-        **uvicorn_options(args.header_timeout),
+        APP,
+        factory=True,
+        workers=workers,
+        # Each worker imports everything at start-up (a few seconds, longer on a busy box):
+        # the supervisor must not take that for a hung worker.
+        timeout_worker_healthcheck=WORKER_START_S,
+        **common,
+        **options,
     )
     return 0

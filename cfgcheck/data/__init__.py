@@ -2,6 +2,7 @@
 report the length distribution, truncation and padding waste, and findings."""
 
 from cfgcheck.data.records import DataReadError, iter_text_chunks
+from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scan import (
     NoTokenizerPathError,
     ScanError,
@@ -13,6 +14,7 @@ from cfgcheck.data.scan import (
 __all__ = [
     "DataReadError",
     "NoTokenizerPathError",
+    "Sampling",
     "ScanError",
     "ScanReport",
     "iter_text_chunks",

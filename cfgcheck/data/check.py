@@ -45,8 +45,8 @@ def with_scan_findings(
                 "error",
                 ("data.paths",),
                 f"the dataset cannot be scanned: {e}; the training run fails reading it too",
-                "fix the file named above, or point data.paths at readable JSONL, text or "
-                "Parquet files (paths relative to the working directory)",
+                "fix the file named above, or point data.paths at readable JSONL, text, Parquet "
+                "or Arrow files (paths relative to the working directory)",
             )
         ]
     else:

@@ -1,8 +1,10 @@
-"""Findings from a dataset scan: too long for the model, heavy truncation, padding waste."""
+"""Findings from a dataset scan: too long for the model, heavy truncation, samples left with
+no label, empty samples, ids past the embedding rows, padding waste."""
 
 from __future__ import annotations
 
-from cfgcheck.data.scan import ScanReport
+from cfgcheck.data.report import ScanReport
+from cfgcheck.data.summary import Sample
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.pipeline import round_up
 from cfgcheck.rules.sequence import length_fix
@@ -51,10 +53,11 @@ def findings_from_scan(report: ScanReport, run: RunConfig) -> list[Finding]:
                 fixes=length_fix(run),
             )
         )
+    out += _labels(report, run) + _empty(report) + _ids(report)
     if d.truncation and report.samples:
         cut = report.truncated
         share = cut / report.samples
-        if share > TRUNCATED_WARN:
+        if share > TRUNCATED_WARN or report.cut_share > TRUNCATED_WARN:
             pct = report.percentiles()
             target = round_up(pct["p99"], d.pad_to_multiple_of)
             fixes: tuple[Fix, ...] = ()
@@ -79,10 +82,11 @@ def findings_from_scan(report: ScanReport, run: RunConfig) -> list[Finding]:
                     "data-truncated",
                     "warning",
                     ("data.max_length", "data.max_seq_length", "data.truncation"),
-                    f"{cut} of {report.samples} samples ({share:.1%}) are longer than "
-                    f"max_length={report.max_length} and lose their tail (p99={pct['p99']}, "
-                    f"max={pct['max']} tokens): in instruction data the tail is the response "
-                    f"the model should learn",
+                    f"{cut} of {report.samples} samples ({share:.1%}{_interval(report)}) are "
+                    f"longer than max_length={report.max_length} and lose their tail "
+                    f"(p99={pct['p99']}, max={pct['max']} tokens), {report.cut_share:.1%} of "
+                    f"all tokens ({report.tokens_cut:,}): in instruction data the tail is the "
+                    f"response the model should learn",
                     fix,
                     fixes=fixes,
                 )
@@ -102,8 +106,95 @@ def findings_from_scan(report: ScanReport, run: RunConfig) -> list[Finding]:
                 f"{SCHEMES[configured]} (data.padding={d.padding}, data.collator={d.collator}, "
                 f"trainer.micro_batch_size={report.micro_batch_size}) makes "
                 f"{waste.share:.0%} of the positions padding ({waste.slots - waste.tokens:,} "
-                f"of {waste.slots:,}); {others}",
+                f"of {waste.slots:,}); {others} ({report.summary.packed_rows:,} packed rows of "
+                f"{d.max_seq_length})",
                 f"{SCHEMES[best]} wastes {report.waste[best].share:.0%}: {FIXES[best]}",
             )
         )
     return out
+
+
+def _interval(report: ScanReport) -> str:
+    """With --sample: the 95 % Wilson interval of the share, for the whole dataset."""
+    interval = report.over_length_interval()
+    if interval is None or report.sampling is None:
+        return ""
+    lo, hi = interval
+    return f"; 95% Wilson interval {lo:.1%}-{hi:.1%} from a {report.sampling.describe()} sample"
+
+
+def _where(samples: list[Sample], count: int) -> str:
+    shown = ", ".join(f"{s.file}:{s.line}" for s in samples)
+    return shown + (" ..." if count > len(samples) else "")
+
+
+def _labels(report: ScanReport, run: RunConfig) -> list[Finding]:
+    """Samples with no label left after truncation: the loss of a micro batch of only such
+    samples is NaN in transformers (cross-entropy averaged over zero labels, reproduced in
+    tests/test_data_scan_findings.py); TRL's SFTTrainer drops them instead
+    (trl/trainer/sft_trainer.py, "Dropping fully masked examples", TRL 1.16)."""
+    s, d = report.summary, run.data
+    if not s.no_targets:
+        return []
+    masked = "the assistant's tokens" if d.assistant_only_loss else "tokens after the first"
+    fixable = s.no_targets - s.no_targets_ever
+    if fixable and s.no_targets_need and s.no_targets_need <= report.block_size:
+        length = round_up(s.no_targets_need, d.pad_to_multiple_of)
+        fix = (
+            f"raise data.max_length (and data.max_seq_length) to at least {length}, which keeps "
+            f"a label in each, or drop these samples"
+        )
+    else:
+        fix = "drop these samples before training (no length setting gives them a label)"
+    return [
+        Finding(
+            "data-no-labels",
+            "warning",
+            ("data.max_length", "data.max_seq_length", "data.assistant_only_loss"),
+            f"{s.no_targets} of {report.samples} samples have no label left after truncation "
+            f"to {report.max_length} tokens (labels: {masked}); "
+            f"{_where(s.no_targets_at, s.no_targets)}: a micro batch of only such samples "
+            f"gives loss NaN in transformers (cross-entropy over zero labels), and TRL's "
+            f"SFTTrainer drops them",
+            fix,
+        )
+    ]
+
+
+def _empty(report: ScanReport) -> list[Finding]:
+    s = report.summary
+    if not s.empty:
+        return []
+    return [
+        Finding(
+            "data-empty-samples",
+            "warning",
+            ("data.paths",),
+            f"{s.empty} of {report.samples} samples have an empty text "
+            f"({_where(s.empty_at, s.empty)}): they train on the special tokens alone",
+            "drop records whose text is empty, or fix data.text_field / data.template / "
+            "data.messages_field if it names the wrong field",
+        )
+    ]
+
+
+def _ids(report: ScanReport) -> list[Finding]:
+    s = report.summary
+    if not s.over_vocab:
+        return []
+    rows = report.embedding_rows
+    return [
+        Finding(
+            "data-ids-over-embedding",
+            "error",
+            ("model.vocab_size", "model.padded_vocab_size", "tokenizer.path"),
+            f"{s.over_vocab} of {report.samples} samples hold token ids at or above the model's "
+            f"{rows} embedding rows (the largest, {s.max_id}; "
+            f"{_where(s.over_vocab_at, s.over_vocab)}): "
+            f'the embedding lookup fails ("IndexError: index out of range in self" on CPU, a '
+            f"device-side assert on CUDA)",
+            f"give the model at least {s.max_id + 1} embedding rows (model.padded_vocab_size, "
+            f"resize_token_embeddings after adding tokens), or use the tokenizer the model was "
+            f"trained with",
+        )
+    ]

@@ -2,8 +2,11 @@
 
 Formats: JSONL (one object per line; a ``.json`` file holding one JSON array of objects is
 read as its records, as the ``json`` loader of Hugging Face ``datasets`` reads it), plain text
-(one sample per non-empty line) and Parquet (needs pyarrow). A record becomes text through
-``data.template`` (``str.format`` over the record's fields) or else its ``data.text_field``.
+(one sample per non-empty line), Parquet and Arrow (a ``datasets`` ``save_to_disk`` folder
+too: :mod:`cfgcheck.data.columnar`, needs pyarrow). A record becomes text through
+``data.template`` (``str.format`` over the record's fields) or else its ``data.text_field``;
+with ``data.messages_field``, its conversation as JSON, which the scanner renders with the
+tokenizer's chat template (:mod:`cfgcheck.data.chat`).
 Texts come in chunks, so the tokenizer can encode a whole chunk in one multi-threaded call.
 """
 
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cfgcheck.data.columnar import Keep, columnar_chunks, saved_dataset_files
 from cfgcheck.data.compressed import CorruptStreamError, is_compressed, open_lines, strip_suffix
 from cfgcheck.safeio import UnsafeInput, cap, path_problem, read_capped, shown
 from cfgcheck.schema.data import DataConfig
@@ -26,8 +30,9 @@ CHUNK_BYTES = 4 << 20  # a chunk also ends after this much text: long documents 
 # One record (a JSONL line, a text line, a rendered sample) is read whole before it is
 # tokenized, and tokenizing costs about 300 bytes of memory per character: a record over the
 # safeio "record" cap (4 MiB, a million-token sample; CFGCHECK_MAX_RECORD_BYTES) is refused,
-# so a 30 MB line or one 30 MB word is one line and exit 2, not an abort. 0: that cap.
-MAX_LINE_BYTES = 0
+# so a 30 MB line or one 30 MB word is one line and exit 2, not an abort (read at import;
+# scan workers inherit the environment).
+MAX_LINE_BYTES = cap("record")
 # A JSON array file is parsed whole (as datasets' json loader does): bounded by the safeio
 # "json-array" cap (512 MiB; CFGCHECK_MAX_JSON_ARRAY_BYTES).
 
@@ -86,7 +91,9 @@ class Shard:
 
 
 # File names a directory in data.paths contributes (the ``.gz`` and ``.zst`` of each too).
-DATA_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".pq", ".txt", ".text")
+DATA_SUFFIXES = (
+    ".jsonl", ".json", ".ndjson", ".parquet", ".pq", ".arrow", ".feather", ".txt", ".text"
+)  # fmt: skip
 GLOB_CHARS = frozenset("*?[")
 
 
@@ -100,6 +107,8 @@ def file_format(path: Path, declared: str) -> str:
         return "jsonl"
     if suffix in (".parquet", ".pq"):
         return "parquet"
+    if suffix in (".arrow", ".feather"):
+        return "arrow"
     return "text"
 
 
@@ -123,6 +132,8 @@ def expand_paths(paths: list[str], base: Path | None = None) -> list[Path]:
             if not files:
                 raise DataReadError(f"data path {shown(name)} matches no file")
             out += files
+        elif path.is_dir() and (saved := saved_dataset_files(path)) is not None:
+            out += saved
         elif path.is_dir():
             files = sorted(p for p in path.rglob("*") if _is_data_file(p) and p.is_file())
             if not files:
@@ -145,13 +156,16 @@ def expand_paths(paths: list[str], base: Path | None = None) -> list[Path]:
 
 
 def plan_shards(
-    data: DataConfig, base: Path | None = None, shard_bytes: int = 64 << 20
+    data: DataConfig,
+    base: Path | None = None,
+    shard_bytes: int = 64 << 20,
+    files: list[Path] | None = None,
 ) -> list[Shard]:
-    """The files of ``data.paths`` cut into shards: uncompressed JSONL and text files larger
-    than ``shard_bytes`` by byte range (the reader aligns each range to whole lines), every
-    other file whole."""
+    """The files of ``data.paths`` (or ``files``, already expanded) cut into shards:
+    uncompressed JSONL and text files larger than ``shard_bytes`` by byte range (the reader
+    aligns each range to whole lines), every other file whole."""
     shards: list[Shard] = []
-    for path in expand_paths(data.paths, base):
+    for path in expand_paths(data.paths, base) if files is None else files:
         fmt = file_format(path, data.format)
         try:
             size = path.stat().st_size
@@ -170,7 +184,17 @@ def plan_shards(
 
 
 def renderer(data: DataConfig) -> Callable[[Mapping[str, Any]], str]:
-    """Record -> text: ``data.template.format(**record)`` or ``record[data.text_field]``."""
+    """Record -> text: ``data.template.format(**record)`` or ``record[data.text_field]``; with
+    ``data.messages_field``, the conversation as JSON (:func:`cfgcheck.data.chat.conversation`)."""
+    if data.messages_field is not None:
+        from cfgcheck.data.chat import conversation
+
+        messages = data.messages_field
+
+        def chat(record: Mapping[str, Any]) -> str:
+            return conversation(record[messages])
+
+        return chat
     if data.template is not None:
         template = data.template
         problem = template_problem(template)  # the schema refuses it too; never rendered
@@ -198,23 +222,27 @@ def iter_text_chunks(
         yield from (c for c in shard_chunks(shard, data, size) if c.texts)
 
 
-def shard_chunks(shard: Shard, data: DataConfig, size: int = CHUNK) -> Iterator[Chunk]:
+def shard_chunks(
+    shard: Shard, data: DataConfig, size: int = CHUNK, keep: Keep | None = None
+) -> Iterator[Chunk]:
     """The rendered records of one shard, ``size`` at a time (line-based formats end with an
-    empty chunk that carries the shard's line count)."""
+    empty chunk that carries the shard's line count). ``keep``: the records sampled, by key
+    (a line's byte offset in its file, a row's or array record's number), so a sample does
+    not depend on how the file was sharded; records not kept are not parsed."""
     render = renderer(data)
     path = shard.path
     if shard.format == "json-array":
-        yield from _capped(_json_array(path, render, size))
+        yield from _capped(_json_array(path, render, size, keep))
     elif shard.format == "jsonl":
-        yield from _capped(_jsonl(shard, render, size))
-    elif shard.format == "parquet":
-        yield from _capped(_parquet(path, data, render, size))
+        yield from _capped(_jsonl(shard, render, size, keep))
+    elif shard.format in ("parquet", "arrow"):
+        yield from _capped(columnar_chunks(path, shard.format, data, render, size, keep))
     else:
-        yield from _capped(_text(shard, size))
+        yield from _capped(_text(shard, size, keep))
 
 
 def _line_cap() -> int:
-    return MAX_LINE_BYTES or cap("record")
+    return MAX_LINE_BYTES
 
 
 def _capped(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
@@ -234,14 +262,15 @@ def _capped(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         yield c
 
 
-def _fail_render(path: Path, line: int, e: Exception, what: str) -> DataReadError:
+def fail_render(path: Path, line: int, e: Exception, what: str) -> DataReadError:
     if isinstance(e, KeyError):
         return at(path, line, f"the record has no field {e.args[0]!r} used by {what}")
     return at(path, line, f"cannot render the record with {what}: {e}")
 
 
 def _what(render: Callable[[Mapping[str, Any]], str]) -> str:
-    return "data.template" if render.__name__ == "render" else "data.text_field"
+    names = {"render": "data.template", "chat": "data.messages_field"}
+    return names.get(render.__name__, "data.text_field")
 
 
 def _open(shard: Shard) -> Any:
@@ -255,9 +284,12 @@ def _open(shard: Shard) -> Any:
     return f
 
 
-def _line_chunks(shard: Shard, size: int, to_text: Callable[[bytes, int], str]) -> Iterator[Chunk]:
-    """The non-blank lines that start in ``shard`` turned into texts by
-    ``to_text(line, number)``, ``size`` at a time; progress is counted in bytes read."""
+def _line_chunks(
+    shard: Shard, size: int, to_text: Callable[[bytes, int], str], keep: Keep | None = None
+) -> Iterator[Chunk]:
+    """The non-blank lines that start in ``shard`` (and that ``keep(byte offset)`` keeps)
+    turned into texts by ``to_text(line, number)``, ``size`` at a time; progress is counted
+    in bytes read."""
     path = shard.path
     texts: list[str] = []
     lines: list[int] = []
@@ -273,6 +305,7 @@ def _line_chunks(shard: Shard, size: int, to_text: Callable[[bytes, int], str]) 
                 if not raw:
                     break
                 number += 1
+                offset = pos
                 pos += len(raw)
                 if len(raw) > limit:
                     raise at(
@@ -282,7 +315,7 @@ def _line_chunks(shard: Shard, size: int, to_text: Callable[[bytes, int], str]) 
                         "(CFGCHECK_MAX_RECORD_BYTES changes the cap)",
                     )
                 done += len(raw)
-                if not raw.strip():
+                if not raw.strip() or (keep is not None and not keep(offset)):
                     continue
                 texts.append(to_text(raw, number))
                 lines.append(number)
@@ -299,7 +332,9 @@ def _line_chunks(shard: Shard, size: int, to_text: Callable[[bytes, int], str]) 
     yield Chunk(path, number + 1, [], done, [], number)
 
 
-def _jsonl(shard: Shard, render: Callable[[Mapping[str, Any]], str], size: int) -> Iterator[Chunk]:
+def _jsonl(
+    shard: Shard, render: Callable[[Mapping[str, Any]], str], size: int, keep: Keep | None
+) -> Iterator[Chunk]:
     what = _what(render)
     path = shard.path
 
@@ -314,10 +349,10 @@ def _jsonl(shard: Shard, render: Callable[[Mapping[str, Any]], str], size: int) 
             raise at(path, number, "a JSONL record must be an object")
         try:
             return render(record)
-        except (KeyError, ValueError, IndexError, AttributeError) as e:
-            raise _fail_render(path, number, e, what) from e
+        except (KeyError, ValueError, IndexError, AttributeError, TypeError) as e:
+            raise fail_render(path, number, e, what) from e
 
-    return _line_chunks(shard, size, to_text)
+    return _line_chunks(shard, size, to_text, keep)
 
 
 def _is_json_array(path: Path) -> bool:
@@ -333,7 +368,7 @@ def _is_json_array(path: Path) -> bool:
 
 
 def _json_array(
-    path: Path, render: Callable[[Mapping[str, Any]], str], size: int
+    path: Path, render: Callable[[Mapping[str, Any]], str], size: int, keep: Keep | None
 ) -> Iterator[Chunk]:
     what = _what(render)
     try:
@@ -358,19 +393,23 @@ def _json_array(
     if not isinstance(records, list):
         raise DataReadError(f"{path}: expected a JSON array of records")
     for start in range(0, len(records), size):
-        texts = []
+        texts, lines = [], []
         for number, record in enumerate(records[start : start + size], start + 1):
+            if keep is not None and not keep(number):
+                continue
             if not isinstance(record, dict):
                 raise DataReadError(f"{path}: record {number} is not an object")
             try:
                 texts.append(render(record))
-            except (KeyError, ValueError, IndexError, AttributeError) as e:
-                raise _fail_render(path, number, e, what) from e
+            except (KeyError, ValueError, IndexError, AttributeError, TypeError) as e:
+                raise fail_render(path, number, e, what) from e
+            lines.append(number)
         done = total * min(start + size, len(records)) // max(len(records), 1)
-        yield Chunk(path, start + 1, texts, done)
+        if texts:
+            yield Chunk(path, lines[0], texts, done, lines)
 
 
-def _text(shard: Shard, size: int) -> Iterator[Chunk]:
+def _text(shard: Shard, size: int, keep: Keep | None) -> Iterator[Chunk]:
     path = shard.path
 
     def to_text(raw: bytes, number: int) -> str:
@@ -379,54 +418,4 @@ def _text(shard: Shard, size: int) -> Iterator[Chunk]:
         except UnicodeDecodeError as e:
             raise at(path, number, f"not UTF-8 text: {e}") from e
 
-    return _line_chunks(shard, size, to_text)
-
-
-def _parquet(
-    path: Path, data: DataConfig, render: Callable[[Mapping[str, Any]], str], size: int
-) -> Iterator[Chunk]:
-    try:
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
-    except ImportError as e:
-        raise DataReadError(f"reading {path} needs pyarrow: install cfgcheck[data]") from e
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises ArrowInvalid / OSError on a bad file
-        raise DataReadError(f"{path} is not a readable Parquet file: {e}") from e
-    try:
-        yield from _parquet_batches(pf, path, data, render, size)
-    except DataReadError:
-        raise
-    except (
-        Exception
-    ) as e:  # a corrupt page or column chunk surfaces mid-read (ArrowInvalid, OSError)
-        raise DataReadError(
-            f"{path} is not a readable Parquet file: {' '.join(str(e).split())}"
-        ) from e
-
-
-def _parquet_batches(
-    pf: Any, path: Path, data: DataConfig, render: Callable[[Mapping[str, Any]], str], size: int
-) -> Iterator[Chunk]:
-    columns = pf.schema_arrow.names
-    total = max(pf.metadata.num_rows, 1)
-    number = 0
-    for batch in pf.iter_batches(batch_size=size):
-        rows = batch.num_rows
-        if data.template is None:
-            if data.text_field not in columns:
-                raise DataReadError(
-                    f"{path}: no column {data.text_field!r} (data.text_field); columns: "
-                    + ", ".join(columns)
-                )
-            texts = [str(t) for t in batch.column(data.text_field).to_pylist()]
-        else:
-            texts = []
-            for i, record in enumerate(batch.to_pylist()):
-                try:
-                    texts.append(render(record))
-                except (KeyError, ValueError, IndexError, AttributeError) as e:
-                    raise _fail_render(path, number + i + 1, e, "data.template") from e
-        first = number + 1
-        number += rows
-        yield Chunk(path, first, texts, int(path.stat().st_size * number / total))
+    return _line_chunks(shard, size, to_text, keep)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cfgcheck.data.scan import ScanReport
+from cfgcheck.data.report import ScanReport
 from cfgcheck.plotting import PlotUnavailableError, pyplot
 
 BAR = "█"
@@ -37,9 +37,12 @@ def histogram(
 
 def render_text(report: ScanReport, paths: Sequence[str]) -> str:
     pct = report.percentiles()
+    s = report.summary
+    sample = report.sampling
     lines = [
         f"dataset    {', '.join(paths)}: {report.samples:,} samples, {report.tokens:,} tokens "
-        f"({report.seconds:.2f} s)",
+        f"({report.seconds:.2f} s)"
+        + (f", a {sample.describe()} sample (seed {sample.seed})" if sample else ""),
         f"tokenizer  {report.tokenizer}",
         "lengths    " + "  ".join(f"{k} {v:,}" for k, v in pct.items()),
         f"           longest: {report.longest.file}:{report.longest.line}",
@@ -52,14 +55,25 @@ def render_text(report: ScanReport, paths: Sequence[str]) -> str:
         )
         + f", model.block_size {report.block_size:,}",
         f"truncated  {report.truncated:,} of {report.samples:,} samples are longer than "
-        f"max_length ({report.truncated / report.samples:.1%})"
-        + ("" if report.truncation else ", kept whole: truncation is off"),
+        f"max_length ({report.truncated / report.samples:.1%}{_ci(report)})"
+        + (
+            f", {report.tokens_cut:,} tokens cut ({report.cut_share:.1%})"
+            if report.truncation
+            else ", kept whole: truncation is off"
+        ),
+        f"labels     {s.targets_fed:,} label tokens after truncation"
+        + (f" of {s.targets:,}" if s.targets != s.targets_fed else "")
+        + f"; {s.no_targets:,} samples with none, {s.empty:,} empty"
+        + (
+            f", {s.over_vocab:,} with ids >= {report.embedding_rows:,} rows" if s.over_vocab else ""
+        ),
         f"padding    waste at trainer.micro_batch_size={report.micro_batch_size}, dataset order:",
     ]
     names = {
         "max_length": f"pad every sample to {report.max_length:,}",
         "longest": "pad each micro batch to its longest",
-        "packed": f"pack into blocks of {report.max_seq_length:,}",
+        "packed": f"pack into {s.packed_rows:,} row{'' if s.packed_rows == 1 else 's'} of "
+        f"{report.max_seq_length:,}",
     }
     for key, w in report.waste.items():
         mark = "   <- configured" if key == report.configured else ""
@@ -67,6 +81,13 @@ def render_text(report: ScanReport, paths: Sequence[str]) -> str:
     lines.append("histogram  tokens per sample")
     lines += histogram(report.hist)
     return "\n".join(lines) + "\n"
+
+
+def _ci(report: ScanReport) -> str:
+    interval = report.over_length_interval()
+    if interval is None:
+        return ""
+    return f", 95% Wilson interval {interval[0]:.1%}-{interval[1]:.1%}"
 
 
 def write_png(report: ScanReport, path: Path) -> None:

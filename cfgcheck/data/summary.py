@@ -11,7 +11,10 @@ of workers gives the same report as one process. Nothing is kept per sample:
   and the first and last ``mbs - 1`` padded lengths, so batches that straddle two shards are
   completed when the shards merge;
 - the ``TOP`` longest samples and the first ``TOP`` samples over model.block_size, with their
-  file:line (ties keep dataset order).
+  file:line (ties keep dataset order);
+- what the loss sees: label targets before and after truncation, and the samples left with
+  none (counted, the first ``TOP`` located); empty samples; token ids at or above the
+  embedding rows (counted, the largest id, the first ``TOP`` located).
 """
 
 from __future__ import annotations
@@ -84,6 +87,17 @@ class Summary:
     fed_lengths: frozenset[int] = frozenset()
     longest_fed: int = 0
     rows_full: bool = True
+    targets: int = 0  # label positions the loss reads (after the shift), before truncation
+    targets_fed: int = 0  # the same after truncation
+    no_targets: int = 0  # samples with no label left after truncation
+    no_targets_at: list[Sample] = field(default_factory=list)  # first TOP (length: see need)
+    no_targets_need: int = 0  # the length that keeps a label in every one of them
+    no_targets_ever: int = 0  # of them, those with no label at any length
+    empty: int = 0  # samples whose text is empty or blank
+    empty_at: list[Sample] = field(default_factory=list)
+    over_vocab: int = 0  # samples holding an id >= the embedding rows
+    over_vocab_at: list[Sample] = field(default_factory=list)  # first TOP (length: the id)
+    max_id: int = -1
 
     def __post_init__(self) -> None:
         if not self.windows:
@@ -140,8 +154,10 @@ class Summary:
             longest=heapq.nlargest(TOP, samples, key=lambda s: s.length),
         )
 
-    def merged(self, other: Summary) -> Summary:
-        """This summary followed by ``other`` (exact)."""
+    def merged(self, other: Summary, *, in_place: bool = False) -> Summary:
+        """This summary followed by ``other`` (exact). ``in_place``: reuse this summary's
+        histogram (the caller drops this summary), so folding many small parts into a
+        running total costs each part's size, not the total's."""
         mbs = self.limits.micro_batch_size
         keep = mbs - 1
         windows = list(self.windows)
@@ -157,7 +173,7 @@ class Summary:
         return replace(
             self,
             count=self.count + other.count,
-            hist=self.hist + other.hist,
+            hist=_added(self.hist, other.hist, in_place),
             fed_tokens=self.fed_tokens + other.fed_tokens,
             fixed_slots=self.fixed_slots + other.fixed_slots,
             windows=windows,
@@ -171,6 +187,17 @@ class Summary:
             fed_lengths=frozenset(sorted(fed)[:FED_KEPT]),
             longest_fed=max(self.longest_fed, other.longest_fed),
             rows_full=self.rows_full and other.rows_full,
+            targets=self.targets + other.targets,
+            targets_fed=self.targets_fed + other.targets_fed,
+            no_targets=self.no_targets + other.no_targets,
+            no_targets_at=(self.no_targets_at + other.no_targets_at)[:TOP],
+            no_targets_need=max(self.no_targets_need, other.no_targets_need),
+            no_targets_ever=self.no_targets_ever + other.no_targets_ever,
+            empty=self.empty + other.empty,
+            empty_at=(self.empty_at + other.empty_at)[:TOP],
+            over_vocab=self.over_vocab + other.over_vocab,
+            over_vocab_at=(self.over_vocab_at + other.over_vocab_at)[:TOP],
+            max_id=max(self.max_id, other.max_id),
         )
 
     def relocated(self, line_offset: int) -> Summary:
@@ -185,7 +212,15 @@ class Summary:
             self,
             longest=[move(s) for s in self.longest],
             over_block=[move(s) for s in self.over_block],
+            no_targets_at=[move(s) for s in self.no_targets_at],
+            empty_at=[move(s) for s in self.empty_at],
+            over_vocab_at=[move(s) for s in self.over_vocab_at],
         )
+
+    @property
+    def packed_rows(self) -> int:
+        """Rows of data.max_seq_length tokens that packing makes of every token."""
+        return -(-self.tokens // self.limits.block)
 
     def waste(self) -> dict[str, Waste]:
         """Padding waste of the three schemes, as :func:`cfgcheck.data.stats.padding_waste`
@@ -203,3 +238,10 @@ class Summary:
             "longest": Waste("longest", self.fed_tokens, longest_slots),
             "packed": Waste("packed", tokens, blocks * lim.block),
         }
+
+
+def _added(a: Counter[int], b: Counter[int], in_place: bool) -> Counter[int]:
+    if not in_place:
+        return a + b
+    a.update(b)
+    return a

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
     from omegaconf import DictConfig
 
+    from cfgcheck.hydra.plain import PlainBase
     from cfgcheck.project.settings import DefaultGpu
     from cfgcheck.schema.run import RunConfig
 
@@ -208,14 +209,20 @@ class SweepChecker:
         # override string -> (parsed, whether it changes what is composed)
         self._parsed: dict[str, tuple[Override, bool]] = {}
         self._bases: dict[Point, bytes | str] = {}  # pickled composition, or why it failed
+        self._plain: dict[Point, PlainBase | None] = {}  # see cfgcheck.hydra.plain
         self.compositions = 0  # how many times Hydra composed (for benchmarks and tests)
         # How a composed point is validated (a team's schema and default GPU: see with_project).
-        self.validator: Callable[[DictConfig], CheckResult] = validate
+        self.validator: Callable[[DictConfig | dict[str, Any]], CheckResult] = validate
+        self._schema: type[RunConfig] | None = None
+        # Points of plain value overrides skip OmegaConf (cfgcheck.hydra.plain); off: every
+        # point goes through Hydra's override code (benchmarks/sweep.py's baseline row).
+        self.plain_points = True
 
     def with_project(self, schema: type[RunConfig] | None, gpu: DefaultGpu | None) -> SweepChecker:
         """Validate with a team's schema and its settings' default GPU."""
         if schema is not None or gpu is not None:
             self.validator = functools.partial(validate, schema=schema, gpu=gpu)
+        self._schema = schema
         return self
 
     def check_all(
@@ -283,6 +290,10 @@ class SweepChecker:
         base = self._base(key)
         if isinstance(base, str):
             return PointVerdict(point, error=base)
+        plain = self._plain_base(key, base) if self.plain_points else None
+        applied = plain.apply(values) if plain is not None else None
+        if applied is not None:
+            return self._validate(point, applied)
         # A copy of the composition: unpickling is ~5x faster than copy.deepcopy here and
         # keeps OmegaConf's flags and node metadata.
         cfg = pickle.loads(base)
@@ -299,7 +310,15 @@ class SweepChecker:
             return PointVerdict(point, error=cfg)
         return self._validate(point, cfg)
 
-    def _validate(self, point: Point, cfg: DictConfig) -> PointVerdict:
+    def _plain_base(self, key: Point, base: bytes) -> PlainBase | None:
+        if key not in self._plain:
+            from cfgcheck.hydra.plain import PlainBase
+            from cfgcheck.schema.run import RunConfig
+
+            self._plain[key] = PlainBase.of(pickle.loads(base), self._schema or RunConfig)
+        return self._plain[key]
+
+    def _validate(self, point: Point, cfg: DictConfig | dict[str, Any]) -> PointVerdict:
         try:
             return PointVerdict(point, result=self.validator(cfg))
         except ConfigLoadError as e:

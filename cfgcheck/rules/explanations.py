@@ -464,29 +464,45 @@ EXPLANATIONS: dict[str, Explanation] = {
         "error",
         "Launch scripts (`--from launch`): every flag of the training command is a field of "
         "the entry point's `HfArgumentParser` dataclasses (transformers' `TrainingArguments` "
-        "of the installed release included) or one of its `argparse` options.",
+        "of the installed release, or of `--transformers-version`'s, included) or one of its "
+        "`argparse` options.",
         'The run stops before training: "ValueError: Some specified arguments are not used '
         "by the HfArgumentParser: ['--evaluation_strategy', 'steps']\" (transformers "
-        "`hf_argparser.py`); a flag a release renamed (`--evaluation_strategy` is "
-        "`--eval_strategy` since 4.46) is named with its new name.",
+        "`hf_argparser.py`); a flag a release renamed is named with its new name and the "
+        "first tabled release that refuses it (`--evaluation_strategy` is `--eval_strategy`: "
+        "4.46.3 declares it, 4.51.3 refuses it).",
         "Rename the flag as the message says, or remove it.",
         group=NATIVE,
     ),
     "launch-fp16-and-bf16": E(
         "error",
         "Launch scripts (`--from launch`): `--fp16` and `--bf16` are not both True.",
-        "`TrainingArguments.__post_init__` refuses it before training: \"ValueError: At most "
+        '`TrainingArguments.__post_init__` refuses it before training: "ValueError: At most '
         'one of fp16 and bf16 can be True, but not both" (transformers `training_args.py`).',
         "Keep one of the two: `--bf16 False`, or `--fp16 False`.",
         group=NATIVE,
     ),
-    "launch-several-commands": E(
-        "info",
-        "Launch scripts (`--from launch`): a script that starts several training commands "
-        "(a sweep, stages one after another).",
-        "Only the first command is checked; the others could fail in ways this check does "
-        "not see.",
-        "Give each command its own script to check it.",
+    "launch-deepspeed-mismatch": E(
+        "error",
+        "Launch scripts (`--from launch`): every value of the `--deepspeed` JSON that the "
+        "Trainer fills (`train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`, "
+        "`train_batch_size` = processes x micro batch x accumulation, `gradient_clipping`, the "
+        "optimizer's `lr`/`betas`/`eps`/`weight_decay`, `warmup_max_lr`, `fp16`/`bf16` "
+        '`enabled`) is `"auto"` or equal to the flag it comes from.',
+        'transformers refuses to start: "ValueError: Please correct the following DeepSpeed '
+        'config values that mismatch TrainingArguments values" (integrations/deepspeed.py '
+        "`trainer_config_process`, raised by `trainer_config_finalize`).",
+        'Set the value to `"auto"` in the JSON, or give the flag the JSON\'s value.',
+        group=NATIVE,
+    ),
+    "launch-lora-module-unmatched": E(
+        "error",
+        "Launch scripts (`--from launch`), DeepSpeed-Chat entry points: with `--lora_dim` above "
+        "0, `--lora_module_name` is part of the name of at least one linear module of the model.",
+        "DeepSpeed-Chat's `convert_linear_layer_to_lora` replaces only the `nn.Linear` modules "
+        "whose name contains it: LoRA is applied to nothing, silently (and with "
+        "`--only_optimize_lora` no parameter trains).",
+        "Give a part of the model's layer names (`layers.` for Llama, `decoder.layers.` for OPT).",
         group=NATIVE,
     ),
     "launch-unknown-value": E(
@@ -887,7 +903,7 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "data-truncated": E(
         "warning",
-        "At most 5 % of samples are cut by `data.max_seq_length`.",
+        "At most 5 % of samples, and of all tokens, are cut by `data.max_seq_length`.",
         "No error: the ends of the samples (often the answers) are silently dropped.",
         "Raise `data.max_seq_length` (within the block size), or filter long samples.",
         group=SCAN,
@@ -899,9 +915,33 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Pad per batch (`data.padding=longest` with the padded collator) or pack samples.",
         group=SCAN,
     ),
+    "data-no-labels": E(
+        "warning",
+        "Every sample keeps at least one label after truncation (the loss reads positions 1 "
+        "to the length, and with `data.assistant_only_loss` only the assistant's tokens).",
+        "A micro batch of only such samples gives a NaN loss in transformers (cross-entropy "
+        "averaged over zero labels); TRL's SFTTrainer silently drops them.",
+        "Raise `data.max_length` past the prompt, or drop the samples.",
+        group=SCAN,
+    ),
+    "data-empty-samples": E(
+        "warning",
+        "No sample's text (or conversation) is empty.",
+        "No error: the model trains on the special tokens alone; often a wrong field name.",
+        "Drop empty records, or point `data.text_field` / `data.messages_field` at the text.",
+        group=SCAN,
+    ),
+    "data-ids-over-embedding": E(
+        "error",
+        "Every token id of the tokenized data is below the model's embedding rows.",
+        "`IndexError: index out of range in self` (CPU) or a device-side assert (CUDA) in the "
+        "embedding lookup.",
+        "Give the model as many embedding rows as the tokenizer has ids, or use its tokenizer.",
+        group=SCAN,
+    ),
     "data-unreadable": E(
         "error",
-        "Every file of `data.paths` exists and parses as JSONL, text or Parquet.",
+        "Every file of `data.paths` exists and parses as JSONL, text, Parquet or Arrow.",
         "The training script fails reading the dataset (`FileNotFoundError`, "
         "`json.decoder.JSONDecodeError`, `pyarrow.lib.ArrowInvalid`).",
         "Fix the file named in the message, or point `data.paths` at readable files.",

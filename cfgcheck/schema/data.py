@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from cfgcheck.schema._base import Section
 from cfgcheck.schema.bounds import Tokens
@@ -35,14 +35,28 @@ class DataConfig(Section):
     )
     ignore_index: int = Field(-100, description="Label value the loss ignores.")
     paths: list[str] = Field(default_factory=list, description="Training data files.")
-    format: Literal["auto", "jsonl", "text", "parquet"] = Field(
-        "auto", description="Dataset file format; 'auto' picks it by file extension."
+    format: Literal["auto", "jsonl", "text", "parquet", "arrow"] = Field(
+        "auto",
+        description="Dataset file format; 'auto' picks it by file extension (.jsonl/.json, "
+        ".parquet, .arrow/.feather, else text; a folder saved by datasets' save_to_disk is "
+        "read as its Arrow files).",
     )
     text_field: str = Field("text", description="JSONL/Parquet field holding the text.")
     template: str | None = Field(
         None,
         description="Python format string over a record's fields, e.g. "
         "'{instruction}\\n{input}\\n{output}'. Overrides text_field.",
+    )
+    messages_field: str | None = Field(
+        None,
+        description="Field holding a conversation (a list of {role, content} messages), "
+        "rendered and tokenized with the tokenizer's chat template as TRL's SFTTrainer does "
+        "(apply_chat_template). Overrides text_field and template.",
+    )
+    assistant_only_loss: bool = Field(
+        False,
+        description="Only the assistant's tokens are labels (TRL's SFTConfig.assistant_only_loss; "
+        "the chat template marks them with {% generation %}). Needs messages_field.",
     )
 
     @field_validator("template")
@@ -54,6 +68,17 @@ class DataConfig(Section):
         if problem:
             raise ValueError(f"the template {problem}")
         return template
+
+    @model_validator(mode="after")
+    def _assistant_needs_chat(self) -> DataConfig:
+        """TRL refuses assistant_only_loss on a dataset that is not conversational
+        (trl/trainer/sft_trainer.py, SFTTrainer.__init__, TRL 1.16)."""
+        if self.assistant_only_loss and self.messages_field is None:
+            raise ValueError(
+                "assistant_only_loss needs a conversational dataset: set messages_field "
+                "(e.g. messages) or assistant_only_loss=false"
+            )
+        return self
 
     @property
     def effective_max_length(self) -> int:

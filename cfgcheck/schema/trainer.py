@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from cfgcheck.schema._base import Section
 from cfgcheck.schema.bounds import Batch, Devices, Steps, Width
@@ -116,6 +116,21 @@ class TrainerConfig(Section):
     gpu: GpuConfig | None = Field(
         None, description="The GPU the run is meant for, used when no GPU is visible."
     )
+    cuda_alloc_conf: str | None = Field(
+        None,
+        description="PYTORCH_CUDA_ALLOC_CONF the run sets, e.g. 'expandable_segments:True' "
+        "or 'max_split_size_mb:128,garbage_collection_threshold:0.6': the allocator "
+        "simulation of `cfgcheck memory` follows it (docs/memory.md).",
+    )
+
+    @field_validator("cuda_alloc_conf")
+    @classmethod
+    def _alloc_conf(cls, v: str | None) -> str | None:
+        if v is not None:
+            from cfgcheck.memory.allocconf import parse_alloc_conf
+
+            parse_alloc_conf(v)  # AllocConfError is a ValueError: a validation error
+        return v
 
     @property
     def world_size(self) -> int:

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,7 +30,7 @@ from cfgcheck.service.settings import ServiceSettings
 log = logging.getLogger("cfgcheck.service")
 
 
-def _consume(future: asyncio.Future[str]) -> None:
+def _consume(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
 
@@ -67,6 +67,41 @@ class Gate:
             self.count -= 1
 
 
+T = TypeVar("T")
+
+
+async def run_gated(
+    pool: WorkerPool, gate: Gate, timeout_s: float, work: Callable[[float], T]
+) -> T:
+    """``work(deadline)`` on one of ``pool``'s threads once ``gate`` lets it in: 503 when the
+    gate is full, 504 once ``timeout_s`` has passed (the work stops at its next stage
+    boundary, :class:`cfgcheck.service.runner.Past504`)."""
+    if not gate.enter():
+        raise RequestError(503, "too many validations in flight; retry in a moment")
+
+    deadline = time.monotonic() + timeout_s
+
+    def guarded() -> T:
+        try:
+            return work(deadline)
+        finally:
+            gate.leave()
+
+    done = pool.submit(guarded)
+    waiter = asyncio.wrap_future(done)
+    try:
+        return await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+    except TimeoutError:
+        if done.cancel():  # never started: it will not leave the gate itself
+            gate.leave()
+        # The work stops at its next stage boundary (runner.Past504); its outcome is
+        # consumed here so asyncio logs no "exception was never retrieved" per request.
+        waiter.add_done_callback(_consume)
+        raise RequestError(
+            504, f"validation took longer than {timeout_s:g} s; not finished"
+        ) from None
+
+
 class WorkerPool:
     """The validation threads. Started on first use and released when the app shuts down, so
     an app whose lifespan runs more than once (a restarted server, several test clients) gets
@@ -77,7 +112,7 @@ class WorkerPool:
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def submit(self, fn: Callable[[], str]) -> Future[str]:
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
@@ -108,18 +143,25 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def check_config_dir(settings: ServiceSettings) -> None:
+    """Raise :class:`ConfigLoadError` if the server's config dir is missing or unsafe.
+
+    The server's own conf/ is screened once at start-up (a dangling link, a FIFO, a file that
+    is not UTF-8 or crosses a bound): a clear error now, not a failure per request."""
+    from cfgcheck.safeio import screen_config_dir
+
+    if not settings.config_dir.expanduser().is_dir():
+        raise ConfigLoadError(f"config directory not found: {settings.config_dir}")
+    screen_config_dir(settings.config_dir.expanduser().resolve())
+
+
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     """The validator service. Raises :class:`ConfigLoadError` if the config dir is missing."""
     from cfgcheck import __version__
     from cfgcheck.jsonschema import json_schemas
-    from cfgcheck.safeio import screen_config_dir
 
     settings = settings or ServiceSettings()
-    if not settings.config_dir.expanduser().is_dir():
-        raise ConfigLoadError(f"config directory not found: {settings.config_dir}")
-    # The server's own conf/ is screened once at start-up (a dangling link, a FIFO, a file
-    # that is not UTF-8 or crosses a bound): a clear error now, not a failure per request.
-    screen_config_dir(settings.config_dir.expanduser().resolve())
+    check_config_dir(settings)
     if settings.offline:
         # Validation may load tokenizers; nothing it does may reach the network.
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -134,6 +176,11 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     pool = WorkerPool(settings.workers)
     gate = Gate(settings.max_pending)
     schemas = json_schemas(job.schema) if job.schema is not None else json_schemas()
+
+    async def offload(work: Callable[[float], T]) -> T:
+        """``work(deadline)`` on a validation thread, within the gate and the time limit
+        (503 when too many are in flight, 504 past the limit); its own errors propagate."""
+        return await run_gated(pool, gate, settings.request_timeout_s, work)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -183,30 +230,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
             settings.max_body_bytes,
             settings.request_timeout_s,
         )
-        if not gate.enter():
-            raise RequestError(503, "too many validations in flight; retry in a moment")
-
-        deadline = time.monotonic() + settings.request_timeout_s
-
-        def work() -> str:
-            try:
-                return job.run(body, kind, deadline)
-            finally:
-                gate.leave()
-
-        done = pool.submit(work)
-        waiter = asyncio.wrap_future(done)
         try:
-            text = await asyncio.wait_for(asyncio.shield(waiter), settings.request_timeout_s)
-        except TimeoutError:
-            if done.cancel():  # never started: it will not leave the gate itself
-                gate.leave()
-            # The work stops at its next stage boundary (runner.Past504); its outcome is
-            # consumed here so asyncio logs no "exception was never retrieved" per request.
-            waiter.add_done_callback(_consume)
-            raise RequestError(
-                504, f"validation took longer than {settings.request_timeout_s:g} s; not finished"
-            ) from None
+            text = await offload(lambda deadline: job.run(body, kind, deadline))
         except RequestError:
             raise
         except Exception as e:  # a bug in validation: logged here, one line to the client
@@ -221,9 +246,30 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         """`{"run": ..., "model": ..., "tokenizer": ..., "data": ..., "trainer": ...}`."""
         return schemas
 
-    @app.get("/healthz", summary="Liveness")
+    @app.get("/healthz", summary="Liveness", response_model=HealthResponse)
     async def healthz() -> HealthResponse:
-        return HealthResponse(status="ok", version=__version__)
+        """200 `{"status": "ok", ...}` from a worker that has finished start-up (every
+        import done); no auth, no work. A load balancer's liveness/health check."""
+        return HealthResponse(status="ok", version=__version__, pid=os.getpid())
 
+    @app.get(
+        "/readyz",
+        summary="Readiness",
+        response_model=HealthResponse,
+        responses={503: {"model": HealthResponse, "description": "Saturated: retry elsewhere."}},
+    )
+    async def readyz() -> Response:
+        """200 `{"status": "ready", ...}` while this worker can take a validation; 503
+        `{"status": "busy", ...}` while it already holds its limit of validations in flight
+        (the request would get 503 too). No auth, no work."""
+        busy = gate.count >= gate.limit
+        body = HealthResponse(
+            status="busy" if busy else "ready", version=__version__, pid=os.getpid()
+        )
+        return JSONResponse(body.model_dump(), 503 if busy else 200)
+
+    from cfgcheck.service.web import mount
+
+    mount(app, job, offload)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app

@@ -42,9 +42,12 @@ class NativeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    format: Literal["litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune"] = Field(
-        description="The file's framework; 'python' for a training script or notebook "
-        "(read statically, never run)."
+    format: Literal["litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune", "launch"] = (
+        Field(
+            description="The file's framework; 'python' for a training script or notebook, "
+            "'launch' for a shell script that launches a training entry point (both read "
+            "statically, never run)."
+        )
     )
     config: str = Field(
         max_length=MAX_NATIVE_CHARS,
@@ -74,6 +77,12 @@ class NativeRequest(BaseModel):
     )
     nproc_per_node: int | None = Field(
         None, ge=1, le=1024, description="torchtune: `tune run --nproc_per_node N`."
+    )
+    cwd: str | None = Field(
+        None,
+        max_length=1000,
+        description="launch: the folder the script runs from, where its entry point and "
+        "--deepspeed JSON are found; inside the service's roots (default: the first root).",
     )
 
 
@@ -143,5 +152,8 @@ class ErrorResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok"]
+    """``GET /healthz`` and ``GET /readyz``: cheap, unauthenticated, for load balancers."""
+
+    status: Literal["ok", "ready", "busy"]
     version: str
+    pid: int = Field(description="The worker process that answered.")

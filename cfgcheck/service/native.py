@@ -21,8 +21,10 @@ from cfgcheck.service.models import NativeRequest
 from cfgcheck.service.paths import hide_outside, refused_native_paths, refused_paths
 
 # Formats whose config text may hold ${key} references: every published torchtune recipe
-# config interpolates ${output_dir}; the adapter resolves only plain references, bounded.
-INTERPOLATING_FORMATS = frozenset({"torchtune"})
+# config interpolates ${output_dir}; the adapter resolves only plain references, bounded. A
+# launch script's ${VAR:-default} is shell, substituted only from the script's own assignments
+# (cfgcheck.sources.launcher.shell: linear, nothing run, never OmegaConf).
+INTERPOLATING_FORMATS = frozenset({"torchtune", "launch"})
 
 
 def _confine(refused: list[str]) -> None:
@@ -58,6 +60,10 @@ def _check(payload: dict[str, Any], roots: Sequence[Path]) -> CheckResult:
             for err in e.errors()
         ]
         raise RequestError(422, "invalid native request: " + "; ".join(parts)) from e
+    if request.format == "launch":  # a shell script and its entry point, read statically
+        from cfgcheck.service.launch import check_launch_request
+
+        return check_launch_request(request, roots)
     try:
         if request.format == "python":  # a script or notebook body, read statically
             from cfgcheck.sources.python import load_text

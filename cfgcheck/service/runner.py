@@ -75,7 +75,11 @@ class Runner:
     def run(self, body: bytes, kind: str, deadline: float | None = None) -> str:
         """The verdict's JSON text. With a ``deadline`` (``time.monotonic()`` seconds), the
         work stops between stages once it has passed: a request the client already got a
-        504 for stops costing a worker at the next stage boundary.
+        504 for stops costing a worker at the next stage boundary."""
+        return render(self.check(body, kind, deadline))
+
+    def check(self, body: bytes, kind: str, deadline: float | None = None) -> CheckResult:
+        """The verdict of :meth:`run` before it is rendered (the web page renders it too).
 
         The request runs under a CPU budget of ``request_timeout_s`` seconds of this worker
         thread's CPU time (:mod:`cfgcheck.budget`), checked wherever the work loops (every
@@ -85,13 +89,13 @@ class Runner:
 
         try:
             with cpu_budget(self.settings.request_timeout_s, deadline):
-                return self._run(body, kind, deadline)
+                return self._check(body, kind, deadline)
         except BudgetExceeded as e:
             if deadline is not None and time.monotonic() > deadline:
                 raise Past504(504, str(e)) from e
             raise RequestError(422, str(e)) from e
 
-    def _run(self, body: bytes, kind: str, deadline: float | None) -> str:
+    def _check(self, body: bytes, kind: str, deadline: float | None) -> CheckResult:
         stage = _Stages(deadline)
         payload = parse_body(body, kind, self.limits)
         stage.check("parsing")
@@ -105,7 +109,7 @@ class Runner:
         if NATIVE_KEY in payload:
             from cfgcheck.service.native import check_native_request
 
-            return render(check_native_request(payload, self.roots))
+            return check_native_request(payload, self.roots)
         request = _compose_request(payload) if COMPOSE_KEYS & payload.keys() else None
         config = payload if request is None else self.compose(request)
         stage.check("composing")
@@ -124,7 +128,7 @@ class Runner:
         if request is not None and result.findings:
             stage.check("validating")
             result = self._locate(result, request)
-        return render(result)
+        return result
 
     def _run_config(self, config: dict[str, Any]) -> Any:
         """The run config whose paths are confined: a ``cfgcheck:`` mapping node resolved in

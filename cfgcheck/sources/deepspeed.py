@@ -112,3 +112,83 @@ def batch_rule(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Finding]
             locations={(prefix + ds_key if not separate else f"deepspeed:{ds_key}"): where},
             fixes=fixes,
         )
+
+
+# transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_process
+# (5.24.0, lines 136-184): (DeepSpeed key, TrainingArguments value, the name in the message,
+# must match). "train_batch_size" is world_size x per_device_train_batch_size x
+# gradient_accumulation_steps (line 143); warmup_min_lr is filled, never compared (line 172).
+def trainer_fills(args: dict[str, Any], world_size: int | None) -> list[tuple[str, Any, str, bool]]:
+    """What ``trainer_config_process`` fills or compares, given the TrainingArguments values
+    ``args``; ``train_batch_size`` only when ``world_size`` is known."""
+    micro, accum = args["per_device_train_batch_size"], args["gradient_accumulation_steps"]
+    out: list[tuple[str, Any, str, bool]] = [
+        ("train_micro_batch_size_per_gpu", micro, "per_device_train_batch_size", True),
+        ("gradient_accumulation_steps", accum, "gradient_accumulation_steps", True),
+    ]
+    if world_size is not None:
+        out.append(
+            ("train_batch_size", world_size * micro * accum, "train_batch_size (calculated)", True)
+        )
+    lr = args["learning_rate"]
+    out += [
+        ("gradient_clipping", args["max_grad_norm"], "max_grad_norm", True),
+        ("optimizer.params.lr", lr, "learning_rate", True),
+        (
+            "optimizer.params.betas",
+            [args["adam_beta1"], args["adam_beta2"]],
+            "adam_beta1+adam_beta2",
+            True,
+        ),
+        ("optimizer.params.eps", args["adam_epsilon"], "adam_epsilon", True),
+        ("optimizer.params.weight_decay", args["weight_decay"], "weight_decay", True),
+        ("scheduler.params.warmup_min_lr", 0, "", False),
+        ("scheduler.params.warmup_max_lr", lr, "learning_rate", True),
+        (
+            "fp16.enabled",
+            bool(args["fp16"] or args.get("fp16_full_eval")),
+            "fp16|fp16_full_eval",
+            True,
+        ),
+        (
+            "bf16.enabled",
+            bool(args["bf16"] or args.get("bf16_full_eval")),
+            "bf16|bf16_full_eval",
+            True,
+        ),
+    ]
+    return out
+
+
+def _node(data: dict[str, Any], key: str) -> tuple[dict[str, Any] | None, str]:
+    """``find_config_node``: the dict holding the last part of a dotted key, or None."""
+    *parents, last = key.split(".")
+    node: Any = data
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    return (node if isinstance(node, dict) else None), last
+
+
+def fill_match(
+    data: dict[str, Any], args: dict[str, Any], world_size: int | None
+) -> tuple[dict[str, Any], list[tuple[str, Any, str, Any]]]:
+    """``data`` as ``trainer_config_process`` leaves it: every ``"auto"`` replaced by the
+    TrainingArguments value (``fill_match``), and the mismatches it records
+    (key, DeepSpeed value, TrainingArguments name, its value) that
+    ``trainer_config_finalize`` raises as "Please correct the following DeepSpeed config values
+    that mismatch TrainingArguments values"."""
+    import copy
+
+    filled = copy.deepcopy(data)
+    mismatches: list[tuple[str, Any, str, Any]] = []
+    for key, hf_value, hf_key, must_match in trainer_fills(args, world_size):
+        node, last = _node(filled, key)
+        if node is None:
+            continue
+        if node.get(last) == "auto":
+            node[last] = hf_value
+            continue
+        ds_value = node.get(last)
+        if must_match and ds_value is not None and ds_value != hf_value:
+            mismatches.append((key, ds_value, hf_key, hf_value))
+    return filled, mismatches

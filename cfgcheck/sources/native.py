@@ -183,7 +183,12 @@ def check_native(
     gpu: str | None = None,
     options: Mapping[str, str] | None = None,
 ) -> CheckResult:
-    """Validate a native config file; findings point at its lines and fixes use its keys."""
+    """Validate a native config file; findings point at its lines and fixes use its keys.
+    A launch script gets one verdict per training command (:mod:`.launcher.commands`)."""
+    if fmt == "launch":
+        from cfgcheck.sources.launcher.commands import check_script
+
+        return check_script(path, overrides, gpu, options)
     return check_loaded(load_native(path, fmt, overrides, gpu, options))
 
 

@@ -14,6 +14,7 @@ import pytest
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources import check_native
 from cfgcheck.sources.launcher.command import find_launches
+from cfgcheck.sources.launcher.commands import ScriptResult
 from cfgcheck.sources.launcher.flags import read_launch
 from cfgcheck.sources.launcher.shell import read_script
 from tests.conftest import requires, run_cfgcheck
@@ -136,7 +137,7 @@ def test_flags_against_the_parser_with_did_you_mean_and_renamed() -> None:
     )
     (unknown,) = result.by_rule("launch-unknown-flag")
     assert set(unknown.paths) == {"evaluation_strategy", "gradient_acumulation_steps"}
-    assert "--eval_strategy since transformers 4.46" in unknown.hint
+    assert "--eval_strategy: refused since transformers 4.51.3 (4.46.3 declares it)" in unknown.hint
     assert "did you mean --gradient_accumulation_steps" in unknown.hint
     located_at(
         unknown,
@@ -209,6 +210,7 @@ def test_fastchat_lora_gets_a_verdict(vicuna_cache: Path) -> None:
     assert {f.paths[0] for f in result.by_rule("launch-unknown-value")} == {
         "data_path",
         "deepspeed",
+        "launcher.num_gpus",  # deepspeed without --num_gpus: every GPU of the machine
     }
     assert result.config is not None
     assert result.config.trainer.finetuning == "lora"  # train_lora.py calls get_peft_model
@@ -261,7 +263,7 @@ def test_stanford_alpaca_readme_command_parses_against_train_py() -> None:
     }
     assert native.data["fsdp"] == "full_shard auto_wrap"
     assert native.entry is not None and native.entry.collator is not None
-    assert native.entry.collator[0] == "data_collator"  # its own pad_sequence collator
+    assert native.entry.collator[0] == "padded"  # its own collator pads with pad_sequence
     with pytest.raises(ConfigLoadError, match=r"train_opt\.sh:3: model_name_or_path=facebook/opt"):
         check_native(script, "launch")
 
@@ -357,10 +359,17 @@ def test_accelerate_launch_reads_its_config_file(tmp_path: Path) -> None:
     assert (result.config.trainer.devices, result.config.trainer.strategy) == (2, "zero3")
 
 
-def test_a_script_with_several_commands_names_them() -> None:
+def test_a_script_with_several_commands_gets_a_verdict_per_command() -> None:
     result = check_native(SEED / "two_stages.sh", "launch")
-    (info,) = result.by_rule("launch-several-commands")
-    assert "lines 4, 7" in info.message
+    assert isinstance(result, ScriptResult)
+    assert [c.line for c in result.commands] == [4, 7]
+    first, second = (c.result for c in result.commands)
+    assert first is not None and second is not None
+    assert {f.paths[0] for f in first.by_rule("launch-unknown-value")} == {
+        "output_dir",
+        "learning_rate",
+    }
+    assert not second.by_rule("launch-unknown-value")
     assert result.ok  # LR is unknown (a loop variable): a warning, never a guess
 
 
@@ -372,3 +381,22 @@ def test_lora_targets_are_checked_against_the_model_and_fixed_as_flags(
     (finding,) = result.by_rule("lora-target-unknown")
     assert "wq" in finding.message
     assert any(fix.flags[:2] == ("--lora_target_modules", "q_proj") for fix in finding.fixes)
+
+
+def test_an_unknown_lora_rank_drops_the_memory_verdict_and_nothing_else(
+    vicuna_cache: Path, tmp_path: Path
+) -> None:
+    """The memory estimate rests on the LoRA rank and targets (the adapter's weights, their
+    gradients and optimizer state): when the script computes the rank, the memory verdict is
+    left out, as for ``--from python``; every other finding stays."""
+    text = (PUBLISHED / "fastchat" / "scripts" / "train_lora.sh").read_text()
+    text = text.replace("deepspeed fastchat", "deepspeed --num_gpus 1 fastchat")  # one GPU
+    (tmp_path / "known.sh").write_text(text)
+    (tmp_path / "unknown.sh").write_text(text.replace("--lora_r 8", "--lora_r $RANK"))
+    opts = {"cwd": str(PUBLISHED / "fastchat")}
+    known = check_native(tmp_path / "known.sh", "launch", gpu="8", options=opts)
+    unknown = check_native(tmp_path / "unknown.sh", "launch", gpu="8", options=opts)
+    assert [f.severity for f in known.by_rule("gpu-memory")] == ["error"]
+    assert {f.rule for f in known.findings} - {f.rule for f in unknown.findings} == {"gpu-memory"}
+    assert {f.rule for f in unknown.findings} <= {f.rule for f in known.findings}
+    assert "lora_r" in {f.paths[0] for f in unknown.by_rule("launch-unknown-value")}

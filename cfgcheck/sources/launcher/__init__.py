@@ -41,6 +41,9 @@ class LaunchConfig(NativeConfig):
     defaults: dict[str, tuple[Any, str]] = field(default_factory=dict)  # field -> value, where
     launch_flags: list[str] = field(default_factory=list)  # the flags, for a fix's re-check
     verify: bool = True  # check each fix by reading the script again (not when re-checking)
+    given: tuple[str, ...] = ()  # the overrides and script arguments it was read with
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES the command runs with
+    offload: str | None = None  # what the DeepSpeed JSON offloads (the estimate does not)
 
     def value(self, key: str, fallback: Any = None) -> Any:
         """The flag's value, else the field's default, else ``fallback``."""
@@ -98,6 +101,13 @@ def launch_rules(native: NativeConfig, run: RunConfig | None) -> list[Finding]:
     return list(launch_of(native).problems)
 
 
+def deepspeed_rules(native: NativeConfig, run: RunConfig | None) -> list[Finding]:
+    from cfgcheck.sources.launcher.ds_config import mismatch_rule
+    from cfgcheck.sources.launcher.dschat import lora_module_rule
+
+    return mismatch_rule(native, run) + lora_module_rule(native, run)
+
+
 def finish(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
     from cfgcheck.sources.launcher.fixes import finish_fixes
 
@@ -144,7 +154,7 @@ FORMAT = Format(
     build=_build,
     to_native=_to_native,
     profile=profile,
-    rules=(launch_rules,),
+    rules=(launch_rules, deepspeed_rules),
     open_prefixes=("",),
     finish=finish,
     verifies_fixes=True,

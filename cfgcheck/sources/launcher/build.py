@@ -21,11 +21,17 @@ from cfgcheck.sources import deepspeed
 from cfgcheck.sources.base import Builder
 from cfgcheck.sources.code import Known
 from cfgcheck.sources.launcher import LaunchConfig, launch_of
+from cfgcheck.sources.launcher.entry import inside
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
 
-LENGTH_FLAGS = ("model_max_length", "max_seq_length", "max_length")
-LORA_FLAGS = ("lora_enable", "use_lora", "use_peft")
+# The model trained: DeepSpeed-Chat's step3_rlhf_finetuning/main.py trains the actor (its
+# --actor_model_name_or_path; the critic, --critic_model_name_or_path, trains beside it).
+MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path")
+LENGTH_FLAGS = ("model_max_length", "max_seq_length", "max_length", "max_seq_len")
+# LoRA on/off flags: LLaVA train.py lora_enable, Qwen finetune.py use_lora, TRL use_peft,
+# peft examples/sft/train.py use_peft_lora.
+LORA_FLAGS = ("lora_enable", "use_lora", "use_peft", "use_peft_lora")
 DEEPSPEED_MISSING = "launch-deepspeed-missing"
 # cfgcheck path -> the flag that sets it (a fix is that flag as it would be typed).
 TO_FLAG = {
@@ -71,18 +77,18 @@ def _take(b: Builder, path: str, key: str, fallback: Any, convert: Any = None) -
 def build(b: Builder) -> None:
     n = launch_of(b.native)
     b.default("trainer.framework", "hf", "(the entry point trains with transformers' Trainer)")
-    if "model_name_or_path" in n.unknown:
+    key = next((k for k in MODEL_FLAGS if k in n.data or k in n.unknown), MODEL_FLAGS[0])
+    if key in n.unknown:
         from cfgcheck.errors import ConfigLoadError
 
         raise ConfigLoadError(
-            f"{n.where['model_name_or_path']}: --model_name_or_path is "
-            f"{n.unknown['model_name_or_path']}: give it in the script or after --"
+            f"{n.where[key]}: --{key} is {n.unknown[key]}: give it in the script or after --"
         )
-    ref = n.value("model_name_or_path")
+    ref = n.value(key)
     if isinstance(ref, str) and ref and (n.root / ref).is_dir():
         ref = str(n.root / ref)  # a folder, opened from where the script runs (--cwd)
-    set_model(b, "model_name_or_path", ref)
-    if "model_name_or_path" not in n.where and (at := _at(n, "model_name_or_path")):
+    set_model(b, key, ref)
+    if key not in n.where and (at := _at(n, key)):
         b.smap.set("model.pretrained", at, covering=True)
     _lengths(b, n)
     _data(b, n)
@@ -147,10 +153,18 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         b.set("trainer.precision", "16-mixed", _at(n, "fp16"))
     elif n.value("bf16") is True:  # autocast over the weights the entry point loads (fp32)
         b.set("trainer.precision", "bf16-mixed", _at(n, "bf16"))
+    elif n.known("dtype") and n.value("dtype") in ("fp16", "bf16"):
+        # DeepSpeed-Chat main.py: --dtype fp16|bf16|fp32 (default fp16) enables the DeepSpeed
+        # config's fp16 / bf16 section (dschat/utils/ds_utils.py get_train_ds_config).
+        precision = "16-mixed" if n.value("dtype") == "fp16" else "bf16-mixed"
+        b.set("trainer.precision", precision, _at(n, "dtype"))
     else:
         b.default("trainer.precision", "32-true", "TrainingArguments bf16=False, fp16=False")
+    # peft examples/sft utils.py create_and_prepare_model: use_4bit_quantization /
+    # use_8bit_quantization build the BitsAndBytesConfig (4-bit NF4 by its default quant type).
     four_bit = n.value("q_lora") is True or n.value("bits") == 4
-    eight_bit = n.value("bits") == 8
+    four_bit = four_bit or n.value("use_4bit_quantization") is True
+    eight_bit = n.value("bits") == 8 or n.value("use_8bit_quantization") is True
     lora = next((k for k in LORA_FLAGS if n.value(k) is True), None)
     entry = n.entry
     always = (
@@ -159,10 +173,12 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         and not any(k in n.defaults for k in LORA_FLAGS)
     )  # the entry point applies LoRA whatever the flags (FastChat's train_lora.py)
     if four_bit:
-        key = "q_lora" if n.value("q_lora") is True else "bits"
+        key = next(
+            k for k in ("q_lora", "use_4bit_quantization", "bits") if n.value(k) in (True, 4)
+        )
         b.set("trainer.quantization", "nf4", _at(n, key))
     elif eight_bit:
-        b.set("trainer.quantization", "int8", _at(n, "bits"))
+        b.set("trainer.quantization", "int8", _at(n, "bits") or _at(n, "use_8bit_quantization"))
     else:
         b.default("trainer.quantization", "none", "no q_lora / bits flag")
     if lora is not None or four_bit or always:
@@ -180,6 +196,34 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         b.default("trainer.finetuning", "full", "no LoRA flag: every weight trains")
 
 
+def _offload(data: dict[str, Any]) -> str | None:
+    """What the DeepSpeed config offloads to CPU or NVMe (``zero_optimization.offload_optimizer``
+    / ``offload_param`` ``device``), as ``offload_optimizer=cpu``; None when nothing."""
+    zero = data.get("zero_optimization")
+    if not isinstance(zero, dict):
+        return None
+    moved = []
+    for key in ("offload_optimizer", "offload_param"):
+        section = zero.get(key)
+        device = section.get("device") if isinstance(section, dict) else None
+        if isinstance(device, str) and device.lower() in ("cpu", "nvme"):
+            moved.append(f"{key}={device}")
+    return ", ".join(moved) or None
+
+
+def _visible_count(value: str | None) -> int | None:
+    """How many devices ``CUDA_VISIBLE_DEVICES`` lists (None: unset or unknown)."""
+    if value is None or "\x00" in value or not value.strip() or value.strip() == "-1":
+        return None
+    parts = [p for p in value.split(",") if p.strip()]
+    return len(parts) or None
+
+
+def _flag_text(launch: Any, name: str) -> str | None:
+    flag = launch.launcher_flags.get(name) or launch.launcher_flags.get(name.replace("_", "-"))
+    return flag.value if flag is not None else None
+
+
 def _devices(b: Builder, n: LaunchConfig) -> None:
     launch = n.launch
     if launch is None:
@@ -193,6 +237,49 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         if flag is not None and flag.value and flag.value.isdigit():
             b.set("trainer.devices", int(flag.value), Location(n.file, flag.word.line))
             break
+    counts = ("num_gpus", "include", "num_nodes", "hostfile")
+    visible = _visible_count(n.visible_devices)
+    include = launch.launcher_flags.get("include")
+    if launch.launcher == "deepspeed" and include is not None and include.value:
+        # deepspeed --include host:0,1@host2:0,1 (deepspeed/launcher/runner.py): the slots of
+        # the first host per node, one node per host.
+        hosts = [h for h in include.value.split("@") if h]
+        slots = [s for s in hosts[0].partition(":")[2].split(",") if s] if hosts else []
+        if slots:
+            b.set("trainer.devices", len(slots), Location(n.file, include.word.line))
+            b.set("trainer.num_nodes", len(hosts), Location(n.file, include.word.line))
+    elif (
+        launch.launcher == "deepspeed"
+        and visible is not None
+        and not any(c in launch.launcher_flags for c in counts)
+    ):
+        # deepspeed with none of --include/--exclude/--num_gpus/--num_nodes respects
+        # CUDA_VISIBLE_DEVICES on a single node (runner.py main: args.include =
+        # f"localhost:{cuda_visible_devices}").
+        b.set("trainer.devices", visible, line)
+    elif launch.launcher == "torchrun" and _flag_text(launch, "nproc_per_node") in ("gpu", "auto"):
+        # torchrun --nproc_per_node gpu|auto: one process per visible GPU (torch/distributed/
+        # run.py determine_local_world_size).
+        if visible is not None:
+            b.set("trainer.devices", visible, line)
+        else:
+            n.unknown_paths.setdefault("trainer.devices", "launcher.nproc_per_node")
+    elif launch.launcher == "deepspeed" and not any(c in launch.launcher_flags for c in counts):
+        # deepspeed without --num_gpus / --include starts one process per GPU of the machine
+        # (deepspeed/launcher/runner.py): the count is not in the script.
+        n.unknown_paths.setdefault("trainer.devices", "launcher.num_gpus")
+        n.problems.append(
+            Finding(
+                "launch-unknown-value",
+                "warning",
+                ("launcher.num_gpus",),
+                f"deepspeed at line {launch.line} has no --num_gpus or --include: it starts one "
+                "process per GPU of the machine it runs on, which the script does not say, so "
+                "the memory estimate (ZeRO shards over the processes) is left out",
+                "give the count: deepspeed --num_gpus N ...",
+                locations={"launcher.num_gpus": line},
+            )
+        )
     for name in ("nnodes", "num_nodes", "num_machines"):
         flag = launch.launcher_flags.get(name)
         if flag is not None and flag.value and flag.value.isdigit():
@@ -203,7 +290,7 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         # accelerate launch --config_file: its num_processes and distributed_type
         # (cfgcheck.sources.launch, as for TRL's accelerate configs); flags on the command win.
         path = n.root / config_file.value
-        if path.is_file():
+        if path.is_file() and inside(path, n.root):  # the project's own files only
             from cfgcheck.sources import launch as accelerate
 
             accelerate.apply(b, str(path))
@@ -217,6 +304,8 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
             loaded = deepspeed.load(n)
             n.data["deepspeed"] = value
             stage = deepspeed.strategy(loaded[0]) if loaded else None
+            if loaded:
+                n.offload = _offload(loaded[0].data)
             if stage is not None:
                 b.set("trainer.strategy", stage, _at(n, "deepspeed"))
                 return
@@ -235,6 +324,11 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
         b.set("trainer.strategy", "zero3" if "3" in value else "zero2", _at(n, "deepspeed") or line)
     elif n.value("fsdp"):
         b.set("trainer.strategy", "fsdp", _at(n, "fsdp"))
+    elif launch.launcher == "deepspeed" and isinstance(n.value("zero_stage"), int):
+        # DeepSpeed-Chat's main.py builds its DeepSpeed config from --zero_stage
+        # (get_train_ds_config(stage=args.zero_stage), dschat/utils/ds_utils.py).
+        stage = deepspeed.STAGES.get(n.value("zero_stage"), "zero2")
+        b.set("trainer.strategy", stage, _at(n, "zero_stage") or line)
     elif launch.launcher in ("torchrun", "deepspeed", "accelerate") and any(
         f in launch.launcher_flags for f in ("nproc_per_node", "num_gpus", "num_processes")
     ):

@@ -29,6 +29,14 @@ from cfgcheck.sources.pydataclass import (
 )
 
 HF_ARGS = ("TrainingArguments", "Seq2SeqTrainingArguments")
+# deepspeed.add_config_arguments(parser) adds these options (deepspeedai/DeepSpeed
+# deepspeed/__init__.py _add_core_arguments, at 0a1fbe1d): name -> (type, default).
+DEEPSPEED_ARGUMENTS: dict[str, tuple[str, Any]] = {
+    "deepspeed": ("flag", False),
+    "deepspeed_config": ("str", None),
+    "deepscale": ("flag", False),
+    "deepscale_config": ("str", None),
+}
 MAX_HOPS = 2  # an entry point that only calls another module's main (FastChat's train_mem.py)
 
 
@@ -64,7 +72,7 @@ class Entry:
 
 
 @lru_cache(maxsize=1)
-def training_arguments() -> tuple[dict[str, Field], str]:
+def _installed() -> tuple[dict[str, Field], str]:
     """The installed transformers' TrainingArguments fields, and its version."""
     spec = importlib.util.find_spec("transformers")
     roots = list(spec.submodule_search_locations or []) if spec else []
@@ -90,6 +98,103 @@ def training_arguments() -> tuple[dict[str, Field], str]:
         name: Field(name, info.types.get(name, ""), default, where)
         for name, default in info.fields.items()
     }, version
+
+
+@lru_cache(maxsize=1)
+def release_tables() -> dict[str, Any]:
+    """TrainingArguments per transformers release (``training_args_versions.json``, generated
+    by ``scripts/training_args_versions.py`` from each release's training_args.py)."""
+    import json
+    from importlib import resources
+
+    text = resources.files("cfgcheck.sources.launcher").joinpath("training_args_versions.json")
+    tables: dict[str, Any] = json.loads(text.read_text("utf-8"))["versions"]
+    return tables
+
+
+def _release(version: str) -> str:
+    """The tabled release ``version`` names: itself, else the newest with its major.minor."""
+    tables = release_tables()
+    if version in tables:
+        return version
+    same = [v for v in tables if v.split(".")[:2] == version.split(".")[:2]]
+    if not same:
+        raise ConfigLoadError(
+            f"--transformers-version {version}: no TrainingArguments table for it (tabled: "
+            f"{', '.join(tables)}; scripts/training_args_versions.py adds releases)"
+        )
+    return same[-1]
+
+
+@lru_cache(maxsize=8)
+def training_arguments(version: str | None = None) -> tuple[dict[str, Field], str]:
+    """TrainingArguments' fields and the release they are from: the installed transformers',
+    or release ``version``'s from the generated tables (types, defaults as written there)."""
+    installed, installed_version = _installed()
+    if not version or version == installed_version:
+        return installed, installed_version
+    release = _release(version)
+    where = f"transformers {release} TrainingArguments"
+    table = release_tables()[release]["fields"]
+    return {
+        name: Field(name, spec["type"], spec["default"] if spec["literal"] else NO_DEFAULT, where)
+        for name, spec in table.items()
+    }, release
+
+
+@lru_cache(maxsize=16)
+def trl_config(name: str) -> dict[str, ClassInfo]:
+    """TRL's ``name`` (``SFTConfig``, ``DPOConfig``...) and the TRL classes it derives from
+    (``_BaseConfig``, trl/trainer/base_config.py), read from the installed trl's
+    ``trl/trainer/*.py`` as text (never imported); empty when trl is not installed or has no
+    such class. peft's examples/sft/train.py hands ``SFTConfig`` to HfArgumentParser."""
+    from cfgcheck import safeio
+
+    spec = importlib.util.find_spec("trl")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    if not roots:
+        return {}
+    files = sorted(Path(roots[0]).glob("trainer/*.py"))
+    out: dict[str, ClassInfo] = {}
+    todo = [name]
+    while todo:
+        wanted = todo.pop()
+        if wanted in out or wanted in HF_ARGS:
+            continue
+        for path in files:
+            try:
+                text = safeio.read_text(path)
+            except ConfigLoadError:
+                continue
+            if f"class {wanted}(" not in text:
+                continue
+            found = classes_in(ast.parse(text))
+            if wanted in found:
+                out[wanted] = found[wanted]
+                todo.extend(found[wanted].bases)
+                break
+    return out
+
+
+def release_checks(version: str) -> frozenset[str]:
+    """The ``TrainingArguments.__post_init__`` refusals cfgcheck models that release
+    ``version`` makes (the tables' ``checks``); a release not tabled makes all of them."""
+    table = release_tables().get(version)
+    if table is None:
+        return frozenset({"fp16_and_bf16"})
+    return frozenset(table["checks"])
+
+
+def refused_since(name: str, version: str) -> str:
+    """When the tabled releases stop declaring ``name``: "refused since 4.51.3 (4.46.3
+    declares it)", or "" when every tabled release up to ``version`` lacks it."""
+    last_with = ""
+    for release, table in release_tables().items():
+        if name in table["fields"]:
+            last_with = release
+        elif last_with:
+            return f"refused since transformers {release} ({last_with} declares it)"
+    return ""
 
 
 def _dataclass_fields(
@@ -137,12 +242,24 @@ def _argparse_fields(program: Program, file: str) -> dict[str, Field]:
                 out[name] = Field(name, type_name, value, where)
                 if "-" in name:
                     out[name.replace("-", "_")] = Field(name, type_name, value, where)
+    for call in program.find("deepspeed.add_config_arguments"):
+        where = f"{call.location} deepspeed.add_config_arguments"
+        for name, (type_name, value) in DEEPSPEED_ARGUMENTS.items():
+            out.setdefault(name, Field(name, type_name, value, where))
     return out
 
 
-def read_entry(path: Path, shown: str, root: Path) -> Entry:
+def read_entry(
+    path: Path,
+    shown: str,
+    root: Path,
+    boundary: Path | None = None,
+    transformers_version: str | None = None,
+) -> Entry:
     """Read the entry point at ``path`` (see the module); follows an entry point that only
-    imports another module of the project and calls it."""
+    imports another module of the project and calls it. The project's modules it imports are
+    looked for in ``root`` and the folders above it (a package installed from the repository,
+    DeepSpeed-Chat's ``dschat``), never outside ``boundary`` when one is given."""
     code = read_code(path, shown)
     program = read_program(code)
     tree = ast.Module(body=[s for u in code.units for s in u.tree.body], type_ignores=[])
@@ -150,14 +267,17 @@ def read_entry(path: Path, shown: str, root: Path) -> Entry:
     if names is None and not program.find("add_argument"):
         target = _delegate(tree, root)
         if target is not None and target != path:
-            return read_entry(target, _shown(target, root), root)
+            return read_entry(target, _shown(target, root), root, boundary, transformers_version)
     entry = Entry(shown, code, program, "")
     if names is not None:
         entry.parser = "HfArgumentParser"
         found = {**_imported_classes(tree, root, names), **classes_in(tree)}
+        for name in names:
+            if name not in found and name not in HF_ARGS:
+                found.update(trl_config(name))
         fields, hf = _dataclass_fields(names, found, shown)
         if hf or any(n in HF_ARGS for n in names):
-            ta, entry.transformers_version = training_arguments()
+            ta, entry.transformers_version = training_arguments(transformers_version)
             entry.fields = {**ta, **fields}
         else:
             entry.fields = fields
@@ -165,7 +285,125 @@ def read_entry(path: Path, shown: str, root: Path) -> Entry:
         entry.parser = "argparse"
         entry.fields = _argparse_fields(program, shown)
     _data_path(entry)
+    if entry.pad_token_set is None:
+        entry.pad_token_set = _pad_token_in(code)
+    if entry.pad_token_set is None or entry.tokenize is None:
+        _imported_data_path(entry, tree, root, boundary)
     return entry
+
+
+def _own_collator(code: CodeFile, text: str) -> str | None:
+    """ "padded" when ``text`` names (or was assigned an instance of) a collator class the file
+    defines whose ``__call__`` pads: ``torch.nn.utils.rnn.pad_sequence`` or ``tokenizer.pad``
+    (stanford_alpaca and LLaVA train.py ``DataCollatorForSupervisedDataset``)."""
+    trees = [u.tree for u in code.units]
+    name = text.split("(")[0]
+    for tree in trees:
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and ast.unparse(node.targets[0]) == name
+                and isinstance(node.value, ast.Call)
+            ):
+                name = ast.unparse(node.value.func)
+    known = collator_kind(name)
+    if known is not None:
+        return known
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name == name.split(".")[-1]:
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Call):
+                        callee = ast.unparse(inner.func)
+                        if callee.endswith(("pad_sequence", "tokenizer.pad")):
+                            return "padded"
+    return None
+
+
+def _gives_pad_token(node: ast.AST) -> bool:
+    if isinstance(node, ast.Dict):
+        return any(isinstance(k, ast.Constant) and k.value == "pad_token" for k in node.keys)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "dict"
+        and any(k.arg == "pad_token" for k in node.keywords)
+    )
+
+
+MAX_MODULES = 8  # the project modules read for the data path, in import order
+
+
+def project_modules(tree: ast.Module, root: Path, boundary: Path | None) -> list[Path]:
+    """The files of the project modules ``tree`` imports (``from dschat.utils.utils import
+    ...``): under ``root`` or up to three folders above it, inside ``boundary``."""
+    base_root = root.resolve()
+    bases = [base_root, *list(base_root.parents)[:3]]
+    out: list[Path] = []
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module and not node.level):
+            continue
+        for base in bases:
+            if boundary is not None and not inside(base, boundary):
+                continue
+            stem = base.joinpath(*node.module.split("."))
+            found = next(
+                (c for c in (stem.with_suffix(".py"), stem / "__init__.py") if c.is_file()), None
+            )
+            if found is not None and (boundary is None or inside(found, boundary)):
+                if found not in out:
+                    out.append(found)
+                break
+        if len(out) >= MAX_MODULES:
+            break
+    return out
+
+
+def _imported_data_path(entry: Entry, tree: ast.Module, root: Path, boundary: Path | None) -> None:
+    """The pad token and the tokenizer call, when the entry point leaves them to the project
+    modules it imports (DeepSpeed-Chat's ``load_hf_tokenizer``, ``create_prompt_dataset``)."""
+    for path in project_modules(tree, root, boundary):
+        try:
+            code = read_code(path, _shown(path, root))
+        except ConfigLoadError:
+            continue
+        if entry.pad_token_set is None:
+            entry.pad_token_set = _pad_token_in(code)
+        if entry.tokenize is None:
+            program = read_program(code)
+            for call in program.calls:
+                if (
+                    is_tokenizer_call(call)
+                    and not call.written.endswith("from_pretrained")
+                    and call.kwargs.get("padding") is not None
+                ):
+                    entry.tokenize = call
+                    break
+
+
+def _pad_token_in(code: CodeFile) -> str | None:
+    """Where ``code`` gives a tokenizer a pad token: ``tokenizer.pad_token = ...`` or
+    ``tokenizer.add_special_tokens({"pad_token": ...})``."""
+    for unit in code.units:
+        for node in ast.walk(unit.tree):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    named = (
+                        isinstance(target, ast.Attribute)
+                        and target.attr in ("pad_token", "pad_token_id")
+                    ) or (  # special_tokens_dict["pad_token"] = ... (stanford_alpaca train.py)
+                        isinstance(target, ast.Subscript)
+                        and isinstance(target.slice, ast.Constant)
+                        and target.slice.value == "pad_token"
+                    )
+                    if named:
+                        return f"{ast.unparse(target)} = ... at {code.file}:{node.lineno}"
+            if _gives_pad_token(node):
+                # tokenizer.add_special_tokens({"pad_token": ...}), or a helper handed
+                # dict(pad_token=...)
+                return f"a pad_token special token at {code.file}:{getattr(node, 'lineno', 0)}"
+    return None
 
 
 def _shown(path: Path, root: Path) -> str:
@@ -288,4 +526,5 @@ def _data_path(entry: Entry) -> None:
             entry.collator = ("default", arg.location)
         else:
             kind = collator_kind(arg.value) or collator_kind(ast.unparse(arg.node))
+            kind = kind or _own_collator(entry.code, ast.unparse(arg.node))
             entry.collator = (kind or ast.unparse(arg.node), arg.location)

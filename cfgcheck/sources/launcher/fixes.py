@@ -8,23 +8,11 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources.code.resting import rests_on
 from cfgcheck.sources.launcher import launch_of
 
 if TYPE_CHECKING:
     from cfgcheck.sources.native import Loaded
-
-MEMORY_INPUTS = frozenset(
-    {
-        "data.max_seq_length",
-        "trainer.micro_batch_size",
-        "trainer.precision",
-        "trainer.quantization",
-        "trainer.finetuning",
-        "trainer.gradient_checkpointing",
-        "data.collator",
-        "data.padding",
-    }
-)
 
 
 def _as_flags(fix: Fix) -> Fix:
@@ -46,7 +34,7 @@ def _clears(loaded: Loaded, finding: Finding, fix: Fix, before: set[str]) -> boo
 
     n = launch_of(loaded.native)
     pairs = _pairs(fix.flags)
-    again = read_launch(n.text, n.file, n.origin, [*pairs], dict(n.options))
+    again = read_launch(n.text, n.file, n.origin, [*n.given, *pairs], dict(n.options))
     again.verify = False
     result = check_loaded(_loaded(again, loaded.gpu), verify=False)
     return not result.by_rule(finding.rule) and {f.rule for f in result.errors} <= before
@@ -65,12 +53,20 @@ def _pairs(flags: tuple[str, ...]) -> list[str]:
 
 def finish_fixes(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
     n = launch_of(loaded.native)
-    resting = set(n.unknown_paths)
     before = {f.rule for f in findings if f.severity == "error"}
     out = []
     for f in findings:
-        if resting & set(f.paths) or (f.rule == "gpu-memory" and resting & MEMORY_INPUTS):
+        if rests_on(f, n.unknown_paths):
             continue
+        if f.rule == "gpu-memory" and f.severity == "error" and n.offload:
+            # The estimate keeps optimizer states / weights on the GPU; DeepSpeed's offload
+            # moves them to the host: an over-estimate, never an error on its own.
+            f = dataclasses.replace(
+                f,
+                severity="warning",
+                message=f"{f.message} (not counted: the DeepSpeed config's {n.offload}, which "
+                "moves them off the GPU, so the peak is lower than this)",
+            )
         fixes = [_as_flags(x) for x in f.fixes]
         if f.rule == "ragged-batch":
             f = _ragged(loaded, f)

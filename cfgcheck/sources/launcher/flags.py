@@ -16,12 +16,17 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Finding, Location
 from cfgcheck.sources.launcher import LaunchConfig
 from cfgcheck.sources.launcher.command import Flag, Launch, find_launches, script_flags
-from cfgcheck.sources.launcher.entry import Field, inside, read_entry
+from cfgcheck.sources.launcher.entry import (
+    Field,
+    inside,
+    read_entry,
+    refused_since,
+    release_checks,
+)
 from cfgcheck.sources.launcher.shell import Word, read_script
 
 UNKNOWN_FLAG = "launch-unknown-flag"
 BOTH_PRECISIONS = "launch-fp16-and-bf16"
-SEVERAL_COMMANDS = "launch-several-commands"
 
 
 class NoTrainingRun(ConfigLoadError):
@@ -34,9 +39,10 @@ FALSE = ("false", "0", "no", "n", "f")
 # Flags a transformers release renamed (the installed one refuses the old name):
 # evaluation_strategy -> eval_strategy (transformers 4.41 deprecated it, 4.46 removed it);
 # warmup_ratio -> warmup_steps, where a float in [0, 1) is the ratio (training_args.py of 5.x).
+# Which release refuses the old name comes from the generated tables (entry.refused_since).
 RENAMED = {
-    "evaluation_strategy": ("eval_strategy", "since transformers 4.46"),
-    "warmup_ratio": ("warmup_steps", "in transformers 5 (a float in [0, 1) is the ratio)"),
+    "evaluation_strategy": ("eval_strategy", ""),
+    "warmup_ratio": ("warmup_steps", "(a float in [0, 1) is the ratio)"),
 }
 
 
@@ -45,6 +51,7 @@ def read_launch(
 ) -> LaunchConfig:
     # Overrides without "=" are the script's own arguments ($1, $2...); the others are flags
     # appended to the training command.
+    given = tuple(overrides)
     args = [o for o in overrides if "=" not in o and not o.startswith("-")]
     overrides = [o for o in overrides if o not in args]
     parsed = read_script(text, shown, args)
@@ -54,15 +61,29 @@ def read_launch(
             f"{shown}: no training command found: no torchrun, deepspeed, accelerate launch "
             "or python command that starts a .py entry point; nothing to check"
         )
-    launch = launches[0]
+    index = int(opts.get("launch_index", "0"))
+    if index >= len(launches):
+        raise ConfigLoadError(f"{shown}: no training command number {index + 1}")
+    launch = launches[index]
     root = Path(opts["cwd"]) if opts.get("cwd") else _root(script, launch)
     entry_path = _entry_path(launch, root, shown)
     from cfgcheck.locations import display_path
 
-    entry = read_entry(entry_path, display_path(entry_path), root)
+    # A script given as text (the service) shows its entry point relative to its folder.
+    entry_shown = display_path(entry_path) if script else _relative(entry_path, root)
+    boundary = root if opts.get("confined") else None  # the service: nothing above --cwd
+    version = opts.get("transformers_version")
+    entry = read_entry(entry_path, entry_shown, root, boundary, version)
     native = LaunchConfig("launch", shown, {}, {}, origin=script, text=text)
     native.options = {k: v for k, v in opts.items() if v}
     native.launch, native.entry, native.root = launch, entry, root
+    # CUDA_VISIBLE_DEVICES as the command runs with it: a prefix on the command, else the
+    # script's own assignment or export (the shell it was run from is not known).
+    visible = launch.command.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None and "CUDA_VISIBLE_DEVICES" in parsed.variables:
+        visible = parsed.variables["CUDA_VISIBLE_DEVICES"][0]
+    native.visible_devices = visible
+    native.given = given
     native.launch_flags = [w for f in launch.flags for w in _argv(f)]
     for name, spec in entry.fields.items():
         native.defaults[name] = (spec.default, spec.where)
@@ -72,22 +93,10 @@ def read_launch(
         if word.unknown and name.replace("-", "_") in counts:
             native.unknown[f"launcher.{name}"] = f"{word.unknown} ({shown}:{word.line})"
             native.where[f"launcher.{name}"] = Location(shown, word.line)
-    if len(launches) > 1:
-        lines = ", ".join(str(x.line) for x in launches)
-        native.where["launch.commands"] = Location(shown, launches[1].line)
-        native.problems.append(
-            Finding(
-                SEVERAL_COMMANDS,
-                "info",
-                ("launch.commands",),
-                f"{shown} starts {len(launches)} training commands (lines {lines}): the "
-                f"first, at line {launch.line}, is the one checked",
-                "check the others by giving each its own script",
-            )
-        )
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
-    if native.data.get("fp16") is True and native.data.get("bf16") is True:
+    both = native.data.get("fp16") is True and native.data.get("bf16") is True
+    if both and "fp16_and_bf16" in release_checks(entry.transformers_version):
         # transformers training_args.py TrainingArguments.__post_init__ (5.24: line 1785)
         native.problems.append(
             Finding(
@@ -101,6 +110,13 @@ def read_launch(
             )
         )
     return native
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.name
 
 
 def _argv(flag: Flag) -> list[str]:
@@ -220,8 +236,11 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
         entry = native.entry
         version = entry.transformers_version if entry else ""
         if renamed is not None and renamed[0] in fields:
+            since = refused_since(flag.name, version) or f"refused by transformers {version}"
+            note = f" {renamed[1]}" if renamed[1] else ""
             hints.append(
-                f"--{flag.name} is --{renamed[0]} {renamed[1]} (installed: {version or 'unknown'})"
+                f"--{flag.name} is --{renamed[0]}{note}: {since}; this check is against "
+                f"transformers {version or 'unknown'}"
             )
             continue
         close = difflib.get_close_matches(flag.name, list(fields), n=1)

@@ -46,21 +46,6 @@ GROUPS = (
     "lightning",
 )
 UNKNOWN_RULE = "python-unknown-value"
-# What the memory estimate is computed from: an estimate resting on an unknown one is left out.
-MEMORY_INPUTS = frozenset(
-    {
-        "data.max_seq_length",
-        "trainer.micro_batch_size",
-        "trainer.precision",
-        "trainer.quantization",
-        "trainer.finetuning",
-        "trainer.gradient_checkpointing",
-        "trainer.lora.rank",
-        "trainer.lora.targets",
-        "data.collator",
-        "data.padding",
-    }
-)
 # Colab's runtime types (notebook metadata ``colab.gpuType``) as cfgcheck's GPU table names
 # them: Colab's A100 runtime has 40 GB, its V100 16 GB (Colab's runtime type menu).
 COLAB_GPUS = {"A100": "A100-40GB", "V100": "V100-16GB"}
@@ -257,13 +242,9 @@ def finish(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
     native = loaded.native
     if not isinstance(native, CodeConfig):
         return findings
-    resting = set(native.unknown_paths)
-    kept = [
-        f
-        for f in findings
-        if f.rule == UNKNOWN_RULE
-        or not (resting & set(f.paths) or (f.rule == "gpu-memory" and resting & MEMORY_INPUTS))
-    ]
+    from cfgcheck.sources.code.resting import rests_on
+
+    kept = [f for f in findings if f.rule == UNKNOWN_RULE or not rests_on(f, native.unknown_paths)]
     return with_edits(loaded, kept) if native.verify else kept
 
 

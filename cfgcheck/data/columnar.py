@@ -1,0 +1,162 @@
+"""Columnar data files: Parquet, Arrow IPC (the file format, Feather v2, and the stream format
+Hugging Face ``datasets`` writes), and a folder saved by ``datasets``' ``save_to_disk``, all
+read with pyarrow (the ``data`` extra) directly, without importing ``datasets``.
+
+A ``save_to_disk`` folder holds ``dataset_info.json``, ``state.json`` and ``data-*.arrow``
+shards; ``state.json``'s ``_data_files`` lists the shards in dataset order (datasets/
+arrow_dataset.py, ``Dataset.save_to_disk`` and ``load_from_disk``). Other ``.arrow`` files in
+such a folder (``cache-*.arrow`` left by ``map``) are not the dataset and are not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cfgcheck.safeio import UnsafeInput, load_file, shown
+
+if TYPE_CHECKING:
+    from cfgcheck.data.records import Chunk
+    from cfgcheck.schema.data import DataConfig
+
+Keep = Callable[[int], bool]
+Render = Callable[[Mapping[str, Any]], str]
+
+
+def saved_dataset_files(folder: Path) -> list[Path] | None:
+    """The Arrow shards of a ``save_to_disk`` folder in dataset order; None when ``folder``
+    is not one. Raises :class:`~cfgcheck.data.records.DataReadError`."""
+    from cfgcheck.data.records import DataReadError
+
+    if (folder / "dataset_dict.json").is_file():
+        splits = sorted(p.name for p in folder.iterdir() if (p / "state.json").is_file())
+        raise DataReadError(
+            f"data folder {shown(folder)} is a DatasetDict saved by datasets: point data.paths "
+            f"at one split's folder ({', '.join(shown(folder / s) for s in splits) or 'none'})"
+        )
+    state = folder / "state.json"
+    if not (state.is_file() and (folder / "dataset_info.json").is_file()):
+        return None
+    try:
+        data = load_file(state)
+    except UnsafeInput as e:
+        raise DataReadError(f"{e}") from e
+    files = data.get("_data_files") if isinstance(data, dict) else None
+    if not isinstance(files, list) or not all(
+        isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files
+    ):
+        raise DataReadError(f"{shown(state)}: no _data_files list of {{filename}} entries")
+    out = []
+    for f in files:
+        name = Path(f["filename"])
+        if name.is_absolute() or ".." in name.parts:
+            raise DataReadError(f"{shown(state)}: data file {name} lies outside the folder")
+        out.append(folder / name)
+    if not out:
+        raise DataReadError(f"{shown(state)} lists no data file")
+    return out
+
+
+def _pyarrow(path: Path) -> Any:
+    from cfgcheck.data.records import DataReadError
+
+    try:
+        import pyarrow as pa  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise DataReadError(f"reading {path} needs pyarrow: install cfgcheck[data]") from e
+    return pa
+
+
+def _open_arrow(path: Path) -> tuple[Any, int, Iterator[Any]]:
+    """(schema, rows or -1 when unknown, record batches) of an Arrow IPC file or stream."""
+    pa = _pyarrow(path)
+    source = pa.memory_map(str(path), "r")
+    try:
+        reader = pa.ipc.open_file(source)
+    except pa.ArrowInvalid:  # not the file format: the stream format datasets writes
+        source.seek(0)
+        stream = pa.ipc.open_stream(source)
+        return stream.schema, -1, iter(stream)
+    rows = sum(reader.get_record_batch(i).num_rows for i in range(reader.num_record_batches))
+    return reader.schema, rows, (reader.get_batch(i) for i in range(reader.num_record_batches))
+
+
+def columnar_chunks(
+    path: Path, fmt: str, data: DataConfig, render: Render, size: int, keep: Keep | None
+) -> Iterator[Chunk]:
+    """The rendered records of a Parquet or Arrow file, ``size`` at a time; record numbers
+    (``Chunk.first`` / ``lines``) count rows from 1. ``keep(row)``: the rows sampled."""
+    from cfgcheck.data.records import DataReadError
+
+    what = "Parquet" if fmt == "parquet" else "Arrow"
+    try:
+        if fmt == "parquet":
+            _pyarrow(path)
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+            pf = pq.ParquetFile(path)
+            schema, rows = pf.schema_arrow, pf.metadata.num_rows
+            batches: Iterator[Any] = pf.iter_batches(batch_size=size)
+        else:
+            schema, rows, batches = _open_arrow(path)
+    except DataReadError:
+        raise
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError on a bad file
+        raise DataReadError(f"{path} is not a readable {what} file: {_one_line(e)}") from e
+    try:
+        yield from _batches(path, schema.names, rows, batches, data, render, size, keep)
+    except DataReadError:
+        raise
+    except Exception as e:  # a corrupt page or batch surfaces mid-read (ArrowInvalid, OSError)
+        raise DataReadError(f"{path} is not a readable {what} file: {_one_line(e)}") from e
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
+
+
+def _batches(
+    path: Path,
+    columns: list[str],
+    rows: int,
+    batches: Iterator[Any],
+    data: DataConfig,
+    render: Render,
+    size: int,
+    keep: Keep | None,
+) -> Iterator[Chunk]:
+    from cfgcheck.data.records import Chunk, DataReadError, fail_render
+
+    field = data.messages_field or (data.text_field if data.template is None else None)
+    if field is not None and field not in columns:
+        which = "data.messages_field" if data.messages_field else "data.text_field"
+        raise DataReadError(f"{path}: no column {field!r} ({which}); columns: {', '.join(columns)}")
+    what = (
+        "data.template"
+        if field is None
+        else f"data.{'messages_field' if data.messages_field else 'text_field'}"
+    )
+    file_size = path.stat().st_size
+    number = 0
+    for batch in batches:
+        for start in range(0, batch.num_rows, size):
+            part = batch.slice(start, size)
+            picked = [i for i in range(part.num_rows) if keep is None or keep(number + i + 1)]
+            if data.template is None and not data.messages_field:
+                values = part.column(field).to_pylist()
+                texts = ["" if values[i] is None else str(values[i]) for i in picked]
+            else:
+                records = part.to_pylist()
+                texts = []
+                for i in picked:
+                    try:
+                        texts.append(render(records[i]))
+                    except (KeyError, ValueError, IndexError, AttributeError, TypeError) as e:
+                        raise fail_render(path, number + i + 1, e, what) from e
+            lines = [number + i + 1 for i in picked]
+            number += part.num_rows
+            done = int(file_size * number / rows) if rows > 0 else 0
+            if texts:
+                yield Chunk(path, lines[0], texts, done, lines, number)
+    yield Chunk(path, number + 1, [], file_size, [], number)
