@@ -55,8 +55,9 @@ CASES = settings(
 GB = 1 << 30
 DEMO_TOKENIZER = REPO / "assets" / "demo-tokenizer"
 CLASSES = ("huge-int", "interpolation", "file", "outside-link", "control")
-# Service routes a body is posted to; the web page joins when it exists.
-SERVICE_ENDPOINTS = ("/v1/validate",)
+# Service routes a body is posted to: the JSON API, and the web page's form (the same config
+# pasted as text, form-urlencoded; the page answers 200 with the refusal shown on it).
+SERVICE_ENDPOINTS = ("/v1/validate", "/")
 
 
 # --- the classes ------------------------------------------------------------------------------
@@ -352,14 +353,22 @@ def test_service(cls: str, endpoint: str, served: tuple[str, Path, Any]) -> None
         case, body_of = drawn
         project = Path(tempfile.mkdtemp(dir=root))
         body = body_of(project)
-        r = httpx.post(
-            url + endpoint, content=body, headers={"content-type": "application/json"}, timeout=60
-        )
+        if endpoint == "/":
+            from urllib.parse import urlencode
+
+            form = {"mode": "paste", "format": "cfgcheck", "config": body.decode()}
+            body = urlencode(form).encode()
+            kind = "application/x-www-form-urlencoded"
+        else:
+            kind = "application/json"
+        r = httpx.post(url + endpoint, content=body, headers={"content-type": kind}, timeout=60)
         status, out = r.status_code, r.text
         assert proc.poll() is None, f"{case}: the server died"
         assert status == 200 or 400 <= status < 500, f"{case}: {status}\n{out[-3000:]}"
         assert SECRET not in out, f"{case}: outside content in the reply"
         assert str(root.parent) not in out.replace(str(project), "") or status == 200
+        if endpoint == "/":  # an HTML page: a refusal is shown on a 200
+            return
         if case.cls in ("interpolation", "outside-link"):
             assert status != 200, f"{case}: accepted\n{out[-3000:]}"
         if case.cls == "file":  # refused, or a verdict naming the file unreadable
