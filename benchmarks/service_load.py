@@ -23,6 +23,14 @@ ratios with the ones the docs quote). ``--quick``: 16 clients, 3 s per scenario.
   errors (any non-200), and what the attack requests were answered (status counts).
   ``--attacks`` picks the hostile bodies; ``--repo DIR`` serves another checkout (e.g. the
   tree before a fix) for before/after figures.
+* ``attackers`` (issue 25): one row per hostile *class* (huge integers, interpolations,
+  oversized and non-regular files, links to outside files, control characters, 19,000 unknown
+  keys, 128 long list overrides, ``Expect: 100-continue`` with no body): ``--attackers``
+  clients send that class in a loop while the others send the valid config; the valid
+  requests' p99 is compared with the idle figure (no attackers, measured first): the goal is
+  within 2x. The server runs in a scratch project (a copy of conf/, the hostile files, a
+  secret outside it that must never appear in a reply). ``--scenarios attackers`` runs it
+  alone.
 
 The clients run on the same machine as the server, so they share its CPU. Loopback only;
 every loop ends after ``--duration`` seconds.
@@ -62,7 +70,12 @@ def cores() -> int:
 
 
 def start_server(
-    port: int, workers: int, repo: Path = REPO, threads: int = 4, timeout: float = 10.0
+    port: int,
+    workers: int,
+    repo: Path = REPO,
+    threads: int = 4,
+    timeout: float = 10.0,
+    cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """``cfgcheck serve --workers WORKERS --threads THREADS --timeout TIMEOUT``, once every
     worker answers."""
@@ -70,7 +83,7 @@ def start_server(
     command = [sys.executable, "-m", "cfgcheck", "serve", "--port", str(port)]
     command += ["--workers", str(workers), "--threads", str(threads), "--timeout", str(timeout)]
     proc = subprocess.Popen(
-        command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, cwd=cwd or repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     import httpx
 
@@ -226,6 +239,221 @@ async def adversarial(
     }
 
 
+SECRET = "SECRET-benchmark-outside-content"
+
+
+def attacker_classes(project: Path, config: dict[str, Any]) -> dict[str, list[Any]]:
+    """Hostile requests by class: JSON bodies (dicts), or ``"expect-100"`` (a raw request
+    announcing a body it never sends). Files are created in ``project`` (the server's root)
+    and a secret beside it."""
+    import copy
+    import json
+
+    outside = project.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "secret.json").write_text(json.dumps({"name": SECRET}))
+    (project / "link.json").symlink_to(outside / "secret.json")
+    (project / "linked").mkdir()
+    (project / "linked" / "config.json").symlink_to(outside / "secret.json")
+    with (project / "big.json").open("wb") as f:
+        f.truncate(2_500_000_000)
+    os.mkfifo(project / "pipe.json")
+
+    def with_(section: str, key: str, value: Any) -> dict[str, Any]:
+        body = copy.deepcopy(config)
+        (body.setdefault(section, {}) if section else body)[key] = value
+        return body
+
+    big = 2**63 - 1
+    unknown = copy.deepcopy(config)
+    unknown["model"].update({f"unknown_key_{i}": i for i in range(19_000)})
+    nested = {
+        "name": ["${a" + str(i) + "}" for i in range(10)],
+        **{f"a{i}": ["${b}"] * 10 for i in range(10)},
+    }
+    return {
+        # Not an attack: the attackers send the valid config too. The load they add to a box
+        # whose cores the clients share, for comparison with the rows below.
+        "(4 more valid)": [config],
+        "huge-int": [
+            with_("model", k, big) for k in ("n_layer", "d_model", "vocab_size", "block_size")
+        ]
+        + [with_("trainer", "micro_batch_size", big)],
+        "interpolation": [
+            {**config, **nested},
+            with_("data", "template", "${" * 300 + "a" + "}" * 300),
+        ],
+        "file": [
+            with_("tokenizer", "path", p)
+            for p in ("big.json", "pipe.json", "/proc/self/pagemap", "/dev/zero")
+        ],
+        "outside-link": [
+            with_("tokenizer", "path", "link.json"),
+            with_("model", "pretrained", "linked"),
+        ],
+        "control": [
+            with_("tokenizer", "path", "a\x00b\n::error::%0A"),
+            with_("", "name", "\x1b[2J\r\n::error::"),
+            with_("tokenizer", "path", "\ud800"),
+        ],
+        "unknown-keys": [unknown],
+        "overrides-128": [
+            {"overrides": [f"+x{i}=[" + ",".join(["ab"] * 330) + "]" for i in range(128)]}
+        ],
+        "expect-100": ["expect-100"],
+    }
+
+
+async def attacked(
+    url: str,
+    valid: dict[str, Any],
+    payloads: list[Any],
+    clients: int,
+    attackers: int,
+    duration: float,
+) -> dict[str, Any]:
+    """Valid clients and ``attackers`` sending ``payloads`` round-robin; valid latencies."""
+    import json
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    latencies: list[float] = []
+    errors = 0
+    answered: dict[str, int] = {}
+    leaked = False
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    parts = urlsplit(url)
+
+    async def expect_100() -> str:
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        writer.write(
+            f"POST {parts.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Expect: 100-continue\r\nContent-Length: 500\r\n\r\n".encode()
+        )
+        await writer.drain()
+        try:
+            data = await asyncio.wait_for(reader.read(), timeout=duration + 15)
+        except TimeoutError:
+            data = b"held"
+        writer.close()
+        answers = [line.split()[1] for line in data.split(b"\r\n") if line.startswith(b"HTTP/1.1")]
+        return "/".join(a.decode() for a in answers) or "closed"
+
+    # Encoded once (ASCII: a lone surrogate escaped), so the attackers' serialization does not
+    # block the event loop the valid clients' timings run in.
+    encoded = {id(p): json.dumps(p).encode() for p in payloads if p != "expect-100"}
+    kind = "application/json"
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        await client.post(url, json=valid)
+        end = time.perf_counter() + duration
+
+        async def good() -> None:
+            nonlocal errors
+            while time.perf_counter() < end:
+                start = time.perf_counter()
+                try:
+                    r = await client.post(url, json=valid)
+                    ok = r.status_code == 200 and "findings" in r.json()
+                except httpx.HTTPError:
+                    ok = False
+                latencies.append(time.perf_counter() - start)
+                errors += not ok
+
+        async def bad(offset: int) -> None:
+            nonlocal leaked
+            for i in itertools.count(offset):
+                if time.perf_counter() >= end:
+                    return
+                payload = payloads[i % len(payloads)]
+                try:
+                    if payload == "expect-100":
+                        key = await expect_100()
+                    else:
+                        r = await client.post(
+                            url, content=encoded[id(payload)], headers={"content-type": kind}
+                        )
+                        key = str(r.status_code)
+                        leaked = leaked or SECRET in r.text
+                except httpx.HTTPError as e:
+                    key = type(e).__name__
+                answered[key] = answered.get(key, 0) + 1
+
+        began = time.perf_counter()
+        await asyncio.gather(
+            *(good() for _ in range(clients - attackers)), *(bad(i) for i in range(attackers))
+        )
+        elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "rps": len(latencies) / elapsed,
+        "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
+        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
+        if latencies
+        else float("nan"),
+        "errors": errors,
+        "attacks": answered,
+        "leaked": leaked,
+    }
+
+
+def run_attackers(args: argparse.Namespace, config: dict[str, Any], workers: int) -> bool:
+    """The ``attackers`` table; True when every class kept p99 within 2x and nothing leaked."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="cfgcheck-attack-") as tmp:
+        project = Path(tmp) / "project"
+        shutil.copytree(REPO / "conf", project / "conf")
+        classes = attacker_classes(project, config)
+        if args.attacks != "all":
+            classes = {k: v for k, v in classes.items() if k in args.attacks.split(",")}
+        port = free_port()
+        server = start_server(
+            port, workers, args.repo.resolve(), args.threads, args.server_timeout, cwd=project
+        )
+        url = f"http://127.0.0.1:{port}/v1/validate"
+        try:
+            idle = asyncio.run(
+                attacked(url, config, [], args.clients - args.attackers, 0, args.duration)
+            )
+            rows = {
+                name: asyncio.run(
+                    attacked(url, config, payloads, args.clients, args.attackers, args.duration)
+                )
+                for name, payloads in classes.items()
+            }
+            alive = server.poll() is None
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+    print(
+        f"attackers: {args.clients - args.attackers} valid clients (+{args.attackers} attackers "
+        f"per class), {args.duration:g} s per row, {workers} worker(s) of {args.threads} "
+        f"validation threads; load average {os.getloadavg()[0]:.1f}; "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()} (clients share the machine)"
+    )
+    print(
+        f"{'class':<15}{'valid req':>10}{'p50 ms':>9}{'p99 ms':>9}{'x idle':>8}{'errors':>7}"
+        "  answers"
+    )
+    print(
+        f"{'(idle)':<15}{idle['requests']:>10}{idle['p50']:>9.1f}{idle['p99']:>9.1f}{1.0:>8.2f}{idle['errors']:>7}"
+    )
+    good = alive and not idle["errors"]
+    for name, r in rows.items():
+        ratio = r["p99"] / idle["p99"]
+        good = good and ratio <= 2 and not r["errors"] and not r["leaked"]
+        answers = ", ".join(f"{k}: {v}" for k, v in sorted(r["attacks"].items()))
+        leak = "  LEAKED" if r["leaked"] else ""
+        print(
+            f"{name:<15}{r['requests']:>10}{r['p50']:>9.1f}{r['p99']:>9.1f}{ratio:>8.2f}"
+            f"{r['errors']:>7}  {answers}{leak}"
+        )
+    print(f"server {'alive' if alive else 'DEAD'} after the run; goal: valid p99 within 2x idle")
+    return good
+
+
 def run_scenarios(
     args: argparse.Namespace,
     workers: int,
@@ -326,6 +554,10 @@ def main() -> None:
         "compose": lambda: {"overrides": ["data.max_seq_length=3063"]},
         "compose-new": lambda: {"overrides": ["data.max_seq_length=3063", f"seed={next(seeds)}"]},
     }
+    if chosen == {"attackers"}:
+        if not run_attackers(args, config, counts[-1]):
+            sys.exit("an attack class slowed valid clients past 2x, failed them or leaked")
+        return
 
     def adversarial_run(url: str) -> dict[str, Any]:
         return asyncio.run(
@@ -366,6 +598,8 @@ def main() -> None:
             f"attack answers {dict(sorted(r['attacks'].items()))}; server "
             f"{'alive' if r['alive'] else 'DEAD'} after the run"
         )
+    if "attackers" in chosen and not run_attackers(args, config, counts[-1]):
+        sys.exit("an attack class slowed valid clients past 2x, failed them or leaked")
     if any(r["errors"] for rows in runs.values() for r in rows.values()):
         sys.exit("errors under load")
 

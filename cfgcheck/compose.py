@@ -130,9 +130,13 @@ def compose(
         with hydra_session(config_dir, config_name) as name:
             from hydra import compose as hydra_compose
 
-            return hydra_compose(config_name=name, overrides=plain_overrides(overrides))
+            cfg = hydra_compose(config_name=name, overrides=plain_overrides(overrides))
     except compose_errors(*INPUT_ERRORS) as e:
         raise ConfigLoadError(override_error(e)) from e
+    from cfgcheck.interpolation_cost import check_composed
+
+    check_composed(cfg, f"{name}.yaml composed with its overrides")  # before anything resolves
+    return cfg
 
 
 def override_error(e: BaseException) -> str:

@@ -67,6 +67,87 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 _MAX_CONFIG_FILES = 10_000
 
+# -- size caps per kind of file -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileCap:
+    """The most bytes cfgcheck reads from one file of a kind, and the environment variable
+    that changes it (``CFGCHECK_MAX_<KIND>_BYTES``, a number of bytes)."""
+
+    kind: str
+    default: int
+    what: str
+
+    @property
+    def env(self) -> str:
+        return "CFGCHECK_MAX_" + self.kind.upper().replace("-", "_") + "_BYTES"
+
+    def limit(self) -> int:
+        raw = os.environ.get(self.env, "").strip()
+        if raw.isdigit() and int(raw) > 0:
+            return int(raw)
+        return self.default
+
+
+_MIB = 1 << 20
+# The largest real files of each kind, for scale: a config.json of a few KiB (id2label tables
+# stay under 1 MiB); Gemma 3's tokenizer.json 33 MiB and its tokenizer_config.json 1.2 MiB;
+# SentencePiece models of 0.5 to 5 MiB; a million-token training sample about 4 MiB of text.
+# Tokenizing costs about 300 bytes of memory per character of one record (measured with
+# ``tokenizers`` on CPU), so the record cap bounds the data scan's memory too.
+CAPS: dict[str, FileCap] = {
+    cap.kind: cap
+    for cap in (
+        FileCap("config", 4 * _MIB, "a config file (YAML, JSON, TOML, a native config)"),
+        FileCap("model-config", 4 * _MIB, "a model folder's config file"),
+        FileCap("tokenizer", 64 * _MIB, "a tokenizer.json or tokenizer side file"),
+        FileCap("sentencepiece", 32 * _MIB, "a SentencePiece tokenizer.model or vocabulary"),
+        FileCap("record", 4 * _MIB, "one dataset record (a JSONL or text line, a rendered sample)"),
+        FileCap("json-array", 512 * _MIB, "a dataset file holding one JSON array"),
+    )
+}
+
+
+def cap(kind: str) -> int:
+    """The byte cap of ``kind`` (see :data:`CAPS`), its environment variable applied."""
+    return CAPS[kind].limit()
+
+
+def over_cap(kind: str, size: int, where: str) -> UnsafeInput:
+    """The refusal of ``size`` bytes of ``kind`` (one line naming the cap and its variable)."""
+    c = CAPS[kind]
+    return UnsafeInput(
+        f"{where} is larger than {c.limit():,} bytes, the cap for {c.what} ({size:,} bytes); "
+        f"not read (set {c.env} to change it)"
+    )
+
+
+def require_capped(path: str | Path, kind: str, *, what: str = "") -> Path:
+    """``path`` when it is a regular file within the cap of ``kind`` (its size as the file
+    system states it: a sparse 2.5 GB file is refused before any byte is read)."""
+    p = require_file(path, what=what)
+    try:
+        size = os.stat(p).st_size
+    except OSError as e:
+        raise UnsafeInput(f"{shown(p)} {_os_reason(p, e)}") from e
+    if size > cap(kind):
+        raise over_cap(kind, size, shown(p))
+    return p
+
+
+def read_capped(path: str | Path, kind: str) -> bytes:
+    """:func:`read_bytes` with the cap of ``kind``; a file over it is refused by its stated
+    size first, so nothing of it is read."""
+    p = require_capped(path, kind)
+    try:
+        return read_bytes(p, cap(kind))
+    except UnsafeInput as e:
+        if "is larger than" in str(e):  # grew (or a /proc file) while it was read
+            raise over_cap(kind, cap(kind) + 1, shown(p)) from None
+        raise
+
+
 # -- paths ------------------------------------------------------------------------------------
 
 
@@ -111,7 +192,22 @@ def path_problem(path: str | Path, *, allow_dir: bool = False) -> str | None:
         return "is not a valid path (it contains a NUL byte)"
     if allow_dir and stat.S_ISDIR(st.st_mode):
         return None
-    return _kind(st.st_mode)
+    kind = _kind(st.st_mode)
+    if kind is None and _pseudo(p):
+        return "is a kernel pseudo-file (/proc, /sys): its size is not what it reads"
+    return kind
+
+
+_PSEUDO_ROOTS = ("/proc/", "/sys/")
+
+
+def _pseudo(p: Path) -> bool:
+    """A file of /proc or /sys (``/proc/self/pagemap`` says 0 bytes and reads gigabytes)."""
+    try:
+        real = os.path.realpath(p)
+    except (OSError, ValueError):
+        return False
+    return real.startswith(_PSEUDO_ROOTS)
 
 
 def shown(path: str | Path) -> str:
@@ -136,9 +232,12 @@ def read_bytes(path: str | Path, limit: int = DEFAULT_LIMITS.max_bytes) -> bytes
     except OSError as e:
         raise UnsafeInput(f"{shown(p)} {_os_reason(p, e)}") from e
     try:
-        reason = _kind(os.fstat(fd).st_mode)  # swapped for a FIFO since the check?
+        st = os.fstat(fd)
+        reason = _kind(st.st_mode)  # swapped for a FIFO since the check?
         if reason:
             raise UnsafeInput(f"{shown(p)} {reason}")
+        if st.st_size > limit:  # a sparse file states its size: nothing of it is read
+            raise UnsafeInput(f"{shown(p)} is larger than {limit} bytes; not read")
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -362,6 +461,11 @@ def check_plain(tree: Any, where: str, limits: Limits = DEFAULT_LIMITS) -> None:
                 f"{where}: nesting deeper than {limits.max_depth} levels (at {path}); not read"
             )
         if isinstance(value, dict):
+            if len(value) > limits.max_keys:  # before its keys are walked one by one
+                raise UnsafeInput(
+                    f"{where}: {path} has {len(value):,} keys, more than {limits.max_keys:,}; "
+                    "not read"
+                )
             for key, child in value.items():
                 if not isinstance(key, str | int | bool) and key is not None:
                     raise UnsafeInput(
@@ -454,8 +558,16 @@ def screen_config_dir(directory: Path, limits: Limits = DEFAULT_LIMITS) -> None:
     """Screen every config file under a Hydra config directory (:func:`config_files`: links
     confined to the directory) before Hydra reads any (Hydra loads them with its own loader,
     unbounded): special files, encodings, and :func:`screen_yaml`'s bounds."""
+    from cfgcheck.interpolation_cost import check_cost
+
+    root = directory.resolve()
     for path in config_files(directory):
-        screen_yaml(read_text(path, limits.max_bytes), shown(path), limits)
+        text = read_text(path, limits.max_bytes)
+        screen_yaml(text, shown(path), limits)
+        if "${" in text:  # Hydra resolves hydra.searchpath and defaults while it composes
+            group = path.resolve().parent.relative_to(root).parts
+            prefixes = tuple(".".join(group[:i]) for i in range(len(group), 0, -1))
+            check_cost(load_yaml_text(text, shown(path), limits), shown(path), prefixes=prefixes)
 
 
 def _raise_walk(e: OSError) -> None:

@@ -21,17 +21,20 @@ from typing import Any
 
 from cfgcheck.data.columnar import Keep, columnar_chunks, saved_dataset_files
 from cfgcheck.data.compressed import CorruptStreamError, is_compressed, open_lines, strip_suffix
-from cfgcheck.safeio import path_problem, shown
+from cfgcheck.safeio import UnsafeInput, cap, path_problem, read_capped, shown
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.template import template_problem
 
 CHUNK = 2048
-CHUNK_BYTES = 8 << 20  # a chunk also ends after this much text: long documents stay bounded
-# One record (a JSONL line, a text line) is read whole before it is tokenized: a file with no
-# newline would otherwise be read into memory at once. No training sample is this long.
-MAX_LINE_BYTES = 32 * 1024**2
-# A JSON array file is parsed whole (as datasets' json loader does): bounded.
-MAX_JSON_ARRAY_BYTES = 512 * 1024**2
+CHUNK_BYTES = 4 << 20  # a chunk also ends after this much text: long documents stay bounded
+# One record (a JSONL line, a text line, a rendered sample) is read whole before it is
+# tokenized, and tokenizing costs about 300 bytes of memory per character: a record over the
+# safeio "record" cap (4 MiB, a million-token sample; CFGCHECK_MAX_RECORD_BYTES) is refused,
+# so a 30 MB line or one 30 MB word is one line and exit 2, not an abort (read at import;
+# scan workers inherit the environment).
+MAX_LINE_BYTES = cap("record")
+# A JSON array file is parsed whole (as datasets' json loader does): bounded by the safeio
+# "json-array" cap (512 MiB; CFGCHECK_MAX_JSON_ARRAY_BYTES).
 
 
 class DataReadError(ValueError):
@@ -229,13 +232,34 @@ def shard_chunks(
     render = renderer(data)
     path = shard.path
     if shard.format == "json-array":
-        yield from _json_array(path, render, size, keep)
+        yield from _capped(_json_array(path, render, size, keep))
     elif shard.format == "jsonl":
-        yield from _jsonl(shard, render, size, keep)
+        yield from _capped(_jsonl(shard, render, size, keep))
     elif shard.format in ("parquet", "arrow"):
-        yield from columnar_chunks(path, shard.format, data, render, size, keep)
+        yield from _capped(columnar_chunks(path, shard.format, data, render, size, keep))
     else:
-        yield from _text(shard, size, keep)
+        yield from _capped(_text(shard, size, keep))
+
+
+def _line_cap() -> int:
+    return MAX_LINE_BYTES
+
+
+def _capped(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """``chunks`` with every rendered text within the record cap: a template, a JSON array
+    record or a Parquet cell can render a text longer than any line read."""
+    limit = _line_cap()
+    for c in chunks:
+        for i, text in enumerate(c.texts):
+            if len(text) > limit:
+                line = c.lines[i] if c.lines else c.first + i
+                raise at(
+                    c.file,
+                    line,
+                    f"the record renders to more than {limit:,} characters: not one sample "
+                    "(CFGCHECK_MAX_RECORD_BYTES changes the cap)",
+                )
+        yield c
 
 
 def fail_render(path: Path, line: int, e: Exception, what: str) -> DataReadError:
@@ -256,7 +280,7 @@ def _open(shard: Shard) -> Any:
     f = shard.path.open("rb")
     if shard.start:
         f.seek(shard.start - 1)
-        f.readline(MAX_LINE_BYTES + 1)  # the line that starts before the range is not ours
+        f.readline(_line_cap() + 1)  # the line that starts before the range is not ours
     return f
 
 
@@ -275,19 +299,20 @@ def _line_chunks(
     try:
         with _open(shard) as f:
             pos = f.tell() if not shard.compressed else 0
+            limit = _line_cap()
             while shard.end is None or pos < shard.end:
-                raw = f.readline(MAX_LINE_BYTES + 1)
+                raw = f.readline(limit + 1)
                 if not raw:
                     break
                 number += 1
                 offset = pos
                 pos += len(raw)
-                if len(raw) > MAX_LINE_BYTES:
+                if len(raw) > limit:
                     raise at(
                         path,
                         number,
-                        f"the line is longer than {MAX_LINE_BYTES:,} bytes: not one sample "
-                        "per line",
+                        f"the line is longer than {limit:,} bytes: not one sample per line "
+                        "(CFGCHECK_MAX_RECORD_BYTES changes the cap)",
                     )
                 done += len(raw)
                 if not raw.strip() or (keep is not None and not keep(offset)):
@@ -348,12 +373,15 @@ def _json_array(
     what = _what(render)
     try:
         total = path.stat().st_size
-        if total > MAX_JSON_ARRAY_BYTES:
+        if total > cap("json-array"):
             raise DataReadError(
-                f"{path}: a JSON array file over {MAX_JSON_ARRAY_BYTES // 1024**2} MiB is not "
-                "read whole; convert it to JSONL (one record a line)"
+                f"{path}: a JSON array file over {cap('json-array') // 1024**2} MiB is not "
+                "read whole; convert it to JSONL (one record a line) "
+                "(CFGCHECK_MAX_JSON_ARRAY_BYTES changes the cap)"
             )
-        raw = path.read_bytes()
+        raw = read_capped(path, "json-array")
+    except UnsafeInput as e:
+        raise DataReadError(str(e)) from e
     except OSError as e:
         raise DataReadError(f"cannot read {path}: {e.strerror or e}") from e
     try:

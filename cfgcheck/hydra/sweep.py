@@ -368,6 +368,14 @@ class SweepChecker:
             return override_error(e)
         with open_dict(cfg):
             del cfg["hydra"]
+        from cfgcheck.errors import ConfigLoadError
+        from cfgcheck.interpolation_cost import check_composed
+
+        try:  # before anything resolves it (cfgcheck.interpolation_cost)
+            shown = f"{self._name}.yaml" + (f" with {' '.join(overrides)}" if overrides else "")
+            check_composed(cfg, shown)
+        except ConfigLoadError as e:
+            return str(e)
         return cfg
 
 

@@ -34,9 +34,10 @@ class ConfigFile:
 
 
 def read_text(path: Path) -> str:
-    """The UTF-8 text of ``path``, at most :data:`MAX_BYTES` (the one reading function)."""
+    """The UTF-8 text of ``path``, within the safeio "model-config" cap (:data:`MAX_BYTES`
+    unless ``CFGCHECK_MAX_MODEL_CONFIG_BYTES`` says otherwise; the one reading function)."""
     try:
-        return safeio.read_text(path, MAX_BYTES)
+        return safeio.decode(safeio.read_capped(path, "model-config"), safeio.shown(path))
     except safeio.UnsafeInput as e:
         raise ModelFolderError(str(e)) from e
 

@@ -92,10 +92,11 @@ def cached_snapshot(hub_id: str, cache: Path | None = None) -> Path | None:
     """The snapshot folder of ``hub_id``'s ``main`` revision in the local cache, if any."""
     repo = (cache or hub_cache_dir()) / ("models--" + hub_id.replace("/", "--"))
     ref = repo / "refs" / "main"
-    try:
-        with ref.open("rb") as f:
-            commit = f.read(64).decode("ascii", errors="replace").strip()
-    except OSError:
+    from cfgcheck.safeio import UnsafeInput, read_bytes
+
+    try:  # bounded, regular files only: a FIFO named refs/main is never opened
+        commit = read_bytes(ref, 4096).decode("ascii", errors="replace").strip()
+    except (OSError, UnsafeInput):
         return None
     if not _COMMIT.match(commit):
         return None

@@ -179,6 +179,10 @@ def find_file(start: Path | None = None) -> Path | None:
 
 
 def _has_table(pyproject: Path) -> bool:
+    from cfgcheck.safeio import path_problem
+
+    if path_problem(pyproject):  # a FIFO or device named pyproject.toml is never opened
+        return False
     try:
         with pyproject.open("rb") as f:
             head = f.read(2_000_000)

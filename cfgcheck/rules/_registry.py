@@ -148,6 +148,7 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
     reused for a config whose sections that rule reads have the same contents. Not while a
     native source limits the fixes (:func:`cfgcheck.fixcheck.expressible_only`), and never for
     a team's rule (it may read anything)."""
+    from cfgcheck.budget import check as check_budget
     from cfgcheck.fixcheck import expressible_filter
 
     _plugins()
@@ -156,6 +157,7 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
     shared = scope is not None and expressible_filter() is None
     keys = _Contents(config, scope)
     for r in list(_RULES.values()):
+        check_budget(f"running rule {r.id}")  # a service request's CPU budget (cfgcheck.budget)
         if not r.requires <= valid:
             continue
         if scope is None or not shared or not r.builtin:

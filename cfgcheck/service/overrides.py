@@ -7,6 +7,7 @@ and config-group choices that climb out of the config directory (``model=../../x
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,11 @@ from typing import Any
 from cfgcheck.compose import one_line
 from cfgcheck.service.errors import RequestError
 
+# Hydra's override parser (pure Python, superlinear on lists): ~0.05 s for a 1,000-character
+# list, 0.8 s for 4,000. A request's overrides are bounded in total characters (linear, at
+# once) and in the CPU their screening parse took (it predicts the parse under the lock).
+MAX_TOTAL_CHARS = 4_000
+MAX_PARSE_CPU_S = 0.25
 MAX_KEY_CHARS = 200  # Hydra turns group keys into file names (255 bytes at most)
 
 
@@ -26,12 +32,22 @@ def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
     from cfgcheck.compose import screen_overrides as bound_overrides
     from cfgcheck.errors import ConfigLoadError
 
+    total = sum(len(text) for text in overrides)
+    if total > MAX_TOTAL_CHARS:
+        raise RequestError(
+            422,
+            f"the overrides hold {total:,} characters, over the {MAX_TOTAL_CHARS:,} one request "
+            f"may send (Hydra parses about 20,000 a second, under the compose lock): put long "
+            f"values in a config file",
+        )
     try:
         bound_overrides(overrides)  # lengths and nesting, before Hydra's recursive parser
     except ConfigLoadError as e:
         raise RequestError(422, str(e)) from e
     parser = OverridesParser.create()
+    started = time.thread_time()
     for text in overrides:
+        _parse_budget(started)
         if "${" in text:
             raise RequestError(
                 422,
@@ -45,6 +61,18 @@ def screen_overrides(overrides: Sequence[str], config_dir: Path) -> None:
         reason = _refusal(override, config_dir)
         if reason:
             raise RequestError(422, f"override {text!r} refused: {reason}")
+    _parse_budget(started)
+
+
+def _parse_budget(started: float) -> None:
+    """Hydra parses the overrides again while it composes, under the compose lock: the
+    screen (outside the lock) measures that cost and refuses it before the lock is taken."""
+    if time.thread_time() - started > MAX_PARSE_CPU_S:
+        raise RequestError(
+            422,
+            f"the overrides took more than {MAX_PARSE_CPU_S:g} s of CPU to parse; the service "
+            f"composes under one lock per process: send fewer or shorter values",
+        )
 
 
 def _refusal(override: Any, config_dir: Path) -> str | None:

@@ -98,7 +98,26 @@ def refused_native_paths(
             reason = confinement_problem(value, roots, base)
             if reason:
                 refused.append(f"{key}={value!r} {reason}")
+        elif key == "dataset_dir" and isinstance(value, Mapping):
+            refused += _registry_files(value, roots, base)
     return sorted(refused)
+
+
+def _registry_files(registry: Mapping[str, Any], roots: Sequence[Path], base: Path) -> list[str]:
+    """LLaMA-Factory's registry given inline (``dataset_dir`` as a mapping, which its
+    ``get_dataset_list`` accepts): every ``file_name`` is a file (or folder) the builder
+    looks at and lists (cfgcheck.sources.llamafactory_files.local_files), so each is
+    confined, its folder's entries too, before the builder runs."""
+    from cfgcheck.safeio import confinement_problem
+
+    refused = []
+    for name, entry in registry.items():
+        file_name = entry.get("file_name") if isinstance(entry, Mapping) else None
+        if isinstance(file_name, str):
+            reason = confinement_problem(file_name, roots, base)
+            if reason:
+                refused.append(f"dataset_dir.{name}.file_name={file_name!r} {reason}")
+    return refused
 
 
 def hide_outside(message: str, roots: Sequence[Path]) -> str:

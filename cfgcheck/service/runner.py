@@ -21,7 +21,7 @@ from cfgcheck.safeio import Limits
 from cfgcheck.service.body import parse_body
 from cfgcheck.service.cache import ComposeCache
 from cfgcheck.service.errors import RequestError
-from cfgcheck.service.guards import check_tree, resolver_refused
+from cfgcheck.service.guards import MAX_KEYS_PER_MAPPING, check_tree, resolver_refused
 from cfgcheck.service.interpolation import resolver_paths
 from cfgcheck.service.models import COMPOSE_KEYS, NATIVE_KEY, ComposeRequest
 from cfgcheck.service.overrides import screen_overrides
@@ -59,7 +59,7 @@ class Runner:
             max_depth=settings.max_depth + 1,  # check_tree names the path at max_depth
             max_nodes=settings.max_nodes,
             max_aliases=100,
-            max_keys=settings.max_nodes,
+            max_keys=MAX_KEYS_PER_MAPPING,  # refused while the tree is checked, at once
             max_key_chars=MAX_KEY_CHARS,
         )
         # Hydra's compose API keeps global state: one composition at a time per process.
@@ -79,7 +79,23 @@ class Runner:
         return render(self.check(body, kind, deadline))
 
     def check(self, body: bytes, kind: str, deadline: float | None = None) -> CheckResult:
-        """The verdict of :meth:`run` before it is rendered (the web page renders it too)."""
+        """The verdict of :meth:`run` before it is rendered (the web page renders it too).
+
+        The request runs under a CPU budget of ``request_timeout_s`` seconds of this worker
+        thread's CPU time (:mod:`cfgcheck.budget`), checked wherever the work loops (every
+        rule, every fix check, the interpolation count, the override screen): past it the
+        request is refused with 422 and the worker is free for the next one."""
+        from cfgcheck.budget import BudgetExceeded, cpu_budget
+
+        try:
+            with cpu_budget(self.settings.request_timeout_s, deadline):
+                return self._check(body, kind, deadline)
+        except BudgetExceeded as e:
+            if deadline is not None and time.monotonic() > deadline:
+                raise Past504(504, str(e)) from e
+            raise RequestError(422, str(e)) from e
+
+    def _check(self, body: bytes, kind: str, deadline: float | None) -> CheckResult:
         stage = _Stages(deadline)
         payload = parse_body(body, kind, self.limits)
         stage.check("parsing")

@@ -7,7 +7,6 @@ without a ``tokenizer.json``). transformers is imported here, lazily.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,23 +16,68 @@ from cfgcheck.tokenizer.resolve import TokenizerFileError
 
 def load_auto_tokenizer(path: Path) -> Any:
     """``AutoTokenizer.from_pretrained`` on a tokenizer folder, a ``tokenizer.json`` or a
-    ``tokenizer.model`` (a file named otherwise is copied into a temporary folder as
-    ``tokenizer.model``). Offline (``local_files_only``, ``HF_HUB_OFFLINE``), no remote code."""
+    ``tokenizer.model`` (a file named otherwise is read as ``tokenizer.model``). Offline
+    (``local_files_only``, ``HF_HUB_OFFLINE``), no remote code.
+
+    transformers never opens the user's files: the tokenizer files of the folder are read by
+    :mod:`cfgcheck.safeio` (size caps per kind, regular files only: a sparse 2.5 GB
+    ``tokenizer.model`` or a FIFO beside it is refused) into a private temporary folder, and
+    that folder is what transformers loads."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as e:
-        raise TokenizerFileError(
-            f"reading {path} needs transformers and sentencepiece: install cfgcheck[transformers]"
-        ) from e
-    if path.is_dir():
-        return _load(AutoTokenizer, path, path)
-    if path.name in ("tokenizer.model", "tokenizer.json"):
-        return _load(AutoTokenizer, path.parent, path)
     with tempfile.TemporaryDirectory(prefix="cfgcheck-tok-") as tmp:
-        shutil.copyfile(path, Path(tmp) / "tokenizer.model")
+        if path.is_dir():  # copied (capped) before transformers is even imported
+            _copy_tokenizer_files(path, Path(tmp))
+        elif path.name in ("tokenizer.model", "tokenizer.json"):
+            _copy_tokenizer_files(path.parent, Path(tmp))
+        else:
+            _copy(path, Path(tmp) / "tokenizer.model")
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as e:
+            raise TokenizerFileError(
+                f"reading {path} needs transformers and sentencepiece: install "
+                "cfgcheck[transformers]"
+            ) from e
         return _load(AutoTokenizer, Path(tmp), path)
+
+
+# The files of a tokenizer folder transformers may read (tokenization_utils_base.py's
+# ``vocab_files_names`` of every tokenizer class, the side files, chat templates); weights and
+# anything else in a model folder are never read.
+_TEXT_SUFFIXES = (".json", ".txt", ".jinja")
+_BINARY_SUFFIXES = (".model", ".tiktoken", ".spm")
+_MAX_ENTRIES = 1000
+
+
+def _copy_tokenizer_files(folder: Path, into: Path) -> None:
+    try:
+        with os.scandir(folder) as it:
+            entries = [e for _, e in zip(range(_MAX_ENTRIES + 1), it, strict=False)]
+    except OSError as e:
+        raise TokenizerFileError(f"cannot read {folder}: {e.strerror or e}") from e
+    if len(entries) > _MAX_ENTRIES:
+        raise TokenizerFileError(f"{folder} holds more than {_MAX_ENTRIES} entries")
+    for entry in entries:
+        if entry.name.endswith(_TEXT_SUFFIXES + _BINARY_SUFFIXES) and not entry.name.startswith(
+            "."
+        ):
+            _copy(Path(entry.path), into / entry.name)
+
+
+def _copy(source: Path, target: Path) -> None:
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.safeio import read_capped
+
+    kind = (
+        "sentencepiece"
+        if source.suffix in _BINARY_SUFFIXES or target.suffix == ".model"
+        else "tokenizer"
+    )
+    try:
+        target.write_bytes(read_capped(source, kind))
+    except ConfigLoadError as e:
+        raise TokenizerFileError(str(e)) from e
 
 
 def _load(auto: Any, folder: Path, shown: Path) -> Any:

@@ -130,14 +130,15 @@ def _resolve_cached(p: Path, stamp: tuple[int, ...]) -> ResolvedTokenizer:
 
 def _read_json(path: Path) -> dict[str, Any]:
     from cfgcheck.errors import ConfigLoadError
-    from cfgcheck.safeio import Limits, load_json_text, read_text
+    from cfgcheck.safeio import Limits, cap, decode, load_json_text, read_capped, shown
 
-    try:  # bounded: size and special files (cfgcheck.safeio)
-        text = read_text(path, 64 << 20)
+    try:  # bounded: size (the "tokenizer" cap) and special files (cfgcheck.safeio)
+        text = decode(read_capped(path, "tokenizer"), shown(path))
     except ConfigLoadError as e:
         raise TokenizerFileError(str(e)) from e
     try:  # bounded nesting; NaN and huge ints refused
-        data = load_json_text(text, "it", Limits(max_bytes=64 << 20, max_nodes=10_000_000))
+        limits = Limits(max_bytes=cap("tokenizer"), max_nodes=10_000_000, max_keys=10_000_000)
+        data = load_json_text(text, "it", limits)
     except ConfigLoadError as e:
         raise TokenizerFileError(f"{path} is not valid JSON: {e}") from e
     if not isinstance(data, dict):
@@ -155,13 +156,21 @@ def token_text(value: Any) -> str | None:
 
 
 def load_tokenizers(path: Path) -> Any:
-    """``tokenizers.Tokenizer.from_file`` with a one-line error."""
+    """A ``tokenizers.Tokenizer`` from a ``tokenizer.json``, with a one-line error. The file
+    is read by :mod:`cfgcheck.safeio` (the "tokenizer" size cap, regular files only) and its
+    text handed to ``Tokenizer.from_str``: the library never opens a path itself, so a sparse
+    2.5 GB file or a FIFO named ``tokenizer.json`` is refused before it is read."""
     from tokenizers import Tokenizer
 
+    from cfgcheck.errors import ConfigLoadError
+    from cfgcheck.safeio import decode, read_capped, shown
+
     try:
-        return Tokenizer.from_file(str(path))
-    except OSError as e:
-        raise TokenizerFileError(f"cannot read {path}: {e.strerror or e}") from e
+        text = decode(read_capped(path, "tokenizer"), shown(path))
+    except ConfigLoadError as e:
+        raise TokenizerFileError(str(e)) from e
+    try:
+        return Tokenizer.from_str(text)
     except Exception as e:  # the Rust side raises a plain Exception on malformed files
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TokenizerFileError(f"{path} is not a valid tokenizer.json: {first}") from e
@@ -178,9 +187,11 @@ def _from_tokenizer_json(path: Path, folder: Path | None) -> ResolvedTokenizer:
     section = _padding_section_pad(tk)
     if "pad" not in specials and section is not None:
         specials["pad"] = SpecialToken(section, None, f"{path.name} padding section")
-    for token in [*(s.token for s in specials.values()), *extra]:
+    next_id = max(vocab.values(), default=-1) + 1  # kept, not recomputed: 40k added tokens
+    for token in [*(s.token for s in specials.values()), *extra]:  # stay linear
         if token not in vocab:
-            vocab[token] = max(vocab.values(), default=-1) + 1
+            vocab[token] = next_id
+            next_id += 1
     resolved = {
         name: SpecialToken(s.token, vocab.get(s.token), s.source) for name, s in specials.items()
     }
