@@ -24,7 +24,7 @@ from cfgcheck.data.summary import Summary
 from tests.test_data_scan import make_run, records, write_jsonl
 from tests.test_data_scan_jobs import _comparable
 
-NO_RAY = "Ray is not installed: the optional extra cfgcheck[ray] (part of .[all]; install it or .[all])"
+NO_RAY = "Ray is not installed: the optional extra cfgcheck[ray] (part of .[all])"
 
 
 @pytest.fixture
