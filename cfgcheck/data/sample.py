@@ -4,7 +4,8 @@ Each record is kept or not by a hash of (seed, the file's name, the record's key
 byte offset, a row's number), so the sample is deterministic: the same for any engine, number
 of jobs and shard size, and for the same corpus in any folder or checkout. Records that are
 not kept are not parsed or tokenized. Shares measured on the sample come with a 95 % Wilson
-score interval (Wilson 1927; it stays inside [0, 1] and keeps its coverage for small counts and shares near 0, where the normal interval fails).
+score interval (Wilson 1927; it stays inside [0, 1] and keeps its coverage for small counts
+and shares near 0, where the normal interval fails).
 """
 
 from __future__ import annotations
