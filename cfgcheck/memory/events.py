@@ -201,8 +201,11 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.free(g_nll, logp)
             g_logits = ev.alloc(p * v * tokens)
             ev.free(g_ls)
+            tied = full and m.tie_embeddings and not count_params(m).lm_head
             if full and count_params(m).lm_head:
                 _grad(ev, grads, param_ids[-1], v * m.n_embd * master)
+            elif tied:  # the shared weight's first gradient waits in autograd's input buffer
+                head_grad = ev.alloc(v * m.n_embd * master)
             g_hidden = ev.alloc(p * m.n_embd * tokens)
             ev.free(g_logits, head)
             for i in reversed(range(m.n_layer)):
@@ -226,7 +229,18 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 new = ev.alloc(p * m.n_embd * tokens)
                 ev.free(g_hidden)
                 g_hidden = new
-            if full:
+            if tied:
+                # the embedding's dense gradient, summed out of place with the lm_head's one in
+                # the input buffer of the shared weight's AccumulateGrad (both freed), then
+                # made ``.grad`` or added into it
+                dense = ev.alloc(params[0][1] * master)
+                total = ev.alloc(params[0][1] * master)
+                ev.free(head_grad, dense)
+                if param_ids[0] in grads:
+                    ev.free(total)
+                else:
+                    grads[param_ids[0]] = total
+            elif full:
                 _grad(ev, grads, param_ids[0], params[0][1] * master)
                 for j in range(1 + m.n_layer * per_layer_params, len(params)):
                     if params[j][0] == "norm":
@@ -263,5 +277,7 @@ def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> l
 
 
 def _grad(ev: Seq, grads: dict[int, int], param: int, nbytes: int) -> None:
-    if param not in grads:  # accumulation adds into the gradient that exists
+    if param not in grads:  # the first gradient becomes ``.grad``
         grads[param] = ev.alloc(nbytes)
+    else:  # accumulation: a new gradient, added into ``.grad`` in place, then freed
+        ev.free(ev.alloc(nbytes))
