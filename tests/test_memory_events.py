@@ -173,3 +173,74 @@ def test_cfgcheck_memory_shows_the_simulation(capsys: pytest.CaptureFixture[str]
     assert "allocator simulation ~ reserved" in text
     main(["memory", "--format", "json", "trainer.framework=torchtune"])
     assert json.loads(capsys.readouterr().out)["simulation"] is None  # not covered
+
+
+def _sizes_of(ev: list[tuple[int, int]], keep: set[int]) -> list[int]:
+    """The allocations (+size) and frees (-size) of the sizes in ``keep``, in order."""
+    live: dict[int, int] = {}
+    out = []
+    for i, n in ev:
+        if n > 0:
+            live[i] = n
+            if n in keep:
+                out.append(n)
+        elif n == FREE or n == -1:
+            size = live.pop(i, 0)
+            if size in keep:
+                out.append(-size)
+    return out
+
+
+@pytest.mark.tracer
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_embedding_gradients_are_those_of_the_traced_step(tied: bool) -> None:
+    """A vocabulary x hidden tensor is only a weight or its gradient here (the logits are of
+    another size): the traced step and the generated one make and free them in the same order,
+    with accumulation and checkpointing. Tied, the embedding's dense gradient and the sum of
+    the two gradients (autograd's input buffer) are live with the lm_head's one; untied, each
+    micro-batch after the first makes a new gradient, added into ``.grad`` and freed."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.alloc_tracer import traced_step
+
+    torch.set_num_threads(1)
+    m = ModelConfig(
+        name="llama-tiny",
+        block_size=256,
+        vocab_size=1000,
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_query_groups=2,
+        head_size=16,
+        intermediate_size=128,
+        tie_embeddings=tied,
+    )
+    t = TrainerConfig(
+        micro_batch_size=2,
+        precision="bf16-true",
+        optimizer="adamw",
+        gradient_checkpointing=True,
+        gradient_accumulation_steps=2,
+        finetuning="full",
+        attention="sdpa",
+    )
+    d = DataConfig(max_seq_length=24)  # logits 48 x 1000: not of the weight's size
+    spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = traced_step(spec, record=True)
+    n = sum(1 for op in r.event_ops if op.startswith("setup"))
+    size = 1000 * 64 * 2
+    weight = {size}
+    traced = _sizes_of(r.events[n:], weight)
+    ev = _flat(step_events(m, d, t))
+    generated = _sizes_of(ev[ev.index((0, RESET)) + 1 :], weight)
+    # up to the last allocation: after it, zero_grad's frees, then the trace's teardown (the
+    # optimizer's states and the model freed when traced_step returns)
+    while traced and traced[-1] < 0:
+        traced.pop()
+    while generated and generated[-1] < 0:
+        generated.pop()
+    assert traced == generated
+    assert traced.count(-size) >= (8 if tied else 4)  # the temporaries above are in it
