@@ -173,3 +173,136 @@ def test_cfgcheck_memory_shows_the_simulation(capsys: pytest.CaptureFixture[str]
     assert "allocator simulation ~ reserved" in text
     main(["memory", "--format", "json", "trainer.framework=torchtune"])
     assert json.loads(capsys.readouterr().out)["simulation"] is None  # not covered
+
+
+def _sizes_of(ev: list[tuple[int, int]], keep: set[int]) -> list[int]:
+    """The allocations (+size) and frees (-size) of the sizes in ``keep``, in order."""
+    live: dict[int, int] = {}
+    out = []
+    for i, n in ev:
+        if n > 0:
+            live[i] = n
+            if n in keep:
+                out.append(n)
+        elif n == FREE or n == -1:
+            size = live.pop(i, 0)
+            if size in keep:
+                out.append(-size)
+    return out
+
+
+@pytest.mark.tracer
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_embedding_gradients_are_those_of_the_traced_step(tied: bool) -> None:
+    """A vocabulary x hidden tensor is only a weight or its gradient here (the logits are of
+    another size): the traced step and the generated one make and free them in the same order,
+    with accumulation and checkpointing. Tied, the embedding's dense gradient and the sum of
+    the two gradients (autograd's input buffer) are live with the lm_head's one; untied, each
+    micro-batch after the first makes a new gradient, added into ``.grad`` and freed."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.alloc_tracer import traced_step
+
+    torch.set_num_threads(1)
+    m = ModelConfig(
+        name="llama-tiny",
+        block_size=256,
+        vocab_size=1000,
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_query_groups=2,
+        head_size=16,
+        intermediate_size=128,
+        tie_embeddings=tied,
+    )
+    t = TrainerConfig(
+        micro_batch_size=2,
+        precision="bf16-true",
+        optimizer="adamw",
+        gradient_checkpointing=True,
+        gradient_accumulation_steps=2,
+        finetuning="full",
+        attention="sdpa",
+    )
+    d = DataConfig(max_seq_length=24)  # logits 48 x 1000: not of the weight's size
+    spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = traced_step(spec, record=True)
+    n = sum(1 for op in r.event_ops if op.startswith("setup"))
+    size = 1000 * 64 * 2
+    weight = {size}
+    traced = _sizes_of(r.events[n:], weight)
+    ev = _flat(step_events(m, d, t))
+    generated = _sizes_of(ev[ev.index((0, RESET)) + 1 :], weight)
+    # up to the last allocation: after it, zero_grad's frees, then the trace's teardown (the
+    # optimizer's states and the model freed when traced_step returns)
+    while traced and traced[-1] < 0:
+        traced.pop()
+    while generated and generated[-1] < 0:
+        generated.pop()
+    assert traced == generated
+    assert traced.count(-size) >= (8 if tied else 4)  # the temporaries above are in it
+
+
+def _most_live(ev: list[tuple[int, int]], size: int) -> int:
+    """The most tensors of ``size`` bytes live at once."""
+    live: dict[int, int] = {}
+    count = most = 0
+    for i, n in ev:
+        if n > 0:
+            live[i] = n
+            count += n == size
+            most = max(most, count)
+        elif n == FREE or n == -1:
+            count -= live.pop(i, 0) == size
+    return most
+
+
+@pytest.mark.tracer
+def test_a_checkpointed_forward_holds_only_its_working_set() -> None:
+    """Under non-reentrant checkpointing the forward saves nothing: a layer's MLP holds at most
+    three intermediate-size tensors (activation, up, their product), not the four it saves
+    without checkpointing; the generated forward is the traced one there."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.alloc_tracer import traced_step
+
+    torch.set_num_threads(1)
+    m = ModelConfig(
+        name="llama-tiny",
+        block_size=256,
+        vocab_size=1000,
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_query_groups=2,
+        head_size=16,
+        intermediate_size=160,
+    )
+    d = DataConfig(max_seq_length=24)
+    inter = 2 * 160 * 2 * 24  # bf16, 2 rows of 24 tokens
+    most = {}
+    for ckpt in (True, False):
+        t = TrainerConfig(
+            micro_batch_size=2,
+            precision="bf16-true",
+            optimizer="adamw",
+            gradient_checkpointing=ckpt,
+            finetuning="full",
+            attention="sdpa",
+        )
+        spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = traced_step(spec, steps=1, record=True)
+        first = r.event_ops.index(next(o for o in r.event_ops if o.startswith("backward")))
+        n = sum(1 for op in r.event_ops if op.startswith("setup"))
+        traced = _most_live(r.events[n:first], inter)
+        ev = _flat(step_events(m, d, t))
+        logits = next(k for k, (_, size) in enumerate(ev) if size == 2 * 1000 * 48)
+        generated = _most_live(ev[ev.index((0, RESET)) + 1 : logits], inter)
+        assert traced == generated
+        most[ckpt] = traced
+    assert most == {True: 3, False: 2 * 4}

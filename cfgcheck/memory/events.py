@@ -10,14 +10,17 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   final norm, lm_head), then PEFT's fp32 adapters, then the batch;
 * forward: the embedding output, then per layer the tensors autograd saves
   (:func:`cfgcheck.memory.activations.layer_activations`, cut into tensors of one hidden-size
-  row per token, the rest as one tensor); with checkpointing each layer's saved tensors are
-  made and freed, its input kept; the head's saved tensors; the logits (compute dtype), their
-  fp32 upcast and log-softmax, the upcast and the logits freed when the loss is returned
-  (transformers' ``ForCausalLMLoss``);
+  row per token, the rest as one tensor); with checkpointing nothing is saved: the working set
+  of the layer's ops comes and goes (:func:`_transient_forward`), its input kept; the head's
+  saved tensors; the logits (compute dtype), their fp32 upcast and log-softmax, the upcast
+  and the logits freed when the loss is returned (transformers' ``ForCausalLMLoss``);
 * backward: the NLL and log-softmax gradients (fp32), the 16-bit logits gradient, the
   lm_head's gradient, then per layer in reverse (recomputed first under checkpointing) two
   intermediate-size gradient temporaries, the layer's parameter gradients, its saved tensors
-  freed, the hidden-state gradient handed on; the embedding's gradient last;
+  freed, the hidden-state gradient handed on; the embedding's gradient last (tied: summed out
+  of place with the lm_head's, ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after
+  the first micro-batch each gradient is a new tensor added into ``.grad`` and freed
+  (``AccumulateGrad::accumulateGrad``);
 * the optimizer step: on the first step the states (``zeros_like`` per parameter), then the
   foreach temporaries (:func:`cfgcheck.memory.weights.optimizer_step_bytes`, one list);
   ``zero_grad`` frees the gradients.
@@ -185,10 +188,11 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             hidden = ev.alloc(row)
             saved: list[list[int]] = []
             for _ in range(m.n_layer):
-                ids = _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
-                if ckpt:
-                    ev.free(*ids)
+                if ckpt:  # nothing is saved: each op's output goes once its consumer ran
+                    _transient_forward(ev, m, p, tokens, n_norms)
                     ids = [ev.alloc(ckpt_layer)]
+                else:
+                    ids = _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
                 saved.append(ids)
             head = ev.alloc(head_activations(m, t) * tokens)
             logits = ev.alloc(p * v * tokens)
@@ -201,8 +205,11 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.free(g_nll, logp)
             g_logits = ev.alloc(p * v * tokens)
             ev.free(g_ls)
+            tied = full and m.tie_embeddings and not count_params(m).lm_head
             if full and count_params(m).lm_head:
                 _grad(ev, grads, param_ids[-1], v * m.n_embd * master)
+            elif tied:  # the shared weight's first gradient waits in autograd's input buffer
+                head_grad = ev.alloc(v * m.n_embd * master)
             g_hidden = ev.alloc(p * m.n_embd * tokens)
             ev.free(g_logits, head)
             for i in reversed(range(m.n_layer)):
@@ -226,7 +233,18 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 new = ev.alloc(p * m.n_embd * tokens)
                 ev.free(g_hidden)
                 g_hidden = new
-            if full:
+            if tied:
+                # the embedding's dense gradient, summed out of place with the lm_head's one in
+                # the input buffer of the shared weight's AccumulateGrad (both freed), then
+                # made ``.grad`` or added into it
+                dense = ev.alloc(params[0][1] * master)
+                total = ev.alloc(params[0][1] * master)
+                ev.free(head_grad, dense)
+                if param_ids[0] in grads:
+                    ev.free(total)
+                else:
+                    grads[param_ids[0]] = total
+            elif full:
                 _grad(ev, grads, param_ids[0], params[0][1] * master)
                 for j in range(1 + m.n_layer * per_layer_params, len(params)):
                     if params[j][0] == "norm":
@@ -262,6 +280,44 @@ def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> l
     return [ev.alloc(x) for x in pieces]
 
 
+def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: int) -> None:
+    """A layer's forward under non-reentrant checkpointing (torch/utils/checkpoint.py: the
+    saved-tensor hooks keep no tensor): what is live at once is the working set of the ops,
+    as transformers' ``LlamaDecoderLayer`` runs them: a norm's fp32 temporaries, its output;
+    the attention's output and projection; the residual sum; then the MLP (gated: gate, its
+    activation, up, their product) and the down projection."""
+    row = act * m.n_embd * tokens
+    inter = act * m.mlp_width * tokens
+    norm_tmp = 4 * m.n_embd * tokens
+    gated = m.mlp in ("swiglu", "geglu")
+    for block in range(2):
+        for _ in range(n_norms if block == 0 else 0):
+            a = ev.alloc(norm_tmp)
+            b = ev.alloc(norm_tmp)
+            ev.free(a, b)
+        x = ev.alloc(row)
+        if block == 0:  # attention: its output, then the o projection
+            y = ev.alloc(row)
+            ev.free(x)
+            out = ev.alloc(row)
+            ev.free(y)
+        else:
+            first = ev.alloc(inter)
+            second = ev.alloc(inter)
+            ev.free(first)
+            if gated:
+                up = ev.alloc(inter)
+                prod = ev.alloc(inter)
+                ev.free(second, up)
+                second = prod
+            out = ev.alloc(row)
+            ev.free(second, x)
+        res = ev.alloc(row)  # the residual sum
+        ev.free(out, res)
+
+
 def _grad(ev: Seq, grads: dict[int, int], param: int, nbytes: int) -> None:
-    if param not in grads:  # accumulation adds into the gradient that exists
+    if param not in grads:  # the first gradient becomes ``.grad``
         grads[param] = ev.alloc(nbytes)
+    else:  # accumulation: a new gradient, added into ``.grad`` in place, then freed
+        ev.free(ev.alloc(nbytes))

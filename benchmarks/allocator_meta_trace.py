@@ -1,0 +1,164 @@
+"""The real op sequence of the H100 calibration runs, at their real sizes, replayed through the
+allocator simulation: where the generated event sequence (cfgcheck/memory/events.py) and the
+measurement part, this says which side is wrong.
+
+gpu_measure.py's loop (tests/alloc_tracer.py ``traced_step``, ``record=True``) runs on *meta*
+tensors: every aten op of transformers' model, autograd's backward, the non-reentrant
+checkpoint's recomputation and AdamW's foreach kernels runs with its real output shapes and
+no data, so a 3-billion-parameter step takes seconds on a CPU. Two things are set as on CUDA:
+
+* attention: ``scaled_dot_product_attention`` on meta would take the math path (a
+  batch x heads x seq x seq score tensor); on an H100 a masked training call runs the
+  memory-efficient kernel, so it is called here (``aten._scaled_dot_product_efficient_attention``,
+  output plus an fp32 log-sum-exp), with the boolean mask made an additive bias padded to 16
+  columns as ``convert_boolean_attn_mask`` / ``preprocess_mask`` do
+  (pytorch/pytorch ``aten/src/ATen/native/transformers/attention.cpp``);
+* data-dependent checks (``.item()`` on a meta tensor) answer 0: the padded batch's
+  ``attention_mask.all()`` is false, as for gpu_measure.py's padded batches of several rows.
+
+What it cannot see: the CUDA kernels' own workspaces (cuBLAS, the embedding backward's sort),
+and a runs whose kernel choice differs from CPU's elsewhere. Needs torch, transformers, peft.
+
+    python benchmarks/allocator_meta_trace.py [run-id ...]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import warnings
+import weakref
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # PYTHONPATH first
+GIB = 1024**3
+
+
+def install_meta_tracing() -> None:
+    """Make tests/alloc_tracer.py trace meta tensors, with CUDA's attention kernel."""
+    import torch
+    import torch.nn.functional as F
+
+    import tests.alloc_tracer as at
+
+    class MetaTracer(at.AllocTracer):
+        def track(self, t: object, op: str = "") -> None:
+            if not isinstance(t, torch.Tensor) or t.device.type != "meta":
+                return
+            st = t.untyped_storage()
+            n, key = st.nbytes(), st._cdata
+            old = self.live.get(key)
+            if old == n:
+                return
+            if old is None:
+                if n == 0:
+                    return
+                self._refs[key] = weakref.ref(st, partial(self._free, key))
+                old = 0
+            elif self.record:
+                self.events.append((key, -1))
+                self.event_ops.append("free")
+            if self.record:
+                self.events.append((key, n))
+                self.event_ops.append(f"{self.phase}:{op}")
+            self.live[key] = n
+            self.current += n - old
+
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.ops.aten._local_scalar_dense.default and args[0].is_meta:
+                return 0
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+    sdpa = F.scaled_dot_product_attention
+
+    def efficient(
+        q: Any,
+        k: Any,
+        v: Any,
+        attn_mask: Any = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: Any = None,
+        enable_gqa: bool = False,
+    ) -> Any:
+        if not q.is_meta:
+            return sdpa(
+                q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+            )
+        if enable_gqa and k.shape[1] != q.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
+        bias = None
+        if attn_mask is not None:
+            bias = attn_mask
+            if attn_mask.dtype == torch.bool:
+                zero = torch.zeros((), dtype=q.dtype, device=q.device)
+                bias = torch.where(attn_mask.logical_not(), float("-inf"), zero).to(q.dtype)
+            cols = bias.shape[-1]
+            if cols % 16:
+                bias = F.pad(bias, (0, 16 - cols % 16))[..., :cols]
+            bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, bias, True, dropout_p, is_causal and bias is None, scale=scale
+        )[0]
+
+    F.scaled_dot_product_attention = efficient
+    at.AllocTracer = MetaTracer  # type: ignore[misc]
+    build, batch = at.build, at.batch
+
+    def meta_build(m: Any, t: Any, gm: Any) -> Any:
+        with torch.device("meta"):
+            return build(m, t, gm)
+
+    at.build = meta_build
+    at.batch = lambda m, t, d: {k: v.to("meta") for k, v in batch(m, t, d).items()}
+
+
+def main(ids: list[str]) -> int:
+    warnings.filterwarnings("ignore")
+    install_meta_tracing()
+    from benchmarks.memory_calibration import DATA, load
+    from cfgcheck import check
+    from cfgcheck.memory.allocsim import RESET, simulate
+    from cfgcheck.memory.events import covered, step_events
+    from tests.alloc_tracer import traced_step
+
+    runs = {r["id"]: r for r in json.loads((DATA / "runs.json").read_text())}
+    print("| run | measured resv GiB | real ops at full size | err | generated | err |")
+    print("|---|---:|---:|---:|---:|---:|")
+    errs: dict[str, list[float]] = {"trace": [], "gen": []}
+    for spec, meas in load(DATA):
+        if ids and spec["id"] not in ids:
+            continue
+        cfg = check(ROOT / "conf", "config", (*spec["overrides"], "trainer.gpu.name=H100")).config
+        if cfg is None or not covered(cfg.model, cfg.trainer):
+            continue
+        r = traced_step(runs[spec["id"]], record=True)
+        n = sum(1 for op in r.event_ops if op.startswith("setup"))
+        tr = simulate([*r.events[:n], (0, RESET), *r.events[n:]])
+        gen = simulate(step_events(cfg.model, cfg.data, cfg.trainer))
+        m = int(meas["reserved"])
+        e_tr, e_gen = tr.peak_reserved / m - 1, gen.peak_reserved / m - 1
+        errs["trace"].append(e_tr)
+        errs["gen"].append(e_gen)
+        print(
+            f"| {spec['id']} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | {e_tr:+.1%} | "
+            f"{gen.peak_reserved / GIB:.2f} | {e_gen:+.1%} |",
+            flush=True,
+        )
+    for k, v in errs.items():
+        if v:
+            a = [abs(x) for x in v]
+            med, worst = statistics.median(a), max(a)
+            print(f"{k}: median |error| {med:.1%}, worst {worst:.1%}, most under {min(v):+.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
