@@ -58,33 +58,9 @@ class ChatEncoder:
     run: RunConfig
 
     def __post_init__(self) -> None:
-        from cfgcheck.tokenizer import TokenizerFileError
-        from cfgcheck.tokenizer.hf import load_auto_tokenizer
-        from cfgcheck.tokenizer.resolve import resolve_path
-
-        path = self.run.tokenizer.path
-        if path is None:
-            raise ScanError("data.messages_field needs tokenizer.path (its chat template)")
-        try:
-            self.tok = load_auto_tokenizer(resolve_path(path))
-        except TokenizerFileError as e:
-            raise ScanError(f"tokenizer.path={path}: {e}") from e
-        template = getattr(self.tok, "chat_template", None)
-        if not isinstance(template, str) or not template:
-            raise ScanError(
-                f"data.messages_field={self.run.data.messages_field} needs a chat template, and "
-                f"the tokenizer at {path} has none (tokenizer_config.json chat_template or "
-                "chat_template.jinja); TRL's SFTTrainer fails on it too"
-            )
+        self.tok = load_hf_tokenizer(self.run, "data.messages_field")
         self.masks = self.run.data.assistant_only_loss
-        if self.masks and not has_generation_markers(template):
-            raise ScanError(
-                "data.assistant_only_loss=true needs a chat template that marks the "
-                "assistant's text with {% generation %} ... {% endgeneration %}; the template "
-                f"of {path} has none, so no token would be a label (TRL swaps in a training "
-                "template only for the models it knows: trl/chat_template_utils.py "
-                "get_training_chat_template)"
-            )
+        check_template(self.tok, self.run, f"data.messages_field={self.run.data.messages_field}")
 
     def encode(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]] | None]:
         """Ids of each conversation, and with assistant_only_loss its assistant mask."""
@@ -97,7 +73,48 @@ class ChatEncoder:
                 return_assistant_tokens_mask=self.masks,
             )
         except Exception as e:  # jinja2 errors (raise_exception in a template), bad roles
-            first = " ".join(str(e).split()) or type(e).__name__
-            raise ScanError(f"the chat template cannot render a conversation: {first}") from e
+            raise render_error(e) from e
         ids = [list(x) for x in out["input_ids"]]
         return ids, ([list(m) for m in out["assistant_masks"]] if self.masks else None)
+
+
+def load_hf_tokenizer(run: RunConfig, what: str) -> Any:
+    """The run's tokenizer loaded by transformers (offline, no remote code)."""
+    from cfgcheck.tokenizer import TokenizerFileError
+    from cfgcheck.tokenizer.hf import load_auto_tokenizer
+    from cfgcheck.tokenizer.resolve import resolve_path
+
+    path = run.tokenizer.path
+    if path is None:
+        raise ScanError(f"{what} needs tokenizer.path")
+    try:
+        return load_auto_tokenizer(resolve_path(path))
+    except TokenizerFileError as e:
+        raise ScanError(f"tokenizer.path={path}: {e}") from e
+
+
+def check_template(tok: Any, run: RunConfig, what: str) -> None:
+    """ScanError unless the tokenizer has a chat template, marked with ``{% generation %}``
+    when ``data.assistant_only_loss`` asks for the assistant's tokens."""
+    path = run.tokenizer.path
+    template = getattr(tok, "chat_template", None)
+    if not isinstance(template, str) or not template:
+        raise ScanError(
+            f"{what} needs a chat template, and the tokenizer at {path} has none "
+            "(tokenizer_config.json chat_template or chat_template.jinja); TRL's SFTTrainer "
+            "fails on it too"
+        )
+    if run.data.assistant_only_loss and not has_generation_markers(template):
+        raise ScanError(
+            "data.assistant_only_loss=true needs a chat template that marks the "
+            "assistant's text with {% generation %} ... {% endgeneration %}; the template "
+            f"of {path} has none, so no token would be a label (TRL swaps in a training "
+            "template only for the models it knows: trl/chat_template_utils.py "
+            "get_training_chat_template)"
+        )
+
+
+def render_error(e: Exception) -> ScanError:
+    """A template's failure to render (jinja2 errors, raise_exception, bad roles) as one line."""
+    first = " ".join(str(e).split()) or type(e).__name__
+    return ScanError(f"the chat template cannot render a conversation: {first}")

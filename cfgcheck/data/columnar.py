@@ -128,23 +128,32 @@ def _batches(
 ) -> Iterator[Chunk]:
     from cfgcheck.data.records import Chunk, DataReadError, fail_render
 
-    field = data.messages_field or (data.text_field if data.template is None else None)
-    if field is not None and field not in columns:
-        which = "data.messages_field" if data.messages_field else "data.text_field"
-        raise DataReadError(f"{path}: no column {field!r} ({which}); columns: {', '.join(columns)}")
-    what = (
-        "data.template"
-        if field is None
-        else f"data.{'messages_field' if data.messages_field else 'text_field'}"
-    )
+    if data.prompt_field is not None:
+        needed = {"data.prompt_field": data.prompt_field}
+        needed["data.completion_field"] = data.completion_field
+        what = "data.prompt_field"
+    elif data.messages_field is not None:
+        needed = {"data.messages_field": data.messages_field}
+        what = "data.messages_field"
+    elif data.template is None:
+        needed = {"data.text_field": data.text_field}
+        what = "data.text_field"
+    else:
+        needed, what = {}, "data.template"
+    for which, field in needed.items():
+        if field not in columns:
+            raise DataReadError(
+                f"{path}: no column {field!r} ({which}); columns: {', '.join(columns)}"
+            )
+    plain = what == "data.text_field"
     file_size = path.stat().st_size
     number = 0
     for batch in batches:
         for start in range(0, batch.num_rows, size):
             part = batch.slice(start, size)
             picked = [i for i in range(part.num_rows) if keep is None or keep(number + i + 1)]
-            if data.template is None and not data.messages_field:
-                values = part.column(field).to_pylist()
+            if plain:
+                values = part.column(data.text_field).to_pylist()
                 texts = ["" if values[i] is None else str(values[i]) for i in picked]
             else:
                 records = part.to_pylist()

@@ -136,7 +136,12 @@ def _labels(report: ScanReport, run: RunConfig) -> list[Finding]:
     s, d = report.summary, run.data
     if not s.no_targets:
         return []
-    masked = "the assistant's tokens" if d.assistant_only_loss else "tokens after the first"
+    if d.masks_completion:
+        masked = "the completion's tokens" + (
+            ", the assistant's only" if d.assistant_only_loss else ""
+        )
+    else:
+        masked = "the assistant's tokens" if d.assistant_only_loss else "tokens after the first"
     fixable = s.no_targets - s.no_targets_ever
     if fixable and s.no_targets_need and s.no_targets_need <= report.block_size:
         length = round_up(s.no_targets_need, d.pad_to_multiple_of)
@@ -150,7 +155,12 @@ def _labels(report: ScanReport, run: RunConfig) -> list[Finding]:
         Finding(
             "data-no-labels",
             "warning",
-            ("data.max_length", "data.max_seq_length", "data.assistant_only_loss"),
+            (
+                "data.max_length",
+                "data.max_seq_length",
+                "data.assistant_only_loss",
+                "data.completion_only_loss",
+            ),
             f"{s.no_targets} of {report.samples} samples have no label left after truncation "
             f"to {report.max_length} tokens (labels: {masked}); "
             f"{_where(s.no_targets_at, s.no_targets)}: a micro batch of only such samples "

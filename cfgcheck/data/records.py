@@ -6,7 +6,8 @@ read as its records, as the ``json`` loader of Hugging Face ``datasets`` reads i
 too: :mod:`cfgcheck.data.columnar`, needs pyarrow). A record becomes text through
 ``data.template`` (``str.format`` over the record's fields) or else its ``data.text_field``;
 with ``data.messages_field``, its conversation as JSON, which the scanner renders with the
-tokenizer's chat template (:mod:`cfgcheck.data.chat`).
+tokenizer's chat template (:mod:`cfgcheck.data.chat`); with ``data.prompt_field``, its prompt
+and completion as JSON (:mod:`cfgcheck.data.completion`).
 Texts come in chunks, so the tokenizer can encode a whole chunk in one multi-threaded call.
 """
 
@@ -186,6 +187,15 @@ def plan_shards(
 def renderer(data: DataConfig) -> Callable[[Mapping[str, Any]], str]:
     """Record -> text: ``data.template.format(**record)`` or ``record[data.text_field]``; with
     ``data.messages_field``, the conversation as JSON (:func:`cfgcheck.data.chat.conversation`)."""
+    if data.prompt_field is not None:
+        from cfgcheck.data.completion import pair
+
+        prompt, completion = data.prompt_field, data.completion_field
+
+        def prompt_completion(record: Mapping[str, Any]) -> str:
+            return pair(record[prompt], record[completion])
+
+        return prompt_completion
     if data.messages_field is not None:
         from cfgcheck.data.chat import conversation
 
@@ -269,7 +279,11 @@ def fail_render(path: Path, line: int, e: Exception, what: str) -> DataReadError
 
 
 def _what(render: Callable[[Mapping[str, Any]], str]) -> str:
-    names = {"render": "data.template", "chat": "data.messages_field"}
+    names = {
+        "render": "data.template",
+        "chat": "data.messages_field",
+        "prompt_completion": "data.prompt_field",
+    }
     return names.get(render.__name__, "data.text_field")
 
 

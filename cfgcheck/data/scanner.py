@@ -70,8 +70,12 @@ class Scanner:
         self.limits = Limits.of(self.run)
         self.block_size = m.block_size
         self.check_block = d.collator != "packed"
-        self.chat = None
-        if d.messages_field is not None:
+        self.chat: Any = None  # an encoder of records rendered as JSON (not plain text)
+        if d.prompt_field is not None:
+            from cfgcheck.data.completion import CompletionEncoder
+
+            self.chat = CompletionEncoder(self.run)
+        elif d.messages_field is not None:
             from cfgcheck.data.chat import ChatEncoder
 
             self.chat = ChatEncoder(self.run)
@@ -161,7 +165,10 @@ class Scanner:
     def _blank(self, texts: list[str]) -> list[int]:
         if self.chat is None:
             return [i for i, t in enumerate(texts) if not t.strip()]
-        from cfgcheck.data.chat import is_empty
+        if self.run.data.prompt_field is not None:
+            from cfgcheck.data.completion import is_empty
+        else:
+            from cfgcheck.data.chat import is_empty
 
         return [i for i, t in enumerate(texts) if is_empty(t)]
 

@@ -56,7 +56,22 @@ class DataConfig(Section):
     assistant_only_loss: bool = Field(
         False,
         description="Only the assistant's tokens are labels (TRL's SFTConfig.assistant_only_loss; "
-        "the chat template marks them with {% generation %}). Needs messages_field.",
+        "the chat template marks them with {% generation %}). Needs a conversational dataset "
+        "(messages_field, or prompt_field holding messages).",
+    )
+    prompt_field: str | None = Field(
+        None,
+        description="Field holding the prompt of a prompt-completion dataset (TRL's format): "
+        "a string, or a list of {role, content} messages rendered with the chat template; "
+        "the completion is in completion_field. Overrides text_field and template.",
+    )
+    completion_field: str = Field(
+        "completion", description="Field holding the completion (with prompt_field)."
+    )
+    completion_only_loss: bool | None = Field(
+        None,
+        description="Only the completion's tokens are labels (TRL's "
+        "SFTConfig.completion_only_loss). Unset: true with prompt_field, as in TRL.",
     )
 
     @field_validator("template")
@@ -73,12 +88,24 @@ class DataConfig(Section):
     def _assistant_needs_chat(self) -> DataConfig:
         """TRL refuses assistant_only_loss on a dataset that is not conversational
         (trl/trainer/sft_trainer.py, SFTTrainer.__init__, TRL 1.16)."""
-        if self.assistant_only_loss and self.messages_field is None:
+        if self.assistant_only_loss and self.messages_field is None and self.prompt_field is None:
             raise ValueError(
                 "assistant_only_loss needs a conversational dataset: set messages_field "
-                "(e.g. messages) or assistant_only_loss=false"
+                "(e.g. messages) or prompt_field, or assistant_only_loss=false"
+            )
+        if self.messages_field is not None and self.prompt_field is not None:
+            raise ValueError(
+                "set one of messages_field (conversations) and prompt_field (prompt-completion)"
             )
         return self
+
+    @property
+    def masks_completion(self) -> bool:
+        """The prompt's tokens are not labels: ``completion_only_loss``, by default true for a
+        prompt-completion dataset (trl/trainer/sft_trainer.py:961-964, TRL 1.16)."""
+        if self.prompt_field is None:
+            return False
+        return self.completion_only_loss is not False
 
     @property
     def effective_max_length(self) -> int:
