@@ -187,3 +187,57 @@ def test_jobs_flag_gives_the_same_scan_and_refuses_zero() -> None:
     assert proc.returncode == 2 and "must be at least 1" in proc.stderr
     proc = run("check", "--scan-data", "--jobs", "2", *DEMO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- check --scan-data takes the scan's options (one definition: cli/data.add_scan_args) ---
+
+SHORT = (*DEMO, "data.max_seq_length=48", "--jobs", "1", "--format", "json")
+
+
+def _findings(*args: str) -> tuple[int, list[dict[str, Any]]]:
+    proc = run(*args)
+    assert proc.stderr == "", proc.stderr
+    return proc.returncode, json.loads(proc.stdout)["findings"]
+
+
+def test_check_scan_data_samples_as_data_does() -> None:
+    """``check --scan-data --sample`` scans the same seeded sample as ``cfgcheck data``:
+    the same findings, with the sample's Wilson interval; another seed, another sample."""
+    sampled = ("--sample", "50%", "--seed", "3")
+    code, found = _findings("check", "--scan-data", *sampled, *SHORT)
+    data_code, data_found = _findings("data", *sampled, *SHORT)
+    assert (code, found) == (data_code, data_found)
+    (truncated,) = [f for f in found if f["rule"] == "data-truncated"]
+    assert "Wilson interval" in truncated["message"] and "50% sample" in truncated["message"]
+    _, full = _findings("check", "--scan-data", *SHORT)
+    (whole,) = [f for f in full if f["rule"] == "data-truncated"]
+    assert "Wilson" not in whole["message"] and whole["message"] != truncated["message"]
+    _, other = _findings("check", "--scan-data", "--sample", "50%", "--seed", "4", *SHORT)
+    assert other != found
+
+
+def test_check_scan_options_need_scan_data_and_agree(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for extra in (["--sample", "1%"], ["--engine", "ray"], ["--ray-address", "auto"]):
+        assert main(["check", *DEMO, *extra]) == 2
+        assert "need --scan-data" in capsys.readouterr().err
+    assert main(["check", "--scan-data", *DEMO, "--ray-address", "auto"]) == 2
+    assert "--ray-address needs --engine ray" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # argparse: the option's own definition refuses it
+        main(["check", "--scan-data", *DEMO, "--sample", "0%"])
+    assert e.value.code == 2 and "above 0" in capsys.readouterr().err
+    # Ray missing is one line and exit 2, not a finding about the data.
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert main(["check", "--scan-data", *DEMO, "--engine", "ray", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "cfgcheck: error: --engine ray needs Ray Data: pip install 'cfgcheck[ray]'"
+
+
+@pytest.mark.slow  # starts a local Ray
+def test_check_scan_data_on_ray_gives_the_local_findings() -> None:
+    pytest.importorskip("ray.data")
+    code, local = _findings("check", "--scan-data", *SHORT)
+    ray_code, on_ray = _findings("check", "--scan-data", "--engine", "ray", *SHORT)
+    assert (ray_code, on_ray) == (code, local)
+    assert "data-truncated" in {f["rule"] for f in on_ray}

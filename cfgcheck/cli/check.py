@@ -35,6 +35,9 @@ def register(sub: Any) -> None:
         help="also tokenize data.paths with the real tokenizer and add the scan's findings "
         "(see `cfgcheck data`)",
     )
+    from cfgcheck.cli.data import add_scan_args
+
+    add_scan_args(parser)
     parser.set_defaults(run=run)
 
 
@@ -55,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
     from cfgcheck.cli._common import check_args
     from cfgcheck.report import get_reporter
 
+    scanning = getattr(args, "scan_data", False)
+    if not scanning and (args.sample is not None or args.engine != "local" or args.ray_address):
+        from cfgcheck.errors import ConfigLoadError
+
+        raise ConfigLoadError("--sample, --engine and --ray-address need --scan-data")
     if getattr(args, "sweep", False) and getattr(args, "source", None):
         from cfgcheck.errors import ConfigLoadError
 
@@ -82,9 +90,21 @@ def run(args: argparse.Namespace) -> int:
         result = settings.apply(result)
     else:
         result = check_args(args)
-    if getattr(args, "scan_data", False):
+    if scanning:
+        from cfgcheck.cli.data import scan_options
         from cfgcheck.data.check import with_scan_findings
+        from cfgcheck.data.report import EngineError
+        from cfgcheck.errors import ConfigLoadError
 
-        result = with_scan_findings(result, jobs=args.jobs, quiet=args.format != "text")
+        try:
+            options = scan_options(args)
+        except ValueError as e:  # options that contradict each other
+            raise ConfigLoadError(str(e)) from e
+        try:
+            result = with_scan_findings(
+                result, jobs=args.jobs, quiet=args.format != "text", **options
+            )
+        except EngineError as e:  # Ray missing, its cluster unreachable
+            raise ConfigLoadError(str(e)) from e
     get_reporter(args.format)(result, sys.stdout)
     return EXIT_OK if result.ok else EXIT_FINDINGS

@@ -26,6 +26,13 @@ def register(sub: Any) -> None:
     add_config_args(parser, ["text", "json"])
     parser.add_argument("--png", metavar="PATH", help="also write a length histogram PNG")
     add_jobs_arg(parser)
+    add_scan_args(parser)
+    parser.set_defaults(run=run)
+
+
+def add_scan_args(parser: argparse.ArgumentParser) -> None:
+    """The scan's options besides ``--jobs``: ``cfgcheck data`` and ``cfgcheck check
+    --scan-data`` share them (read back with :func:`scan_options`)."""
     parser.add_argument(
         "--sample",
         type=_share,
@@ -52,7 +59,17 @@ def register(sub: Any) -> None:
         help="with --engine ray: the cluster to use (auto, ray://HOST:10001); default: start "
         "Ray on this machine with --jobs CPUs",
     )
-    parser.set_defaults(run=run)
+
+
+def scan_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``scan_dataset``'s keyword arguments from :func:`add_scan_args`' options; ValueError
+    (one line) when they contradict each other."""
+    if args.ray_address and args.engine != "ray":
+        raise ValueError("--ray-address needs --engine ray")
+    from cfgcheck.data.sample import Sampling
+
+    sample = None if args.sample is None else Sampling(args.sample, args.seed)
+    return {"sample": sample, "engine": args.engine, "ray_address": args.ray_address}
 
 
 def _share(text: str) -> float:
@@ -98,21 +115,13 @@ def run(args: argparse.Namespace) -> int:
         get_reporter(args.format)(composed, sys.stdout)
         return EXIT_FINDINGS
     run_cfg = composed.config
-    if args.ray_address and args.engine != "ray":
-        say("error: --ray-address needs --engine ray")
-        return EXIT_LOAD
-    from cfgcheck.data.sample import Sampling
-
-    sample = None if args.sample is None else Sampling(args.sample, args.seed)
     try:
-        report = scan_dataset(
-            run_cfg,
-            jobs=args.jobs,
-            quiet=args.format != "text",
-            sample=sample,
-            engine=args.engine,
-            ray_address=args.ray_address,
-        )
+        options = scan_options(args)
+    except ValueError as e:
+        say(f"error: {e}")
+        return EXIT_LOAD
+    try:
+        report = scan_dataset(run_cfg, jobs=args.jobs, quiet=args.format != "text", **options)
     except ScanError as e:
         say(f"error: {e}")
         return EXIT_LOAD

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scan import (
+    EngineError,
     NoTokenizerPathError,
     ScanError,
     ScanReport,
@@ -17,16 +19,28 @@ from cfgcheck.schema.run import RunConfig
 
 
 def with_scan_findings(
-    result: CheckResult, *, jobs: int | None = None, quiet: bool = False
+    result: CheckResult,
+    *,
+    jobs: int | None = None,
+    quiet: bool = False,
+    sample: Sampling | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> CheckResult:
     """``result`` plus the findings of a dataset scan (over ``jobs`` processes, default all
-    cores). Nothing is scanned when the schema rejected the config or the tokenizer files are
-    unreadable (already a finding)."""
+    cores; ``sample``, ``engine`` and ``ray_address`` as :func:`scan_dataset` takes them).
+    Nothing is scanned when the schema rejected the config or the tokenizer files are
+    unreadable (already a finding). An :class:`EngineError` (Ray missing or unreachable)
+    is raised: it says nothing about the config or the data."""
     run = result.config
     if run is None or result.by_rule("tokenizer-unreadable"):
         return result
     try:
-        report = scan_dataset(run, jobs=jobs, quiet=quiet)
+        report = scan_dataset(
+            run, jobs=jobs, quiet=quiet, sample=sample, engine=engine, ray_address=ray_address
+        )
+    except EngineError:
+        raise
     except NoTokenizerPathError as e:
         extra = [
             Finding(

@@ -27,7 +27,7 @@ from typing import Any
 from cfgcheck.data.local import Merge, Work, _Done, _scan_task, tasks
 from cfgcheck.data.progress import Meter
 from cfgcheck.data.records import Shard
-from cfgcheck.data.report import ScanError
+from cfgcheck.data.report import EngineError, ScanError
 from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scanner import Scanner, shown
 from cfgcheck.data.summary import Summary
@@ -93,7 +93,7 @@ def scan_ray(
         import ray
         import ray.data
     except ImportError as e:
-        raise ScanError(MISSING) from e
+        raise EngineError(MISSING) from e
     started = not ray.is_initialized()
     if started:
         try:
@@ -102,7 +102,7 @@ def scan_ray(
                 _init(ray, address, jobs)
         except Exception as e:  # ConnectionError, RuntimeError, ValueError from ray.init
             where = f"the Ray cluster at {address}" if address else "a local Ray"
-            raise ScanError(f"cannot start or reach {where}: {_one_line(e)}") from e
+            raise EngineError(f"cannot start or reach {where}: {_one_line(e)}") from e
     try:
         return _run(ray, run, shards, shard_bytes, chunk_size, jobs, meter, sampling, work)
     finally:

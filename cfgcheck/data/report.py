@@ -14,6 +14,11 @@ class ScanError(ValueError):
     """The scan cannot run: no tokenizer path, unreadable tokenizer or data."""
 
 
+class EngineError(ScanError):
+    """The scan engine cannot run (Ray missing, its cluster unreachable): no fault of the
+    config or the data, so ``check --scan-data`` exits 2 rather than reporting a finding."""
+
+
 class NoTokenizerPathError(ScanError):
     """The config has no tokenizer.path, so there is no real tokenizer to scan with."""
 

@@ -17,7 +17,7 @@ from typing import TextIO
 from cfgcheck.data.local import Work, default_jobs, scan_here, scan_pool
 from cfgcheck.data.progress import Meter, progress_stream
 from cfgcheck.data.records import DataReadError, expand_paths, plan_shards
-from cfgcheck.data.report import NoTokenizerPathError, ScanError, ScanReport
+from cfgcheck.data.report import EngineError, NoTokenizerPathError, ScanError, ScanReport
 from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scanner import load_scan_tokenizer, shown
 from cfgcheck.data.summary import Sample
@@ -29,6 +29,7 @@ from cfgcheck.schema.run import RunConfig
 SHARD_MIN, SHARD_MAX = 1 << 20, 64 << 20
 
 __all__ = [
+    "EngineError",
     "NoTokenizerPathError",
     "Sample",
     "ScanError",
