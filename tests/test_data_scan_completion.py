@@ -43,7 +43,7 @@ def chat_records() -> list[dict[str, Any]]:
 
 
 def trl_prepared(
-    tok: Any, rows: list[dict[str, Any]], max_length: int | None, **config: Any
+    tok: Any, rows: list[dict[str, Any]], max_length: int | None, output_dir: str, **config: Any
 ) -> list[dict[str, Any]]:
     """The rows as TRL's SFTTrainer prepares them: its own ``_prepare_dataset`` (the trainer's
     state it reads is set as its ``__init__`` sets it: sft_trainer.py:961-964, 940-943)."""
@@ -52,7 +52,7 @@ def trl_prepared(
     from datasets import Dataset
 
     args = SFTConfig(
-        output_dir=str(Path(tok.name_or_path).parent / "out"),
+        output_dir=output_dir,
         max_length=max_length,
         report_to=[],
         use_cpu=True,
@@ -82,7 +82,30 @@ def scan_run(folder: Path, tok: Any, path: Path, limit: int, **data: Any) -> Run
     return result.config
 
 
+def alpaca_records() -> list[dict[str, str]]:
+    """The shipped Alpaca-style records as prompt / completion (the demo tokenizer adds BOS)."""
+    import json
+
+    from tests.conftest import REPO
+
+    lines = (REPO / "datasets" / "alpaca-tiny.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [{"prompt": r["instruction"], "completion": " " + r["output"]} for r in rows]
+
+
+def demo_tokenizer() -> tuple[Path, Any]:
+    """The shipped demo tokenizer (assets/demo-tokenizer): a real BPE that adds BOS."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from tests.conftest import REPO
+
+    folder = REPO / "assets" / "demo-tokenizer"
+    return folder, AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
 CASES = [
+    pytest.param("alpaca", {}, id="bos-text-completion-only"),
     pytest.param("text", {}, id="text-completion-only"),
     pytest.param("text", {"completion_only_loss": False}, id="text-all-tokens"),
     pytest.param("chat", {}, id="chat-completion-only"),
@@ -97,13 +120,19 @@ def test_lengths_and_labels_match_trl_and_prompts_filling_max_length_are_dropped
 ) -> None:
     pytest.importorskip("trl")
     pytest.importorskip("datasets")
-    folder, tok = chat_tokenizer(tmp_path / "tok")
-    rows = text_records() if kind == "text" else chat_records()
+    if kind == "alpaca":
+        folder, tok = demo_tokenizer()
+        rows = alpaca_records()
+    else:
+        folder, tok = chat_tokenizer(tmp_path / "tok")
+        rows = text_records() if kind == "text" else chat_records()
     path = write_jsonl(tmp_path / "pc.jsonl", rows)
-    full = trl_prepared(tok, rows, None, **settings)
+    full = trl_prepared(tok, rows, None, output_dir=str(tmp_path / "out"), **settings)
     ids = [r["input_ids"] for r in full]
     labels = [r["labels"] for r in full]
-    if kind == "text":  # the EOS TRL appends, once
+    if kind == "alpaca":
+        assert all(x[0] == tok.bos_token_id for x in ids)
+    if kind != "chat":  # the EOS TRL appends, once
         assert all(x[-1] == tok.eos_token_id and x[-2] != tok.eos_token_id for x in ids)
     masked = any(v == -100 for lab in labels for v in lab)
     assert masked == (settings.get("completion_only_loss") is not False)
@@ -120,7 +149,8 @@ def test_lengths_and_labels_match_trl_and_prompts_filling_max_length_are_dropped
     assert one.summary.targets == sum(sum(v != -100 for v in lab[1:]) for lab in labels)
     assert one.summary.targets_fed == sum(sum(v != -100 for v in lab[1:limit]) for lab in labels)
     # TRL truncates to max_length, then drops the samples left with no label.
-    cut = trl_prepared(tok, rows, limit, **settings)
+    out = str(tmp_path / "out")
+    cut = trl_prepared(tok, rows, limit, out, **settings)
     dropped = [i for i, lab in enumerate(labels) if all(v == -100 for v in lab[:limit])]
     assert len(cut) == len(rows) - len(dropped)
     assert one.summary.no_targets == len(dropped)
@@ -136,7 +166,7 @@ def test_lengths_and_labels_match_trl_and_prompts_filling_max_length_are_dropped
             update={"data": run.data.model_copy(update={"max_seq_length": need})}
         )
         assert scan_dataset(fixed, jobs=1).summary.no_targets == 0
-        assert len(trl_prepared(tok, rows, need, **settings)) == len(rows)
+        assert len(trl_prepared(tok, rows, need, out, **settings)) == len(rows)
 
 
 def test_a_record_mixing_text_and_messages_names_its_line(tmp_path: Path) -> None:
