@@ -183,7 +183,7 @@ def _empty(report: ScanReport) -> list[Finding]:
             f"{s.empty} of {report.samples} samples have an empty text "
             f"({_where(s.empty_at, s.empty)}): they train on the special tokens alone",
             "drop records whose text is empty, or fix data.text_field / data.template / "
-            "data.messages_field if it names the wrong field",
+            "data.messages_field / data.prompt_field if it names the wrong field",
         )
     ]
 

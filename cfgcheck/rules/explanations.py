@@ -939,7 +939,8 @@ EXPLANATIONS: dict[str, Explanation] = {
     "data-no-labels": E(
         "warning",
         "Every sample keeps at least one label after truncation (the loss reads positions 1 "
-        "to the length, and with `data.assistant_only_loss` only the assistant's tokens).",
+        "to the length; with `data.completion_only_loss` only the completion's tokens, with "
+        "`data.assistant_only_loss` only the assistant's).",
         "A micro batch of only such samples gives a NaN loss in transformers (cross-entropy "
         "averaged over zero labels); TRL's SFTTrainer silently drops them.",
         "Raise `data.max_length` past the prompt, or drop the samples.",
@@ -949,7 +950,8 @@ EXPLANATIONS: dict[str, Explanation] = {
         "warning",
         "No sample's text (or conversation) is empty.",
         "No error: the model trains on the special tokens alone; often a wrong field name.",
-        "Drop empty records, or point `data.text_field` / `data.messages_field` at the text.",
+        "Drop empty records, or point `data.text_field` / `data.messages_field` / "
+        "`data.prompt_field` at the text.",
         group=SCAN,
     ),
     "data-ids-over-embedding": E(
