@@ -220,3 +220,33 @@ def test_parquet_prompt_completion_scans_as_its_jsonl_and_names_a_missing_column
     other = scan_run(folder, tok, parquet, 16, completion_field="answer")
     with pytest.raises(ScanError, match=r"no column 'answer' \(data.completion_field\)"):
         scan_dataset(other, jobs=1)
+
+
+@pytest.mark.slow  # datasets, transformers and TRL load
+@pytest.mark.parametrize("bos", [True, False], ids=["bos", "no-bos"])
+def test_add_eos_counts_plain_text_as_trl_does(bos: bool, tmp_path: Path) -> None:
+    """``data.add_eos``: plain text gets the EOS TRL appends (once), so lengths and labels
+    are TRL's; without it, each sample not already ending with the EOS is one token short."""
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    if bos:
+        folder, tok = demo_tokenizer()
+        pairs = alpaca_records()
+    else:
+        folder, tok = chat_tokenizer(tmp_path / "tok")
+        pairs = text_records()
+    rows = [{"text": r["prompt"] + r["completion"]} for r in pairs]
+    ends = [r["text"].endswith("</s>") for r in rows]
+    path = write_jsonl(tmp_path / "lm.jsonl", rows)
+    full = trl_prepared(tok, rows, None, str(tmp_path / "out"), dataset_text_field="text")
+    ids = [r["input_ids"] for r in full]
+    assert all(lab == x for lab, x in zip((r["labels"] for r in full), ids, strict=True))
+    assert all(x[-1] == tok.eos_token_id for x in ids) and all(x[0] == 1 for x in ids) == bos
+    run = scan_run(folder, tok, path, 32, prompt_field=None, add_eos=True)
+    one = scan_dataset(run, jobs=1)
+    assert _comparable(one) == _comparable(scan_dataset(run, jobs=2, shard_bytes=600))
+    assert one.hist == {n: sum(1 for x in ids if len(x) == n) for n in {len(x) for x in ids}}
+    assert one.summary.targets == sum(len(x) - 1 for x in ids)
+    assert one.summary.targets_fed == sum(min(len(x), 32) - 1 for x in ids)
+    off = scan_dataset(scan_run(folder, tok, path, 32, prompt_field=None), jobs=1)
+    assert off.summary.targets == one.summary.targets - ends.count(False)

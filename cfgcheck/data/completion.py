@@ -1,8 +1,9 @@
 """Prompt-completion records (``data.prompt_field`` and ``data.completion_field``, TRL's
 prompt-completion format) tokenized as TRL's SFTTrainer does (TRL 1.16):
 
-- a plain-text completion gets the tokenizer's ``eos_token`` appended unless it ends with
-  it (``add_eos``, trl/trainer/sft_trainer.py:1287-1297); a conversational one does not;
+- a plain-text completion gets the ``eos_token`` appended unless it ends with it
+  (``add_eos``, trl/trainer/sft_trainer.py:1287-1297; ``data.add_eos`` does the same for
+  plain text); a conversational one does not;
 - plain text: ``prompt_ids = tokenizer(text=prompt)``, ``ids = tokenizer(text=prompt +
   completion)`` (trl/data_utils.py:398-399 ``_tokenize``; sft_trainer.py:1340-1348);
   conversational (lists of messages): ``apply_chat_template(prompt,
@@ -80,7 +81,7 @@ class CompletionEncoder:
         self.tok = load_hf_tokenizer(self.run, "data.prompt_field")
         self.completion_only = d.masks_completion
         self.assistant_only = d.assistant_only_loss
-        self.eos = getattr(self.tok, "eos_token", None)
+        self.eos: str | None = None  # looked up for the first text completion
         self.template_checked = False
 
     def _conversational(self) -> None:
@@ -117,11 +118,10 @@ class CompletionEncoder:
         return ids, masks if masked else None
 
     def _text(self, pairs: list[Any]) -> list[list[int]]:
+        from cfgcheck.data.scanner import eos_token
+
         if self.eos is None:
-            raise ScanError(
-                "the tokenizer has no eos_token, which TRL appends to every text completion "
-                "(trl/trainer/sft_trainer.py add_eos)"
-            )
+            self.eos = eos_token(self.run)
         eos = self.eos
         full = [p + (c if c.endswith(eos) else c + eos) for p, c in pairs]
         return [list(x) for x in self.tok(text=full)["input_ids"]]

@@ -17,6 +17,28 @@ from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.run import RunConfig
 
 
+def eos_token(run: RunConfig) -> str:
+    """The end-of-sequence token TRL appends: the config's ``tokenizer.eos_token`` (TRL's
+    ``SFTConfig.eos_token`` replaces the tokenizer's, sft_trainer.py:728-735), else the
+    tokenizer files'; ScanError when neither has one."""
+    from cfgcheck.tokenizer import TokenizerFileError, resolve_tokenizer
+
+    if run.tokenizer.eos_token:
+        return run.tokenizer.eos_token
+    special = None
+    if run.tokenizer.path is not None:
+        try:
+            special = resolve_tokenizer(run.tokenizer.path).specials.get("eos")
+        except TokenizerFileError as e:
+            raise ScanError(f"tokenizer.path={run.tokenizer.path}: {e}") from e
+    if special is None or not special.token:
+        raise ScanError(
+            "the tokenizer has no eos_token, which TRL appends to every text "
+            "(trl/trainer/sft_trainer.py add_eos): set tokenizer.eos_token"
+        )
+    return special.token
+
+
 def load_scan_tokenizer(run: RunConfig) -> tuple[Any, str]:
     """The run's tokenizer as a ``tokenizers.Tokenizer`` with padding and truncation off (the
     scan measures full lengths), and a description of where it came from."""
@@ -70,6 +92,8 @@ class Scanner:
         self.limits = Limits.of(self.run)
         self.block_size = m.block_size
         self.check_block = d.collator != "packed"
+        # TRL appends the EOS to plain text unless it ends with it (sft_trainer.py:1292-1295).
+        self.eos = eos_token(self.run) if d.add_eos and d.prompt_field is None else None
         self.chat: Any = None  # an encoder of records rendered as JSON (not plain text)
         if d.prompt_field is not None:
             from cfgcheck.data.completion import CompletionEncoder
@@ -104,6 +128,9 @@ class Scanner:
     ) -> tuple[list[int], list[list[int]] | None, list[list[int]] | None]:
         """(lengths, ids when they are needed, assistant masks when labels are masked)."""
         if self.chat is None:
+            eos = self.eos
+            if eos is not None:
+                texts = [t if t.endswith(eos) else t + eos for t in texts]
             enc = self.encode(texts)
             ids = [e.ids for e in enc] if self.check_ids else None
             return [len(e) for e in enc], ids, None

@@ -59,6 +59,12 @@ class DataConfig(Section):
         "the chat template marks them with {% generation %}). Needs a conversational dataset "
         "(messages_field, or prompt_field holding messages).",
     )
+    add_eos: bool = Field(
+        False,
+        description="Append the tokenizer's eos_token to each text (text_field / template) "
+        "that does not end with it, as TRL's SFTTrainer does (add_eos). Prompt-completion "
+        "text completions always get it, as in TRL.",
+    )
     prompt_field: str | None = Field(
         None,
         description="Field holding the prompt of a prompt-completion dataset (TRL's format): "
