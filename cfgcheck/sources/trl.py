@@ -69,6 +69,7 @@ def build(b: Builder) -> None:
         b.take("tokenizer.eos_token", "eos_token", None, "")
     if n.is_set("dataset_text_field"):
         b.take("data.text_field", "dataset_text_field", "text", "")
+    _sft_data(b, run)
     _trainer(b, run)
     trl_memory.apply(b, run)  # reference model, chosen + rejected, GRPO's generation
     launch.apply(b, n.options.get("accelerate_config"))
@@ -239,6 +240,24 @@ def _trainer(b: Builder, run: TrlRun) -> None:
     b.take("seed", "seed", run.default("seed", 42), run.where("seed"))
     if n.is_set("output_dir"):
         b.take("output_dir", "output_dir", None, "", str)
+
+
+def _sft_data(b: Builder, run: TrlRun) -> None:
+    """How SFTTrainer prepares the dataset, for the scan (``--scan-data``; TRL 1.16
+    trl/trainer/sft_trainer.py ``_prepare_dataset``): the EOS appended to text that lacks it
+    (lines 1287-1297), the prompt masked with ``completion_only_loss`` (961-964, 1405-1428),
+    and with ``assistant_only_loss`` conversations read from the ``messages`` column
+    (1372-1378; the other conversational format, prompt-completion, is
+    ``data.prompt_field=prompt data.messages_field=null``)."""
+    if run.trainer.name != "sft":
+        return
+    n = b.native
+    b.default("data.add_eos", True, "SFTTrainer._prepare_dataset add_eos")
+    if n.is_set("completion_only_loss") and run.reads("completion_only_loss"):
+        b.take("data.completion_only_loss", "completion_only_loss", None, "")
+    if n.get("assistant_only_loss") is True and run.reads("assistant_only_loss"):
+        b.from_key("data.assistant_only_loss", "assistant_only_loss", True)
+        b.default("data.messages_field", "messages", "SFTTrainer tokenize_fn example['messages']")
 
 
 _TO_NATIVE = {
