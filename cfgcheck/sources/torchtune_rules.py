@@ -316,6 +316,24 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
             f"use torchtune's names: {', '.join(suggestion or ['q_proj', 'v_proj'])}",
             *fixes,
         )
+    elif unknown and _saves_peft_config(native):
+        # The recipe's save_checkpoint puts get_lora_module_names(lora_attn_modules, ...) in
+        # the adapter config as given, and FullModelHFCheckpointer.save_checkpoint converts it
+        # with convert_weights.tune_to_peft_adapter_config, which raises on a name outside its
+        # table (pytorch/torchtune bd2a0fc7 torchtune/training/checkpointing/_checkpointer.py:989,
+        # torchtune/models/convert_weights.py:251; 0.6.1: convert_weights.py:242): the run
+        # trains its first epoch, then fails saving it (Phi-3/4 and Llama 3.2 Vision skip it).
+        yield _error(
+            "torchtune-lora-modules",
+            ("model.lora_attn_modules", "checkpointer._component_"),
+            f"model.lora_attn_modules lists {', '.join(unknown)}, which torchtune does not "
+            f"name ({', '.join(known)}): its builders skip them, training runs with adapters "
+            f"on {_and(valid + extra)} only, and saving the first epoch fails in "
+            f'FullModelHFCheckpointer with "ValueError: Unknown target module {unknown[0]}" '
+            "(convert_weights.tune_to_peft_adapter_config), losing the epoch",
+            f"use torchtune's names: {', '.join(suggestion)}",
+            *fixes,
+        )
     elif unknown:
         yield Finding(
             "torchtune-lora-modules",
@@ -339,6 +357,17 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
             "set model.apply_lora_to_output=false",
             Fix(("model.apply_lora_to_output=false",), "no LoRA on the tied output"),
         )
+
+
+# FullModelHFCheckpointer.save_checkpoint skips the PEFT adapter config for these model types
+# (torchtune/training/checkpointing/_checkpointer.py:978-985 at bd2a0fc7).
+NO_PEFT_CONFIG = ("PHI3_MINI", "PHI4", "LLAMA3_VISION")
+
+
+def _saves_peft_config(native: NativeConfig) -> bool:
+    return "FullModelHFCheckpointer" in str(
+        native.get("checkpointer._component_")
+    ) and native.get("checkpointer.model_type") not in NO_PEFT_CONFIG
 
 
 def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:

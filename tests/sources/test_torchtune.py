@@ -212,8 +212,15 @@ def test_seed_lora_module_names_that_do_not_exist(tmp_path: Path) -> None:
 
     some = check_native(LORA_1B, "torchtune", ["model.lora_attn_modules=[q_proj,o_proj]"])
     partial = one(some, "torchtune-lora-modules")
-    assert partial.severity == "warning" and "o_proj" in partial.message
+    # FullModelHFCheckpointer turns the names into a PEFT config when it saves the epoch
+    assert partial.severity == "error" and "Unknown target module o_proj" in partial.message
     assert some.config is not None and "o_proj" not in some.config.trainer.lora.targets[:1]
+    meta = ["checkpointer._component_=torchtune.training.FullModelMetaCheckpointer"]
+    skipped = one(
+        check_native(LORA_1B, "torchtune", ["model.lora_attn_modules=[q_proj,o_proj]", *meta]),
+        "torchtune-lora-modules",
+    )
+    assert skipped.severity == "warning" and "silently skip" in skipped.message
 
 
 def test_an_unexpected_builder_argument_is_a_type_error_with_did_you_mean() -> None:

@@ -134,6 +134,30 @@ def test_lora_module_names_seed(tmp_path: Path) -> None:
     assert grads and all(g is not None for g in grads)
 
 
+def test_a_wrong_lora_name_beside_a_right_one_fails_saving_the_hf_checkpoint() -> None:
+    """Found by tests/sources/test_torchtune_differential.py: the recipe's save_checkpoint
+    passes get_lora_module_names(...) as the adapter config's target_modules, and
+    FullModelHFCheckpointer converts it with tune_to_peft_adapter_config, which raises."""
+    from torchtune.models.convert_weights import tune_to_peft_adapter_config
+    from torchtune.modules.peft import get_lora_module_names
+
+    finding = one(
+        check_native(LORA_1B, "torchtune", ["model.lora_attn_modules=[q_proj,o_proj]"]),
+        "torchtune-lora-modules",
+    )
+    (error,) = quoted(finding.message)
+
+    def save(modules: list[str]) -> dict[str, Any]:
+        names = get_lora_module_names(modules, True, False)  # as the 1B config: MLP on
+        return tune_to_peft_adapter_config({"r": 8, "lora_alpha": 16, "target_modules": names})
+
+    with pytest.raises(ValueError) as e:
+        save(["q_proj", "o_proj"])
+    assert error == f"ValueError: {e.value}"
+    fixed = finding.fixes[0].overrides[0].split("=[")[1].rstrip("]").split(",")
+    assert "o_proj" in save(fixed)["target_modules"]  # output_proj, in PEFT's name
+
+
 def test_unexpected_and_missing_arguments_are_config_instantiates_type_errors() -> None:
     from torchtune import config
 
