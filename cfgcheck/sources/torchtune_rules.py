@@ -251,6 +251,24 @@ def max_seq_len_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
             ),
             Fix(("dataset.packed=false",), "no packing"),
         )
+    if run is not None and limit is None and not is_packed(native):
+        # No cut: torchtune's tokenizers truncate only when max_seq_len is set
+        # (torchtune/modules/transforms/tokenizers/_utils.py truncate, called from
+        # tokenize_messages), and TransformerDecoder._validate_inputs (torchtune/modules/
+        # transformer.py) refuses a batch longer than the model's max_seq_len.
+        block = run.model.block_size
+        yield Finding(
+            "torchtune-max-seq-len",
+            "warning",
+            ("tokenizer.max_seq_len",),
+            f"tokenizer.max_seq_len is unset, so torchtune cuts no sample: a batch whose "
+            f"longest sample is above the max_seq_len={block} of "
+            f"{native.get('model._component_')} fails in TransformerDecoder.forward with "
+            f'"ValueError: seq_len (<length>) of input tensor should be smaller than '
+            f'max_seq_len ({block})" (check your data with `cfgcheck data`)',
+            f"set tokenizer.max_seq_len<={block}",
+            fixes=(Fix((f"tokenizer.max_seq_len={block}",), f"cut samples to {block}"),),
+        )
     if run is None or not isinstance(limit, int):
         return
     block = run.model.block_size
