@@ -383,9 +383,10 @@ NO_PEFT_CONFIG = ("PHI3_MINI", "PHI4", "LLAMA3_VISION")
 
 
 def _saves_peft_config(native: NativeConfig) -> bool:
-    return "FullModelHFCheckpointer" in str(
-        native.get("checkpointer._component_")
-    ) and native.get("checkpointer.model_type") not in NO_PEFT_CONFIG
+    return (
+        "FullModelHFCheckpointer" in str(native.get("checkpointer._component_"))
+        and native.get("checkpointer.model_type") not in NO_PEFT_CONFIG
+    )
 
 
 def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:

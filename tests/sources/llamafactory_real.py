@@ -73,7 +73,7 @@ def run(file: str) -> str | None:
             tokenizer = load_tokenizer(model_args)["tokenizer"]
             get_template_and_fix_tokenizer(tokenizer, data_args)
             get_dataset_list(data_args.dataset, data_args.dataset_dir)
-    except BaseException as e:  # noqa: BLE001 (the parser calls sys.exit on some refusals)
+    except BaseException as e:  # the parser calls sys.exit on some refusals
         return f"{type(e).__name__}: {str(e)[:300]}"
     return None
 
@@ -87,4 +87,6 @@ if __name__ == "__main__":
     print("placeholders:", _import_llamafactory())
     for i, file in enumerate(sys.argv[1:]):
         failed = run(file)
-        print(f"\nRESULT {i} " + ("OK" if failed is None else failed.replace("\n", " ")), flush=True)
+        print(
+            f"\nRESULT {i} " + ("OK" if failed is None else failed.replace("\n", " ")), flush=True
+        )

@@ -15,7 +15,8 @@ with it. The test runs where ``CFGCHECK_LLAMAFACTORY_PYTHON`` names a Python tha
     echo "$(python -c 'import site; print(site.getsitepackages()[0])')" \\
         > /tmp/lfvenv/lib/python3.11/site-packages/shared.pth
     /tmp/lfvenv/bin/pip install --no-deps llamafactory==0.9.5
-    CFGCHECK_LLAMAFACTORY_PYTHON=/tmp/lfvenv/bin/python pytest tests/sources/test_llamafactory_differential.py
+    export CFGCHECK_LLAMAFACTORY_PYTHON=/tmp/lfvenv/bin/python
+    python -m pytest tests/sources/test_llamafactory_differential.py
 
 ``CFGCHECK_LF_DIFF_N`` / ``CFGCHECK_LF_DIFF_SEEDS`` draw more configs (default 3, seed 0).
 The draws keep to a CPU's reach: no bf16/fp16 (the parser refuses them without a GPU: "Your

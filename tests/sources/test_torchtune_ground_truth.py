@@ -107,6 +107,25 @@ def test_max_seq_len_seed_is_transformer_decoders_value_error() -> None:
     model(torch.randint(0, 64, (1, 16)))  # cut to the model's max_seq_len: runs
 
 
+def test_an_unset_max_seq_len_warns_with_transformer_decoders_value_error() -> None:
+    """Found by tests/sources/test_torchtune_differential.py: with tokenizer.max_seq_len
+    unset nothing cuts a sample, and one longer than the model fails in forward."""
+    from torchtune.models.llama3_2 import llama3_2
+
+    finding = one(
+        check_native(PHI3, "torchtune", ["tokenizer.max_seq_len=null"]), "torchtune-max-seq-len"
+    )
+    assert finding.severity == "warning"
+    (error,) = quoted(finding.message)
+    model = llama3_2(**TINY)  # max_seq_len=16
+    with pytest.raises(ValueError) as e:
+        model(torch.randint(0, 64, (1, 20)))
+    assert f"ValueError: {e.value}" == error.replace("<length>", "20").replace("4096", "16")
+    # cut to the model's max_seq_len (the fix): runs
+    assert finding.fixes[0].overrides == ("tokenizer.max_seq_len=4096",)
+    model(torch.randint(0, 64, (1, 16)))
+
+
 def test_lora_module_names_seed(tmp_path: Path) -> None:
     from torchtune.modules.peft import get_adapter_params
 

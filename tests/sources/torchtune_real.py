@@ -41,7 +41,7 @@ def _recipe(name: str) -> Any:
     # torchtune's recipes folder, installed next to torchtune (its __init__ refuses imports)
     found = importlib.util.find_spec("recipes")
     assert found is not None and found.submodule_search_locations is not None
-    path = Path(list(found.submodule_search_locations)[0]) / f"{name}.py"
+    path = Path(next(iter(found.submodule_search_locations))) / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"tt_recipe_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -79,4 +79,6 @@ if __name__ == "__main__":
     for i, arg in enumerate(sys.argv[1:]):
         recipe, _, file = arg.partition("=")
         failed = run(recipe, file)
-        print(f"\nRESULT {i} " + ("OK" if failed is None else failed.replace("\n", " ")), flush=True)
+        print(
+            f"\nRESULT {i} " + ("OK" if failed is None else failed.replace("\n", " ")), flush=True
+        )
