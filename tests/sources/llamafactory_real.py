@@ -2,8 +2,9 @@
 start-up on each config file, as ``llamafactory-cli train`` runs it before any training step
 (src/llamafactory/train/tuner.py run_exp -> _training_function): ``get_train_args`` (the
 argument parser and every refusal of hparams/parser.py), then what the SFT/DPO workflows do
-first: ``load_tokenizer``, ``get_template_and_fix_tokenizer`` (data/template.py) and the
-dataset list of ``dataset_info.json`` (data/parser.py get_dataset_list). Prints one line per
+first: ``load_tokenizer``, ``get_template_and_fix_tokenizer`` (data/template.py), the
+dataset list of ``dataset_info.json`` (data/parser.py get_dataset_list) and the model config's
+quantization checks (model/model_utils/quantization.py configure_quantization). Prints one line per
 file: ``RESULT <i> OK`` or ``RESULT <i> <ErrorType>: <message>``.
 
 LLaMA-Factory pins transformers below the version installed here, so it is installed with
@@ -20,6 +21,7 @@ output), never reached by the start-up this runs. Run as
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import warnings
@@ -63,6 +65,8 @@ def run(file: str) -> str | None:
     from llamafactory.data.template import get_template_and_fix_tokenizer
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
+    from llamafactory.model.loader import load_config
+    from llamafactory.model.model_utils.quantization import configure_quantization
 
     try:
         with warnings.catch_warnings():
@@ -73,6 +77,14 @@ def run(file: str) -> str | None:
             tokenizer = load_tokenizer(model_args)["tokenizer"]
             get_template_and_fix_tokenizer(tokenizer, data_args)
             get_dataset_list(data_args.dataset, data_args.dataset_dir)
+            # load_model -> patch_config -> configure_quantization (model/patcher.py): the
+            # quantization refusals, before any weight is read. bitsandbytes is not installed
+            # here (a GPU machine's package), so 4 and 8 bits, which only check its version
+            # there, stop at the parser's checks.
+            bnb = importlib.util.find_spec("bitsandbytes") is not None
+            if model_args.quantization_bit not in (4, 8) or bnb:
+                config = load_config(model_args)
+                configure_quantization(config, tokenizer, model_args, True, {})
     except BaseException as e:  # the parser calls sys.exit on some refusals
         return f"{type(e).__name__}: {str(e)[:300]}"
     return None
