@@ -196,7 +196,8 @@ def real(files: list[Path], timeout: float) -> list[str | None]:
 def compare(tmp_path: Path, folders: tuple[Path, Path], seed: int, n: int) -> dict[str, Any]:
     model, data = folders
     rng = random.Random(seed)
-    out: dict[str, list[Any]] = {k: [] for k in ("agree", "miss", "false_alarm", "unreadable")}
+    keys = ("agree", "miss", "false_alarm", "unreadable", "refused_by_llamafactory")
+    out: dict[str, list[Any]] = {k: [] for k in keys}
     draws, files, results = [], [], []
     for i in range(n):
         d = draw(rng)
@@ -213,6 +214,8 @@ def compare(tmp_path: Path, folders: tuple[Path, Path], seed: int, n: int) -> di
         results.append(result)
     verdicts = real(files, timeout=120 + 10 * n) if files else []
     for d, result, failed in zip(draws, results, verdicts, strict=True):
+        if failed:
+            out["refused_by_llamafactory"].append(failed)
         errors = [(f.rule, f.message[:200]) for f in result.errors]
         if bool(failed) == bool(errors):
             out["agree"].append(d)

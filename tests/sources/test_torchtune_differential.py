@@ -272,6 +272,7 @@ def compare(tmp_path: Path, folder: Path, seed: int, n: int) -> dict[str, list[A
         k: [] for k in ("agree", "miss", "false_alarm", "warned_only", "data_dependent")
     }
     out["unreadable"] = []
+    out["refused_by_torchtune"] = []
     for i in range(n):
         d = draw(rng)
         file = tmp_path / f"tt-{seed}-{i}.yaml"
@@ -288,8 +289,10 @@ def compare(tmp_path: Path, folder: Path, seed: int, n: int) -> dict[str, list[A
         runs.append((recipe_of(load_native(file, "torchtune").native), file))
     verdicts = real(runs, timeout=60 + 30 * n) if runs else []
     for d, result, failed in zip(draws, results, verdicts, strict=True):
+        if failed:
+            out["refused_by_torchtune"].append(failed)
         errors = [(f.rule, f.message[:200]) for f in result.errors]
-        longest = d.words + 1  # words and the eos the text dataset adds
+        longest = d.words + 2  # words, the bos and eos text_completion_dataset adds
         uncut = d.max_seq_len is None and not d.packed
         if bool(failed) == bool(errors):
             out["agree"].append(d)
