@@ -196,7 +196,7 @@ def real(files: list[Path], timeout: float) -> list[str | None]:
 def compare(tmp_path: Path, folders: tuple[Path, Path], seed: int, n: int) -> dict[str, Any]:
     model, data = folders
     rng = random.Random(seed)
-    keys = ("agree", "miss", "false_alarm", "unreadable", "refused_by_llamafactory")
+    keys = ("agree", "miss", "false_alarm", "unreadable", "environment", "refused_by_llamafactory")
     out: dict[str, list[Any]] = {k: [] for k in keys}
     draws, files, results = [], [], []
     for i in range(n):
@@ -214,6 +214,11 @@ def compare(tmp_path: Path, folders: tuple[Path, Path], seed: int, n: int) -> di
         results.append(result)
     verdicts = real(files, timeout=120 + 10 * n) if files else []
     for d, result, failed in zip(draws, results, verdicts, strict=True):
+        if failed and "To fix: run `pip install" in failed:
+            # check_version(..., mandatory=True) (extras/misc.py): a package this machine
+            # lacks (jieba, nltk, rouge_chinese for predict_with_generate), not the config
+            out["environment"].append((d, failed))
+            continue
         if failed:
             out["refused_by_llamafactory"].append(failed)
         errors = [(f.rule, f.message[:200]) for f in result.errors]
