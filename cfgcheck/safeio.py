@@ -105,6 +105,7 @@ CAPS: dict[str, FileCap] = {
         FileCap("sentencepiece", 32 * _MIB, "a SentencePiece tokenizer.model or vocabulary"),
         FileCap("record", 4 * _MIB, "one dataset record (a JSONL or text line, a rendered sample)"),
         FileCap("json-array", 512 * _MIB, "a dataset file holding one JSON array"),
+        FileCap("row-group", 512 * _MIB, "one column of a Parquet row group, read at once"),
     )
 }
 

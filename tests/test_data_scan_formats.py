@@ -150,3 +150,44 @@ def test_a_missing_column_is_named(cfg: dict[str, Any], tok_dir: Path, tmp_path:
     run = make_run(cfg, tok_dir, path, template=None, text_field="body")
     with pytest.raises(ScanError, match=r"no column 'body' \(data.text_field\); columns: "):
         scan_dataset(run, jobs=1)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_a_huge_cell_is_refused_before_it_becomes_a_string(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """A Parquet or Arrow cell longer than the record cap is refused at its row, as a JSONL
+    line is, before pyarrow converts it to Python (issue 25: a 30 MB word aborted the scan)."""
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("CFGCHECK_MAX_RECORD_BYTES", "100000")
+    rows = records(6)
+    key = next(iter(rows[3]))
+    rows[3][key] = "x" * 200_000
+    path = tmp_path / f"d.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(_table(rows), path)
+    else:
+        feather.write_feather(_table(rows), path)
+    run = make_run(cfg, tok_dir, path)
+    for jobs in (1, 2):
+        with pytest.raises(ScanError) as e:
+            scan_dataset(run, jobs=jobs)
+        msg = str(e.value)
+        assert f"d.{fmt}:4: the record is longer than 100,000 bytes in column {key!r}" in msg
+        assert "CFGCHECK_MAX_RECORD_BYTES" in msg and "\n" not in msg
+
+
+def test_a_parquet_row_group_past_its_cap_is_refused_from_the_footer(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "d.parquet"
+    pq.write_table(_table(records(200)), path, row_group_size=100)
+    run = make_run(cfg, tok_dir, path)
+    assert scan_dataset(run, jobs=1).samples == 200  # within the default cap
+    monkeypatch.setenv("CFGCHECK_MAX_ROW_GROUP_BYTES", "1000")
+    with pytest.raises(ScanError, match=r"d\.parquet: row group 1 holds [\d,]+ bytes in column"):
+        scan_dataset(run, jobs=1)

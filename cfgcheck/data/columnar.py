@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cfgcheck.safeio import UnsafeInput, load_file, shown
+from cfgcheck.safeio import CAPS, UnsafeInput, cap, load_file, shown
 
 if TYPE_CHECKING:
     from cfgcheck.data.records import Chunk
@@ -97,7 +97,9 @@ def columnar_chunks(
 
             pf = pq.ParquetFile(path)
             schema, rows = pf.schema_arrow, pf.metadata.num_rows
-            batches: Iterator[Any] = pf.iter_batches(batch_size=size)
+            needed = _needed_columns(schema.names, data)
+            _check_row_groups(path, pf.metadata, needed)
+            batches: Iterator[Any] = pf.iter_batches(batch_size=size, columns=needed)
         else:
             schema, rows, batches = _open_arrow(path)
     except DataReadError:
@@ -110,6 +112,97 @@ def columnar_chunks(
         raise
     except Exception as e:  # a corrupt page or batch surfaces mid-read (ArrowInvalid, OSError)
         raise DataReadError(f"{path} is not a readable {what} file: {_one_line(e)}") from e
+
+
+def _needed_columns(columns: list[str], data: DataConfig) -> list[str] | None:
+    """The columns a record's text comes from (None: all of them, for a template)."""
+    field = data.messages_field or (data.text_field if data.template is None else None)
+    return [field] if field is not None and field in columns else None
+
+
+def _check_row_groups(path: Path, meta: Any, needed: list[str] | None) -> None:
+    """Refuse, from the footer alone, a row group whose column pyarrow would decompress at
+    once past the ``row-group`` cap: a Parquet page holds whole cells, so one huge cell is
+    read whole whatever the batch size (pyarrow ``ParquetFile.iter_batches`` decodes a column
+    chunk's pages into memory)."""
+    from cfgcheck.data.records import DataReadError
+
+    limit = cap("row-group")
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            name = col.path_in_schema.split(".")[0]
+            if needed is not None and name not in needed:
+                continue
+            size = max(col.total_uncompressed_size, col.total_compressed_size)
+            if size > limit:
+                raise DataReadError(
+                    f"{shown(path)}: row group {g + 1} holds {size:,} bytes in column {name!r}, "
+                    f"more than {limit:,}, the cap for {CAPS['row-group'].what}; not read "
+                    f"(set {CAPS['row-group'].env} to change it)"
+                )
+
+
+def _longest(array: Any) -> int:
+    """The most bytes of text one row of ``array`` holds (strings and binaries, through lists
+    and structs: a ``messages`` column), without converting it to Python objects."""
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    t = array.type
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or (pa.types.is_large_binary(t))
+    ):
+        lengths = pc.binary_length(array)
+        top = pc.max(lengths).as_py()
+        return int(top or 0)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        # a row's list: its elements' total, bounded by the longest element times the
+        # longest list (no per-row Python loop)
+        longest_item = _longest(pc.list_flatten(array))
+        most_items = int(pc.max(pc.list_value_length(array)).as_py() or 0)
+        return longest_item * most_items
+    if pa.types.is_struct(t):
+        return sum(_longest(pc.struct_field(array, [i])) for i in range(t.num_fields))
+    return 0
+
+
+def _check_cells(path: Path, part: Any, first: int, columns: list[str] | None) -> None:
+    """Refuse a slice holding a row of more text than the ``record`` cap before it becomes
+    Python strings (an Arrow file is memory-mapped: only this conversion would load it)."""
+    from cfgcheck.data.records import DataReadError
+
+    limit = cap("record")
+    for name in columns if columns is not None else part.schema.names:
+        col = part.column(name)
+        if _longest(col) > limit:
+            import pyarrow.compute as pc
+
+            lengths = pc.binary_length(col) if _is_text(col) else None
+            row = first
+            if lengths is not None:
+                over = pc.greater(lengths, limit)
+                row = first + int(pc.index(over, True).as_py())
+            raise DataReadError(
+                f"{shown(path)}:{row}: the record is longer than {limit:,} bytes in column "
+                f"{name!r}; not read ({CAPS['record'].env} changes the cap)"
+            )
+
+
+def _is_text(col: Any) -> bool:
+    import pyarrow as pa
+
+    t = col.type
+    return bool(
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
 
 
 def _one_line(e: Exception) -> str:
@@ -151,6 +244,7 @@ def _batches(
     for batch in batches:
         for start in range(0, batch.num_rows, size):
             part = batch.slice(start, size)
+            _check_cells(path, part, number + 1, _needed_columns(columns, data))
             picked = [i for i in range(part.num_rows) if keep is None or keep(number + i + 1)]
             if plain:
                 values = part.column(data.text_field).to_pylist()

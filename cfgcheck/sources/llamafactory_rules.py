@@ -194,10 +194,26 @@ def method_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
 def _conflicts(n: NativeConfig) -> list[tuple[bool, tuple[str, ...], str, str, str]]:
     """(refused, keys, LLaMA-Factory's message, where, the change that avoids it)."""
 
-    evaluates = any(n.get(k) for k in ("do_eval", "do_predict", "predict_with_generate"))
+    # transformers' TrainingArguments.__post_init__ sets do_eval=True for any eval_strategy
+    # but "no" (training_args.py:1571 in 5.24), before LLaMA-Factory's check (parser.py:480)
+    strategy = n.get("eval_strategy")
+    evaluates = any(n.get(k) for k in ("do_eval", "do_predict", "predict_with_generate")) or (
+        strategy is not None and str(strategy) != "no"
+    )
     no_eval_data = n.get("eval_dataset") is None and float(n.get("val_size") or 0) < 1e-6
     data_post = "hparams/data_args.py DataArguments.__post_init__"
+    # FinetuningArguments.__post_init__ (finetuning_args.py:593): DPO keeps a reference
+    # model unless its loss is orpo or simpo (pref_loss defaults to sigmoid)
+    ref_model = stage(n) == "dpo" and n.get("pref_loss", "sigmoid") not in ("orpo", "simpo")
     return [
+        (
+            # finetuning_args.py:621 (v0.9.5: :601)
+            bool(n.get("pissa_init")) and (stage(n) in ("ppo", "kto") or ref_model),
+            ("pissa_init", "stage"),
+            "Cannot use PiSSA for current training stage.",
+            FT_POST,
+            "remove pissa_init (PiSSA for sft/pt/rm, or DPO with pref_loss orpo or simpo)",
+        ),
         (
             evaluates and no_eval_data,
             ("do_eval", "eval_dataset", "val_size"),

@@ -197,9 +197,13 @@ def collate_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findi
     ``partial(collate_fn, padding_idx=tokenizer.pad_id, ignore_idx=loss_fn.ignore_index)``
     unless the dataset is packed, and refuses a left-padding one."""
     collate = native.get("collate_fn")
-    if collate is None or is_packed(native):
+    if collate is None:
         return
     text = str(collate)
+    # packed or not: _setup_data refuses left_pad_sequence before it looks at packing
+    # (bd2a0fc7 recipes/lora_finetune_single_device.py:536; 0.6.1: :546)
+    if is_packed(native) and "left_pad_sequence" not in text:
+        return
     if "left_pad_sequence" in text:
         yield _error(
             "torchtune-collate",
@@ -250,6 +254,24 @@ def max_seq_len_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
                 else (Fix(("tokenizer.max_seq_len=4096",), "packs of 4096 tokens"),)
             ),
             Fix(("dataset.packed=false",), "no packing"),
+        )
+    if run is not None and limit is None and not is_packed(native):
+        # No cut: torchtune's tokenizers truncate only when max_seq_len is set
+        # (torchtune/modules/transforms/tokenizers/_utils.py truncate, called from
+        # tokenize_messages), and TransformerDecoder._validate_inputs (torchtune/modules/
+        # transformer.py) refuses a batch longer than the model's max_seq_len.
+        block = run.model.block_size
+        yield Finding(
+            "torchtune-max-seq-len",
+            "warning",
+            ("tokenizer.max_seq_len",),
+            f"tokenizer.max_seq_len is unset, so torchtune cuts no sample: a batch whose "
+            f"longest sample is above the max_seq_len={block} of "
+            f"{native.get('model._component_')} fails in TransformerDecoder.forward with "
+            f'"ValueError: seq_len (<length>) of input tensor should be smaller than '
+            f'max_seq_len ({block})" (check your data with `cfgcheck data`)',
+            f"set tokenizer.max_seq_len<={block}",
+            fixes=(Fix((f"tokenizer.max_seq_len={block}",), f"cut samples to {block}"),),
         )
     if run is None or not isinstance(limit, int):
         return
@@ -316,6 +338,24 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
             f"use torchtune's names: {', '.join(suggestion or ['q_proj', 'v_proj'])}",
             *fixes,
         )
+    elif unknown and _saves_peft_config(native):
+        # The recipe's save_checkpoint puts get_lora_module_names(lora_attn_modules, ...) in
+        # the adapter config as given, and FullModelHFCheckpointer.save_checkpoint converts it
+        # with convert_weights.tune_to_peft_adapter_config, which raises on a name outside its
+        # table (pytorch/torchtune bd2a0fc7 torchtune/training/checkpointing/_checkpointer.py:989,
+        # torchtune/models/convert_weights.py:251; 0.6.1: convert_weights.py:242): the run
+        # trains its first epoch, then fails saving it (Phi-3/4 and Llama 3.2 Vision skip it).
+        yield _error(
+            "torchtune-lora-modules",
+            ("model.lora_attn_modules", "checkpointer._component_"),
+            f"model.lora_attn_modules lists {', '.join(unknown)}, which torchtune does not "
+            f"name ({', '.join(known)}): its builders skip them, training runs with adapters "
+            f"on {_and(valid + extra)} only, and saving the first epoch fails in "
+            f'FullModelHFCheckpointer with "ValueError: Unknown target module {unknown[0]}" '
+            "(convert_weights.tune_to_peft_adapter_config), losing the epoch",
+            f"use torchtune's names: {', '.join(suggestion)}",
+            *fixes,
+        )
     elif unknown:
         yield Finding(
             "torchtune-lora-modules",
@@ -339,6 +379,18 @@ def lora_module_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
             "set model.apply_lora_to_output=false",
             Fix(("model.apply_lora_to_output=false",), "no LoRA on the tied output"),
         )
+
+
+# FullModelHFCheckpointer.save_checkpoint skips the PEFT adapter config for these model types
+# (torchtune/training/checkpointing/_checkpointer.py:978-985 at bd2a0fc7).
+NO_PEFT_CONFIG = ("PHI3_MINI", "PHI4", "LLAMA3_VISION")
+
+
+def _saves_peft_config(native: NativeConfig) -> bool:
+    return (
+        "FullModelHFCheckpointer" in str(native.get("checkpointer._component_"))
+        and native.get("checkpointer.model_type") not in NO_PEFT_CONFIG
+    )
 
 
 def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:

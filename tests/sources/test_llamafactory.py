@@ -303,15 +303,24 @@ def test_packing_without_neat_packing_warns_of_cross_attention() -> None:
         (["deepspeed=examples/deepspeed/nope.json"], "llamafactory-deepspeed-missing", "exist"),
         (["~do_train"], "llamafactory-no-do-train", "trains nothing"),
         (["do_eval=true"], "llamafactory-argument-conflict", "eval_dataset be provided"),
+        (["eval_strategy=steps"], "llamafactory-argument-conflict", "eval_dataset be provided"),
         (["do_predict=true", "val_size=0.1"], "llamafactory-argument-conflict", "predict_with"),
         (["stage=rm", "load_best_model_at_end=true"], "llamafactory-argument-conflict", "RM"),
         (["fp8=true", "quantization_bit=4"], "llamafactory-argument-conflict", "FP8"),
         (["eval_dataset=identity", "val_size=0.1"], "llamafactory-argument-conflict", "val_size"),
+        (["stage=dpo", "pissa_init=true"], "llamafactory-argument-conflict", "PiSSA"),
+        (["stage=kto", "pissa_init=true"], "llamafactory-argument-conflict", "PiSSA"),
     ],
 )
 def test_start_up_refusals(overrides: list[str], rule: str, quote: str) -> None:
     finding = one(check(SFT, *overrides), rule)
     assert quote in finding.message, finding.message
+
+
+def test_pissa_with_dpo_losses_without_a_reference_model_starts() -> None:
+    # use_ref_model is False for orpo and simpo (finetuning_args.py:593)
+    result = check(SFT, "stage=dpo", "pissa_init=true", "pref_loss=orpo")
+    assert not result.by_rule("llamafactory-argument-conflict")
 
 
 def test_did_you_mean_fixes_apply() -> None:

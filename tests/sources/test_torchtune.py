@@ -212,8 +212,25 @@ def test_seed_lora_module_names_that_do_not_exist(tmp_path: Path) -> None:
 
     some = check_native(LORA_1B, "torchtune", ["model.lora_attn_modules=[q_proj,o_proj]"])
     partial = one(some, "torchtune-lora-modules")
-    assert partial.severity == "warning" and "o_proj" in partial.message
+    # FullModelHFCheckpointer turns the names into a PEFT config when it saves the epoch
+    assert partial.severity == "error" and "Unknown target module o_proj" in partial.message
     assert some.config is not None and "o_proj" not in some.config.trainer.lora.targets[:1]
+    meta = ["checkpointer._component_=torchtune.training.FullModelMetaCheckpointer"]
+    skipped = one(
+        check_native(LORA_1B, "torchtune", ["model.lora_attn_modules=[q_proj,o_proj]", *meta]),
+        "torchtune-lora-modules",
+    )
+    assert skipped.severity == "warning" and "silently skip" in skipped.message
+
+
+def test_left_pad_sequence_is_refused_packed_or_not() -> None:
+    # found by test_torchtune_differential.py: the recipe's _setup_data raises before it
+    # looks at packing (tests/sources/torchtune_real.py runs that recipe)
+    for packed in ("false", "true"):
+        overrides = ["collate_fn=torchtune.data.left_pad_sequence", f"dataset.packed={packed}"]
+        overrides.append("tokenizer.max_seq_len=2048")
+        finding = one(check_native(LORA_1B, "torchtune", overrides), "torchtune-collate")
+        assert "left_pad_sequence collator is only for inference." in finding.message
 
 
 def test_an_unexpected_builder_argument_is_a_type_error_with_did_you_mean() -> None:

@@ -107,6 +107,25 @@ def test_max_seq_len_seed_is_transformer_decoders_value_error() -> None:
     model(torch.randint(0, 64, (1, 16)))  # cut to the model's max_seq_len: runs
 
 
+def test_an_unset_max_seq_len_warns_with_transformer_decoders_value_error() -> None:
+    """Found by tests/sources/test_torchtune_differential.py: with tokenizer.max_seq_len
+    unset nothing cuts a sample, and one longer than the model fails in forward."""
+    from torchtune.models.llama3_2 import llama3_2
+
+    finding = one(
+        check_native(PHI3, "torchtune", ["tokenizer.max_seq_len=null"]), "torchtune-max-seq-len"
+    )
+    assert finding.severity == "warning"
+    (error,) = quoted(finding.message)
+    model = llama3_2(**TINY)  # max_seq_len=16
+    with pytest.raises(ValueError) as e:
+        model(torch.randint(0, 64, (1, 20)))
+    assert f"ValueError: {e.value}" == error.replace("<length>", "20").replace("4096", "16")
+    # cut to the model's max_seq_len (the fix): runs
+    assert finding.fixes[0].overrides == ("tokenizer.max_seq_len=4096",)
+    model(torch.randint(0, 64, (1, 16)))
+
+
 def test_lora_module_names_seed(tmp_path: Path) -> None:
     from torchtune.modules.peft import get_adapter_params
 
@@ -132,6 +151,30 @@ def test_lora_module_names_seed(tmp_path: Path) -> None:
     loss_of(fixed, batch).backward()
     grads = [p.grad for n, p in fixed.named_parameters() if "lora" in n]
     assert grads and all(g is not None for g in grads)
+
+
+def test_a_wrong_lora_name_beside_a_right_one_fails_saving_the_hf_checkpoint() -> None:
+    """Found by tests/sources/test_torchtune_differential.py: the recipe's save_checkpoint
+    passes get_lora_module_names(...) as the adapter config's target_modules, and
+    FullModelHFCheckpointer converts it with tune_to_peft_adapter_config, which raises."""
+    from torchtune.models.convert_weights import tune_to_peft_adapter_config
+    from torchtune.modules.peft import get_lora_module_names
+
+    finding = one(
+        check_native(LORA_1B, "torchtune", ["model.lora_attn_modules=[q_proj,o_proj]"]),
+        "torchtune-lora-modules",
+    )
+    (error,) = quoted(finding.message)
+
+    def save(modules: list[str]) -> dict[str, Any]:
+        names = get_lora_module_names(modules, True, False)  # as the 1B config: MLP on
+        return tune_to_peft_adapter_config({"r": 8, "lora_alpha": 16, "target_modules": names})
+
+    with pytest.raises(ValueError) as e:
+        save(["q_proj", "o_proj"])
+    assert error == f"ValueError: {e.value}"
+    fixed = finding.fixes[0].overrides[0].split("=[")[1].rstrip("]").split(",")
+    assert "o_proj" in save(fixed)["target_modules"]  # output_proj, in PEFT's name
 
 
 def test_unexpected_and_missing_arguments_are_config_instantiates_type_errors() -> None:
