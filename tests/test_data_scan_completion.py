@@ -208,7 +208,8 @@ def test_parquet_prompt_completion_scans_as_its_jsonl_and_names_a_missing_column
     rows = text_records()
     jsonl = write_jsonl(tmp_path / "pc.jsonl", rows)
     parquet = tmp_path / "pc.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    # A text column too: only the prompt and completion columns are read.
+    pq.write_table(pa.Table.from_pylist([{**r, "text": "x"} for r in rows]), parquet)
     a = scan_dataset(scan_run(folder, tok, jsonl, 16), jobs=1)
     b = scan_dataset(scan_run(folder, tok, parquet, 16), jobs=1)
     assert (a.hist, a.summary.targets, a.summary.no_targets) == (

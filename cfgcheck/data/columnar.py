@@ -114,10 +114,26 @@ def columnar_chunks(
         raise DataReadError(f"{path} is not a readable {what} file: {_one_line(e)}") from e
 
 
+def _fields(data: DataConfig) -> dict[str, str]:
+    """The columns a record's text comes from, by the setting naming each (none: all
+    columns, for a template)."""
+    if data.prompt_field is not None:
+        return {
+            "data.prompt_field": data.prompt_field,
+            "data.completion_field": data.completion_field,
+        }
+    if data.messages_field is not None:
+        return {"data.messages_field": data.messages_field}
+    if data.template is None:
+        return {"data.text_field": data.text_field}
+    return {}
+
+
 def _needed_columns(columns: list[str], data: DataConfig) -> list[str] | None:
-    """The columns a record's text comes from (None: all of them, for a template)."""
-    field = data.messages_field or (data.text_field if data.template is None else None)
-    return [field] if field is not None and field in columns else None
+    """The columns a record's text comes from (None: all of them, for a template, or when
+    one is missing: the reader then names it)."""
+    needed = list(_fields(data).values())
+    return needed if needed and all(c in columns for c in needed) else None
 
 
 def _check_row_groups(path: Path, meta: Any, needed: list[str] | None) -> None:
@@ -221,18 +237,8 @@ def _batches(
 ) -> Iterator[Chunk]:
     from cfgcheck.data.records import Chunk, DataReadError, fail_render
 
-    if data.prompt_field is not None:
-        needed = {"data.prompt_field": data.prompt_field}
-        needed["data.completion_field"] = data.completion_field
-        what = "data.prompt_field"
-    elif data.messages_field is not None:
-        needed = {"data.messages_field": data.messages_field}
-        what = "data.messages_field"
-    elif data.template is None:
-        needed = {"data.text_field": data.text_field}
-        what = "data.text_field"
-    else:
-        needed, what = {}, "data.template"
+    needed = _fields(data)
+    what = next(iter(needed), "data.template")
     for which, field in needed.items():
         if field not in columns:
             raise DataReadError(
