@@ -19,6 +19,7 @@ from cfgcheck.sources.axolotl_rules import (
     gptq_rules,
     positions_past_context,
     shard_group,
+    size_of,
 )
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
@@ -194,7 +195,7 @@ def build(b: Builder) -> None:
         others = [n.get(k) for k in ("dp_shard_size", "tensor_parallel_size")] + [cp]
         world = ep
         for size in others:
-            world *= size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 1
+            world *= size_of(size) or 1
         b.from_key("trainer.devices", "expert_parallel_size", world)
     elif isinstance(cp, int) and cp > 1 and not n.is_set("world_size"):
         b.from_key("trainer.devices", cp_key, cp)

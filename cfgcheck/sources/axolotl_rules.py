@@ -104,7 +104,8 @@ def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Itera
     )
 
 
-def _size(value: object) -> int | None:
+def size_of(value: object) -> int | None:
+    """A positive integer setting, or None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -118,7 +119,7 @@ def expert_parallel(b: Builder) -> int:
     keys (axolotl-ai-cloud/axolotl@067b021c src/axolotl/integrations/expert_parallel/), which
     Axolotl reads only when ``plugins:`` lists the plugin; the size (1 when off)."""
     n = b.native
-    ep = _size(n.get("expert_parallel_size"))
+    ep = size_of(n.get("expert_parallel_size"))
     if ep is None or ep == 1 or "expert_parallel" not in listed(n):
         return 1
     b.from_key("trainer.expert_parallel_size", "expert_parallel_size", ep)
@@ -146,9 +147,9 @@ def shard_group(b: Builder) -> None:
     expert parallelism the outer FSDP wrap shards over ``ep x dp_shard``
     (monkeypatch/accelerate/parallelism_config.py ``_patched_dp_shard_cp_dim_names``)."""
     n = b.native
-    size = _size(n.get("dp_shard_size"))
+    size = size_of(n.get("dp_shard_size"))
     if size is not None:
-        ep = _size(n.get("expert_parallel_size")) or 1
+        ep = size_of(n.get("expert_parallel_size")) or 1
         if ep > 1 and "expert_parallel" in listed(n):
             b.from_key("trainer.shard_group", "dp_shard_size", size * ep)
         else:
