@@ -259,3 +259,23 @@ def test_schema_field_is_bounded() -> None:
     with pytest.raises(ValidationError):
         TrainerConfig(micro_batch_size=1, expert_parallel_size=0)
     assert json.dumps(TrainerConfig.model_json_schema()).count("expert_parallel_size") >= 1
+
+
+def test_eight_bit_states_count_the_experts(tmp_path: Path) -> None:
+    """bitsandbytes' 8-bit AdamW keeps, per tensor of at least 4096 elements, two uint8 states
+    and two fp32 absmax per 256 (weights.MIN_8BIT_SIZE): the fused 3D expert tensors included,
+    so the per-tensor list sums to the model's parameters and the experts' states divide."""
+    from cfgcheck.memory import weights
+
+    m = model_of(tmp_path, QWEN3_MOE)
+    routed, rest = routed_and_rest(RECENT[QWEN3_MOE])
+    t = trainer(1, optimizer="adamw_8bit")
+    tensors = weights.trainable_tensors(m, t)
+    assert sum(n * c for n, c in tensors) == routed + rest
+    layer = RECENT[QWEN3_MOE]
+    gate_up = layer["num_experts"] * 2 * layer["moe_intermediate_size"] * layer["hidden_size"]
+    assert (gate_up, 1) in tensors
+    states = weights.optimizer_state_bytes(m, t)
+    assert 2 * (routed + rest) < states < 2.05 * (routed + rest)
+    e = estimate(m, DataConfig(max_seq_length=2048), trainer(4, optimizer="adamw_8bit"))
+    assert abs(e.get("optimizer_states") - states * (rest + routed / 4) / (rest + routed)) < 2**20
