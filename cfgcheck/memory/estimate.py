@@ -322,7 +322,14 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
             and t.gradient_accumulation_steps == 1
             and not t.strategy.startswith("zero")  # DeepSpeed's grad partitions: not modelled
         ):
-            held_grads, held_ckpts = _backward_front(m, t, ckpts, grads, div.gradients)
+            # one layer's gradients per GPU (its routed experts' divided by expert parallelism)
+            mb = weights.master_bytes(t)
+            layer_grads = split(
+                count_params(m).per_block * mb,
+                div.gradients,
+                ep.trainable // max(m.n_layer, 1) * mb,
+            )
+            held_grads, held_ckpts = _backward_front(m, ckpts, grads, layer_grads)
         # only the recomputed layer's 16-bit weight casts are alive (the forward's are freed
         # with its discarded activations; the recomputation casts again under autocast)
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
@@ -437,18 +444,16 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     )
 
 
-def _backward_front(
-    m: ModelConfig, t: TrainerConfig, ckpts: int, grads: int, div: int
-) -> tuple[int, int]:
+def _backward_front(m: ModelConfig, ckpts: int, grads: int, per_layer: int) -> tuple[int, int]:
     """Gradients and layer checkpoints alive while a layer is recomputed, full fine-tuning
     without accumulation: backward runs from the last layer to the first, each layer's
     gradients appear as it is done and its checkpoint is freed, so recomputing layer ``i``
     holds ``i + 1`` checkpoints and the gradients of the layers after it (and its own), the
     lm_head's and the final norm's. That sum is linear in ``i``: the larger of its two ends
     (all checkpoints with the first layer's gradients, or one checkpoint with all of them;
-    the embedding's gradient, which comes last, is counted on the safe side)."""
+    the embedding's gradient, which comes last, is counted on the safe side). ``per_layer``:
+    one layer's gradient bytes per GPU."""
     n = m.n_layer
-    per_layer = count_params(m).per_block * weights.master_bytes(t) // div
     rest = max(0, grads - n * per_layer)
     first = (rest + per_layer, ckpts)  # recomputing the last layer, first in backward
     last = (grads, ckpts // n)  # recomputing the first layer, last in backward
