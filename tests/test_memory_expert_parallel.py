@@ -279,3 +279,95 @@ def test_eight_bit_states_count_the_experts(tmp_path: Path) -> None:
     assert 2 * (routed + rest) < states < 2.05 * (routed + rest)
     e = estimate(m, DataConfig(max_seq_length=2048), trainer(4, optimizer="adamw_8bit"))
     assert abs(e.get("optimizer_states") - states * (rest + routed / 4) / (rest + routed)) < 2**20
+
+
+# --- Axolotl's own code (tests/axolotl_ep_code.py, copied from 067b021c) ----------------
+
+TINY_MOE: dict[str, Any] = {
+    "model_type": "qwen3_moe",
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "moe_intermediate_size": 48,
+    "head_dim": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_experts_per_tok": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 256,
+}
+
+
+class _FakeDist:
+    """One rank of an EP group of ``size`` (no process group: the slicing is local)."""
+
+    def __init__(self, size: int, rank: int) -> None:
+        self.size, self.rank = size, rank
+
+    def get_world_size(self, group: object = None) -> int:
+        return self.size
+
+    def get_rank(self, group: object = None) -> int:
+        return self.rank
+
+
+def _axolotl_shard(data: dict[str, Any], ep: int, rank: int) -> Any:
+    """Axolotl's shard_expert_weights on the model transformers builds (real tiny weights),
+    as rank ``rank`` of ``ep``; the CUDA scatter replaced by the slice it delivers."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests import axolotl_ep_code as ax
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**data))
+
+    def scatter(module: Any, attr: str, e_local: int, dp_size: int) -> None:
+        ax._replace_with_slice(module, attr, rank * e_local, (rank + 1) * e_local)
+
+    old = (ax.dist, ax._scatter_expert_from_rank0)
+    ax.dist, ax._scatter_expert_from_rank0 = _FakeDist(ep, rank), scatter  # type: ignore[assignment]
+    try:
+        ax.shard_expert_weights(model, object())
+    finally:
+        ax.dist, ax._scatter_expert_from_rank0 = old  # type: ignore[assignment]
+    return model
+
+
+@pytest.mark.parametrize("ep", [2, 4])
+def test_axolotl_sharding_leaves_what_the_estimate_counts(tmp_path: Path, ep: int) -> None:
+    """After Axolotl's shard_expert_weights a rank holds exactly the weights the estimate
+    counts per GPU (bf16: 2 bytes a parameter), shared parts whole."""
+    data = {**TINY_MOE, "num_experts": 8}
+    model = _axolotl_shard(data, ep, rank=ep - 1)
+    held = sum(p.numel() for p in model.parameters())
+    folder = write_config(tmp_path / "tiny", data)
+    values = {k: v.value for k, v in resolve_pretrained(str(folder)).values.items()}
+    m = ModelConfig(name="tiny-qwen3-moe", **values)
+    e = estimate(m, DataConfig(max_seq_length=64), trainer(ep, devices=ep))
+    assert e.get("weights") == 2 * held
+    routed, rest = routed_and_rest(data)
+    assert held == rest + routed // ep
+
+
+def test_axolotl_refuses_what_the_rule_refuses(tmp_path: Path, cfg: dict[str, Any]) -> None:
+    """num_experts=6 on 4 EP ranks: Axolotl's shard_expert_weights raises, and so does its
+    mesh builder for 4 EP ranks on 6 GPUs; cfgcheck's rule errors on both, not on the fix."""
+    from tests import axolotl_ep_code as ax
+
+    with pytest.raises(ValueError, match="num_experts=6 not divisible by ep_size=4"):
+        _axolotl_shard({**TINY_MOE, "num_experts": 6}, 4, rank=0)
+    _axolotl_shard({**TINY_MOE, "num_experts": 6}, 2, rank=0)  # the fix runs
+    with pytest.raises(ValueError, match=r"expert_parallel_size \(4\) must divide world_size"):
+        ax._get_parallel_config_kwargs(6, expert_parallel_size=4)
+    ax._get_parallel_config_kwargs(8, expert_parallel_size=4, is_fsdp=True)
+
+    folder = write_config(tmp_path / "tiny6", {**TINY_MOE, "num_experts": 6})
+    moe = {"pretrained": str(folder), "name": "tiny-qwen3-moe"}
+    rule = "expert-parallel-mismatch"
+    bad = [f for f in _with(cfg, moe, devices=4, strategy="ddp", expert_parallel_size=4)]
+    assert [f.severity for f in bad if f.rule == rule] == ["error"]
+    world = _with(cfg, moe, devices=6, strategy="ddp", expert_parallel_size=4)
+    assert "error" in [f.severity for f in world if f.rule == rule]
+    ok = _with(cfg, moe, devices=4, strategy="ddp", expert_parallel_size=2)
+    assert not [f for f in ok if f.rule == rule]
