@@ -89,6 +89,13 @@ def coverage(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Coverage:
             gaps.append(f"trainer.{key}={value}")
     if t.world_size > 1 or t.strategy != "single":
         gaps.append(f"trainer.strategy={t.strategy} on {t.world_size} GPUs")
+    if t.expert_parallel_size > 1:
+        # memory/expert_parallel.py: the experts' split and the dispatch buffer are read from
+        # Axolotl's and LLaMA-Factory's source; no expert-parallel run is measured on a GPU
+        gaps.append(
+            f"trainer.expert_parallel_size={t.expert_parallel_size} (expert parallelism, "
+            "from the frameworks' source, not measured on a GPU)"
+        )
     # RL trainers' own terms and Axolotl's tiled MLP (memory/rl.py, memory/tiled.py): traced
     # on CPU with the frameworks' code, not measured on a GPU
     if t.rl.logprobs != "loss" or t.rl.generation in ("transformers", "vllm-colocate"):

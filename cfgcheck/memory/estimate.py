@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
-from cfgcheck.memory import allocator, coverage, rl, sharding, tiled, weights
+from cfgcheck.memory import allocator, coverage, expert_parallel, rl, sharding, tiled, weights
 from cfgcheck.memory.allocator import rounding_bytes
 from cfgcheck.memory.params import ParamCount, count_params
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, stack
@@ -95,6 +95,7 @@ class MemoryEstimate:
             - self.get("fragmentation")
             - self.get("cuda_context")
             - self.get("paged_states")
+            - self.get("ep_buffer")
         )
 
     @property
@@ -183,7 +184,14 @@ class MemoryEstimate:
 
 # The components alive through a whole run (not only during one moment of a step).
 PERSISTENT = frozenset(
-    {"weights", "adapters", "reference_model", "optimizer_states", "sharding_buffers"}
+    {
+        "weights",
+        "adapters",
+        "reference_model",
+        "optimizer_states",
+        "sharding_buffers",
+        "ep_buffer",
+    }
 )
 
 
@@ -228,16 +236,25 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     st = stack(m, t)
     masked = sdpa_masked(m, d, t, st, seq)
     div = sharding.divisors(t)
-    w = weights.weight_bytes(m, t) // div.weights
-    lora = 0 if t.finetuning == "full" else weights.trainable_params(m, t)
+    # expert parallelism: the routed experts' part of each term divided further
+    ep = expert_parallel.routed(m, t, weights.master_bytes(t))
+    n_trainable = weights.trainable_params(m, t)
+
+    def split(total: int, d: int, routed: int | None = None) -> int:
+        part = ep.share(total, n_trainable) if routed is None else routed
+        return expert_parallel.spread(total, part, d, expert_parallel.divisor(t, d))
+
+    w = split(weights.weight_bytes(m, t), div.weights, ep.weights)
+    lora = 0 if t.finetuning == "full" else n_trainable
     adapters = lora * weights.trainable_bytes(m, t) // div.weights
     auto = weights.autocast_copy_bytes(m, t) // div.weights
-    grads = weights.gradient_bytes(m, t) // div.gradients
-    states = weights.optimizer_state_bytes(m, t) // div.optimizer
-    paged_states = weights.paged_state_bytes(m, t) // div.optimizer
+    all_grads = weights.gradient_bytes(m, t)
+    grads = split(all_grads, div.gradients)
+    states = split(weights.optimizer_state_bytes(m, t), div.optimizer)
+    paged_states = split(weights.paged_state_bytes(m, t), div.optimizer)
     states -= paged_states
-    step_tmp = weights.optimizer_step_bytes(m, t) // div.optimizer
-    buffers = sharding.buffer_bytes(m, t, weights.gradient_bytes(m, t))
+    step_tmp = split(weights.optimizer_step_bytes(m, t), div.optimizer)
+    buffers = sharding.buffer_bytes(m, t, all_grads - ep.share(all_grads, n_trainable))
     # FSDP / ZeRO-3 gather buffers live while units run, not at the optimizer step
     gather = buffers if sharding.gathers(t) else 0
     acts = act.activation_bytes(m, t, b, seq, masked=masked)
@@ -305,7 +322,14 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
             and t.gradient_accumulation_steps == 1
             and not t.strategy.startswith("zero")  # DeepSpeed's grad partitions: not modelled
         ):
-            held_grads, held_ckpts = _backward_front(m, t, ckpts, grads, div.gradients)
+            # one layer's gradients per GPU (its routed experts' divided by expert parallelism)
+            mb = weights.master_bytes(t)
+            layer_grads = split(
+                count_params(m).per_block * mb,
+                div.gradients,
+                ep.trainable // max(m.n_layer, 1) * mb,
+            )
+            held_grads, held_ckpts = _backward_front(m, ckpts, grads, layer_grads)
         # only the recomputed layer's 16-bit weight casts are alive (the forward's are freed
         # with its discarded activations; the recomputation casts again under autocast)
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
@@ -381,6 +405,16 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     comps.append(
         Component("cuda_context", "CUDA context", int(CUDA_CONTEXT_GIB * GIB), CONTEXT_NOTE)
     )
+    dispatch = expert_parallel.buffer_bytes(m, t)
+    if dispatch:
+        comps.append(
+            Component(
+                "ep_buffer",
+                "expert-parallel dispatch buffer",
+                dispatch,
+                "DeepEP Buffer: cudaMalloc, outside torch's counters",
+            )
+        )
     if paged_states:
         comps.append(
             Component(
@@ -410,18 +444,16 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     )
 
 
-def _backward_front(
-    m: ModelConfig, t: TrainerConfig, ckpts: int, grads: int, div: int
-) -> tuple[int, int]:
+def _backward_front(m: ModelConfig, ckpts: int, grads: int, per_layer: int) -> tuple[int, int]:
     """Gradients and layer checkpoints alive while a layer is recomputed, full fine-tuning
     without accumulation: backward runs from the last layer to the first, each layer's
     gradients appear as it is done and its checkpoint is freed, so recomputing layer ``i``
     holds ``i + 1`` checkpoints and the gradients of the layers after it (and its own), the
     lm_head's and the final norm's. That sum is linear in ``i``: the larger of its two ends
     (all checkpoints with the first layer's gradients, or one checkpoint with all of them;
-    the embedding's gradient, which comes last, is counted on the safe side)."""
+    the embedding's gradient, which comes last, is counted on the safe side). ``per_layer``:
+    one layer's gradient bytes per GPU."""
     n = m.n_layer
-    per_layer = count_params(m).per_block * weights.master_bytes(t) // div
     rest = max(0, grads - n * per_layer)
     first = (rest + per_layer, ckpts)  # recomputing the last layer, first in backward
     last = (grads, ckpts // n)  # recomputing the first layer, last in backward

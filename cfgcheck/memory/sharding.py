@@ -11,12 +11,15 @@
   (``reshard_after_forward``, torch/distributed/fsdp), so the optimizer step holds none
   (fms-acceleration's A100 FSDP runs peak at exactly half the one-GPU optimizer step).
 Activations and logits are never divided (data parallelism splits the batch, not a sample).
+Expert parallelism divides the routed experts further (:mod:`cfgcheck.memory.expert_parallel`):
+a gathered unit holds only the local experts, and DDP buckets none of their gradients.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cfgcheck.memory import expert_parallel
 from cfgcheck.memory.params import count_params
 from cfgcheck.memory.weights import master_bytes
 from cfgcheck.schema.model import ModelConfig
@@ -50,14 +53,17 @@ def gathers(t: TrainerConfig) -> bool:
 
 
 def buffer_bytes(m: ModelConfig, t: TrainerConfig, gradients: int) -> int:
-    """Extra per-GPU buffers of the strategy (DDP buckets, FSDP/ZeRO-3 gather buffers)."""
+    """Extra per-GPU buffers of the strategy (DDP buckets, FSDP/ZeRO-3 gather buffers);
+    ``gradients``: the bytes of the gradients DDP buckets (expert-parallel experts' are
+    ``_ddp_params_and_buffers_to_ignore``, Axolotl expert_parallel/shard.py)."""
     if t.world_size == 1:
         return 0
     if t.strategy == "ddp":
         return gradients
     if t.strategy in ("zero3", "fsdp"):
         pc = count_params(m)
-        unit = max(pc.per_block, pc.embedding, pc.lm_head)
+        block = expert_parallel.gathered_unit(m, t, pc.per_block, pc.n_layer)
+        unit = max(block, pc.embedding, pc.lm_head)
         compute = 4 if t.precision == "32-true" else 2
         grads = unit * master_bytes(t) if t.finetuning == "full" else 0
         return 2 * unit * compute + grads

@@ -205,7 +205,24 @@ def trainable_tensors(m: ModelConfig, t: TrainerConfig) -> list[tuple[int, int]]
     if m.norm_qk:
         out.append((norm_params(m, m.head_dim) // per_norm, 2 * m.n_layer * per_norm))
     out.append((norm_params(m) // per_norm, per_norm))
-    return out
+    return out + _traced_other_tensors(m, pc.other)
+
+
+def _traced_other_tensors(m: ModelConfig, other: int) -> list[tuple[int, int]]:
+    """A traced model's parameters outside the uniform layout (``ParamCount.other``): each
+    MoE layer's fused ``gate_up_proj`` (E x 2 width x hidden) and ``down_proj``
+    (E x hidden x width), and the rest (routers, expert biases, odd layers) as one tensor."""
+    if not other:
+        return []
+    tr = traced(m)
+    out: list[tuple[int, int]] = []
+    rest = other
+    for e in tr.experts if tr is not None else ():
+        gate_up, down = e.n_expert * 2 * e.width * m.n_embd, e.n_expert * e.width * m.n_embd
+        if gate_up + down <= min(e.params, rest):
+            out += [(gate_up, 1), (down, 1)]
+            rest -= gate_up + down
+    return out + ([(rest, 1)] if rest > 0 else [])
 
 
 def _bnb_8bit_state(numel: int, paged_opt: bool) -> tuple[int, int]:

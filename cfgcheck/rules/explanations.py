@@ -803,6 +803,16 @@ EXPLANATIONS: dict[str, Explanation] = {
         "(`RuntimeError: shape ... is invalid`).",
         "Set `model.n_query_groups` to a divisor of `n_head`.",
     ),
+    "expert-parallel-mismatch": E(
+        "error / warning",
+        "`trainer.expert_parallel_size` divides the world size and the model's number of "
+        "routed experts (and the model has experts to split: a warning on a dense model).",
+        "Axolotl: `ValueError: expert_parallel_size (3) must divide world_size (4).` when it "
+        "builds the device mesh, `ValueError: Expert module ...: num_experts=60 not divisible "
+        "by ep_size=8.` when it slices the experts; LLaMA-Factory's fsdpturbo: `ValueError: "
+        "dp_size must be divisible by ep_size`.",
+        "Set `trainer.expert_parallel_size` to a common divisor of the GPUs and the experts.",
+    ),
     "rotary-dims-odd": E(
         "error",
         "`head_size x rotary_fraction` is a whole even number (RoPE rotates pairs).",

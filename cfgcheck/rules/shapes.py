@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from cfgcheck.findings import Fix
@@ -167,3 +168,59 @@ def rotary_dims_odd(cfg: RunConfig) -> Iterator[Problem]:
             for f in dict.fromkeys((2 * max(1, round(rope / 2)) / m.head_dim, 1.0))
         ),
     )
+
+
+@rule("expert-parallel-mismatch", requires=("model", "trainer"))
+def expert_parallel_mismatch(cfg: RunConfig) -> Iterator[Problem]:
+    """trainer.expert_parallel_size divides the world size and the number of experts, and the
+    model has routed experts to split."""
+    m, t = cfg.model, cfg.trainer
+    ep = t.expert_parallel_size
+    if ep == 1:
+        return
+    if t.world_size % ep:
+        # axolotl-ai-cloud/axolotl@067b021c src/axolotl/utils/distributed.py
+        # _get_parallel_config_kwargs; hiyouga/LLaMA-Factory@ff6d4d12 src/llamafactory/v1/
+        # plugins/trainer_plugins/distributed/fsdpturbo.py FSDPTurboParallelState.initialize
+        yield Problem(
+            "error",
+            ("trainer.expert_parallel_size", "trainer.devices", "trainer.num_nodes"),
+            f"trainer.expert_parallel_size={ep} does not divide the world size "
+            f"({t.world_size} GPUs): Axolotl raises 'ValueError: expert_parallel_size ({ep}) "
+            f"must divide world_size ({t.world_size}).', LLaMA-Factory's fsdpturbo 'dp_size "
+            f"must be divisible by ep_size, got {t.world_size} % {ep} != 0.'",
+            f"set trainer.expert_parallel_size to a divisor of {t.world_size}, or run on a "
+            f"multiple of {ep} GPUs",
+            tuple(
+                Fix((f"trainer.expert_parallel_size={d}",), f"{d} expert-parallel ranks")
+                for d in _nearest_divisors(t.world_size, ep)
+            ),
+        )
+    if not m.n_expert:
+        # Axolotl expert_parallel/plugin.py post_model_build: "no Experts modules were
+        # detected for sharding ... DeepEP dispatch/combine will run as a no-op."
+        yield Problem(
+            "warning",
+            ("trainer.expert_parallel_size", "model.n_expert"),
+            f"trainer.expert_parallel_size={ep} on a dense model: there are no routed experts "
+            "to split (Axolotl warns that DeepEP dispatch/combine will run as a no-op); every "
+            "GPU holds the whole model",
+            "set trainer.expert_parallel_size=1",
+            (Fix(("trainer.expert_parallel_size=1",), "no expert parallelism"),),
+        )
+    elif m.n_expert % ep:
+        # axolotl expert_parallel/shard.py shard_expert_weights
+        yield Problem(
+            "error",
+            ("trainer.expert_parallel_size", "model.n_expert"),
+            f"trainer.expert_parallel_size={ep} does not divide the {m.n_expert} experts: "
+            f"Axolotl raises 'ValueError: Expert module ...: num_experts={m.n_expert} not "
+            f"divisible by ep_size={ep}. Adjust the model config or ep_size.' when it slices "
+            "the experts",
+            f"set trainer.expert_parallel_size to a divisor of {m.n_expert}",
+            tuple(  # the common divisors of the experts and the GPUs nearest ep
+                Fix((f"trainer.expert_parallel_size={d}",), f"{m.n_expert // d} experts a GPU")
+                for d in _nearest_divisors(math.gcd(m.n_expert, t.world_size), ep)
+                if d > 1
+            ),
+        )

@@ -105,6 +105,22 @@ class TrainerConfig(Section):
         description="GPUs one sequence is split across (context / sequence parallelism): each "
         "holds max_seq_length / context_parallel tokens of activations and logits.",
     )
+    expert_parallel_size: Devices = Field(
+        1,
+        description="GPUs the routed experts of a mixture-of-experts model are split across "
+        "(expert parallelism): each GPU holds n_expert / expert_parallel_size experts of every "
+        "MoE layer, with their gradients and optimizer states; shared experts, routers, "
+        "attention and embeddings stay as strategy says. Must divide the number of experts and "
+        "the world size (Axolotl expert_parallel_size, LLaMA-Factory dist_config.ep_size).",
+    )
+    expert_parallel_buffer_mib: int = Field(
+        0,
+        ge=0,
+        le=1_048_576,
+        description="Token dispatch buffer the expert-parallel backend allocates on each GPU "
+        "outside torch's allocator, MiB (Axolotl's DeepEP backend: "
+        "expert_parallel_num_nvl_bytes + expert_parallel_num_rdma_bytes, 256 MiB by default).",
+    )
     finetuning: Finetuning = Field(
         "full",
         description="full trains every weight; lora and qlora train adapters (qlora over a "

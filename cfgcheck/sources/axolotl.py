@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
-from cfgcheck.sources.axolotl_rules import gptq_rules, positions_past_context, shard_group
+from cfgcheck.sources.axolotl_rules import (
+    expert_parallel,
+    gptq_rules,
+    positions_past_context,
+    shard_group,
+    size_of,
+)
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -182,7 +188,16 @@ def build(b: Builder) -> None:
         # name); utils/distributed.py builds the context-parallel groups out of the world,
         # so the run has at least that many GPUs, and each holds sequence_len / cp tokens.
         b.from_key("trainer.context_parallel", cp_key, cp)
-    if isinstance(cp, int) and cp > 1 and not n.is_set("world_size"):
+    ep = expert_parallel(b)
+    if ep > 1 and not n.is_set("world_size"):
+        # expert_parallel/plugin.py _validate_mesh_axes: world_size must equal
+        # expert_parallel_size * dp_shard_size * tensor_parallel_size * context_parallel_size
+        others = [n.get(k) for k in ("dp_shard_size", "tensor_parallel_size")] + [cp]
+        world = ep
+        for size in others:
+            world *= size_of(size) or 1
+        b.from_key("trainer.devices", "expert_parallel_size", world)
+    elif isinstance(cp, int) and cp > 1 and not n.is_set("world_size"):
         b.from_key("trainer.devices", cp_key, cp)
     else:
         b.take("trainer.devices", "world_size", 1, f"{NORMALIZE}: world_size from WORLD_SIZE (1)")
@@ -301,6 +316,10 @@ def build(b: Builder) -> None:
     elif n.get("fsdp") or n.get("fsdp_config"):
         b.from_key("trainer.strategy", "fsdp" if n.get("fsdp") else "fsdp_config", "fsdp")
         shard_group(b)
+    elif ep > 1:
+        # pure EP runs under DDP, the experts left out of it (monkeypatch/accelerate/
+        # parallelism_config.py _validate_accelerator; expert_parallel/shard.py)
+        b.from_key("trainer.strategy", "expert_parallel_size", "ddp")
     else:
         b.default("trainer.strategy", "single", f"{NORMALIZE} (ddp when world_size > 1)")
     if n.is_set("seed"):

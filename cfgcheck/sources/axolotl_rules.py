@@ -28,6 +28,10 @@ Hybrid sharding: ``dp_shard_size`` (``src/axolotl/utils/distributed.py``
 ``_get_parallel_config_kwargs``: FSDP shards over ``dp_shard_size`` GPUs and replicates over
 the rest), or ``fsdp: [hybrid_shard]`` (transformers' ``TrainingArguments.fsdp`` option,
 ``FSDPOption.HYBRID_SHARD``: shards within a node).
+
+Expert parallelism: the ExpertParallelPlugin's ``expert_parallel_size`` (read only when
+``plugins:`` lists it), its DeepEP buffer and the world size it implies (see
+:func:`expert_parallel` and cfgcheck/memory/expert_parallel.py).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources.axolotl_plugins import listed
 from cfgcheck.sources.base import Builder, NativeConfig
 from cfgcheck.sources.trl_rules import LEARNED_POSITIONS
 
@@ -99,12 +104,56 @@ def positions_past_context(native: NativeConfig, cfg: RunConfig | None) -> Itera
     )
 
 
-def shard_group(b: Builder) -> None:
-    """``trainer.shard_group`` from ``dp_shard_size`` or ``fsdp: [hybrid_shard]``."""
+def size_of(value: object) -> int | None:
+    """A positive integer setting, or None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# the DeepEP buffer the plugin allocates (integrations/expert_parallel/args.py defaults)
+EP_BUFFER_KEYS = {"expert_parallel_num_nvl_bytes": 256 << 20, "expert_parallel_num_rdma_bytes": 0}
+EP_ARGS = "axolotl integrations/expert_parallel/args.py"
+
+
+def expert_parallel(b: Builder) -> int:
+    """``trainer.expert_parallel_size`` and its dispatch buffer from the ExpertParallelPlugin's
+    keys (axolotl-ai-cloud/axolotl@067b021c src/axolotl/integrations/expert_parallel/), which
+    Axolotl reads only when ``plugins:`` lists the plugin; the size (1 when off)."""
     n = b.native
-    size = n.get("dp_shard_size")
-    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-        b.from_key("trainer.shard_group", "dp_shard_size", size)
+    ep = size_of(n.get("expert_parallel_size"))
+    if ep is None or ep == 1 or "expert_parallel" not in listed(n):
+        return 1
+    b.from_key("trainer.expert_parallel_size", "expert_parallel_size", ep)
+    # buffer.py get_buffer: deep_ep.Buffer(group, num_nvl_bytes, num_rdma_bytes), allocated
+    # by DeepEP with cudaMalloc (csrc/deep_ep.cpp Buffer::Buffer)
+    total = 0
+    for key, default in EP_BUFFER_KEYS.items():
+        value = n.get(key)
+        total += value if isinstance(value, int) and not isinstance(value, bool) else default
+    mib = -(-max(total, 0) // 2**20)
+    set_keys = [k for k in EP_BUFFER_KEYS if n.is_set(k)]
+    if set_keys:
+        b.from_key("trainer.expert_parallel_buffer_mib", set_keys[0], mib)
+    else:
+        b.default(
+            "trainer.expert_parallel_buffer_mib",
+            mib,
+            f"{EP_ARGS} expert_parallel_num_nvl_bytes=256 << 20 (DeepEP Buffer)",
+        )
+    return ep
+
+
+def shard_group(b: Builder) -> None:
+    """``trainer.shard_group`` from ``dp_shard_size`` or ``fsdp: [hybrid_shard]``. With
+    expert parallelism the outer FSDP wrap shards over ``ep x dp_shard``
+    (monkeypatch/accelerate/parallelism_config.py ``_patched_dp_shard_cp_dim_names``)."""
+    n = b.native
+    size = size_of(n.get("dp_shard_size"))
+    if size is not None:
+        ep = size_of(n.get("expert_parallel_size")) or 1
+        if ep > 1 and "expert_parallel" in listed(n):
+            b.from_key("trainer.shard_group", "dp_shard_size", size * ep)
+        else:
+            b.from_key("trainer.shard_group", "dp_shard_size", size)
         return
     options = n.get("fsdp")
     words = options.split() if isinstance(options, str) else options
