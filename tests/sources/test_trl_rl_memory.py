@@ -258,13 +258,14 @@ def test_grpo_keys(tmp_path: Path, keys: str, version: str, expected: dict[str, 
 
 def test_colocated_vllm_takes_its_share_of_the_gpu(tmp_path: Path) -> None:
     """vLLM's gpu_memory_utilization is a share of the device's total memory: a run that fits
-    an H100 alone does not once vLLM holds 0.9 of it."""
+    an H100 alone does not once vLLM holds 0.9 of it (vllm_max_model_length caps prompt +
+    completion: without it the prompts' worst case, the model's context, decides)."""
     from cfgcheck.sources import check_native
 
     text = (
         "model_name_or_path: Qwen/Qwen2.5-1.5B\nnum_generations: 4\nper_device_train_batch_size: "
         "4\nmax_completion_length: 256\nuse_peft: true\nbf16: true\nuse_vllm: true\n"
-        "vllm_mode: colocate\n"
+        "vllm_mode: colocate\nvllm_max_model_length: 1280\n"
     )
     opts = {"framework_version": "1.16.0", "trainer": "grpo"}
     ok = check_native(write(tmp_path, "a.yaml", text), "trl", gpu="H100", options=opts)
