@@ -99,7 +99,8 @@ def _lengths(b: Builder, run: TrlRun) -> None:
         return
     completion = n.get("max_completion_length") or run.default("max_completion_length") or 0
     if not isinstance(completion, int) or isinstance(completion, bool):
-        at = n.loc("max_completion_length") or b.default_location(run.where("max_completion_length"))
+        where = run.where("max_completion_length")
+        at = n.loc("max_completion_length") or b.default_location(where)
         b.set("data.max_seq_length", completion, at)  # the schema names the invalid value
         return
     trl_prompt.apply(b, run, completion)  # the prompt: truncated, vLLM's cap, or the context

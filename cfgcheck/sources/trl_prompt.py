@@ -72,7 +72,7 @@ def vllm_cap(b: Builder, run: TrlRun) -> int | None:
     if not bool(_value(b, run, "use_vllm")) or str(_value(b, run, "vllm_mode")) != "colocate":
         return None
     cap = _value(b, run, "vllm_max_model_length") if run.reads("vllm_max_model_length") else None
-    return cap if _int(cap) and cap > 0 else None
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
 
 
 def apply(b: Builder, run: TrlRun, completion: int) -> None:
