@@ -118,3 +118,13 @@ def prompt_note(t: TrainerConfig, seq: int) -> str:
         f"sequence {seq} tokens: prompts up to {r.prompt_tokens} "
         f"({PROMPT_BOUNDS[r.prompt_bound]}) + completion {completion}"
     )
+
+
+def prompt_is_worst_case(t: TrainerConfig) -> str:
+    """What the sequence assumes when no bound of the config caps an online trainer's prompts
+    (the model's context minus the completion), "" otherwise: the memory verdict is then
+    conditional on the data, not certain."""
+    r = t.rl
+    if r.prompt_bound != "context" or not r.prompt_tokens:
+        return ""
+    return f"prompts of {r.prompt_tokens} tokens, the worst case: nothing truncates them"

@@ -137,3 +137,24 @@ def test_trl_116_tokenizes_prompts_whole(tmp_path: Path) -> None:
     owner = types.SimpleNamespace(processing_class=tok, _is_vlm=False, environment_factories=None)
     (ids,), _, _ = GRPOTrainer._tokenize_prompts(owner, [text])
     assert len(ids) == len(tok(text)["input_ids"]) > 32 * 10
+
+
+def test_a_worst_case_memory_verdict_is_a_warning(tmp_path: Path) -> None:
+    """Out of memory at the worst-case prompt depends on the data: a warning that says so;
+    the same run with vllm_max_model_length capping every sequence is a certain error."""
+    opts = {"framework_version": "1.16.0", "trainer": "grpo"}
+    text = (
+        MODEL + "num_generations: 16\nper_device_train_batch_size: 16\n"
+        "max_completion_length: 4096\nbf16: true\nuse_vllm: true\nvllm_mode: colocate\n"
+    )
+    worst = one(
+        check_native(write(tmp_path, "a.yaml", text), "trl", gpu="H100", options=opts),
+        "gpu-memory",
+    )
+    assert worst.severity == "warning" and "the worst case" in worst.message
+    capped = text + "vllm_max_model_length: 8192\n"
+    certain = one(
+        check_native(write(tmp_path, "b.yaml", capped), "trl", gpu="H100", options=opts),
+        "gpu-memory",
+    )
+    assert certain.severity == "error" and "worst case" not in certain.message
