@@ -111,12 +111,11 @@ def prompt_note(t: TrainerConfig, seq: int) -> str:
     r = t.rl
     if r.prompt_bound == "none":
         return ""
-    completion = r.scored_tokens or 0
     if r.prompt_tokens is None:
         return f"sequence {seq} tokens: the completion only, the prompts' bound is unknown"
     return (
         f"sequence {seq} tokens: prompts up to {r.prompt_tokens} "
-        f"({PROMPT_BOUNDS[r.prompt_bound]}) + completion {completion}"
+        f"({PROMPT_BOUNDS[r.prompt_bound]}) + completion {max(seq - r.prompt_tokens, 0)}"
     )
 
 

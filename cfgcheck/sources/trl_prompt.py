@@ -46,7 +46,15 @@ if TYPE_CHECKING:
     from cfgcheck.schema.run import RunConfig
 
 # the first version whose trainer no longer truncates prompts (see the module docstring)
-UNTRUNCATED_SINCE = {"grpo": (0, 26), "rloo": (0, 27)}
+# (GRPOWithReplayBufferTrainer, PAPOTrainer and MiniLLMTrainer subclass GRPOTrainer and read
+# no max_prompt_length of their own: trl/experimental/*/*_trainer.py of v0.26.0)
+UNTRUNCATED_SINCE = {
+    "grpo": (0, 26),
+    "grpo_with_replay_buffer": (0, 26),
+    "papo": (0, 26),
+    "minillm": (0, 26),
+    "rloo": (0, 27),
+}
 
 
 def _int(v: Any) -> bool:
@@ -132,8 +140,8 @@ def prompt_unbounded(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Fi
         return
     run = run_of(native)
     t, m = cfg.trainer, cfg.model
-    completion = t.rl.scored_tokens or 0
     prompt = t.rl.prompt_tokens
+    completion = cfg.data.max_seq_length - (prompt or 0)
     version = run.version.wanted or run.version.table
     ignored = ""
     if native.is_set("max_prompt_length") and run.reads("max_prompt_length"):
