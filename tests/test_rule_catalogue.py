@@ -253,6 +253,8 @@ TRL_CORPUS: list[tuple[str, tuple[str, ...], dict[str, str]]] = [
         ("model_name_or_path=Qwen/Qwen2.5-1.5B", "num_generations=24"),
         {"framework_version": "0.18.0", **TRL_ZERO3},
     ),
+    # the same recipe on TRL 1.16: GRPOTrainer truncates no prompt
+    (TRL_GRPO, ("model_name_or_path=Qwen/Qwen2.5-1.5B",), {"framework_version": "1.16.0"}),
 ]
 # LLaMA-Factory resolves deepspeed and dataset_dir against the folder llamafactory-cli runs in:
 # these run from tests/sources/native/llamafactory, LLaMA-Factory's own layout.

@@ -357,10 +357,12 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     forward += gather
     # an online trainer generating on the training GPU, between optimizer steps (memory/rl.py)
     generation = rl.generation_bytes(m, t, seq * t.context_parallel, div.weights)
+    prompt = rl.prompt_note(t, seq * t.context_parallel)  # an online trainer's prompt bound
     parts: list[Component | None]
     if generation > max(forward, step, recompute):
         phase = "generation"
-        parts = [Component("generation", "generation", generation, "KV cache, model.generate")]
+        kv = "; ".join(filter(None, ["KV cache, model.generate", prompt]))
+        parts = [Component("generation", "generation", generation, kv)]
     elif forward >= max(step, recompute):
         phase = loss_phase
         parts = [
@@ -368,7 +370,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
             if fwd_auto
             else None,
             Component("gradients", "gradients", fwd_grads) if fwd_grads else None,
-            Component("activations", "activations", acts, _act_note(m, t, masked)),
+            Component("activations", "activations", acts, _act_note(m, t, masked, prompt)),
             Component("logits_loss", "logits and loss", fwd_logits, loss_note),
             gathered,
         ]
@@ -383,7 +385,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
                 "activations",
                 "activations",
                 recompute - auto_layer - held_grads - dequant - gather,
-                _act_note(m, t, masked) + ", one layer recomputed",
+                _act_note(m, t, masked, prompt) + ", one layer recomputed",
             ),
             Component("dequant", "bitsandbytes buffers", dequant, "dequantized weight, casts")
             if dequant
@@ -436,7 +438,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         trainable=weights.trainable_params(m, t),
         world_size=t.world_size,
         seq_len=seq,
-        notes=cov.notes,
+        notes=(*cov.notes, prompt) if prompt else cov.notes,
         margin=cov.margin,
         uncalibrated=cov.uncalibrated,
         vllm_share=share,
@@ -469,9 +471,9 @@ def _weights_note(m: ModelConfig, t: TrainerConfig, upcast: bool) -> str:
     return "fp32 master weights" if weights.master_bytes(t) == 4 else "16-bit"
 
 
-def _act_note(m: ModelConfig, t: TrainerConfig, masked: bool) -> str:
+def _act_note(m: ModelConfig, t: TrainerConfig, masked: bool, prompt: str = "") -> str:
     kernel = attention(m, t)  # the kernel that really runs (Gemma 2 under transformers: eager)
     mask = " with a mask" if masked and kernel == "sdpa" else ""
     ran = "" if kernel == t.attention else f" in place of {t.attention}"
     state = "checkpointed" if t.gradient_checkpointing else "all layers"
-    return f"{kernel}{mask}{ran}, {state}"
+    return f"{kernel}{mask}{ran}, {state}" + (f"; {prompt}" if prompt else "")

@@ -26,6 +26,12 @@ defaults to True). ``vllm-colocate`` gives vLLM ``rl.vllm_memory_share`` of each
 ``gpu_memory_utilization`` is a share of the device's total memory): held through the step, or
 only while it generates when it sleeps (``vllm_enable_sleep_mode``); ``vllm-server`` runs on
 other GPUs.
+
+Prompt (``rl.prompt_tokens``, ``rl.prompt_bound``): an online trainer's sequence is the prompt,
+left-padded to the longest of its batch, then the completion; ``data.max_seq_length`` counts
+both, the prompt by the bound the source found (cfgcheck/sources/trl_prompt.py): the trainer's
+truncation, vLLM's ``max_model_len``, or the worst case of the model's context minus the
+completion. :func:`prompt_note` names it in the estimate.
 """
 
 from __future__ import annotations
@@ -90,3 +96,34 @@ def generation_bytes(m: ModelConfig, t: TrainerConfig, seq: int, div_weights: in
         full = weights.weight_bytes(m, t)
         gathered = full - full // div_weights
     return kv + step + gathered
+
+
+PROMPT_BOUNDS = {
+    "truncated": "truncated to it (max_prompt_length)",
+    "vllm": "vLLM's max_model_len caps prompt + completion",
+    "context": "nothing truncates prompts: the worst case, the model's context minus the "
+    "completion",
+}
+
+
+def prompt_note(t: TrainerConfig, seq: int) -> str:
+    """Which prompt length the sequence of an online trainer counts, and why ("" for others)."""
+    r = t.rl
+    if r.prompt_bound == "none":
+        return ""
+    if r.prompt_tokens is None:
+        return f"sequence {seq} tokens: the completion only, the prompts' bound is unknown"
+    return (
+        f"sequence {seq} tokens: prompts up to {r.prompt_tokens} "
+        f"({PROMPT_BOUNDS[r.prompt_bound]}) + completion {max(seq - r.prompt_tokens, 0)}"
+    )
+
+
+def prompt_is_worst_case(t: TrainerConfig) -> str:
+    """What the sequence assumes when no bound of the config caps an online trainer's prompts
+    (the model's context minus the completion), "" otherwise: the memory verdict is then
+    conditional on the data, not certain."""
+    r = t.rl
+    if r.prompt_bound != "context" or not r.prompt_tokens:
+        return ""
+    return f"prompts of {r.prompt_tokens} tokens, the worst case: nothing truncates them"

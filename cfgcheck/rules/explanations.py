@@ -566,6 +566,18 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Lower `max_length` to the model's context, or use a model with a longer one.",
         group=NATIVE,
     ),
+    "trl-prompt-unbounded": E(
+        "warning",
+        "TRL (`--from trl`) GRPO from 0.26, RLOO from 0.27: no key of the config bounds the "
+        "prompts (`max_prompt_length` is no longer read; a colocated vLLM's "
+        "`vllm_max_model_length` would cap prompt + completion).",
+        "Prompts are tokenized whole and fed with their completion to generation and to the "
+        "forward, so memory grows with the longest prompt in the data; the estimate assumes "
+        "the worst case, the model's context minus `max_completion_length`.",
+        "Filter the dataset before training so that no prompt exceeds the length planned for "
+        "(TRL's advice); with vLLM colocated, set `vllm_max_model_length`.",
+        group=NATIVE,
+    ),
     "trl-padding-free-max-length": E(
         "error",
         "`padding_free: true` comes with `packing: true` (TRL 1.0 and later).",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from cfgcheck.findings import Fix
 from cfgcheck.fixcheck import expressible_filter
-from cfgcheck.memory import devices
+from cfgcheck.memory import devices, rl
 from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
 from cfgcheck.memory.fixes import fixes
 from cfgcheck.memory.verdict import verdict
@@ -102,7 +102,14 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
         else ", not calibrated on measured runs: " + ", ".join(est.uncalibrated)
     )
     hint, fix_objs = _fixes(cfg, avail.bytes)
-    if v == "does not fit":
+    # an online trainer whose prompts nothing bounds: the estimate is the worst case (rl.py)
+    worst = v == "does not fit" and bool(rl.prompt_is_worst_case(t))
+    if worst:
+        tail = (
+            f": the run fails with CUDA out of memory if a batch's prompts come near that "
+            f"length ({rl.prompt_is_worst_case(t)}); shorter prompts may fit"
+        )
+    elif v == "does not fit":
         tail = ": the run will fail with CUDA out of memory"
     elif est.get("fragmentation") < cache:
         tail = (
@@ -115,7 +122,7 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
             f"{_gib(est.upper_bytes)}, so it may not fit"
         )
     yield Problem(
-        "error" if v == "does not fit" else "warning",
+        "error" if v == "does not fit" and not worst else "warning",
         PATHS,
         f"estimated peak {_gib(est.total_bytes)} per GPU ({what}: {_breakdown(est)}) is "
         f"{share:.0%} of {_gib(avail.bytes)}, the {avail.where}{tail}",

@@ -14,6 +14,7 @@ from cfgcheck.schema.bounds import Batch, Tokens
 
 LogProbs = Literal["loss", "logits", "tiled"]
 Generation = Literal["none", "transformers", "vllm-colocate", "vllm-server"]
+PromptBound = Literal["none", "truncated", "vllm", "context"]
 
 
 class RlConfig(Section):
@@ -55,4 +56,19 @@ class RlConfig(Section):
         False,
         description="The colocated vLLM engine frees its memory during the training step "
         "(TRL vllm_enable_sleep_mode): it then counts only while it generates.",
+    )
+    prompt_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Longest prompt an online trainer feeds before its completion, counted in "
+        "data.max_seq_length (prompt + completion); None: not an online trainer, or the "
+        "bound is not known (the model's context is unknown).",
+    )
+    prompt_bound: PromptBound = Field(
+        "none",
+        description="What bounds prompt_tokens: 'truncated' (the trainer truncates prompts: TRL "
+        "GRPO max_prompt_length before 0.26, RLOO before 0.27), 'vllm' (vLLM's max_model_len, "
+        "TRL vllm_max_model_length, caps prompt + completion: vLLM refuses a longer prompt), "
+        "'context' (nothing truncates prompts: the worst case, the model's context minus the "
+        "completion), 'none' (not an online trainer).",
     )

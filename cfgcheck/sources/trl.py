@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
-from cfgcheck.sources import deepspeed, launch, trl_memory
+from cfgcheck.sources import deepspeed, launch, trl_memory, trl_prompt
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer
@@ -99,20 +99,12 @@ def _lengths(b: Builder, run: TrlRun) -> None:
             b.default("data.truncation", True, f"{run.where('max_length')} (truncates)")
         return
     completion = n.get("max_completion_length") or run.default("max_completion_length") or 0
-    prompt = 0
-    if run.reads("max_prompt_length"):
-        prompt = n.get("max_prompt_length") or run.default("max_prompt_length") or 0
-    at = n.loc("max_completion_length") or n.loc("max_prompt_length")
-    where = at or b.default_location(
-        f"{run.config_class} max_prompt_length + max_completion_length "
-        f"({prompt} + {completion}, TRL {run.version.table})"
-    )
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (prompt, completion)):
-        bad = completion if not isinstance(completion, int) else prompt
-        b.set("data.max_seq_length", bad, where)  # the schema names the invalid value
+    if not isinstance(completion, int) or isinstance(completion, bool):
+        where = run.where("max_completion_length")
+        at = n.loc("max_completion_length") or b.default_location(where)
+        b.set("data.max_seq_length", completion, at)  # the schema names the invalid value
         return
-    b.set("data.max_seq_length", prompt + completion, where)
-    b.set("data.truncation", True, where)
+    trl_prompt.apply(b, run, completion)  # the prompt: truncated, vLLM's cap, or the context
 
 
 def _trainer(b: Builder, run: TrlRun) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources import deepspeed
 from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.trl_prompt import prompt_unbounded
 from cfgcheck.sources.trl_run import run_of
 from cfgcheck.sources.trl_versions import version_tuple
 
@@ -287,6 +288,7 @@ def sft_refusals(native: NativeConfig, cfg: RunConfig | None) -> Iterator[Findin
 TRL_RULES = (
     sft_refusals,
     positions_past_context,
+    prompt_unbounded,
     padding_free,
     grpo_generation_batch,
     fp16_and_bf16,

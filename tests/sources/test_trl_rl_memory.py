@@ -258,13 +258,14 @@ def test_grpo_keys(tmp_path: Path, keys: str, version: str, expected: dict[str, 
 
 def test_colocated_vllm_takes_its_share_of_the_gpu(tmp_path: Path) -> None:
     """vLLM's gpu_memory_utilization is a share of the device's total memory: a run that fits
-    an H100 alone does not once vLLM holds 0.9 of it."""
+    an H100 alone does not once vLLM holds 0.9 of it (vllm_max_model_length caps prompt +
+    completion: without it the prompts' worst case, the model's context, decides)."""
     from cfgcheck.sources import check_native
 
     text = (
         "model_name_or_path: Qwen/Qwen2.5-1.5B\nnum_generations: 4\nper_device_train_batch_size: "
         "4\nmax_completion_length: 256\nuse_peft: true\nbf16: true\nuse_vllm: true\n"
-        "vllm_mode: colocate\n"
+        "vllm_mode: colocate\nvllm_max_model_length: 1280\n"
     )
     opts = {"framework_version": "1.16.0", "trainer": "grpo"}
     ok = check_native(write(tmp_path, "a.yaml", text), "trl", gpu="H100", options=opts)
@@ -307,3 +308,88 @@ def test_generation_on_the_training_gpu(tmp_path: Path) -> None:
         t.model_copy(update={"rl": t.rl.model_copy(update={"generation": "vllm-server"})}),
     )
     assert served.phase != "generation" and served.total_bytes < est.total_bytes
+
+
+def _trl_116_logps(model: Any, ids: Any, mask: Any, completion: int) -> Any:
+    """The installed TRL's own GRPOTrainer._get_per_token_logps_and_entropies (fused LM head,
+    labels of the prompt set to -100), called unbound: it reads only ``accelerator.autocast``."""
+    import contextlib
+    import types
+
+    from trl import GRPOTrainer
+
+    method = GRPOTrainer._get_per_token_logps_and_entropies
+    method = getattr(method, "__wrapped__", method)  # profiling_decorator
+    owner = types.SimpleNamespace(
+        accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext)
+    )
+    logps, entropies, _ = method(owner, model, ids, mask, completion, compute_entropy=True)
+    return logps, entropies
+
+
+def test_the_prompt_costs_what_trl_116_spends_on_it() -> None:
+    """GRPO's loss step runs the backbone over prompt + completion (prompt_completion_ids,
+    trl/trainer/grpo_trainer.py of 1.16.0 line 2501) though only the completion is scored:
+    traced on TRL's own log-probability code with a short and a long prompt, the peak grows by
+    what the estimate adds for the longer prompt (the backbone's activations and, on CPU where
+    the fused head scores every position, its tiles); counting the completion only misses it."""
+    import trl.kernels.chunked_logprob as ck
+    from trl.trainer.utils import add_fused_lm_head
+
+    from cfgcheck.memory import activations as act
+    from cfgcheck.memory import rl
+    from tests.alloc_tracer import AllocTracer
+
+    class Tracer(AllocTracer):
+        paused = False
+
+        def track(self, t: object, op: str = "") -> None:
+            if not self.paused:
+                super().track(t, op)
+
+    def untraced(tracer: Tracer, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            tracer.paused = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tracer.paused = False
+
+        return run
+
+    vocab, long_prompt = 16384, 8 * PROMPT
+    model, cfg = _tiny(vocab)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    model.lm_head.weight.requires_grad_(False)
+    m, t = _sections(cfg, "lora", {"logprobs": "tiled", "scored_tokens": COMPLETION})
+    measured, modelled = {}, {}
+    for prompt in (PROMPT, long_prompt):
+        ids = torch.randint(0, vocab, (B, prompt + COMPLETION))
+        mask = torch.ones_like(ids)
+
+        def step(ids: Any = ids, mask: Any = mask) -> None:
+            logps, entropies = _trl_116_logps(model, ids, mask, COMPLETION)
+            (logps.sum() + 0.01 * entropies.sum()).backward()
+
+        tracer = Tracer()
+        with pytest.MonkeyPatch.context() as mp:
+            # the CPU stand-ins of CUDA's Triton tile kernels, untraced (as in the test above)
+            for name in ("_forward_tile", "_backward_tile", "_addmm_fp32"):
+                mp.setattr(ck, name, untraced(tracer, getattr(ck, name)))
+            tracer.track_all([*model.parameters(), ids, mask])
+            kept = tracer.current
+            tracer.reset_peak()
+            with tracer:
+                step()
+        measured[prompt] = tracer.peak.bytes - kept
+        seq = prompt + COMPLETION
+        modelled[prompt] = act.activation_bytes(m, t, B, seq) + rl.logprob_bytes(
+            m, t, B, seq, compact=False
+        )
+    grew = measured[long_prompt] - measured[PROMPT]
+    counted = modelled[long_prompt] - modelled[PROMPT]
+    assert grew > 0.2 * measured[PROMPT]  # the prompt is a real share of the step
+    assert 0.9 * grew <= counted <= 1.1 * grew, (grew, counted, measured, modelled)
+    for prompt, peak in measured.items():  # and each peak itself
+        assert modelled[prompt] <= peak <= modelled[prompt] * 1.05, (prompt, peak, modelled)

@@ -15,6 +15,7 @@ import pytest
 
 from cfgcheck.sources import check_native, load_native
 from cfgcheck.sources import trl_versions as tv
+from cfgcheck.validate import validate
 from tests.conftest import requires
 from tests.model_folders import tokenizer_files
 from tests.sources.support import line_of, located_at, one, write
@@ -275,7 +276,14 @@ def test_grpo_defaults_come_from_the_installed_grpo_config(tmp_path: Path) -> No
     )
     grpo = parse("grpo", file)[1]
     loaded = load_native(file, "trl")
-    assert loaded.config["data"]["max_seq_length"] == grpo.max_completion_length
+    rl = loaded.config["trainer"]["rl"]
+    assert rl["scored_tokens"] == grpo.max_completion_length
+    # GRPOConfig has no max_prompt_length and GRPOTrainer truncates no prompt: the prompt is
+    # the worst case, the model's context minus the completion (cfgcheck/sources/trl_prompt.py)
+    assert not hasattr(grpo, "max_prompt_length") and rl["prompt_bound"] == "context"
+    block = validate(loaded.config).config.model.block_size  # type: ignore[union-attr]
+    assert rl["prompt_tokens"] == block - grpo.max_completion_length
+    assert loaded.config["data"]["max_seq_length"] == block
     assert loaded.config["trainer"]["learning_rate"] == GRPOConfig.learning_rate
     assert loaded.config["trainer"]["micro_batch_size"] == grpo.per_device_train_batch_size
 
