@@ -532,10 +532,17 @@ def generate(git_dir: str, commit: str) -> dict[str, Any]:
         "recipes": recipes(src, index),
         "registry": registry(src),
         "checks": checks(src),
+        # torchtune's packages (folders with __init__.py): what import_module says of a
+        # missing name under each (config._utils._get_component_from_path)
+        "packages": {
+            module_of(f): True
+            for f in src.files
+            if f.startswith("torchtune/") and f.endswith("/__init__.py")
+        },
     }
 
 
-SECTIONS = ("builders", "components", "recipes", "registry", "checks")
+SECTIONS = ("builders", "components", "recipes", "registry", "checks", "packages")
 # The refusals cfgcheck's torchtune rules quote (cfgcheck/sources/torchtune_rules.py): each
 # fragment -> the files of this version whose code says it (none: the version lacks the check).
 CHECKS = (

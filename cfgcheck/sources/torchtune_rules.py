@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources import torchtune_data as tt
+from cfgcheck.sources import torchtune_versions as tv
 from cfgcheck.sources.base import NativeConfig, NativeRule
 from cfgcheck.sources.reader import walk_keys
 from cfgcheck.sources.torchtune import (
@@ -21,6 +22,7 @@ from cfgcheck.sources.torchtune import (
     is_packed,
     recipe_of,
 )
+from cfgcheck.sources.unknown import RULE
 
 if TYPE_CHECKING:
     from cfgcheck.schema.run import RunConfig
@@ -65,29 +67,42 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
     "TypeError: f() got an unexpected keyword argument 'x'", a missing required one "TypeError:
     f() missing 1 required positional argument: 'x'", a path torchtune does not have
     "InstantiationError: Error loading '...'"."""
+    version = tv.resolve(native)
     for key, node in _components(native):
         path = str(node["_component_"])
         section = key.split(".")[0]
         if not path.startswith("torchtune."):
             continue  # torch.optim.AdamW, bitsandbytes...: not torchtune's to check
-        sig = tt.component(path)
+        sig = tt.component(path, version.table)
         name = path.rsplit(".", 1)[-1]
         shown = f"{name}.__init__()" if sig and sig.get("kind") == "class" else f"{name}()"
         if sig is None:
-            if key in MODEL_KEYS:
+            elsewhere = [v for v in tv.versions() if tt.component(path, v) is not None]
+            if elsewhere:
+                yield _other_version(key, path, version, elsewhere)
+                if version.known:
+                    continue
+                sig = tt.component(path, elsewhere[-1])
+                if sig is None or key in MODEL_KEYS:
+                    continue
+            elif key in MODEL_KEYS:
                 continue  # a builder torchtune does not ship, read from config.json
-            module = path.rpartition(".")[0]
-            known = [k for k in tt.data()["components"] if k.startswith(module + ".")]
-            close = difflib.get_close_matches(path, known, n=1, cutoff=0.6)
-            yield _error(
-                "torchtune-component-unknown",
-                (f"{key}._component_",),
-                f"{key}._component_={path}: torchtune ({tt.source()}) has no such component, "
-                f"so config.instantiate fails with \"InstantiationError: Error loading '{path}'\"",
-                f"did you mean {close[0]}?" if close else "name a torchtune component",
-                *((Fix((f"{key}._component_={close[0]}",), f"use {close[0]}"),) if close else ()),
-            )
-            continue
+            else:
+                module = path.rpartition(".")[0]
+                components = tt.data(version.table)["components"]
+                known = [k for k in components if k.startswith(module + ".")]
+                close = difflib.get_close_matches(path, known, n=1, cutoff=0.6)
+                use = [Fix((f"{key}._component_={c}",), f"use {c}") for c in close]
+                yield _error(
+                    "torchtune-component-unknown",
+                    (f"{key}._component_",),
+                    f"{key}._component_={path}: no torchtune version has such a component "
+                    f"({version.label}: {tt.source(version.table)}), so config.instantiate "
+                    f'fails with "InstantiationError: {instantiation_error(path, version.table)}"',
+                    f"did you mean {close[0]}?" if close else "name a torchtune component",
+                    *use,
+                )
+                continue
         if "params" not in sig:
             continue  # torchao's quantizers, classes without their own __init__: unchecked
         params = list(sig["params"])
@@ -96,6 +111,21 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
             for arg in given:
                 if arg in params:
                     continue
+                other = [v for v in tv.versions() if arg in _params(path, v)]
+                if other and not version.known:
+                    yield Finding(
+                        "torchtune-unexpected-argument",
+                        "warning",
+                        (f"{key}.{arg}",),
+                        f"{key}.{arg}: {path} takes {arg} in {tv.span(other)}, not in "
+                        f"{version.label} ({version.origin}): with a torchtune that lacks it "
+                        f'config.instantiate fails with "TypeError: {shown} got an unexpected '
+                        f"keyword argument '{arg}'\"",
+                        "state the version the run uses (`# requires: torchtune==X` or "
+                        f"--framework-version), or drop {key}.{arg}",
+                    )
+                    continue
+                also = f" ({tv.span(other)} takes it)" if other else ""
                 close = difflib.get_close_matches(arg, params, n=1, cutoff=0.7)
                 value = node[arg]
                 fixes = (
@@ -111,7 +141,8 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
                 yield _error(
                     "torchtune-unexpected-argument",
                     (f"{key}.{arg}",),
-                    f"{key}.{arg}: {path} does not take {arg}, and config.instantiate passes "
+                    f"{key}.{arg}: {path} of {version.label} does not take {arg}{also}, and "
+                    "config.instantiate passes "
                     f'every key of {key} to it: "TypeError: {shown} got an unexpected keyword '
                     f"argument '{arg}'\" before training starts (torchtune/config/"
                     "_instantiate.py)",
@@ -133,6 +164,62 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
                 f'{_names(group)}"',
                 f"set {', '.join(f'{key}.{m}' for m in missing)}",
             )
+
+
+def _params(path: str, version: str) -> list[str]:
+    return list((tt.component(path, version) or {}).get("params", []))
+
+
+def instantiation_error(path: str, version: str) -> str:
+    """What torchtune's config._utils._get_component_from_path raises for a ``path`` that
+    ``version`` lacks (pytorch/torchtune v0.6.1 torchtune/config/_utils.py:37-107, the same at
+    v0.5.0 and main): the first missing part, imported as a module under its parent."""
+    data = tt.data(version)
+    names = set(data["components"]) | set(data["builders"])
+    packages = set(data["packages"])
+    modules = packages | {n.rpartition(".")[0] for n in names}
+    parts = path.split(".")
+    for m in range(1, len(parts)):
+        prefix, parent = ".".join(parts[: m + 1]), ".".join(parts[:m])
+        if prefix in modules or prefix in names:
+            continue
+        if parent not in modules:  # an attribute of a class: its AttributeError's own text
+            return (
+                f"Error loading '{path}': AttributeError(...) Are you sure that '{parts[m]}' "
+                f"is an attribute of '{parent}'?"
+            )
+        why = f"No module named '{prefix}'" + (
+            "" if parent in packages else f"; '{parent}' is not a package"
+        )
+        return (
+            f"Error loading '{path}': ModuleNotFoundError(\"{why}\") Are you sure that "
+            f"'{parts[m]}' is importable from module '{parent}'?"
+        )
+    return f"Error loading '{path}'"
+
+
+def _other_version(key: str, path: str, version: tv.Version, elsewhere: list[str]) -> Finding:
+    """A component of other torchtune versions: an error when the version is known, else a
+    warning naming the versions that have it."""
+    error = instantiation_error(path, version.table)
+    if version.known:
+        return _error(
+            "torchtune-component-unknown",
+            (f"{key}._component_",),
+            f"{key}._component_={path} is in {tv.span(elsewhere)}, not in {version.label} "
+            f'({version.origin}): config.instantiate fails with "InstantiationError: {error}"',
+            f"use a component {version.label} has, or run {tv.span(elsewhere)}",
+        )
+    return Finding(
+        "torchtune-component-unknown",
+        "warning",
+        (f"{key}._component_",),
+        f"{key}._component_={path} is in {tv.span(elsewhere)}, not in {version.label} "
+        f"({version.origin}): with a torchtune that lacks it config.instantiate fails with "
+        f'"InstantiationError: {error}"',
+        "state the version the run uses (`# requires: torchtune==X` or --framework-version), "
+        "or use a component every torchtune has",
+    )
 
 
 def _names(names: list[str]) -> str:
@@ -157,24 +244,40 @@ def missing_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
     """Keys the recipe reads as ``cfg.key`` (no default): OmegaConf raises
     "ConfigAttributeError: Missing key <key>" when the config lacks them."""
     recipe = recipe_of(native)
-    keys = tt.recipe_keys(recipe)
+    version = tv.resolve(native)
+    keys = tt.recipe_keys(recipe, version.table)
     if keys is None:
         return
+    has = {v: tt.recipe_keys(recipe, v) for v in tv.versions()}
     for key in keys["required"]:
-        if key not in native.data:
+        if key in native.data:
+            continue
+        where = [v for v, k in has.items() if k is not None and key in k["required"]]
+        everywhere = len(where) == sum(k is not None for k in has.values())
+        error = f'"omegaconf.errors.ConfigAttributeError: Missing key {key}" (recipes/{recipe}.py)'
+        if version.known or everywhere:
             yield _error(
                 "torchtune-missing-key",
                 (key,),
-                f"recipe {recipe} reads cfg.{key}, which this config does not set: "
-                f'"omegaconf.errors.ConfigAttributeError: Missing key {key}" (recipes/'
-                f"{recipe}.py)",
+                f"recipe {recipe} of {version.label} ({version.origin}) reads cfg.{key}, "
+                f"which this config does not set: {error}",
                 f"set {key}",
+            )
+        else:
+            yield Finding(
+                "torchtune-missing-key",
+                "warning",
+                (key,),
+                f"recipe {recipe} reads cfg.{key} in {tv.span(where)}, and this config does "
+                f"not set it ({version.label} read, {version.origin}): with those versions "
+                f"{error}; the others do not read it",
+                f"set {key}, or state the version (`# requires: torchtune==X`)",
             )
     model = native.get("model")
     if not isinstance(model, dict):
         return
     # a required builder argument is config.instantiate's TypeError first (component_rules)
-    builder_sig = tt.component(str(model.get("_component_"))) or {}
+    builder_sig = tt.component(str(model.get("_component_")), version.table) or {}
     for key in keys.get("model_required", []):
         if key not in model and key not in builder_sig.get("required", []):
             yield _error(
@@ -430,7 +533,8 @@ def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
             Fix(("enable_activation_offloading=false",), "no offloading"),
         )
     launch = tt.launch(native)
-    if launch.nproc_per_node * launch.nnodes > 1 and not tt.supports_distributed(recipe):
+    distributed = tt.supports_distributed(recipe, tt.version_of(native))
+    if launch.nproc_per_node * launch.nnodes > 1 and not distributed:
         yield _error(
             "torchtune-recipe-not-distributed",
             (LAUNCH_PATH,),
@@ -442,8 +546,36 @@ def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
         )
 
 
+def version_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """A top-level key the recipe reads in other torchtune versions, not in this one: the
+    recipe never looks at it (as any key it does not read), so it is silently ignored."""
+    recipe = recipe_of(native)
+    version = tv.resolve(native)
+    keys = tt.recipe_keys(recipe, version.table)
+    if keys is None:
+        return
+    for key in native.data:
+        if key in keys["keys"]:
+            continue
+        where = [
+            v for v in tv.versions() if key in (tt.recipe_keys(recipe, v) or {"keys": []})["keys"]
+        ]
+        if where:
+            yield Finding(
+                RULE,
+                "warning",
+                (key,),
+                f"{key} is read by recipe {recipe} of {tv.span(where)}, not by {version.label}'s "
+                f"({version.origin}): that recipe never looks at it, so the setting is "
+                "silently ignored",
+                f"drop {key}, or run {tv.span(where)}",
+                fixes=(Fix((f"~{key}",), f"drop {key}"),),
+            )
+
+
 RULES: tuple[NativeRule, ...] = (
     component_rules,
+    version_key_rules,
     missing_key_rules,
     collate_rules,
     max_seq_len_rules,

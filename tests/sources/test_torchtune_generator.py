@@ -84,8 +84,9 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
         subprocess.run(["git", *args], cwd=root, check=True, env=env)
     out = root / "out.json"
+    argv = [str(SCRIPT), "--git-dir", str(root / ".git"), "--out", str(out), "--tags", ""]
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--git-dir", str(root / ".git"), "--out", str(out)],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         check=False,
