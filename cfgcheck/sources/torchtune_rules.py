@@ -22,7 +22,6 @@ from cfgcheck.sources.torchtune import (
     is_packed,
     recipe_of,
 )
-from cfgcheck.sources.unknown import RULE
 
 if TYPE_CHECKING:
     from cfgcheck.schema.run import RunConfig
@@ -562,7 +561,7 @@ def version_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
         ]
         if where:
             yield Finding(
-                RULE,
+                "unknown-native-key",  # the rule of keys a recipe does not read
                 "warning",
                 (key,),
                 f"{key} is read by recipe {recipe} of {tv.span(where)}, not by {version.label}'s "
