@@ -1,6 +1,8 @@
 """torchtune's own refusals and silent traps, each quoting the error its code raises
-(pytorch/torchtune at bd2a0fc7; the messages are reproduced with torchtune's and torch's own
-code in tests/sources/test_torchtune_ground_truth.py).
+(pytorch/torchtune main at bd2a0fc7 and the releases 0.5.0, 0.6.0, 0.6.1: keys/torchtune.json's
+``checks`` list where each message lives in each version; the messages are reproduced with the
+installed torchtune's and torch's own code in tests/sources/test_torchtune_ground_truth.py).
+What differs between versions: :mod:`cfgcheck.sources.torchtune_version_rules`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ from cfgcheck.sources.torchtune import (
     PADDED_COLLATE,
     is_packed,
     recipe_of,
+)
+from cfgcheck.sources.torchtune_version_rules import (
+    instantiation_error,
+    other_version,
+    params_of,
+    version_key_rules,
 )
 
 if TYPE_CHECKING:
@@ -78,7 +86,7 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
         if sig is None:
             elsewhere = [v for v in tv.versions() if tt.component(path, v) is not None]
             if elsewhere:
-                yield _other_version(key, path, version, elsewhere)
+                yield other_version(key, path, version, elsewhere)
                 if version.known:
                     continue
                 sig = tt.component(path, elsewhere[-1])
@@ -110,7 +118,7 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
             for arg in given:
                 if arg in params:
                     continue
-                other = [v for v in tv.versions() if arg in _params(path, v)]
+                other = [v for v in tv.versions() if arg in params_of(path, v)]
                 if other and not version.known:
                     yield Finding(
                         "torchtune-unexpected-argument",
@@ -163,62 +171,6 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
                 f'{_names(group)}"',
                 f"set {', '.join(f'{key}.{m}' for m in missing)}",
             )
-
-
-def _params(path: str, version: str) -> list[str]:
-    return list((tt.component(path, version) or {}).get("params", []))
-
-
-def instantiation_error(path: str, version: str) -> str:
-    """What torchtune's config._utils._get_component_from_path raises for a ``path`` that
-    ``version`` lacks (pytorch/torchtune v0.6.1 torchtune/config/_utils.py:37-107, the same at
-    v0.5.0 and main): the first missing part, imported as a module under its parent."""
-    data = tt.data(version)
-    names = set(data["components"]) | set(data["builders"])
-    packages = set(data["packages"])
-    modules = packages | {n.rpartition(".")[0] for n in names}
-    parts = path.split(".")
-    for m in range(1, len(parts)):
-        prefix, parent = ".".join(parts[: m + 1]), ".".join(parts[:m])
-        if prefix in modules or prefix in names:
-            continue
-        if parent not in modules:  # an attribute of a class: its AttributeError's own text
-            return (
-                f"Error loading '{path}': AttributeError(...) Are you sure that '{parts[m]}' "
-                f"is an attribute of '{parent}'?"
-            )
-        why = f"No module named '{prefix}'" + (
-            "" if parent in packages else f"; '{parent}' is not a package"
-        )
-        return (
-            f"Error loading '{path}': ModuleNotFoundError(\"{why}\") Are you sure that "
-            f"'{parts[m]}' is importable from module '{parent}'?"
-        )
-    return f"Error loading '{path}'"
-
-
-def _other_version(key: str, path: str, version: tv.Version, elsewhere: list[str]) -> Finding:
-    """A component of other torchtune versions: an error when the version is known, else a
-    warning naming the versions that have it."""
-    error = instantiation_error(path, version.table)
-    if version.known:
-        return _error(
-            "torchtune-component-unknown",
-            (f"{key}._component_",),
-            f"{key}._component_={path} is in {tv.span(elsewhere)}, not in {version.label} "
-            f'({version.origin}): config.instantiate fails with "InstantiationError: {error}"',
-            f"use a component {version.label} has, or run {tv.span(elsewhere)}",
-        )
-    return Finding(
-        "torchtune-component-unknown",
-        "warning",
-        (f"{key}._component_",),
-        f"{key}._component_={path} is in {tv.span(elsewhere)}, not in {version.label} "
-        f"({version.origin}): with a torchtune that lacks it config.instantiate fails with "
-        f'"InstantiationError: {error}"',
-        "state the version the run uses (`# requires: torchtune==X` or --framework-version), "
-        "or use a component every torchtune has",
-    )
 
 
 def _names(names: list[str]) -> str:
@@ -543,33 +495,6 @@ def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
             f"run {recipe.replace('single_device', 'distributed')} for several GPUs, or one "
             "process",
         )
-
-
-def version_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
-    """A top-level key the recipe reads in other torchtune versions, not in this one: the
-    recipe never looks at it (as any key it does not read), so it is silently ignored."""
-    recipe = recipe_of(native)
-    version = tv.resolve(native)
-    keys = tt.recipe_keys(recipe, version.table)
-    if keys is None:
-        return
-    for key in native.data:
-        if key in keys["keys"]:
-            continue
-        where = [
-            v for v in tv.versions() if key in (tt.recipe_keys(recipe, v) or {"keys": []})["keys"]
-        ]
-        if where:
-            yield Finding(
-                "unknown-native-key",  # the rule of keys a recipe does not read
-                "warning",
-                (key,),
-                f"{key} is read by recipe {recipe} of {tv.span(where)}, not by {version.label}'s "
-                f"({version.origin}): that recipe never looks at it, so the setting is "
-                "silently ignored",
-                f"drop {key}, or run {tv.span(where)}",
-                fixes=(Fix((f"~{key}",), f"drop {key}"),),
-            )
 
 
 RULES: tuple[NativeRule, ...] = (
