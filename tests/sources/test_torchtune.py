@@ -535,3 +535,57 @@ def test_odd_values_are_findings_or_one_line(override: str) -> None:
         assert "\n" not in str(e)
     else:
         assert result.config is None or result.config.trainer.framework == "torchtune"
+
+
+def test_what_only_other_versions_have_is_a_warning_until_the_version_is_stated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No torchtune installed and none stated: main's tables, and what holds only in some
+    versions is a warning naming them; stated, an error naming the version."""
+    monkeypatch.setattr(tv, "_installed", lambda: None)
+    unstated = check_native(LORA_1B, "torchtune", ["~log_level"])
+    missing = one(unstated, "torchtune-missing-key")
+    assert missing.severity == "warning" and "torchtune main" in missing.message
+    stated = check_native(LORA_1B, "torchtune", ["~log_level"], options=MAIN)
+    assert one(stated, "torchtune-missing-key").severity == "error"
+    # an argument main's checkpointer takes and 0.6.1's does not
+    arg = "checkpointer.keep_last_n_checkpoints=2"
+    old = {"framework_version": "0.6.1"}
+    assert not check_native(LORA_1B, "torchtune", [arg], options=MAIN).by_rule(
+        "torchtune-unexpected-argument"
+    )
+    refused = one(
+        check_native(LORA_1B, "torchtune", [arg], options=old), "torchtune-unexpected-argument"
+    )
+    assert refused.severity == "error" and "torchtune 0.6.1" in refused.message
+    assert "unexpected keyword argument 'keep_last_n_checkpoints'" in refused.message
+    # a builder of main only (Qwen 3), read for 0.6.1: one line naming the versions that ship it
+    qwen3 = NATIVE / "torchtune" / "qwen3_0.6B_lora_single_device.yaml"
+    with pytest.raises(
+        ConfigLoadError, match=r"not a model builder torchtune 0\.6\.1 ships .*main"
+    ):
+        load_native(qwen3, "torchtune", options=old)
+    # not stated (torchtune 0.6.1 installed): read with main's shape, warned of
+    monkeypatch.setattr(tv, "_installed", lambda: "0.6.1")
+    warned = check_native(qwen3, "torchtune").by_rule("torchtune-component-unknown")
+    assert {f.severity for f in warned} == {"warning"}
+    assert any(f.paths == ("model._component_",) for f in warned)
+
+
+def test_the_version_comes_from_the_flag_then_the_pin_then_the_installed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tv, "_installed", lambda: "0.6.1")
+    pinned = write(tmp_path, "p.yaml", "# requires: torchtune==0.5.0\n" + LORA_1B.read_text())
+    native = load_native(pinned, "torchtune").native
+    assert tv.resolve(native) == tv.Version(
+        "0.5.0", "0.5.0", "the file's pin torchtune==0.5.0", True
+    )
+    flagged = load_native(pinned, "torchtune", options={"framework_version": "v0.6.2"}).native
+    assert (tv.resolve(flagged).table, tv.resolve(flagged).known) == ("0.6.1", True)
+    installed = tv.resolve(load_native(LORA_1B, "torchtune").native)
+    assert (installed.table, installed.known) == ("0.6.1", False)
+    proc = run_cfgcheck(
+        "check", "--from", "torchtune", str(LORA_1B), "--framework-version", "latest"
+    )
+    assert proc.returncode == 2 and "expected a version like 0.6.1" in proc.stderr
