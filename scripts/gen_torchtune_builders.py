@@ -20,10 +20,14 @@ pytorch/torchtune) at a commit, and parsed. What it writes:
   default (``cfg.key``: OmegaConf raises ``ConfigAttributeError: Missing key`` when absent),
   and the ``model`` keys its ``_setup_model`` reads the same way (``cfg_model.lora_rank``).
 
+Per release: the same tables at each tag of ``--tags`` (v0.5.0, v0.6.0, v0.6.1: the releases
+on PyPI), written to ``keys/torchtune_versions.json`` as what each has that differs from
+``--commit`` (names it lacks, entries that differ), with each tag's commit and ``version.txt``.
+
 Usage::
 
     python scripts/gen_torchtune_builders.py --git-dir /work/.mirror/pytorch+torchtune/repo \
-        [--commit HEAD] [--out cfgcheck/sources/keys/torchtune.json]
+        [--commit HEAD] [--out cfgcheck/sources/keys/torchtune.json] [--tags v0.5.0,...]
 """
 
 from __future__ import annotations
@@ -37,7 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).resolve().parent.parent / "cfgcheck" / "sources" / "keys" / "torchtune.json"
+KEYS = Path(__file__).resolve().parent.parent / "cfgcheck" / "sources" / "keys"
+OUT = KEYS / "torchtune.json"
+VERSIONS_OUT = KEYS / "torchtune_versions.json"
+# The releases people pin (PyPI: 0.6.1 is the newest), kept as differences from --commit (main).
+TAGS = ("v0.5.0", "v0.6.0", "v0.6.1")
 # Packages whose public names a recipe config names with _component_.
 COMPONENT_PACKAGES = (
     "torchtune/models/",
@@ -66,9 +74,16 @@ class Source:
             capture_output=True,
             text=True,
         ).stdout
+        self.listing = set(listing.splitlines())
+        self._read: dict[str, str] = {}
         self.files = [f for f in listing.splitlines() if f.endswith(".py")]
 
     def read(self, path: str) -> str:
+        if path not in self._read:
+            self._read[path] = self._show(path)
+        return self._read[path]
+
+    def _show(self, path: str) -> str:
         return subprocess.run(
             ["git", "--git-dir", self.git_dir, "show", f"{self.commit}:{path}"],
             check=True,
@@ -504,27 +519,127 @@ def registry(src: Source) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--git-dir", default="/work/.mirror/pytorch+torchtune/repo")
-    parser.add_argument("--commit", default="HEAD")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    src = Source(args.git_dir, args.commit)
+def generate(git_dir: str, commit: str) -> dict[str, Any]:
+    src = Source(git_dir, commit)
     index = Index(src)
-    data = {
+    version = src.read("version.txt").strip() if "version.txt" in src.listing else None
+    return {
         "source": f"pytorch/torchtune at {src.commit}",
+        "version": version,
         "generated_by": "scripts/gen_torchtune_builders.py (ast; torchtune is never imported)",
         "builders": builders(index),
         "components": components(index),
         "recipes": recipes(src, index),
         "registry": registry(src),
+        "checks": checks(src),
+        # torchtune's packages (folders with __init__.py): what import_module says of a
+        # missing name under each (config._utils._get_component_from_path)
+        "packages": {
+            module_of(f): True
+            for f in src.files
+            if f.startswith("torchtune/") and f.endswith("/__init__.py")
+        },
     }
+
+
+SECTIONS = ("builders", "components", "recipes", "registry", "checks", "packages")
+# The refusals cfgcheck's torchtune rules quote (cfgcheck/sources/torchtune_rules.py): each
+# fragment -> the files of this version whose code says it (none: the version lacks the check).
+CHECKS = (
+    "fp16 precision is not supported in this recipe",
+    "enable_activation_offloading should only be True when enable_activation_checkpointing",
+    "left_pad_sequence collator is only for inference",
+    "does not support distributed training",
+    "PackedDataset requires a max_seq_len to be set on the tokenizer",
+    "Must pass one or more of",
+    "apply_lora_to_output is currently not supporting in llama3.2 1b and 3b",
+    "Unknown target module",
+    "of input tensor should be smaller than max_seq_len",
+    "must be one of",
+    "Error loading",
+)
+
+
+def checks(src: Source) -> dict[str, list[str]]:
+    texts = {
+        f: src.read(f)
+        for f in src.files
+        if f.startswith("torchtune/") or (f.startswith("recipes/") and f.count("/") == 1)
+    }
+    out: dict[str, list[str]] = {}
+    for fragment in CHECKS:
+        words = fragment.split()
+        out[fragment] = sorted(
+            f for f, text in texts.items() if fragment in text or _split_fstring(words, text)
+        )
+    return out
+
+
+def _split_fstring(words: list[str], text: str) -> bool:
+    """A message written over several string literals ("seq_len ({x}) of input tensor "
+    "should be smaller than ..."): every word in order within a few hundred characters."""
+    start = text.find(words[0])
+    while start != -1:
+        at = start
+        for word in words[1:]:
+            at = text.find(word, at)
+            if at == -1 or at - start > 300:
+                break
+        else:
+            return True
+        start = text.find(words[0], start + 1)
+    return False
+
+
+def diff(newest: dict[str, Any], older: dict[str, Any], tag: str) -> dict[str, Any]:
+    """What release ``tag`` has that differs from the newest data: per section, the names it
+    lacks (``removed``) and its own entries where they differ or are its alone (``changed``);
+    :func:`cfgcheck.sources.torchtune_data.data` applies it back onto the newest."""
+    out: dict[str, Any] = {"tag": tag, "source": older["source"], "version": older["version"]}
+    for section in SECTIONS:
+        new, old = newest[section], older[section]
+        out.setdefault("removed", {})[section] = sorted(set(new) - set(old))
+        out.setdefault("changed", {})[section] = {
+            k: v for k, v in sorted(old.items()) if new.get(k) != v
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--git-dir", default="/work/.mirror/pytorch+torchtune/repo")
+    parser.add_argument("--commit", default="HEAD")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--tags",
+        default=",".join(TAGS),
+        help="releases written to --versions-out as differences from --commit ('' for none)",
+    )
+    parser.add_argument("--versions-out", type=Path, default=VERSIONS_OUT)
+    args = parser.parse_args()
+    data = generate(args.git_dir, args.commit)
     args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", "utf-8")
     print(
         f"{args.out}: {len(data['builders'])} builders, {len(data['components'])} components, "
-        f"{len(data['recipes'])} recipes from {data['source']}"
+        f"{len(data['recipes'])} recipes from {data['source']} (version.txt {data['version']})"
     )
+    tags = [t for t in args.tags.split(",") if t]
+    if not tags:
+        return
+    releases = {}
+    for tag in tags:
+        older = generate(args.git_dir, tag)
+        releases[str(older["version"])] = diff(data, older, tag)
+        removed = sum(len(v) for v in releases[str(older["version"])]["removed"].values())
+        changed = sum(len(v) for v in releases[str(older["version"])]["changed"].values())
+        print(f"  {tag} ({older['source']}): {removed} names absent, {changed} entries differ")
+    table = {
+        "newest": {"source": data["source"], "version": data["version"]},
+        "generated_by": data["generated_by"],
+        "releases": releases,
+    }
+    args.versions_out.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", "utf-8")
+    print(f"{args.versions_out}: {', '.join(releases)}")
 
 
 if __name__ == "__main__":

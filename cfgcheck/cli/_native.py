@@ -47,7 +47,9 @@ NATIVE_OPTIONS = {
     "--trainer": "with --from trl: the trainer (sft, dpo, grpo, kto, reward, rloo, orpo, ...); "
     "default: from the file's name or folders, else from its keys",
     "--framework-version": "with --from: the framework version the run uses (default: the "
-    "installed one, else a `# requires: trl==X` comment, else the recipe's pin, else newest)",
+    "installed one, else a `# requires: trl==X` comment, else the recipe's pin, else newest; "
+    "torchtune: a `# requires: torchtune==X` comment, else the installed one or main, read "
+    "as not stated)",
     "--recipe": "with --from trl: the recipe whose script reads the file (alignment-handbook, "
     "open-r1); default: inferred from its script-only keys. With --from torchtune: the recipe "
     "`tune run` runs (also FILE RECIPE); default: the file's `tune run` comment",

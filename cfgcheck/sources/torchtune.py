@@ -19,6 +19,7 @@ from typing import Any
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.schema.run import SECTIONS
 from cfgcheck.sources import torchtune_data as tt
+from cfgcheck.sources import torchtune_versions as tv
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_optimizer
@@ -110,11 +111,19 @@ def _model(b: Builder) -> dict[str, Any]:
     if path is None:
         raise ConfigLoadError(f"{n.loc(mk) or n.file}: {mk} has no _component_ (a builder)")
     kwargs = {k: v for k, v in n.get(mk).items() if k != "_component_"}
-    entry = tt.builder(path)
+    stated = tv.resolve(n)
+    version = stated.table
+    entry = tt.builder(path, version)
+    elsewhere = [v for v in tv.versions() if tt.builder(path, v) is not None]
+    if entry is None and elsewhere and not stated.known:
+        # a builder of another version, the version not stated: read with that version's
+        # shape (torchtune_rules.component_rules warns which versions ship it)
+        version = elsewhere[-1]
+        entry = tt.builder(path, version)
     b.model_key = f"{mk}._component_"
     where = n.loc(b.model_key)
     if entry is not None and tt.decoder(entry):
-        shape = tt.model_shape(path, entry, kwargs)
+        shape = tt.model_shape(path, entry, kwargs, version)
         if isinstance(shape, str):  # a component builder without every shape argument
             raise ConfigLoadError(f"{where or n.file}: {mk}._component_={path}: {shape}")
         for key, value in shape.items():
@@ -135,13 +144,15 @@ def _model(b: Builder) -> dict[str, Any]:
             f"models (family {entry['family']}: vision, mixture-of-experts or encoder), and "
             "checkpointer.checkpoint_dir has no config.json to read a shape from"
         )
-    known = [k for k in tt.data()["builders"] if k.startswith(path.rpartition(".")[0] + ".")]
-    close = difflib.get_close_matches(path, known or list(tt.data()["builders"]), n=1, cutoff=0.6)
+    builders = tt.data(version)["builders"]
+    known = [k for k in builders if k.startswith(path.rpartition(".")[0] + ".")]
+    close = difflib.get_close_matches(path, known or list(builders), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
+    also = f"; {tv.span(elsewhere)} ships it" if elsewhere else ""
     raise ConfigLoadError(
-        f"{where or n.file}: {mk}._component_={path} is not a model builder torchtune ships "
-        f"({tt.source()}){hint}, and checkpointer.checkpoint_dir has no config.json to read "
-        "the shape from"
+        f"{where or n.file}: {mk}._component_={path} is not a model builder "
+        f"{tv.label(version)} ships ({tt.source(version)}, {stated.origin}){also}{hint}, "
+        "and checkpointer.checkpoint_dir has no config.json to read the shape from"
     )
 
 
@@ -328,14 +339,14 @@ def recipe_of(native: NativeConfig) -> str:
     model: dict[str, Any] = next(
         (native.get(k) for k in MODEL_KEYS if isinstance(native.get(k), dict)), {}
     )
-    entry = tt.builder(str(model.get("_component_")))
+    entry = tt.builder(str(model.get("_component_")), tt.version_of(native))
     lora = entry["lora"] if entry is not None else "lora_attn_modules" in model
     return "lora_finetune_single_device" if lora else "full_finetune_single_device"
 
 
 def profile(native: NativeConfig) -> Profile:
     recipe = recipe_of(native)
-    keys = tt.recipe_keys(recipe)
+    keys = tt.recipe_keys(recipe, tt.version_of(native))
     extra: list[Adjustment] = []
     if keys is not None and "optimizer" not in keys["keys"]:
         extra.append(TORCHTUNE_NOT_TRAINING)

@@ -7,15 +7,14 @@ things ``tune run`` does to a config before a recipe sees it: the launch line (r
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Location
+from cfgcheck.sources import torchtune_versions as tv
 from cfgcheck.sources.base import NativeConfig
 
 # torchtune family -> the Hugging Face model_type whose module layout cfgcheck uses for it.
@@ -41,56 +40,68 @@ ARCHITECTURE = {
 # Gemma's component builders tie the output to the embedding (TiedLinear) and use a
 # tanh-GELU gated MLP (torchtune/models/gemma/_component_builders.py gemma_mlp).
 GEMMA = ("gemma", "gemma2")
+QWEN2 = "torchtune.models.qwen2."
 
 
-@cache
-def data() -> dict[str, Any]:
-    text = resources.files("cfgcheck.sources").joinpath("keys", "torchtune.json").read_text()
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
+def data(version: str | None = None) -> dict[str, Any]:
+    """The tables of ``version`` (None: the newest; see :mod:`torchtune_versions`)."""
+    return tv.tables(version)
 
 
-def source() -> str:
-    return str(data()["source"])
+def source(version: str | None = None) -> str:
+    return str(data(version)["source"])
 
 
-def builder(path: str) -> dict[str, Any] | None:
-    entry = data()["builders"].get(path)
+def builder(path: str, version: str | None = None) -> dict[str, Any] | None:
+    entry = data(version)["builders"].get(path)
     return entry if isinstance(entry, dict) else None
 
 
-def component(path: str) -> dict[str, Any] | None:
+def component(path: str, version: str | None = None) -> dict[str, Any] | None:
     """The signature of a torchtune component (a builder's own, or a public function/class)."""
-    entry = builder(path)
+    entry = builder(path, version)
     if entry is not None:
         sig = entry.get("signature")
         return sig if isinstance(sig, dict) else None
-    sig = data()["components"].get(path)
+    sig = data(version)["components"].get(path)
     return sig if isinstance(sig, dict) else None
 
 
-def recipe_keys(recipe: str) -> dict[str, list[str]] | None:
-    entry = data()["recipes"].get(recipe)
+def recipe_keys(recipe: str, version: str | None = None) -> dict[str, list[str]] | None:
+    entry = data(version)["recipes"].get(recipe)
     return entry if isinstance(entry, dict) else None
 
 
+@cache
 def all_recipe_keys() -> frozenset[str]:
-    return frozenset(k for entry in data()["recipes"].values() for k in entry["keys"])
+    """The keys any recipe of any version reads (what holds in one version only is judged by
+    :func:`torchtune_rules.version_key_rules`)."""
+    return frozenset(
+        k
+        for version in tv.versions()
+        for entry in data(version)["recipes"].values()
+        for k in entry["keys"]
+    )
 
 
-def supports_distributed(recipe: str) -> bool:
-    entry = data()["registry"].get(recipe)
+def supports_distributed(recipe: str, version: str | None = None) -> bool:
+    entry = data(version)["registry"].get(recipe)
     return bool(entry and entry.get("supports_distributed")) or "distributed" in recipe
 
 
-def recipe_of_config(file: str) -> str | None:
+def recipe_of_config(file: str, version: str | None = None) -> str | None:
     """The recipe the registry ships ``file`` with (``llama3_2/1B_lora.yaml``)."""
     norm = file.replace("\\", "/")
-    for name, entry in data()["registry"].items():
+    for name, entry in data(version)["registry"].items():
         for config in entry.get("configs", []):
             if norm.endswith("/" + config) or norm == config:
                 return str(name)
     return None
+
+
+def version_of(native: NativeConfig) -> str:
+    """The version whose tables ``native`` is read with."""
+    return tv.resolve(native).table
 
 
 def scale_hidden_dim_for_mlp(dim: int, multiple_of: int = 256) -> int:
@@ -108,7 +119,9 @@ def decoder(entry: dict[str, Any]) -> bool:
     return entry.get("shape") is not None and entry.get("family") in ARCHITECTURE
 
 
-def model_shape(path: str, entry: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any] | str:
+def model_shape(
+    path: str, entry: dict[str, Any], kwargs: dict[str, Any], version: str | None = None
+) -> dict[str, Any] | str:
     """cfgcheck's ``model`` section for builder ``path``: its shape, with the config's
     arguments that change it (``tie_word_embeddings``; every shape argument of a component
     builder such as ``torchtune.models.llama2.llama2``). A string: what is missing."""
@@ -122,7 +135,7 @@ def model_shape(path: str, entry: dict[str, Any], kwargs: dict[str, Any]) -> dic
     head_dim = shape.get("head_dim") or embed // heads
     model: dict[str, Any] = {
         "name": path.rsplit(".", 1)[-1],
-        "source": f"{path} ({source()})",
+        "source": f"{path} ({source(version)})",
         "architecture": ARCHITECTURE.get(family),
         "block_size": int(shape["max_seq_len"]),
         "padded_vocab_size": int(shape["vocab_size"]),
@@ -134,7 +147,10 @@ def model_shape(path: str, entry: dict[str, Any], kwargs: dict[str, Any]) -> dic
         "intermediate_size": int(shape.get("intermediate_dim") or scale_hidden_dim_for_mlp(embed)),
         "mlp": "geglu" if family in GEMMA else "swiglu",
         "norm": "rmsnorm",
-        "attn_bias": bool(shape.get("q_proj_bias", False)),
+        # before q_proj_bias was an argument, qwen2's component builder (Qwen2 and 2.5) set
+        # bias=True on q/k/v itself (pytorch/torchtune v0.6.1 torchtune/models/qwen2/
+        # _component_builders.py:93-95)
+        "attn_bias": bool(shape.get("q_proj_bias", str(entry.get("component")).startswith(QWEN2))),
         "tie_embeddings": family in GEMMA or bool(shape.get("tie_word_embeddings", False)),
         "norm_qk": bool(shape.get("q_norm", False)),
     }
@@ -250,7 +266,7 @@ def launch(native: NativeConfig) -> Launch:
         nproc = nproc if nproc is not None else run.options.get("nproc_per_node")
         nnodes = nnodes if nnodes is not None else run.options.get("nnodes")
     if recipe is None:
-        recipe = recipe_of_config(native.file) or declared
+        recipe = recipe_of_config(native.file, version_of(native)) or declared
     return Launch(
         str(recipe).removesuffix(".py") if recipe else None,
         _int(nproc, "--nproc-per-node") if nproc is not None else 1,

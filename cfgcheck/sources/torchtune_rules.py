@@ -1,6 +1,8 @@
 """torchtune's own refusals and silent traps, each quoting the error its code raises
-(pytorch/torchtune at bd2a0fc7; the messages are reproduced with torchtune's and torch's own
-code in tests/sources/test_torchtune_ground_truth.py).
+(pytorch/torchtune main at bd2a0fc7 and the releases 0.5.0, 0.6.0, 0.6.1: keys/torchtune.json's
+``checks`` list where each message lives in each version; the messages are reproduced with the
+installed torchtune's and torch's own code in tests/sources/test_torchtune_ground_truth.py).
+What differs between versions: :mod:`cfgcheck.sources.torchtune_version_rules`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources import torchtune_data as tt
+from cfgcheck.sources import torchtune_versions as tv
 from cfgcheck.sources.base import NativeConfig, NativeRule
 from cfgcheck.sources.reader import walk_keys
 from cfgcheck.sources.torchtune import (
@@ -20,6 +23,12 @@ from cfgcheck.sources.torchtune import (
     PADDED_COLLATE,
     is_packed,
     recipe_of,
+)
+from cfgcheck.sources.torchtune_version_rules import (
+    instantiation_error,
+    other_version,
+    params_of,
+    version_key_rules,
 )
 
 if TYPE_CHECKING:
@@ -65,29 +74,42 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
     "TypeError: f() got an unexpected keyword argument 'x'", a missing required one "TypeError:
     f() missing 1 required positional argument: 'x'", a path torchtune does not have
     "InstantiationError: Error loading '...'"."""
+    version = tv.resolve(native)
     for key, node in _components(native):
         path = str(node["_component_"])
         section = key.split(".")[0]
         if not path.startswith("torchtune."):
             continue  # torch.optim.AdamW, bitsandbytes...: not torchtune's to check
-        sig = tt.component(path)
+        sig = tt.component(path, version.table)
         name = path.rsplit(".", 1)[-1]
         shown = f"{name}.__init__()" if sig and sig.get("kind") == "class" else f"{name}()"
         if sig is None:
-            if key in MODEL_KEYS:
+            elsewhere = [v for v in tv.versions() if tt.component(path, v) is not None]
+            if elsewhere:
+                yield other_version(key, path, version, elsewhere)
+                if version.known:
+                    continue
+                sig = tt.component(path, elsewhere[-1])
+                if sig is None or key in MODEL_KEYS:
+                    continue
+            elif key in MODEL_KEYS:
                 continue  # a builder torchtune does not ship, read from config.json
-            module = path.rpartition(".")[0]
-            known = [k for k in tt.data()["components"] if k.startswith(module + ".")]
-            close = difflib.get_close_matches(path, known, n=1, cutoff=0.6)
-            yield _error(
-                "torchtune-component-unknown",
-                (f"{key}._component_",),
-                f"{key}._component_={path}: torchtune ({tt.source()}) has no such component, "
-                f"so config.instantiate fails with \"InstantiationError: Error loading '{path}'\"",
-                f"did you mean {close[0]}?" if close else "name a torchtune component",
-                *((Fix((f"{key}._component_={close[0]}",), f"use {close[0]}"),) if close else ()),
-            )
-            continue
+            else:
+                module = path.rpartition(".")[0]
+                components = tt.data(version.table)["components"]
+                known = [k for k in components if k.startswith(module + ".")]
+                close = difflib.get_close_matches(path, known, n=1, cutoff=0.6)
+                use = [Fix((f"{key}._component_={c}",), f"use {c}") for c in close]
+                yield _error(
+                    "torchtune-component-unknown",
+                    (f"{key}._component_",),
+                    f"{key}._component_={path}: no torchtune version has such a component "
+                    f"({version.label}: {tt.source(version.table)}), so config.instantiate "
+                    f'fails with "InstantiationError: {instantiation_error(path, version.table)}"',
+                    f"did you mean {close[0]}?" if close else "name a torchtune component",
+                    *use,
+                )
+                continue
         if "params" not in sig:
             continue  # torchao's quantizers, classes without their own __init__: unchecked
         params = list(sig["params"])
@@ -96,6 +118,21 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
             for arg in given:
                 if arg in params:
                     continue
+                other = [v for v in tv.versions() if arg in params_of(path, v)]
+                if other and not version.known:
+                    yield Finding(
+                        "torchtune-unexpected-argument",
+                        "warning",
+                        (f"{key}.{arg}",),
+                        f"{key}.{arg}: {path} takes {arg} in {tv.span(other)}, not in "
+                        f"{version.label} ({version.origin}): with a torchtune that lacks it "
+                        f'config.instantiate fails with "TypeError: {shown} got an unexpected '
+                        f"keyword argument '{arg}'\"",
+                        "state the version the run uses (`# requires: torchtune==X` or "
+                        f"--framework-version), or drop {key}.{arg}",
+                    )
+                    continue
+                also = f" ({tv.span(other)} takes it)" if other else ""
                 close = difflib.get_close_matches(arg, params, n=1, cutoff=0.7)
                 value = node[arg]
                 fixes = (
@@ -111,7 +148,8 @@ def component_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Fin
                 yield _error(
                     "torchtune-unexpected-argument",
                     (f"{key}.{arg}",),
-                    f"{key}.{arg}: {path} does not take {arg}, and config.instantiate passes "
+                    f"{key}.{arg}: {path} of {version.label} does not take {arg}{also}, and "
+                    "config.instantiate passes "
                     f'every key of {key} to it: "TypeError: {shown} got an unexpected keyword '
                     f"argument '{arg}'\" before training starts (torchtune/config/"
                     "_instantiate.py)",
@@ -157,24 +195,40 @@ def missing_key_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[F
     """Keys the recipe reads as ``cfg.key`` (no default): OmegaConf raises
     "ConfigAttributeError: Missing key <key>" when the config lacks them."""
     recipe = recipe_of(native)
-    keys = tt.recipe_keys(recipe)
+    version = tv.resolve(native)
+    keys = tt.recipe_keys(recipe, version.table)
     if keys is None:
         return
+    has = {v: tt.recipe_keys(recipe, v) for v in tv.versions()}
     for key in keys["required"]:
-        if key not in native.data:
+        if key in native.data:
+            continue
+        where = [v for v, k in has.items() if k is not None and key in k["required"]]
+        everywhere = len(where) == sum(k is not None for k in has.values())
+        error = f'"omegaconf.errors.ConfigAttributeError: Missing key {key}" (recipes/{recipe}.py)'
+        if version.known or everywhere:
             yield _error(
                 "torchtune-missing-key",
                 (key,),
-                f"recipe {recipe} reads cfg.{key}, which this config does not set: "
-                f'"omegaconf.errors.ConfigAttributeError: Missing key {key}" (recipes/'
-                f"{recipe}.py)",
+                f"recipe {recipe} of {version.label} ({version.origin}) reads cfg.{key}, "
+                f"which this config does not set: {error}",
                 f"set {key}",
+            )
+        else:
+            yield Finding(
+                "torchtune-missing-key",
+                "warning",
+                (key,),
+                f"recipe {recipe} reads cfg.{key} in {tv.span(where)}, and this config does "
+                f"not set it ({version.label} read, {version.origin}): with those versions "
+                f"{error}; the others do not read it",
+                f"set {key}, or state the version (`# requires: torchtune==X`)",
             )
     model = native.get("model")
     if not isinstance(model, dict):
         return
     # a required builder argument is config.instantiate's TypeError first (component_rules)
-    builder_sig = tt.component(str(model.get("_component_"))) or {}
+    builder_sig = tt.component(str(model.get("_component_")), version.table) or {}
     for key in keys.get("model_required", []):
         if key not in model and key not in builder_sig.get("required", []):
             yield _error(
@@ -430,7 +484,8 @@ def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
             Fix(("enable_activation_offloading=false",), "no offloading"),
         )
     launch = tt.launch(native)
-    if launch.nproc_per_node * launch.nnodes > 1 and not tt.supports_distributed(recipe):
+    distributed = tt.supports_distributed(recipe, tt.version_of(native))
+    if launch.nproc_per_node * launch.nnodes > 1 and not distributed:
         yield _error(
             "torchtune-recipe-not-distributed",
             (LAUNCH_PATH,),
@@ -444,6 +499,7 @@ def recipe_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Findin
 
 RULES: tuple[NativeRule, ...] = (
     component_rules,
+    version_key_rules,
     missing_key_rules,
     collate_rules,
     max_seq_len_rules,

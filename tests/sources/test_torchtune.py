@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources import Document, check_native, load_document, load_native, parse_document
 from cfgcheck.sources import torchtune_data as tt
+from cfgcheck.sources import torchtune_versions as tv
 from cfgcheck.sources.native import get_format
 from cfgcheck.sources.reader import get_dotted
 from tests.conftest import REPO, run_cfgcheck
@@ -31,6 +32,8 @@ BROKEN = sorted((NATIVE / "torchtune").glob("broken_*.yaml"))
 LORA_1B = NATIVE / "torchtune" / "llama3_2_1B_lora_single_device.yaml"
 PHI3 = NATIVE / "torchtune" / "phi3_mini_lora_single_device.yaml"
 FULL_70B = NATIVE / "torchtune" / "llama3_70B_full.yaml"
+# The configs here are main's (SOURCES.md): read as main's, whatever torchtune is installed.
+MAIN = {"framework_version": tv.newest()}
 
 
 def test_the_ground_truth_is_a_few_dozen_configs_with_their_source() -> None:
@@ -43,8 +46,9 @@ def test_the_ground_truth_is_a_few_dozen_configs_with_their_source() -> None:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_published_configs_get_a_verdict_without_errors(config: Path) -> None:
-    for gpu in (None, "H100"):
-        result = check_native(config, "torchtune", gpu=gpu)
+    # the installed torchtune's tables (not stated), and main's, which the files come from
+    for gpu, options in ((None, None), ("H100", None), (None, MAIN)):
+        result = check_native(config, "torchtune", gpu=gpu, options=options)
         assert result.ok, [(f.rule, f.message) for f in result.errors]
         assert result.config is not None and result.config.trainer.framework == "torchtune"
 
@@ -57,7 +61,7 @@ def test_published_configs_get_a_verdict_without_errors(config: Path) -> None:
         # torchtune renamed the builder lora_qwen2_5_7b_instruct / _base
         (
             "broken_qwen2_5_14B_to_7B_KD_lora_single_device.yaml",
-            "lora_qwen2_5_7b is not a model builder torchtune ships",
+            "lora_qwen2_5_7b is not a model builder torchtune",
         ),
     ],
 )
@@ -83,7 +87,7 @@ def test_other_recipes_memory_is_not_a_training_verdict() -> None:
 
 
 def test_builder_shapes_come_from_torchtune_builders() -> None:
-    loaded = load_native(LORA_1B, "torchtune")
+    loaded = load_native(LORA_1B, "torchtune", options=MAIN)
     model, trainer = loaded.config["model"], loaded.config["trainer"]
     # torchtune/models/llama3_2/_model_builders.py lora_llama3_2_1b
     assert (model["n_layer"], model["n_embd"], model["n_head"], model["n_query_groups"]) == (
@@ -248,7 +252,8 @@ def test_an_unexpected_builder_argument_is_a_type_error_with_did_you_mean() -> N
 
 
 def test_an_unknown_top_level_key_is_ignored_by_the_recipe() -> None:
-    finding = one(check_native(LORA_1B, "torchtune", ["batch_sise=8"]), "unknown-native-key")
+    result = check_native(LORA_1B, "torchtune", ["batch_sise=8"], options=MAIN)
+    finding = one(result, "unknown-native-key")
     assert finding.severity == "warning" and "silently ignored" in finding.message
     assert "batch_size" in finding.hint
 
@@ -439,7 +444,10 @@ def test_a_builder_torchtune_does_not_ship_reads_checkpoint_dir_config_json(
         f"checkpointer.checkpoint_dir={folder}",
     ]
     result = check_native(
-        NATIVE / "torchtune" / "qwen2_0.5B_lora_single_device.yaml", "torchtune", overrides
+        NATIVE / "torchtune" / "qwen2_0.5B_lora_single_device.yaml",
+        "torchtune",
+        overrides,
+        options=MAIN,
     )
     assert result.config is not None and result.config.model.n_layer == 24
     assert result.config.model.block_size == 32768
@@ -448,7 +456,7 @@ def test_a_builder_torchtune_does_not_ship_reads_checkpoint_dir_config_json(
         load_native(LORA_1B, "torchtune", ["model._component_=my_models.qwen_with_tweaks"])
     # a service request's text (no file on disk) never makes cfgcheck look at the folder
     text = (NATIVE / "torchtune" / "qwen2_0.5B_lora_single_device.yaml").read_text()
-    with pytest.raises(ConfigLoadError, match="is not a model builder torchtune ships"):
+    with pytest.raises(ConfigLoadError, match="is not a model builder torchtune"):
         load_document(parse_document(text, "q.yaml"), "torchtune", overrides)
 
 
@@ -528,3 +536,57 @@ def test_odd_values_are_findings_or_one_line(override: str) -> None:
         assert "\n" not in str(e)
     else:
         assert result.config is None or result.config.trainer.framework == "torchtune"
+
+
+def test_what_only_other_versions_have_is_a_warning_until_the_version_is_stated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No torchtune installed and none stated: main's tables, and what holds only in some
+    versions is a warning naming them; stated, an error naming the version."""
+    monkeypatch.setattr(tv, "_installed", lambda: None)
+    unstated = check_native(LORA_1B, "torchtune", ["~log_level"])
+    missing = one(unstated, "torchtune-missing-key")
+    assert missing.severity == "warning" and "torchtune main" in missing.message
+    stated = check_native(LORA_1B, "torchtune", ["~log_level"], options=MAIN)
+    assert one(stated, "torchtune-missing-key").severity == "error"
+    # an argument main's checkpointer takes and 0.6.1's does not
+    arg = "checkpointer.keep_last_n_checkpoints=2"
+    old = {"framework_version": "0.6.1"}
+    assert not check_native(LORA_1B, "torchtune", [arg], options=MAIN).by_rule(
+        "torchtune-unexpected-argument"
+    )
+    refused = one(
+        check_native(LORA_1B, "torchtune", [arg], options=old), "torchtune-unexpected-argument"
+    )
+    assert refused.severity == "error" and "torchtune 0.6.1" in refused.message
+    assert "unexpected keyword argument 'keep_last_n_checkpoints'" in refused.message
+    # a builder of main only (Qwen 3), read for 0.6.1: one line naming the versions that ship it
+    qwen3 = NATIVE / "torchtune" / "qwen3_0.6B_lora_single_device.yaml"
+    with pytest.raises(
+        ConfigLoadError, match=r"not a model builder torchtune 0\.6\.1 ships .*main"
+    ):
+        load_native(qwen3, "torchtune", options=old)
+    # not stated (torchtune 0.6.1 installed): read with main's shape, warned of
+    monkeypatch.setattr(tv, "_installed", lambda: "0.6.1")
+    warned = check_native(qwen3, "torchtune").by_rule("torchtune-component-unknown")
+    assert {f.severity for f in warned} == {"warning"}
+    assert any(f.paths == ("model._component_",) for f in warned)
+
+
+def test_the_version_comes_from_the_flag_then_the_pin_then_the_installed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tv, "_installed", lambda: "0.6.1")
+    pinned = write(tmp_path, "p.yaml", "# requires: torchtune==0.5.0\n" + LORA_1B.read_text())
+    native = load_native(pinned, "torchtune").native
+    assert tv.resolve(native) == tv.Version(
+        "0.5.0", "0.5.0", "the file's pin torchtune==0.5.0", True
+    )
+    flagged = load_native(pinned, "torchtune", options={"framework_version": "v0.6.2"}).native
+    assert (tv.resolve(flagged).table, tv.resolve(flagged).known) == ("0.6.1", True)
+    installed = tv.resolve(load_native(LORA_1B, "torchtune").native)
+    assert (installed.table, installed.known) == ("0.6.1", False)
+    proc = run_cfgcheck(
+        "check", "--from", "torchtune", str(LORA_1B), "--framework-version", "latest"
+    )
+    assert proc.returncode == 2 and "expected a version like 0.6.1" in proc.stderr

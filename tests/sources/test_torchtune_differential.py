@@ -14,15 +14,19 @@ than the model when nothing cuts them) must at least be warned of, and an error 
 condition the data happens not to meet (``tokenizer.max_seq_len`` above the model's while
 every sample is shorter) is counted apart, as data-dependent.
 
-cfgcheck models torchtune at bd2a0fc7 (after 0.6.1): the draws keep to what both versions
-share (``log_level`` set, ``CEWithChunkedOutputLoss``; 0.6.1 has no ``LinearCrossEntropyLoss``).
+cfgcheck's side is told the installed version (``--framework-version``, as a user states the
+torchtune a run uses), so it reads that version's tables: the draws include what differs between
+0.6.1 and main (``log_level`` left out: main's recipe requires it, 0.6.1's never reads it;
+``LinearCrossEntropyLoss``: main's, absent from 0.6.1).
 
-Two configs of one seed run in CI; ``CFGCHECK_TT_DIFF_N=40 CFGCHECK_TT_DIFF_SEEDS=0,1,2,3`` runs
+Two configs of seed 1 run in CI (one names LinearCrossEntropyLoss, one leaves out
+log_level); ``CFGCHECK_TT_DIFF_N=50 CFGCHECK_TT_DIFF_SEEDS=0,1,2,3`` runs
 more.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import os
@@ -30,6 +34,7 @@ import random
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +48,14 @@ from tests.conftest import requires
 pytestmark = requires("torchtune", "torchao", "torch", "transformers", "sentencepiece")
 
 N = int(os.environ.get("CFGCHECK_TT_DIFF_N", "2"))
-SEEDS = [int(s) for s in os.environ.get("CFGCHECK_TT_DIFF_SEEDS", "0").split(",")]
+SEEDS = [int(s) for s in os.environ.get("CFGCHECK_TT_DIFF_SEEDS", "1").split(",")]
 POSITIONS = 64  # the model's max_seq_len
 VOCAB = 64
 ROOT = Path(__file__).resolve().parents[2]
+# The torchtune the real side runs, stated to cfgcheck as a user states it.
+STATED = (
+    {"framework_version": importlib.metadata.version("torchtune")} if find_spec("torchtune") else {}
+)
 MODULES = (
     ["q_proj", "v_proj"],
     ["q_proj", "k_proj", "v_proj", "output_proj"],
@@ -82,6 +91,7 @@ class Draw:
     offloading: bool
     loss: str
     typo: bool
+    log_level: bool
 
     def yaml(self, folder: Path, data: Path, out: Path) -> str:
         shape = {
@@ -154,12 +164,13 @@ class Draw:
             },
             "log_every_n_steps": 1,
             "log_peak_memory_stats": False,
-            "log_level": "INFO",
             "device": "cpu",
             "dtype": self.dtype,
             "enable_activation_checkpointing": self.checkpointing,
             "enable_activation_offloading": self.offloading,
         }
+        if self.log_level:
+            config["log_level"] = "INFO"
         if self.collate is not None:
             config["collate_fn"] = self.collate
         if not self.lora:  # full_finetune_single_device reads cfg.optimizer_in_bwd
@@ -190,9 +201,12 @@ def draw(rng: random.Random) -> Draw:
         # when training on CUDA"): on CPU only its refusal without checkpointing is compared
         offloading=not checkpointing and rng.random() < 0.07,
         loss=rng.choice(
-            ["torchtune.modules.loss.CEWithChunkedOutputLoss", "torch.nn.CrossEntropyLoss"]
+            ["torchtune.modules.loss.CEWithChunkedOutputLoss"] * 3
+            + ["torch.nn.CrossEntropyLoss"] * 3
+            + ["torchtune.modules.loss.LinearCrossEntropyLoss"]
         ),
         typo=rng.random() < 0.05,
+        log_level=rng.random() < 0.7,
     )
 
 
@@ -283,14 +297,14 @@ def compare(tmp_path: Path, folder: Path, seed: int, n: int) -> dict[str, list[A
         data = dataset(tmp_path / f"data-{seed}-{i}.json", d.words)
         file.write_text(d.yaml(folder, data, tmp_path / f"out-{seed}-{i}"))
         try:
-            result = check_native(file, "torchtune")
+            result = check_native(file, "torchtune", options=STATED)
         except ConfigLoadError as e:  # exit 2: counted, never compared
             out["unreadable"].append((d, str(e)))
             continue
         draws.append(d)
         results.append(result)
         # the recipe tune run would be given: the LoRA or full single-device one
-        runs.append((recipe_of(load_native(file, "torchtune").native), file))
+        runs.append((recipe_of(load_native(file, "torchtune", options=STATED).native), file))
     verdicts = real(runs, timeout=60 + 30 * n) if runs else []
     for d, result, failed in zip(draws, results, verdicts, strict=True):
         if failed:

@@ -84,8 +84,9 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
         subprocess.run(["git", *args], cwd=root, check=True, env=env)
     out = root / "out.json"
+    argv = [str(SCRIPT), "--git-dir", str(root / ".git"), "--out", str(out), "--tags", ""]
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--git-dir", str(root / ".git"), "--out", str(out)],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         check=False,
@@ -154,3 +155,30 @@ def test_the_committed_data_serves_the_published_configs() -> None:
         stale = config.name == "broken_qwen2_5_14B_to_7B_KD_lora_single_device.yaml"
         assert (tt.builder(builder) is None) == stale, config.name
     assert Path(SCRIPT).is_file()
+
+
+def test_release_tables_come_from_their_tags() -> None:
+    """keys/torchtune_versions.json: each release people pin, from its tag's commit, applied
+    onto main's tables (scripts/gen_torchtune_builders.py --tags)."""
+    from cfgcheck.sources import torchtune_versions as tv
+
+    commits = {
+        "0.5.0": "0bb00a47b12b7a900ed797d1f9a2ff5a997774c3",
+        "0.6.0": "235c0fe238eda6627bdec8628c862d249c8f61e4",
+        "0.6.1": "a6290a5b40758f13bca61c386bc8756a49ef417e",
+        "0.7.0": "bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1",  # main, version.txt 0.7.0
+    }
+    assert tv.versions() == list(commits)
+    for version, commit in commits.items():
+        assert tt.source(version) == f"pytorch/torchtune at {commit}"
+    loss = "torchtune.modules.loss.LinearCrossEntropyLoss"
+    assert [v for v in commits if tt.component(loss, v) is not None] == ["0.7.0"]
+    recipe = "lora_finetune_single_device"
+    reads = [v for v in commits if "log_level" in (tt.recipe_keys(recipe, v) or {})["keys"]]
+    assert reads == ["0.7.0"]
+    # every check cfgcheck quotes is in the code of every version
+    for version in commits:
+        assert all(tt.data(version)["checks"].values()), version
+    # qwen3 arrived after 0.6.1
+    assert tt.builder("torchtune.models.qwen3.qwen3_0_6b_instruct", "0.6.1") is None
+    assert tt.builder("torchtune.models.qwen3.qwen3_0_6b_instruct") is not None

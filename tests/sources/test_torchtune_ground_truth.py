@@ -333,3 +333,62 @@ def test_offloading_without_checkpointing_is_refused_by_the_recipe(
     with pytest.raises(RuntimeError) as e:
         recipe.LoRAFinetuneRecipeSingleDevice(cfg)
     assert quoted(finding.message) == [f"RuntimeError: {e.value}"]
+
+
+def _installed_recipe_text(name: str) -> str:
+    import torchtune
+
+    site = Path(torchtune.__file__).resolve().parent.parent
+    return (site / "recipes" / f"{name}.py").read_text()
+
+
+def test_a_component_the_stated_version_lacks_is_its_instantiation_error(tmp_path: Path) -> None:
+    """LinearCrossEntropyLoss is main's (after 0.6.1): with the installed torchtune stated, the
+    error is the InstantiationError its own config._utils raises; not stated, a warning."""
+    from importlib.metadata import version
+
+    from torchtune import config
+
+    installed = version("torchtune")
+    loss = "loss._component_=torchtune.modules.loss.LinearCrossEntropyLoss"
+    stated = check_native(LORA_1B, "torchtune", [loss], options={"framework_version": installed})
+    finding = one(stated, "torchtune-component-unknown")
+    assert finding.severity == "error" and f"torchtune {installed}" in finding.message
+    with pytest.raises(config._errors.InstantiationError) as e:
+        config.instantiate(OmegaConf.create({"_component_": loss.partition("=")[2]}))
+    real = " ".join(str(e.value).split())  # its three lines, as one
+    assert finding.message.endswith(f'"InstantiationError: {real}"'), (finding.message, real)
+    # the same file pinned with a `# requires:` comment; not stated at all: a warning
+    pinned = write(
+        tmp_path, "pinned.yaml", f"# requires: torchtune=={installed}\n" + LORA_1B.read_text()
+    )
+    assert (
+        one(check_native(pinned, "torchtune", [loss]), "torchtune-component-unknown").severity
+        == "error"
+    )
+    unstated = one(check_native(LORA_1B, "torchtune", [loss]), "torchtune-component-unknown")
+    assert unstated.severity == "warning" and "torchtune main" in unstated.message
+    # the published file is main's, and main has the loss
+    assert not check_native(
+        LORA_1B, "torchtune", [loss], options={"framework_version": "0.7.0"}
+    ).by_rule("torchtune-component-unknown")
+
+
+def test_log_level_is_read_by_main_only_and_never_required_of_0_6() -> None:
+    """torchtune 0.6's recipe never reads cfg.log_level (main's does: get_logger(cfg.log_level)),
+    so a config without it is no error for the installed version, and one with it is warned that
+    the key is ignored."""
+    from importlib.metadata import version
+
+    installed = version("torchtune")
+    recipe = _installed_recipe_text("lora_finetune_single_device")
+    reads = "cfg.log_level" in recipe or "log_level" in recipe
+    stated = {"framework_version": installed}
+    without = check_native(LORA_1B, "torchtune", ["~log_level"], options=stated)
+    missing = [f for f in without.by_rule("torchtune-missing-key") if "log_level" in f.message]
+    assert bool(missing) == reads
+    with_key = check_native(LORA_1B, "torchtune", options=stated)
+    ignored = [f for f in with_key.by_rule("unknown-native-key") if f.paths == ("log_level",)]
+    assert bool(ignored) != reads and all("torchtune main" in f.message for f in ignored)
+    main = check_native(LORA_1B, "torchtune", ["~log_level"], options={"framework_version": "0.7"})
+    assert [f.severity for f in main.by_rule("torchtune-missing-key")] == ["error"]
