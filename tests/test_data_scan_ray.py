@@ -76,7 +76,17 @@ def test_an_unreachable_cluster_is_one_line(
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray", reason=NO_RAY)
     pytest.importorskip("ray.data", reason=NO_RAY)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # The workers unpickle this module's _fail/_die by reference: they import it from the
+    # repository, whatever directory Ray starts them in.
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
     try:
         yield
     finally:
