@@ -43,9 +43,26 @@ def run_cfgcheck(
 def requires(*modules: str) -> pytest.MarkDecorator:
     """Skip a test whose optional dependency is not installed, naming the extra to install."""
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    return pytest.mark.skipif(
-        bool(missing), reason=f"needs {', '.join(missing)}: pip install 'cfgcheck[transformers]'"
-    )
+    how = sorted({_INSTALL.get(m, f"pip install {m}") for m in missing})
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}: {'; '.join(how)}")
+
+
+# the extra (pyproject.toml) that installs each optional module the tests need
+_INSTALL = {
+    "torch": "pip install torch==2.13.0",
+    "transformers": "pip install 'cfgcheck[transformers]'",
+    "tokenizers": "pip install 'cfgcheck[transformers]'",
+    "peft": "pip install 'cfgcheck[peft]'",
+    "trl": "pip install 'cfgcheck[frameworks]'",
+    "torchtune": "pip install 'cfgcheck[frameworks]'",
+    "datasets": "pip install 'cfgcheck[python]'",
+    "lightning": "pip install 'cfgcheck[python]'",
+    "fastapi": "pip install 'cfgcheck[service]'",
+    "pyarrow": "pip install 'cfgcheck[data]'",
+    "ray": "pip install 'cfgcheck[ray]'",
+    "selenium": "pip install 'cfgcheck[browser]'",
+    "litgpt": "pip install litgpt (not a cfgcheck extra)",
+}
 
 
 @pytest.fixture(scope="session")
