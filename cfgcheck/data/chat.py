@@ -64,18 +64,27 @@ class ChatEncoder:
 
     def encode(self, texts: list[str]) -> tuple[list[list[int]], list[list[int]] | None]:
         """Ids of each conversation, and with assistant_only_loss its assistant mask."""
-        conversations = [json.loads(t) for t in texts]
-        try:
-            out = self.tok.apply_chat_template(
-                conversations,
-                tokenize=True,
-                return_dict=True,
-                return_assistant_tokens_mask=self.masks,
-            )
-        except Exception as e:  # jinja2 errors (raise_exception in a template), bad roles
-            raise render_error(e) from e
-        ids = [list(x) for x in out["input_ids"]]
-        return ids, ([list(m) for m in out["assistant_masks"]] if self.masks else None)
+        return template_ids(self.tok, [json.loads(t) for t in texts], masks=self.masks)
+
+
+def template_ids(
+    tok: Any, conversations: list[Any], *, masks: bool = False, generation_prompt: bool = False
+) -> tuple[list[list[int]], list[list[int]] | None]:
+    """Ids of each conversation through the tokenizer's chat template (TRL's call:
+    ``apply_chat_template(..., tokenize=True, return_dict=True)``), and with ``masks`` the
+    assistant masks; a template that cannot render is one :class:`ScanError` line."""
+    try:
+        out = tok.apply_chat_template(
+            conversations,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=masks,
+            add_generation_prompt=generation_prompt,
+        )
+    except Exception as e:  # jinja2 errors (raise_exception in a template), bad roles
+        raise render_error(e) from e
+    ids = [list(x) for x in out["input_ids"]]
+    return ids, ([list(m) for m in out["assistant_masks"]] if masks else None)
 
 
 def load_hf_tokenizer(run: RunConfig, what: str) -> Any:

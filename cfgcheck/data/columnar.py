@@ -167,15 +167,8 @@ def _longest(array: Any) -> int:
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     t = array.type
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or (pa.types.is_large_binary(t))
-    ):
-        lengths = pc.binary_length(array)
-        top = pc.max(lengths).as_py()
-        return int(top or 0)
+    if _is_text(array):
+        return int(pc.max(pc.binary_length(array)).as_py() or 0)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         # a row's list: its elements' total, bounded by the longest element times the
         # longest list (no per-row Python loop)

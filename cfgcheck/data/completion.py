@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cfgcheck.data.chat import check_template, conversation, load_hf_tokenizer, render_error
+from cfgcheck.data.chat import check_template, conversation, load_hf_tokenizer, template_ids
 from cfgcheck.data.report import ScanError
 from cfgcheck.schema.run import RunConfig
 
@@ -135,19 +135,6 @@ class CompletionEncoder:
         self, pairs: list[Any]
     ) -> tuple[list[list[int]], list[list[int]], list[list[int]] | None]:
         self._conversational()
-        try:
-            prompts = self.tok.apply_chat_template(
-                [p for p, _ in pairs], tokenize=True, return_dict=True, add_generation_prompt=True
-            )
-            out = self.tok.apply_chat_template(
-                [p + c for p, c in pairs],
-                tokenize=True,
-                return_dict=True,
-                return_assistant_tokens_mask=self.assistant_only,
-            )
-        except Exception as e:  # jinja2 errors (raise_exception in a template), bad roles
-            raise render_error(e) from e
-        ids = [list(x) for x in out["input_ids"]]
-        prompt_ids = [list(x) for x in prompts["input_ids"]]
-        masks = [list(m) for m in out["assistant_masks"]] if self.assistant_only else None
+        prompt_ids, _ = template_ids(self.tok, [p for p, _ in pairs], generation_prompt=True)
+        ids, masks = template_ids(self.tok, [p + c for p, c in pairs], masks=self.assistant_only)
         return ids, prompt_ids, masks
