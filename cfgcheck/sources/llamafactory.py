@@ -25,7 +25,7 @@ from cfgcheck.sources.llamafactory_rules import (
     version_rules,
 )
 from cfgcheck.sources.model_ref import set_model
-from cfgcheck.sources.names import schema_optimizer
+from cfgcheck.sources.names import TRAINING_ARGUMENTS, schema_optimizer
 from cfgcheck.sources.profiles import (
     LLAMAFACTORY,
     LLAMAFACTORY_NO_TRAINING,
@@ -266,15 +266,12 @@ def _data_files(b: Builder) -> None:
 
 
 _TO_NATIVE = {
+    **TRAINING_ARGUMENTS,
     "data.max_seq_length": "cutoff_len",
     "data.max_length": "cutoff_len",
-    "trainer.micro_batch_size": "per_device_train_batch_size",
-    "trainer.gradient_accumulation_steps": "gradient_accumulation_steps",
     "trainer.lora.rank": "lora_rank",
     "trainer.lora.alpha": "lora_alpha",
     "trainer.lora.dropout": "lora_dropout",
-    "trainer.learning_rate": "learning_rate",
-    "seed": "seed",
 }
 _OPTIM = {"adamw": "adamw_torch_fused", "adamw_8bit": "adamw_bnb_8bit"}
 # 32-true has no key: without bf16/fp16 the model still loads in bf16 where the GPU has it

@@ -11,6 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
+# cfgcheck paths and the transformers ``TrainingArguments`` field that sets each, shared by
+# the formats whose trainer arguments are TrainingArguments (TRL configs, LLaMA-Factory files,
+# launch-script flags): a fix is that field, as the format spells its keys.
+TRAINING_ARGUMENTS = {
+    "trainer.micro_batch_size": "per_device_train_batch_size",
+    "trainer.gradient_accumulation_steps": "gradient_accumulation_steps",
+    "trainer.learning_rate": "learning_rate",
+    "seed": "seed",
+}
+
 
 def schema_optimizer(name: Any) -> str:
     """``trainer.optimizer`` for a native optimizer name."""

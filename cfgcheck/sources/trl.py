@@ -19,7 +19,7 @@ from cfgcheck.findings import Finding, Fix
 from cfgcheck.sources import deepspeed, launch, trl_memory, trl_prompt
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
-from cfgcheck.sources.names import schema_attention, schema_optimizer
+from cfgcheck.sources.names import TRAINING_ARGUMENTS, schema_attention, schema_optimizer
 from cfgcheck.sources.profiles import TRL, TRL_DEFAULT_ATTENTION, Adjustment, Profile
 from cfgcheck.sources.trl_rules import TRL_RULES
 from cfgcheck.sources.trl_run import TrlRun, run_of
@@ -253,17 +253,14 @@ def _sft_data(b: Builder, run: TrlRun) -> None:
 
 
 _TO_NATIVE = {
+    **TRAINING_ARGUMENTS,
     "data.max_seq_length": "max_length",
     "data.max_length": "max_length",
     "data.pad_to_multiple_of": "pad_to_multiple_of",
-    "trainer.micro_batch_size": "per_device_train_batch_size",
-    "trainer.gradient_accumulation_steps": "gradient_accumulation_steps",
     "trainer.gradient_checkpointing": "gradient_checkpointing",
-    "trainer.learning_rate": "learning_rate",
     "trainer.lora.rank": "lora_r",
     "trainer.lora.alpha": "lora_alpha",
     "tokenizer.pad_token": "pad_token",
-    "seed": "seed",
 }
 
 

@@ -23,7 +23,7 @@ from cfgcheck.sources.code import Known
 from cfgcheck.sources.launcher import LaunchConfig, launch_of
 from cfgcheck.sources.launcher.entry import inside
 from cfgcheck.sources.model_ref import set_model
-from cfgcheck.sources.names import schema_optimizer
+from cfgcheck.sources.names import TRAINING_ARGUMENTS, schema_optimizer
 
 # The model trained: DeepSpeed-Chat's step3_rlhf_finetuning/main.py trains the actor (its
 # --actor_model_name_or_path; the critic, --critic_model_name_or_path, trains beside it).
@@ -35,14 +35,11 @@ LORA_FLAGS = ("lora_enable", "use_lora", "use_peft", "use_peft_lora")
 DEEPSPEED_MISSING = "launch-deepspeed-missing"
 # cfgcheck path -> the flag that sets it (a fix is that flag as it would be typed).
 TO_FLAG = {
-    "trainer.micro_batch_size": "per_device_train_batch_size",
-    "trainer.gradient_accumulation_steps": "gradient_accumulation_steps",
+    **TRAINING_ARGUMENTS,
     "trainer.gradient_checkpointing": "gradient_checkpointing",
-    "trainer.learning_rate": "learning_rate",
     "trainer.lora.rank": "lora_r",
     "trainer.lora.alpha": "lora_alpha",
     "trainer.lora.targets": "lora_target_modules",
-    "seed": "seed",
 }
 
 
