@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cfgcheck.memory import mla as latent
 from cfgcheck.memory.modules import Linear, architecture_of, traced
 from cfgcheck.memory.params import adapted_modules, block_linears
 from cfgcheck.memory.stack import (
@@ -169,7 +170,12 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     adapted = frozenset() if full else adapted_modules(m, t.lora.targets, t.framework).names
     rank = t.lora.rank or 0
     dropout = t.lora.dropout > 0
-    sizes = {"attn_in": h, "attn_out": a * d, "mlp_in": h, "mlp_act": inter}
+    x = latent.mla(m)
+    sizes = {"attn_in": h, "attn_out": a * (x.v if x else d), "mlp_in": h, "mlp_act": inter}
+    if m.n_expert:  # the shared experts' down projection reads their own width
+        sizes["mlp_act"] = max(
+            (lin.in_features for lin in block_linears(m) if lin.source == "mlp_act"), default=0
+        )
     # the norms' outputs are in the residual dtype; the attention / MLP outputs in act's
     width = {"attn_in": s.residual, "mlp_in": s.residual, "attn_out": p, "mlp_act": p}
     saved: set[str] = set()
@@ -177,6 +183,15 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     qkv_dropout = False  # LitGPT: the fused qkv's one dropout is counted once
     qkv_zero_pad_done = False
     for lin in block_linears(m):
+        if x and lin.name in latent.LATENT_INPUTS:
+            # MLA's q_b_proj / kv_b_proj read a latent norm's output (its own cast under
+            # autocast), kept once by the trained linear or its adapter (mla.py)
+            if full:
+                total += p * lin.in_features
+            elif lin.name in adapted and rank:
+                kept, shares_input = _adapter_bytes(s, lin.in_features, rank, dropout)
+                total += kept + (p * lin.in_features if shares_input else 0)
+            continue
         if full or (quant and s.quantized_saves_input):
             if s.linear_cast and width[lin.source] != p:
                 total += p * lin.in_features  # its own 16-bit cast of the fp32 input
@@ -204,7 +219,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
             if shares_input:
                 saved.add(lin.source)
     softmax_fp32, rope_cat, _ = _transformers_attention(m, s)
-    if kernel != "eager" and not rope_cat:
+    if kernel != "eager" and not rope_cat and not x:
         saved.discard("attn_out")  # the kernel's output, counted below, is the o_proj input
     total += sum(width[x] * sizes[x] for x in saved)
     # norms
@@ -220,6 +235,8 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         stats, normalized = _qk_norm_layout(m, p)
         total += 4 * (a + kv) * d + 4 * stats + (normalized * (a + kv) * d if full else 0)
     core = _attention_core(m, t, s, masked)
+    if x:
+        total += latent.latent_norms(x, p, full)
     total += core.per_token + _mlp_bytes(m, s) + _router_bytes(m, t, s)
     scores = core.attention_scores
     if _gpt2_dropout(m, s):  # masks of the two residual dropouts; eager attention's dropout
@@ -253,6 +270,13 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
     p, kernel = s.act, attention(m, t)
     a, kv, d = m.n_head, m.kv_heads, m.head_dim
     softmax_fp32, _, rope = _transformers_attention(m, s)
+    x = latent.mla(m)
+    if x:  # DeepSeek's latent attention (mla.py)
+        per_token, scores = latent.kernel_bytes(
+            x, a, p, kernel, t.micro_batch_size == 1, softmax_fp32
+        )
+        masked_sdpa = kernel == "sdpa" and masked
+        return LayerActivations(per_token=per_token, attention_scores=scores or p * masked_sdpa)
     total = 0
     expanded = kernel == "eager" or (kernel == "sdpa" and masked) or s.kv_expanded
     kv_width = a * d if expanded else kv * d
@@ -345,7 +369,10 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> in
     total = 2 * k * _weighted_bytes(m, s) * h
     full = t.finetuning == "full"
     total += 0 if full else k * s.experts * h  # the routed copies
-    total += 0 if full and s.residual == s.act else s.residual * h  # the MoE input
+    # the MoE input; DeepSeek's router keeps it (or its fp32 copy) and its shared experts'
+    # linears keep it (or their casts) whenever they train (mla.py)
+    kept = full and (s.residual == s.act or latent.router_bytes(m, full) > 0)
+    total += 0 if kept else s.residual * h
     return total * tokens
 
 
@@ -370,14 +397,16 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     if not e or not k:
         return 0
     p, h, x = s.act, m.n_embd, s.experts
-    total = e * (p + 4) + k * (8 + 4) + k * x * h
+    full = t.finetuning == "full"
+    deepseek = latent.router_bytes(m, full)
+    total = (deepseek or e * (p + 4) + k * (8 + 4) + (p * h if full else 0)) + k * x * h
     if _aux_loss(m):
         # output_router_logits: load_balancing_loss_func's softmax over each layer's returned
         # router logits is kept for its backward: one more n_expert-wide tensor per token
         # and layer (the logits themselves are the router's, already counted; CPU-traced)
         total += e * p
-    if t.finetuning == "full":  # the router's input cast; the routed copies, the down input
-        total += p * h + k * x * h + x * _routed_width(m)
+    if full:  # the routed copies, the down input (the router's input cast: above)
+        total += k * x * h + x * _routed_width(m)
     return total
 
 
@@ -510,8 +539,8 @@ def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> i
         return 0
     s = stack(m, t)
     mlp = 0
+    k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
     if not m.n_expert:
-        k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
         mlp = k * s.act * m.mlp_width * tokens
     return max(mlp, post_norm_backward_bytes(m, t, tokens))
 
@@ -575,8 +604,28 @@ def activation_bytes(
         mask = batch * checkpoint_mask_bytes(m, t, seq, masked)
         return checkpoint_bytes(m, t, tokens) + head + mask
     layers = m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq)
+    layers -= latent.dense_layers(m) * dense_layer_saving(m, t) * tokens
     first = first_layer_unsaved(m, t, masked).bytes(tokens, seq)
     return layers - first + head + _norm_fixed(m)  # the final norm's fixed part
+
+
+def dense_layer_saving(m: ModelConfig, t: TrainerConfig) -> int:
+    """Per token, what one of DeepSeek's dense layers (``first_k_dense_replace``, mla.py)
+    keeps less than a mixture-of-experts layer (:func:`layer_activations` counts the latter):
+    its ``DeepseekV3MLP`` of ``intermediate_size`` keeps the gate, activation and up outputs
+    (and, trained, the down projection's input) in place of the router, the dispatch and the
+    routed and shared experts' tensors. Negative where the dense MLP is the wider."""
+    if not latent.dense_layers(m):
+        return 0
+    s = stack(m, t)
+    full = t.finetuning == "full"
+    shared_down = max(
+        (lin.in_features for lin in block_linears(m) if lin.source == "mlp_act"), default=0
+    )
+    moe = _mlp_bytes(m, s) + _router_bytes(m, t, s) + (s.act * shared_down if full else 0)
+    width = latent.dense_width(m)
+    dense = 3 * s.act * width + (s.act * width if full else 0)
+    return moe - dense
 
 
 def logits_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
