@@ -281,30 +281,49 @@ MLA: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+# LoRA targets: the output projection alone, and every attention projection (the latent
+# q_b_proj / kv_b_proj read the latent norms' outputs, not the attention input)
+MLA_TARGETS = {
+    "o_proj": ["o_proj"],
+    "attention": ["q_a_proj", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"],
+}
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["", "ckpt"])
-@pytest.mark.parametrize("finetuning", ["full", "lora"])
+@pytest.mark.parametrize("finetuning", ["full", "lora-o_proj", "lora-attention"])
 @pytest.mark.parametrize("family", sorted(MLA))
-def test_mla_margin_covers_the_trace(family: str, finetuning: str, checkpointing: bool) -> None:
-    """DeepSeek's multi-head latent attention is not modelled: the real step holds far more
-    than the estimate (this trace: 44-63 % under), so the estimate states
-    coverage.UNMODELLED_MARGIN and its upper bound covers the traced step."""
+def test_mla_step_matches_the_trace(
+    family: str, finetuning: str, checkpointing: bool, precision: str
+) -> None:
+    """DeepSeek-V2 (plain q_proj) and V3 (q LoRA) with multi-head latent attention, the
+    group-limited router, shared experts and a dense first layer (cfgcheck/memory/mla.py):
+    within the MoE families' tolerance without checkpointing; with it, over by up to 12 %
+    under autocast (on the safe side; the same moment counts the recomputed layer with its
+    dispatch, as for the other MoE families). ``v_head_dim`` equals ``qk_nope + qk_rope``
+    here: torch's CPU flash kernel needs one head dim for q, k and v and otherwise runs the
+    fp32 math path, which CUDA's memory-efficient kernel does not. The margin stated is the
+    uncalibrated one (no GPU measurement), and the notes say MLA is traced, not measured."""
     import torch
 
-    from cfgcheck.memory.coverage import UNMODELLED_MARGIN
+    from cfgcheck.memory.coverage import UNCALIBRATED_MARGIN
     from cfgcheck.memory.estimate import estimate
     from cfgcheck.models.generic import generic_model
     from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
     from tests.alloc_tracer import compare
 
     torch.set_num_threads(1)
-    data = {**SMALL, **MLA[family]}
+    data = {**SMALL, **MLA[family], "v_head_dim": 24}
     model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
     trainer: dict[str, Any] = {
-        "micro_batch_size": 2, "finetuning": finetuning, "precision": "bf16-true",
+        "micro_batch_size": 2, "finetuning": finetuning.split("-")[0], "precision": precision,
         "attention": "sdpa", "optimizer": "adamw", "gradient_checkpointing": checkpointing,
     }  # fmt: skip
-    if finetuning == "lora":
-        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": ["o_proj"]}
+    if finetuning.startswith("lora"):
+        targets = MLA_TARGETS[finetuning.split("-")[1]]
+        targets = [x for x in targets if (x == "q_proj") == (family == "deepseek_v2") or
+                   x not in ("q_proj", "q_a_proj", "q_b_proj")]  # fmt: skip
+        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": targets}
     run = {"model": {"name": family, "vocab_size": 256, **model}, "trainer": trainer,
            "data": {"max_seq_length": 256}}  # fmt: skip
     with warnings.catch_warnings():
@@ -313,6 +332,10 @@ def test_mla_margin_covers_the_trace(family: str, finetuning: str, checkpointing
     est = estimate(
         ModelConfig(**run["model"]), DataConfig(**run["data"]), TrainerConfig(**run["trainer"])
     )
-    assert est.margin == UNMODELLED_MARGIN
-    assert any("latent attention" in n for n in est.notes)
-    assert c.estimated * (1 + est.margin) >= c.traced.peak.bytes, c.error
+    assert est.margin == UNCALIBRATED_MARGIN
+    assert any("latent attention" in n and "traced on CPU" in n for n in est.notes)
+    assert not any("not modelled" in n for n in est.notes)
+    label = f"{family} {finetuning} {checkpointing} {precision}: {100 * c.error:+.1f}%"
+    print(label)
+    over = 0.12 if checkpointing and precision == "bf16-mixed" else OVER
+    assert UNDER <= c.error <= over, label

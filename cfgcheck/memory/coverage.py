@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cfgcheck.memory.mla import mla
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -19,12 +20,6 @@ CALIBRATED_MARGIN = 0.10
 # finds the estimate within -3 % to +8 % with or without checkpointing and mixed precision, but
 # no MoE run is measured on a GPU)
 UNCALIBRATED_MARGIN = 0.25
-# stated margin for a mechanism the estimate does not model at all: DeepSeek-V2/V3's multi-head
-# latent attention (MLA: ``kv_lora_rank`` in config.json; transformers' modeling_deepseek_v2/v3
-# ``DeepseekV2Attention``). The CPU trace of tiny DeepSeek-V2/V3 steps holds 1.8-2.7x the
-# estimate (tests/test_memory_tracer_moe.py ``test_mla_margin_covers_the_trace``): the estimate is
-# then a lower bound, and no run gets a "fits" it cannot vouch for.
-UNMODELLED_MARGIN = 2.0
 
 ARCHITECTURES = (None, "llama", "mistral", "qwen2", "gemma", "phi")
 CALIBRATED: dict[str, tuple[object, ...]] = {
@@ -47,18 +42,19 @@ class Coverage:
     notes: tuple[str, ...]
 
 
-def unmodelled(m: ModelConfig) -> list[str]:
-    """Mechanisms of the model the estimate does not count (so it states
-    :data:`UNMODELLED_MARGIN`)."""
-    hf = m.hf_config or {}
-    text = hf.get("text_config") if isinstance(hf.get("text_config"), dict) else hf
-    if isinstance(text, dict) and text.get("kv_lora_rank"):
-        return ["multi-head latent attention (MLA, DeepSeek-V2/V3) is not modelled"]
+def _latent_attention(m: ModelConfig) -> list[str]:
+    """DeepSeek-V2/V3's multi-head latent attention (``kv_lora_rank`` in config.json), counted
+    from transformers' source (memory/mla.py) and traced on CPU, not measured on a GPU."""
+    if mla(m) is not None:
+        return [
+            "multi-head latent attention (MLA, DeepSeek-V2/V3; counted from transformers' "
+            "source and traced on CPU, not measured on a GPU)"
+        ]
     return []
 
 
 def _model_gaps(m: ModelConfig, seq: int) -> list[str]:
-    gaps = unmodelled(m)
+    gaps = _latent_attention(m)
     if m.architecture not in ARCHITECTURES:
         gaps.append(f"model.architecture={m.architecture}")
     if m.n_expert:
@@ -106,7 +102,7 @@ def coverage(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Coverage:
         gaps.append("trainer.tiled_mlp")
     if not gaps:
         return Coverage(CALIBRATED_MARGIN, (), ())
-    margin = UNMODELLED_MARGIN if unmodelled(m) else UNCALIBRATED_MARGIN
+    margin = UNCALIBRATED_MARGIN
     note = (
         "not calibrated on measured runs: "
         + ", ".join(gaps)
