@@ -10,7 +10,7 @@ included, and checks :data:`LAYERS`):
 1. stack: whose conventions run the config (``stack``: dtypes, what a framework keeps,
    the attention kernel that really runs, whether batches are padded);
 2. terms: one mechanism each (``weights``, ``activations``, ``sharding``, ``expert_parallel``,
-   ``mla`` (DeepSeek's latent attention), ``allocator``, ``coverage``; ``rl`` for
+   ``mla`` (DeepSeek's latent attention), ``gpt_oss``, ``allocator``, ``coverage``; ``rl`` for
    preference/RL terms, ``tiled`` for tiled MLPs;
    ``allocsim`` the caching allocator, whose settings ``allocconf`` reads at layer 0);
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "sharding": 2,
     "expert_parallel": 2,
     "mla": 2,
+    "gpt_oss": 2,
     "allocator": 2,
     "coverage": 2,
     "rl": 2,

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cfgcheck.memory import gpt_oss
 from cfgcheck.memory import mla as latent
 from cfgcheck.memory.modules import Linear, architecture_of, traced
 from cfgcheck.memory.params import adapted_modules, block_linears
@@ -112,7 +113,8 @@ def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]
     if s.framework != "hf":
         return True, False, True
     arch = architecture_of(m)
-    softmax_fp32 = arch != "gpt2" or s.linear_cast  # linear_cast: fp32 weights + autocast
+    # linear_cast: fp32 weights + autocast; gpt-oss softmaxes in the scores' dtype (gpt_oss.py)
+    softmax_fp32 = arch not in ("gpt2", "gpt_oss") or s.linear_cast
     # partial rotary elsewhere concatenates alike (GPT-NeoX, StableLM ``apply_rotary_pos_emb``:
     # ``torch.cat([q_embed, q_pass], dim=-1)``)
     rope_cat = arch in ("phi", "phi3") or m.rotary_fraction < 1
@@ -307,6 +309,8 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
         scores = a * (4 + (p if p == 2 else 0)) if softmax_fp32 else a * p
         if m.attention_logit_softcapping:
             scores += a * p  # tanh output of the soft-capping
+        if s.framework == "hf" and gpt_oss.is_gpt_oss(m):
+            total += gpt_oss.sink_bytes(m, s)  # the sink column, the row maximum's indices
     else:
         total += p * a * d + 4 * a  # kernel output + log-sum-exp
         if kernel == "sdpa" and masked:
@@ -319,7 +323,9 @@ def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
     part in the experts' dtype, :attr:`Stack.experts`)."""
     n = 3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved
     routed = _routed_width(m)
-    return n * (s.act * (m.mlp_width - routed) + s.experts * routed)
+    # gpt-oss's clamped SwiGLU keeps six expert widths per routed token (gpt_oss.py)
+    n_routed = gpt_oss.ROUTED_SAVED if gpt_oss.is_gpt_oss(m) else n
+    return n * s.act * (m.mlp_width - routed) + n_routed * s.experts * routed
 
 
 def _routed_width(m: ModelConfig) -> int:
@@ -398,8 +404,11 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
         return 0
     p, h, x = s.act, m.n_embd, s.experts
     full = t.finetuning == "full"
-    deepseek = latent.router_bytes(m, full)
-    total = (deepseek or e * (p + 4) + k * (8 + 4) + (p * h if full else 0)) + k * x * h
+    if gpt_oss.is_gpt_oss(m):  # top-k of the logits, softmax of the top k (gpt_oss.py)
+        router = gpt_oss.router_bytes(m, s) + (p * h if full else 0)
+    else:  # DeepSeek's sigmoid / softmax and group-limited choice (mla.py), else Mixtral's
+        router = latent.router_bytes(m, full) or e * (p + 4) + k * 12 + (p * h if full else 0)
+    total = router + k * x * h
     if _aux_loss(m):
         # output_router_logits: load_balancing_loss_func's softmax over each layer's returned
         # router logits is kept for its backward: one more n_expert-wide tensor per token
@@ -542,6 +551,10 @@ def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> i
     k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
     if not m.n_expert:
         mlp = k * s.act * m.mlp_width * tokens
+    elif gpt_oss.is_gpt_oss(m):
+        # the clamped SwiGLU's backward (gpt_oss.py): three routed, expert-wide gradients at
+        # once, beyond the dispatch moment's (CPU-traced: -10 % under without, LoRA)
+        mlp = k * s.experts * _routed_width(m) * tokens
     return max(mlp, post_norm_backward_bytes(m, t, tokens))
 
 
@@ -571,10 +584,15 @@ def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bo
     (CPU-traced). flash-attention gets no 4D mask; LitGPT passes none in training."""
     if not t.gradient_checkpointing or not masked or stack(m, t).framework != "hf":
         return 0
+    # a model with sliding and full layers gets one mask of each kind, both layer inputs
+    # (``causal_mask_mapping``: create_causal_mask and create_sliding_window_causal_mask, e.g.
+    # models/gpt_oss/modeling_gpt_oss.py ``GptOssModel.forward``; CPU-traced on gpt-oss)
+    window = m.sliding_window_size
+    kinds = 2 if window is not None and window < seq and 0 < m.n_sliding_layers < m.n_layer else 1
     kernel = attention(m, t)
     if kernel == "sdpa":
-        return seq * seq
-    return stack(m, t).act * seq * seq if kernel == "eager" else 0
+        return kinds * seq * seq
+    return kinds * stack(m, t).act * seq * seq if kernel == "eager" else 0
 
 
 def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
