@@ -585,10 +585,8 @@ def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bo
     if not t.gradient_checkpointing or not masked or stack(m, t).framework != "hf":
         return 0
     # a model with sliding and full layers gets one mask of each kind, both layer inputs
-    # (``causal_mask_mapping``: create_causal_mask and create_sliding_window_causal_mask, e.g.
-    # models/gpt_oss/modeling_gpt_oss.py ``GptOssModel.forward``; CPU-traced on gpt-oss)
-    window = m.sliding_window_size
-    kinds = 2 if window is not None and window < seq and 0 < m.n_sliding_layers < m.n_layer else 1
+    # (:func:`_mask_kinds`; CPU-traced on gpt-oss)
+    kinds = _mask_kinds(m, seq)
     kernel = attention(m, t)
     if kernel == "sdpa":
         return kinds * seq * seq
@@ -746,6 +744,31 @@ def last_layer_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> 
             per_inter = max(per_inter, s.act + path)
     flowing = s.residual * m.n_embd + per_inter * m.mlp_width
     return max(0, (flowing - head_activations(m, t)) * tokens)
+
+
+def attention_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:
+    """gpt-oss's eager attention in the last layer's forward, beyond what it saves
+    (:func:`gpt_oss.attention_forward_bytes`), less what :func:`activation_bytes` counts that
+    is not kept yet at that moment (the last layer's MLP and router, the head's): 0 for other
+    models and kernels (CPU-traced on gpt-oss: 8 % under at the forward peak without it, LoRA
+    under autocast)."""
+    s = stack(m, t)
+    if s.framework != "hf" or not gpt_oss.is_gpt_oss(m) or attention(m, t) != "eager":
+        return 0
+    transient = gpt_oss.attention_forward_bytes(m, s, batch, seq, _mask_kinds(m, seq))
+    # not yet kept at that moment: the last layer's MLP and router, and the head's tensors
+    later = _mlp_bytes(m, s) + _router_bytes(m, t, s) + head_activations(m, t)
+    return max(0, transient - later * batch * seq)
+
+
+def _mask_kinds(m: ModelConfig, seq: int) -> int:
+    """Masks transformers builds per forward: one of each kind when the model has sliding and
+    full layers and the window is shorter than the sequence (``causal_mask_mapping``:
+    ``create_causal_mask`` and ``create_sliding_window_causal_mask``, e.g.
+    models/gpt_oss/modeling_gpt_oss.py ``GptOssModel.forward``)."""
+    window = m.sliding_window_size
+    sliding = 0 < m.n_sliding_layers < m.n_layer
+    return 2 if window is not None and window < seq and sliding else 1
 
 
 def logits_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: int) -> int:

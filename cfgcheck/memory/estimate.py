@@ -293,6 +293,10 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
             acts += prev
             fwd_logits, loss_note = end, "chunked; the previous step's logits still held"
             loss_phase = "forward (end)"
+    # gpt-oss's eager attention: the last layer's scores held by its locals, with the masks
+    attention_fwd = act.attention_forward_bytes(m, t, b, seq)
+    if attention_fwd > fwd_logits:
+        fwd_logits, loss_note = attention_fwd, f"{loss_note}; the last layer's eager attention"
     if not t.gradient_checkpointing and loss_phase == "forward":  # the last layer's backward
         backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
         # by then the lm_head's backward has made its gradient

@@ -11,6 +11,10 @@ line numbers of that file):
   autocast the fp32 sinks promote the concatenation to fp32 and the matmul keeps its 16-bit
   cast as well. The sliding layers (``sliding_window`` on ``layer_types``) differ only by the
   mask.
+  While the softmax runs, the masked scores (``attn_weights + attention_mask``) and the shifted
+  logits (``combined_logits - max``) are still held by the function's locals: a forward moment
+  of the last layer (:func:`attention_forward_bytes`), with the model's masks (the sliding and
+  the full one, in the model's dtype) alive since ``GptOssModel.forward`` built them.
 * The clamped SwiGLU of the experts (``GptOssExperts._apply_gate``, l.82-88, which
   ``integrations/moe.py`` ``grouped_mm_experts_forward`` calls between the two grouped
   linears): ``gate.clamp(max=limit)`` and ``up.clamp(-limit, limit)`` keep the interleaved
@@ -53,3 +57,12 @@ def router_bytes(m: ModelConfig, s: Stack) -> int:
     """Per token: the top-k indices and the top-k softmax output (logits' dtype)."""
     k = m.n_expert_per_token or 0
     return k * (8 + s.act)
+
+
+def attention_forward_bytes(m: ModelConfig, s: Stack, batch: int, seq: int, masks: int) -> int:
+    """The eager attention's forward moment beyond the saved tensors: the masked scores
+    (``n_head x seq``) and the shifted logits with the sink (``n_head x (seq + 1)``) per token,
+    in the scores' dtype (fp32 under autocast: the fp32 mask and sinks promote them), and
+    ``masks`` (batch, 1, seq, seq) masks in the model's dtype."""
+    q = 4 if s.linear_cast else s.act
+    return batch * seq * (m.n_head * (2 * seq + 1) * q + masks * seq * q)
