@@ -246,8 +246,32 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         # the probabilities (a new tensor, unless that was a 16-bit copy of an fp32 softmax)
         copy = softmax_fp32 and p == 2
         scores += a * (1 + (0 if copy else p)) if kernel == "eager" else 0
-    fixed = _norm_fixed(m) * n_norms
+    fixed = _norm_fixed(m) * n_norms + _expert_lora_weights(m, t, s)
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
+
+
+def _expert_params_adapted(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
+    """The expert / router parameters PEFT adapts with ``lora.ParamWrapper`` (the target names
+    it converts, :data:`cfgcheck.memory.traced.PEFT_MOE_NAMES`)."""
+    if t.finetuning == "full" or not t.lora.rank or t.framework != "hf" or not m.n_expert:
+        return frozenset()
+    return adapted_modules(m, t.lora.targets, t.framework).param_names
+
+
+def _expert_lora_weights(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
+    """Per MoE layer: PEFT's ``ParamWrapper`` runs the experts with a parametrization
+    ``W + scaling * lora_B @ lora_A`` (peft/tuners/lora/layer.py 0.21 ``_activate_lora``,
+    ``_LoraFactorsProxy.forward``: ``torch.baddbmm``), a new tensor the size of the whole
+    adapted expert parameter, in the weights' dtype, which the grouped matmul keeps for its
+    input gradient (CPU-traced on DeepSeek-V2)."""
+    names = _expert_params_adapted(m, t)
+    tr = traced(m)
+    if not names or tr is None or not tr.experts:
+        return 0
+    e = tr.experts[-1]
+    h = m.n_embd
+    per = {"gate_up_proj": 2 * e.width * h, "down_proj": e.width * h}
+    return sum(s.experts * e.n_expert * per.get(n, 0) for n in names)
 
 
 def _qk_norm_layout(m: ModelConfig, p: int) -> tuple[int, int]:
@@ -414,8 +438,16 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
         # router logits is kept for its backward: one more n_expert-wide tensor per token
         # and layer (the logits themselves are the router's, already counted; CPU-traced)
         total += e * p
-    if full:  # the routed copies, the down input (the router's input cast: above)
-        total += k * x * h + x * _routed_width(m)
+    # the experts' inputs, kept when their weights train (full fine-tuning, or PEFT's
+    # ParamWrapper on them: a parametrized weight requires grad): the routed copies for
+    # gate_up_proj, the down projection's input; the router's input for its weight
+    names = frozenset({"gate_up_proj", "down_proj", "gate.weight"}) if full else (
+        _expert_params_adapted(m, t)
+    )
+    total += k * x * h if "gate_up_proj" in names else 0
+    total += x * _routed_width(m) if "down_proj" in names else 0
+    if not full and "gate.weight" in names:
+        total += latent.router_bytes(m, True) - latent.router_bytes(m, False) or p * h
     return total
 
 
