@@ -166,41 +166,85 @@ def test_checkpointed_block_ending_in_a_norm_matches_the_trace(
     assert UNDER <= c.error <= (0.10 if finetuning == "full" else OVER), label
 
 
-@pytest.mark.parametrize("finetuning", ["full", "lora"])
-@pytest.mark.parametrize("family", ["gpt_oss", "qwen2_moe"])
-def test_gpt_oss_and_shared_experts_are_not_under_counted(family: str, finetuning: str) -> None:
-    """gpt-oss (eager attention with sinks, sliding layers, biased experts) and Qwen2-MoE
-    (a gated shared expert): not under-counted beyond the dense tolerance. gpt-oss is
-    over-counted (+23 % full, +35 % LoRA on this trace: eager attention counted as the
-    Llama-like kernel keeps it), on the safe side."""
+def test_shared_experts_are_not_under_counted() -> None:
+    """Qwen2-MoE (a gated shared expert next to the routed ones), full fine-tuning and LoRA on
+    the attention: -0.8 % and -3.2 % on this trace (the shared expert's down projection reads
+    its own width, not the whole MLP term's: +1.8 % before)."""
     import torch
 
     from cfgcheck.models.generic import generic_model
     from tests.alloc_tracer import compare
 
     torch.set_num_threads(1)
-    extra = {
-        "gpt_oss": {"num_local_experts": 8, "num_experts_per_tok": 2, "head_dim": 16,
-                    "sliding_window": 32, "layer_types": ["sliding_attention", "full_attention"]},
-        "qwen2_moe": {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
-                      "shared_expert_intermediate_size": 96},
-    }[family]  # fmt: skip
-    data = {**SMALL, "model_type": family, **extra}
+    data = {**SMALL, "model_type": "qwen2_moe", "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 48, "shared_expert_intermediate_size": 96}  # fmt: skip
     model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
+    for finetuning in ("full", "lora"):
+        trainer: dict[str, Any] = {
+            "micro_batch_size": 2, "finetuning": finetuning, "precision": "bf16-true",
+            "attention": "sdpa", "optimizer": "adamw", "gradient_checkpointing": False,
+        }  # fmt: skip
+        if finetuning == "lora":
+            trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0,
+                               "targets": ["q_proj", "v_proj"]}  # fmt: skip
+        run = {"model": {"name": "qwen2_moe", "vocab_size": 256, **model}, "trainer": trainer,
+               "data": {"max_seq_length": 256}}  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            c = compare(run)
+        label = f"qwen2_moe {finetuning}: {100 * c.error:+.1f}%"
+        print(label)
+        assert -0.04 <= c.error <= OVER, label
+
+
+GPT_OSS: dict[str, Any] = {
+    "model_type": "gpt_oss", "num_local_experts": 8, "num_experts_per_tok": 2, "head_dim": 16,
+    "sliding_window": 32, "layer_types": ["sliding_attention", "full_attention"],
+}  # fmt: skip
+# LoRA targets: on gpt-oss target_modules reach only the attention projections (the router's
+# weight is a bare Parameter, the experts 3D parameters PEFT converts no name to: traced.py);
+# LoRA on the experts needs PEFT's target_parameters, which trainer.lora.targets does not
+# express (rules/lora_targets.py says so)
+GPT_OSS_TARGETS = {"qv": ["q_proj", "v_proj"], "attention": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["", "ckpt"])
+@pytest.mark.parametrize("finetuning", ["full", "lora-qv", "lora-attention"])
+def test_gpt_oss_step_matches_the_trace(
+    finetuning: str, checkpointing: bool, precision: str
+) -> None:
+    """gpt-oss (cfgcheck/memory/gpt_oss.py): eager attention with sinks softmaxed in the
+    scores' dtype, sliding and full layers (two masks), the top-k router, the clamped SwiGLU
+    of biased experts. Before these terms the estimate was +12 % to +35 % over in bf16-true
+    and -8 % to -26 % under in bf16-mixed; now within the MoE tolerance, and over by up to
+    12 % for checkpointed full fine-tuning (the recomputation counts the layer's gradients,
+    on the safe side)."""
+    import torch
+
+    from cfgcheck.models.generic import generic_model
+    from tests.alloc_tracer import compare
+
+    torch.set_num_threads(1)
+    model = {k: v.value for k, v in generic_model({**SMALL, **GPT_OSS}, "config.json", "").items()}
     trainer: dict[str, Any] = {
-        "micro_batch_size": 2, "finetuning": finetuning, "precision": "bf16-true",
-        "attention": "eager" if family == "gpt_oss" else "sdpa", "optimizer": "adamw",
-        "gradient_checkpointing": False,
+        "micro_batch_size": 2, "finetuning": finetuning.split("-")[0], "precision": precision,
+        "attention": "eager", "optimizer": "adamw", "gradient_checkpointing": checkpointing,
     }  # fmt: skip
-    if finetuning == "lora":
-        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": ["q_proj", "v_proj"]}
-    run = {"model": {"name": family, "vocab_size": 256, **model}, "trainer": trainer,
+    if finetuning.startswith("lora"):
+        targets = GPT_OSS_TARGETS[finetuning.split("-")[1]]
+        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": targets}
+    run = {"model": {"name": "gpt_oss", "vocab_size": 256, **model}, "trainer": trainer,
            "data": {"max_seq_length": 256}}  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         c = compare(run)
-    print(f"{family} {finetuning}: traced {c.traced.peak.bytes}, estimate {c.estimated}")
-    assert -0.05 <= c.error <= 0.40, c.error
+    label = f"gpt_oss {finetuning} {checkpointing} {precision}: {100 * c.error:+.1f}%"
+    print(label)
+    over = 0.12 if checkpointing and finetuning == "full" else OVER
+    # -3.1 % for LoRA on q/v, checkpointed, under autocast
+    under = -0.035 if checkpointing and precision == "bf16-mixed" else UNDER
+    assert under <= c.error <= over, label
 
 
 @pytest.mark.parametrize(
@@ -286,18 +330,25 @@ MLA: dict[str, dict[str, Any]] = {
 MLA_TARGETS = {
     "o_proj": ["o_proj"],
     "attention": ["q_a_proj", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"],
-}
+    # PEFT converts these to LoRA on the fused experts (lora.ParamWrapper, traced.py
+    # PEFT_MOE_NAMES); the shared experts' linears of the same names are then not adapted
+    "experts": ["q_a_proj", "q_b_proj", "q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
+                "gate_proj", "up_proj", "down_proj"],
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["", "ckpt"])
-@pytest.mark.parametrize("finetuning", ["full", "lora-o_proj", "lora-attention"])
+@pytest.mark.parametrize("finetuning", ["full", "lora-o_proj", "lora-attention", "lora-experts"])
 @pytest.mark.parametrize("family", sorted(MLA))
 def test_mla_step_matches_the_trace(
     family: str, finetuning: str, checkpointing: bool, precision: str
 ) -> None:
     """DeepSeek-V2 (plain q_proj) and V3 (q LoRA) with multi-head latent attention, the
-    group-limited router, shared experts and a dense first layer (cfgcheck/memory/mla.py):
+    group-limited router, shared experts and a dense first layer (cfgcheck/memory/mla.py),
+    LoRA on the attention and on the fused experts (PEFT's ParamWrapper keeps the
+    parametrized expert weights and the experts' inputs: activations._expert_lora_weights;
+    -7 % to -10 % under without them):
     within the MoE families' tolerance without checkpointing; with it, over by up to 12 %
     under autocast (on the safe side; the same moment counts the recomputed layer with its
     dispatch, as for the other MoE families). ``v_head_dim`` equals ``qk_nope + qk_rope``
