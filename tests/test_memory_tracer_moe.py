@@ -205,7 +205,10 @@ GPT_OSS: dict[str, Any] = {
 # weight is a bare Parameter, the experts 3D parameters PEFT converts no name to: traced.py);
 # LoRA on the experts needs PEFT's target_parameters, which trainer.lora.targets does not
 # express (rules/lora_targets.py says so)
-GPT_OSS_TARGETS = {"qv": ["q_proj", "v_proj"], "attention": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+GPT_OSS_TARGETS = {
+    "qv": ["q_proj", "v_proj"],
+    "attention": ["q_proj", "k_proj", "v_proj", "o_proj"],
+}
 
 
 @pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])

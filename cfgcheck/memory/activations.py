@@ -441,8 +441,10 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     # the experts' inputs, kept when their weights train (full fine-tuning, or PEFT's
     # ParamWrapper on them: a parametrized weight requires grad): the routed copies for
     # gate_up_proj, the down projection's input; the router's input for its weight
-    names = frozenset({"gate_up_proj", "down_proj", "gate.weight"}) if full else (
-        _expert_params_adapted(m, t)
+    names = (
+        frozenset({"gate_up_proj", "down_proj", "gate.weight"})
+        if full
+        else (_expert_params_adapted(m, t))
     )
     total += k * x * h if "gate_up_proj" in names else 0
     total += x * _routed_width(m) if "down_proj" in names else 0

@@ -127,7 +127,7 @@ def router_bytes(m: ModelConfig, full: bool) -> int:
     if m.architecture not in ("deepseek_v2", "deepseek_v3") or not m.hf_config:
         return 0
     cfg = text_config(m.hf_config)
-    e, k = m.n_expert, m.n_expert_per_token
+    e, k = m.n_expert or 0, m.n_expert_per_token or 0
     groups, top_groups = _int(cfg, "n_group") or 1, _int(cfg, "topk_group") or 1
     total = 4 * e + 8 * k + 4 * k  # sigmoid / softmax output; indices; the fp32 weights
     total += 4 * m.n_embd if full else 0  # the router's fp32 input cast, kept for its weight
