@@ -10,8 +10,8 @@ included, and checks :data:`LAYERS`):
 1. stack: whose conventions run the config (``stack``: dtypes, what a framework keeps,
    the attention kernel that really runs, whether batches are padded);
 2. terms: one mechanism each (``weights``, ``activations``, ``sharding``, ``expert_parallel``,
-   ``mla`` (DeepSeek's latent attention), ``gpt_oss``, ``allocator``, ``coverage``; ``rl`` for
-   preference/RL terms, ``tiled`` for tiled MLPs;
+   ``mla`` (DeepSeek's latent attention), ``gpt_oss``, ``llama4``, ``allocator``,
+   ``coverage``; ``rl`` for preference/RL terms, ``tiled`` for tiled MLPs;
    ``allocsim`` the caching allocator, whose settings ``allocconf`` reads at layer 0);
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
    allocation events that ``allocsim`` replays (``events``);
@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "expert_parallel": 2,
     "mla": 2,
     "gpt_oss": 2,
+    "llama4": 2,
     "allocator": 2,
     "coverage": 2,
     "rl": 2,

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cfgcheck.memory import gpt_oss
+from cfgcheck.memory import gpt_oss, llama4
 from cfgcheck.memory import mla as latent
 from cfgcheck.memory.modules import Linear, architecture_of, traced
 from cfgcheck.memory.params import adapted_modules, block_linears
@@ -354,9 +354,10 @@ def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
 
 def _routed_width(m: ModelConfig) -> int:
     """``top_k`` times one routed expert's width: the routed part of ``mlp_width`` (0 for a
-    dense model; a shared expert is the rest)."""
+    dense model, and for Llama 4, whose experts are counted by :func:`llama4.moe_bytes`; a
+    shared expert is the rest)."""
     k = m.n_expert_per_token
-    if not m.n_expert or not k:
+    if not m.n_expert or not k or llama4.every_expert(m):
         return 0
     tr = traced(m)
     width = tr.experts[-1].width if tr is not None and tr.experts else m.mlp_width // k
@@ -428,6 +429,8 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
         return 0
     p, h, x = s.act, m.n_embd, s.experts
     full = t.finetuning == "full"
+    if llama4.every_expert(m):  # every token through every expert (llama4.py)
+        return llama4.moe_bytes(m, s, full)
     if gpt_oss.is_gpt_oss(m):  # top-k of the logits, softmax of the top k (gpt_oss.py)
         router = gpt_oss.router_bytes(m, s) + (p * h if full else 0)
     else:  # DeepSeek's sigmoid / softmax and group-limited choice (mla.py), else Mixtral's
@@ -585,6 +588,8 @@ def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> i
     k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
     if not m.n_expert:
         mlp = k * s.act * m.mlp_width * tokens
+    elif llama4.every_expert(m):  # every token through every expert (llama4.py)
+        mlp = llama4.backward_bytes(m, s) * tokens
     elif gpt_oss.is_gpt_oss(m):
         # the clamped SwiGLU's backward (gpt_oss.py): three routed, expert-wide gradients at
         # once, beyond the dispatch moment's (CPU-traced: -10 % under without, LoRA)
@@ -777,6 +782,8 @@ def last_layer_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> 
             path = a * (2 if t.lora.dropout > 0 else 1) + (s.act if a != s.act else 0)
             per_inter = max(per_inter, s.act + path)
     flowing = s.residual * m.n_embd + per_inter * m.mlp_width
+    if llama4.every_expert(m):  # its experts' backward, every expert for every token
+        flowing += llama4.backward_bytes(m, s)
     return max(0, (flowing - head_activations(m, t)) * tokens)
 
 
@@ -787,6 +794,11 @@ def attention_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: i
     models and kernels (CPU-traced on gpt-oss: 8 % under at the forward peak without it, LoRA
     under autocast)."""
     s = stack(m, t)
+    if s.framework == "hf" and llama4.every_expert(m):
+        # the last MoE layer at its experts' second bmm; its shared expert not yet run
+        later = 3 * s.act * (m.mlp_width - _routed_width(m)) + head_activations(m, t)
+        full = t.finetuning == "full"
+        return max(0, (llama4.forward_bytes(m, s, full) - later) * batch * seq)
     if s.framework != "hf" or not gpt_oss.is_gpt_oss(m) or attention(m, t) != "eager":
         return 0
     transient = gpt_oss.attention_forward_bytes(m, s, batch, seq, _mask_kinds(m, seq))
