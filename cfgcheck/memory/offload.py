@@ -119,10 +119,7 @@ def on_gpu(m: ModelConfig, t: TrainerConfig, div: Divisors, terms: Terms) -> Ter
         if t.strategy == "fsdp":
             grads = 0  # sharded gradients are copied to the CPU after the reduce-scatter
         else:
-            bucket = m.n_embd * m.n_embd * compute  # reduce_bucket_size "auto"
-            largest = max(m.rows, m.head_rows) * m.n_embd if full else 0
-            extra = largest * compute if t.strategy in ("zero1", "zero2") else 0
-            grads = min(grads, bucket + extra)
+            grads = min(grads, bucket_bytes(m, t) + staging_bytes(m, t))
     if p.params != "none" and full:
         # only the gathered / prefetched units (sharding buffers) and the persistent small
         # parameters stay; with the optimizer on the GPU its fp32 partition does too
@@ -131,6 +128,20 @@ def on_gpu(m: ModelConfig, t: TrainerConfig, div: Divisors, terms: Terms) -> Ter
             w += gather_bytes(m, t)
         auto = 0
     return Terms(w, adapters, auto, grads, states, paged, step)
+
+
+def bucket_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """The reduce bucket on the GPU: ``reduce_bucket_size`` elements of the 16-bit gradients,
+    the HF integration's "auto" hidden^2 (stage_1_and_2.py l.869, stage3.py l.733)."""
+    return m.n_embd * m.n_embd * compute_bytes(t)
+
+
+def staging_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """ZeRO-1/2 offload's ``temp_grad_buffer_for_gpu_offload`` on the GPU: the largest
+    parameter, 16-bit (stage_1_and_2.py l.591); none at stage 3."""
+    if t.strategy not in ("zero1", "zero2") or t.finetuning != "full":
+        return 0
+    return max(m.rows, m.head_rows) * m.n_embd * compute_bytes(t)
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,7 @@ def host_parts(m: ModelConfig, t: TrainerConfig, div: Divisors) -> tuple[HostPar
     n_opt = div.optimizer
     trained = trainable_params(m, t) // n_opt
     out: list[HostPart] = []
+    zero3 = t.strategy == "zero3"
     if p.optimizer == "cpu":
         out.append(HostPart("host_master", "fp32 master weights", 4 * trained, "partition"))
         out.append(HostPart("host_gradients", "fp32 gradients", 4 * trained, "partition"))
@@ -160,13 +172,17 @@ def host_parts(m: ModelConfig, t: TrainerConfig, div: Divisors) -> tuple[HostPar
             copy = compute * trained
             if t.gradient_accumulation_steps > 1:
                 copy *= 2  # accumulated_grads_in_cpu, in the parameters' dtype
-            out.append(HostPart("host_buffers", "pinned 16-bit buffers", copy, "stage_1_and_2"))
+            out.append(HostPart("host_buffers", "16-bit buffers", copy, "stage_1_and_2"))
     elif p.optimizer == "nvme":
-        swap = OPTIMIZER_SWAP_BUFFERS * min(SUB_GROUP_SIZE, trained) * 4
-        out.append(HostPart("host_gradients", "fp32 gradients", 4 * trained, "partition"))
-        out.append(
-            HostPart("host_buffers", "NVMe swap buffers", swap, "4 x the largest sub-group")
-        )
+        # the swapped sub-groups' fp32 gradient: one buffer of the largest sub-group (l.1256)
+        sub = min(SUB_GROUP_SIZE, trained)
+        swap = OPTIMIZER_SWAP_BUFFERS * sub * 4
+        out.append(HostPart("host_gradients", "fp32 gradients", 4 * sub, "largest sub-group"))
+        out.append(HostPart("host_buffers", "NVMe swap buffers", swap, "4 x the largest sub-group"))
+    if zero3 and p.optimizer != "none":
+        # grad_partitions_flat_buffer: the reduced 16-bit gradient partitions (l.742)
+        grads = compute * trained
+        out.append(HostPart("host_grad_partitions", "16-bit gradient partitions", grads, "stage3"))
     if p.params == "cpu":
         if t.strategy == "fsdp":
             out.append(
