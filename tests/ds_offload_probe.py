@@ -2,8 +2,8 @@
 
 Run in a fresh process (``deepspeed.init_distributed`` is process-wide) by
 tests/test_memory_offload.py: ``python tests/ds_offload_probe.py '<spec json>'`` with a
-``model`` dict (as in benchmarks/calibration/runs.json), ``stage`` (2 or 3), ``params``
-(offload_param device), ``accumulation``. The model is built as gpu_measure.py builds it, the
+``model`` dict (as in benchmarks/calibration/runs.json), ``stage`` (2 or 3), ``optimizer``
+and ``params`` (the offload devices), ``accumulation``. The model is built as gpu_measure.py builds it, the
 DeepSpeed config is what the HF integration passes with ``--bf16`` and "auto" values filled
 (``reduce_bucket_size`` = hidden^2). DeepSpeed's CPU accelerator runs the step over gloo with
 one process: every tensor is in host memory, so what this reports is the size, dtype and role
@@ -50,7 +50,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     stage = spec["stage"]
     zero: dict[str, Any] = {
         "stage": stage,
-        "offload_optimizer": {"device": "cpu", "pin_memory": False},
+        "offload_optimizer": {"device": spec.get("optimizer", "cpu"), "pin_memory": False},
         "reduce_bucket_size": m["n_embd"] * m["n_embd"],
     }
     if spec.get("params"):
