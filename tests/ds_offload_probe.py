@@ -3,11 +3,11 @@
 Run in a fresh process (``deepspeed.init_distributed`` is process-wide) by
 tests/test_memory_offload.py: ``python tests/ds_offload_probe.py '<spec json>'`` with a
 ``model`` dict (as in benchmarks/calibration/runs.json), ``stage`` (2 or 3), ``optimizer``
-and ``params`` (the offload devices), ``accumulation``. The model is built as gpu_measure.py builds it, the
-DeepSpeed config is what the HF integration passes with ``--bf16`` and "auto" values filled
-(``reduce_bucket_size`` = hidden^2). DeepSpeed's CPU accelerator runs the step over gloo with
-one process: every tensor is in host memory, so what this reports is the size, dtype and role
-of each tensor of DeepSpeed's ZeRO optimizer; where each one lives on a GPU is the code's
+and ``params`` (the offload devices), ``accumulation``. The model is built as gpu_measure.py
+builds it, the DeepSpeed config is what the HF integration passes with ``--bf16`` and "auto"
+values filled (``reduce_bucket_size`` = hidden^2). DeepSpeed's CPU accelerator runs the step
+over gloo with one process: every tensor is in host memory, so what this reports is the size,
+dtype and role of each tensor of DeepSpeed's ZeRO optimizer; where each one lives on a GPU is the code's
 ``self.device`` choice, read in cfgcheck/memory/offload.py.
 
 The last line printed is a JSON object of byte counts.
@@ -36,9 +36,9 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from tests.alloc_tracer import build, gpu_measure
-
     import deepspeed
+
+    from tests.alloc_tracer import build, gpu_measure
 
     deepspeed.init_distributed(dist_backend="gloo")
     from cfgcheck.schema.model import ModelConfig
@@ -97,7 +97,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
         if torch.is_tensor(v) and v.dim() > 0
     )
     out["optimizer"] = type(o).__name__
-    out["cpu_offload"] = bool(getattr(o, "cpu_offload", False) or getattr(o, "offload_optimizer"))
+    out["cpu_offload"] = bool(getattr(o, "cpu_offload", False) or o.offload_optimizer)
     return out
 
 

@@ -72,9 +72,13 @@ def _run(model: dict[str, Any], **kw: Any) -> Any:
 def test_placement_follows_what_each_framework_does() -> None:
     # ZeRO-1/2 never read offload_param, and any offload_optimizer device is host memory
     # (stage_1_and_2.py l.186: cpu_offload = device != none)
-    p = offload.placement(_trainer(strategy="zero2", offload={"optimizer": "nvme", "params": "cpu"}))
+    p = offload.placement(
+        _trainer(strategy="zero2", offload={"optimizer": "nvme", "params": "cpu"})
+    )
     assert p == offload.Placement("cpu", "none")
-    p = offload.placement(_trainer(strategy="zero3", offload={"optimizer": "nvme", "params": "cpu"}))
+    p = offload.placement(
+        _trainer(strategy="zero3", offload={"optimizer": "nvme", "params": "cpu"})
+    )
     assert p == offload.Placement("nvme", "cpu")
     # FSDP's CPU offload takes the gradients and the optimizer step with the parameters
     p = offload.placement(_trainer(strategy="fsdp", devices=8, offload={"params": "cpu"}))

@@ -25,7 +25,11 @@ def _cfg(**trainer: Any) -> RunConfig:
 
 
 def _found(cfg: RunConfig) -> list[Any]:
-    return [f for f in run_rules(cfg, ("model", "tokenizer", "data", "trainer")) if f.rule == "offload-strategy"]
+    return [
+        f
+        for f in run_rules(cfg, ("model", "tokenizer", "data", "trainer"))
+        if f.rule == "offload-strategy"
+    ]
 
 
 def test_fsdp_has_no_nvme_and_no_optimizer_only_offload() -> None:
@@ -58,9 +62,7 @@ def test_ignored_offload_is_a_warning() -> None:
 def test_deepspeed_stage2_ignores_offload_param_and_keeps_nvme_states_in_host_memory() -> None:
     # DeepSpeed accepts the config and builds the stage 1/2 optimizer: offload_param is not
     # read (the module keeps every parameter whole), and device nvme is its cpu_offload
-    got = _probe(
-        {"model": TINY, "stage": 2, "optimizer": "nvme", "params": "cpu", "port": 29542}
-    )
+    got = _probe({"model": TINY, "stage": 2, "optimizer": "nvme", "params": "cpu", "port": 29542})
     assert got["optimizer"] == "DeepSpeedZeroOptimizer" and got["cpu_offload"]
     assert got["module"] == got["bit16_buffer"] > 0  # all parameters, 16-bit, not partitioned
     found = _found(_cfg(strategy="zero2", offload={"optimizer": "nvme", "params": "cpu"}))

@@ -10,7 +10,8 @@ included, and checks :data:`LAYERS`):
 1. stack: whose conventions run the config (``stack``: dtypes, what a framework keeps,
    the attention kernel that really runs, whether batches are padded);
 2. terms: one mechanism each (``weights``, ``activations``, ``sharding``, ``offload``,
-   ``expert_parallel``, ``allocator``, ``coverage``; ``rl`` for preference/RL terms, ``tiled`` for tiled MLPs;
+   ``expert_parallel``, ``allocator``, ``coverage``; ``rl`` for preference/RL terms,
+   ``tiled`` for tiled MLPs;
    ``allocsim`` the caching allocator, whose settings ``allocconf`` reads at layer 0);
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
    allocation events that ``allocsim`` replays (``events``);

@@ -116,10 +116,10 @@ def on_gpu(m: ModelConfig, t: TrainerConfig, div: Divisors, terms: Terms) -> Ter
             auto = 0
         else:
             adapters = adapters * compute // max(master_bytes(t), 1)
-        if t.strategy == "fsdp":
-            grads = 0  # sharded gradients are copied to the CPU after the reduce-scatter
-        else:
-            grads = min(grads, bucket_bytes(m, t) + staging_bytes(m, t))
+        # FSDP copies the sharded gradients to the CPU after the reduce-scatter; DeepSpeed
+        # keeps its reduce bucket (and at ZeRO-1/2 a staging buffer) on the GPU
+        buckets = bucket_bytes(m, t) + staging_bytes(m, t)
+        grads = 0 if t.strategy == "fsdp" else min(grads, buckets)
     if p.params != "none" and full:
         # only the gathered / prefetched units (sharding buffers) and the persistent small
         # parameters stay; with the optimizer on the GPU its fp32 partition does too

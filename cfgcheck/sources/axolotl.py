@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources import deepspeed
 from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
 from cfgcheck.sources.axolotl_rules import (
     expert_parallel,
@@ -21,7 +22,6 @@ from cfgcheck.sources.axolotl_rules import (
     shard_group,
     size_of,
 )
-from cfgcheck.sources import deepspeed
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import schema_attention, schema_optimizer

@@ -47,7 +47,10 @@ def test_axolotl_deepspeed_json(name: str, expected: dict[str, str]) -> None:
     loaded = load_native(AXOLOTL / "llama-3-lora-1b.yml", "axolotl", [f"deepspeed={ds}"])
     assert loaded.config["trainer"]["strategy"] == "zero3"
     assert loaded.config["trainer"]["offload"] == expected
-    assert _where(loaded, "trainer.offload.params") == (name, _json_line(ds, "device", "offload_param"))
+    assert _where(loaded, "trainer.offload.params") == (
+        name,
+        _json_line(ds, "device", "offload_param"),
+    )
     if "optimizer" in expected:
         line = _json_line(ds, "device", "offload_optimizer")
         assert _where(loaded, "trainer.offload.optimizer") == (name, line)
