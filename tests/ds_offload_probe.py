@@ -7,8 +7,8 @@ and ``params`` (the offload devices), ``accumulation``. The model is built as gp
 builds it, the DeepSpeed config is what the HF integration passes with ``--bf16`` and "auto"
 values filled (``reduce_bucket_size`` = hidden^2). DeepSpeed's CPU accelerator runs the step
 over gloo with one process: every tensor is in host memory, so what this reports is the size,
-dtype and role of each tensor of DeepSpeed's ZeRO optimizer; where each one lives on a GPU is the code's
-``self.device`` choice, read in cfgcheck/memory/offload.py.
+dtype and role of each tensor of DeepSpeed's ZeRO optimizer; where each one lives on a GPU
+is the code's ``self.device`` choice, read in cfgcheck/memory/offload.py.
 
 The last line printed is a JSON object of byte counts.
 """
