@@ -114,3 +114,23 @@ def test_accelerate_deepspeed_section_is_read(tmp_path: Path) -> None:
     )
     loaded = load_native(sft, "trl", options={"accelerate_config": str(cpu)})
     assert loaded.config["trainer"]["offload"]["optimizer"] == "cpu"
+
+
+def test_python_training_arguments_deepspeed(tmp_path: Path) -> None:
+    # TrainingArguments(deepspeed="ds.json") in a user's script: LLaMA-Factory's published
+    # ZeRO-3 offload JSON next to it, read for its stage and offload
+    ds = tmp_path / "ds.json"
+    ds.write_text((LF / "examples" / "deepspeed" / "ds_z3_offload_config.json").read_text())
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('meta-llama/Llama-2-7b-hf')\n"
+        "args = TrainingArguments(output_dir='o', per_device_train_batch_size=1,\n"
+        "                         deepspeed='ds.json')\n"
+        "Trainer(model=model, args=args).train()\n"
+    )
+    loaded = load_native(script, "python")
+    assert loaded.config["trainer"]["strategy"] == "zero3"
+    assert loaded.config["trainer"]["offload"] == {"optimizer": "cpu", "params": "cpu"}
+    line = _json_line(ds, "device", "offload_optimizer")
+    assert _where(loaded, "trainer.offload.optimizer") == ("ds.json", line)
