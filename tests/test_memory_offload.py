@@ -128,6 +128,21 @@ def test_no_offload_changes_nothing() -> None:
     assert a.components == b.components and a.host == b.host == ()
 
 
+def test_cfgcheck_memory_reports_the_host_memory() -> None:
+    from tests.conftest import run_cfgcheck
+
+    args = ["model=llama-3-8b", "tokenizer=llama-3", "trainer=fsdp-8gpu"]
+    args += ["trainer.strategy=zero3", "trainer.offload.optimizer=cpu", "trainer.gpu.name=H100"]
+    proc = run_cfgcheck("memory", *args, "--format", "json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    host = json.loads(proc.stdout)["estimate"]["host"]
+    assert host["processes_per_node"] == 8
+    assert host["per_node_gib"] == pytest.approx(8 * host["per_process_gib"], abs=0.01)
+    assert {c["key"] for c in host["components"]} >= {"host_master", "host_states"}
+    text = run_cfgcheck("memory", *args, timeout=120).stdout
+    assert "host (CPU) memory for the offload" in text and "per node of 8 process(es)" in text
+
+
 # --- against DeepSpeed's own ZeRO optimizers, on its CPU accelerator ----------------------------
 
 
