@@ -115,6 +115,19 @@ def test_zero3_param_offload_leaves_the_gathered_units() -> None:
     assert one.get("weights") == sharding.gather_bytes(ModelConfig.model_validate(LLAMA_8B), t)
 
 
+def test_the_reduce_bucket_is_the_configs_or_hidden_squared() -> None:
+    m = ModelConfig.model_validate(LLAMA_8B)
+    auto = _trainer(strategy="zero2", offload={"optimizer": "cpu"})
+    assert offload.bucket_bytes(m, auto) == 4096 * 4096 * 2  # HF "auto": hidden^2, bf16
+    default = _trainer(strategy="zero2", offload={"optimizer": "cpu", "bucket_elements": 5 * 10**8})
+    assert offload.bucket_bytes(m, default) == 10**9
+    # with accumulation the gradients persist through the forward: the bucket is what is left
+    kw: dict[str, Any] = {"strategy": "zero2", "devices": 8, "gradient_accumulation_steps": 2}
+    small = _run(LLAMA_8B, offload={"optimizer": "cpu"}, **kw)
+    big = _run(LLAMA_8B, offload={"optimizer": "cpu", "bucket_elements": 5 * 10**8}, **kw)
+    assert big.get("gradients") - small.get("gradients") == 10**9 - 4096 * 4096 * 2
+
+
 def test_offload_is_not_calibrated_and_says_so() -> None:
     est = _run(LLAMA_8B, strategy="zero3", devices=8, offload={"optimizer": "cpu"})
     assert est.margin == UNCALIBRATED_MARGIN

@@ -131,9 +131,11 @@ def on_gpu(m: ModelConfig, t: TrainerConfig, div: Divisors, terms: Terms) -> Ter
 
 
 def bucket_bytes(m: ModelConfig, t: TrainerConfig) -> int:
-    """The reduce bucket on the GPU: ``reduce_bucket_size`` elements of the 16-bit gradients,
-    the HF integration's "auto" hidden^2 (stage_1_and_2.py l.869, stage3.py l.733)."""
-    return m.n_embd * m.n_embd * compute_bytes(t)
+    """The reduce bucket on the GPU: ``reduce_bucket_size`` elements of the 16-bit gradients
+    (stage_1_and_2.py l.869, stage3.py l.733): ``trainer.offload.bucket_elements``, else the HF
+    integration's "auto", hidden^2."""
+    elements = t.offload.bucket_elements
+    return (m.n_embd * m.n_embd if elements is None else elements) * compute_bytes(t)
 
 
 def staging_bytes(m: ModelConfig, t: TrainerConfig) -> int:

@@ -52,6 +52,14 @@ class OffloadConfig(Section):
         "FSDP2 CPUOffloadPolicy, which moves the gradients and the optimizer step too); the "
         "GPU then keeps only the units being computed or prefetched.",
     )
+    bucket_elements: int | None = Field(
+        None,
+        ge=0,
+        le=10**12,
+        description="Gradient elements DeepSpeed's reduce bucket holds on the GPU while the "
+        "optimizer is offloaded (zero_optimization.reduce_bucket_size: 5e8 when the config "
+        "does not set it); None: the HF integration's 'auto', hidden_size^2.",
+    )
 
 
 class TrainerConfig(Section):

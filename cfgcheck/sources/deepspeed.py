@@ -89,13 +89,34 @@ def offload_devices(data: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return out
 
 
+# DeepSpeed's default reduce_bucket_size (deepspeed/runtime/zero/config.py: pp_int(5e8)); the
+# HF integration fills it only where the config says "auto" (hidden_size^2)
+REDUCE_BUCKET_DEFAULT = 500_000_000
+
+
 def apply_offload(b: Builder, doc: Document, separate: bool, key: str = "deepspeed") -> None:
     """``trainer.offload`` from a DeepSpeed config, located at its ``device`` line (in the
-    JSON file, or under ``key`` of the native config when it is inline)."""
-    for path, (device, ds_key) in offload_devices(doc.data).items():
+    JSON file, or under ``key`` of the native config when it is inline), with the reduce
+    bucket the GPU keeps while the optimizer is offloaded."""
+
+    def at(ds_key: str) -> Location | None:
         line = doc.lines.get(ds_key) or doc.lines.get(ds_key.rsplit(".", 1)[0])
         where = Location(doc.file, line) if separate else b.native.loc(f"{key}.{ds_key}")
-        b.set(path, device, where or b.native.loc(key))
+        return where or b.native.loc(key)
+
+    found = offload_devices(doc.data)
+    for path, (device, ds_key) in found.items():
+        b.set(path, device, at(ds_key))
+    optimizer = found.get("trainer.offload.optimizer")
+    zero = doc.data.get("zero_optimization")
+    if optimizer is None or optimizer[0] == "none" or not isinstance(zero, dict):
+        return
+    bucket = zero.get("reduce_bucket_size", REDUCE_BUCKET_DEFAULT)
+    if isinstance(bucket, int | float) and not isinstance(bucket, bool) and bucket >= 0:
+        where = at("zero_optimization.reduce_bucket_size")
+        if "reduce_bucket_size" not in zero:
+            where = Location("default of DeepSpeed reduce_bucket_size=5e8 (zero/config.py)", None)
+        b.set("trainer.offload.bucket_elements", int(bucket), where)
 
 
 def _set(value: Any) -> int | None:

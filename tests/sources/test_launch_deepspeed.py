@@ -135,7 +135,9 @@ def test_an_offloading_config_is_counted_and_its_memory_error_stays_an_error(
     (tmp_path / "on_gpu.json").write_text(json.dumps(kept))
     flags = ["per_device_train_batch_size=1"]
     loaded = load_native(tmp_path / "train.sh", "launch", [*flags, "deepspeed=offload.json"])
-    assert loaded.config["trainer"]["offload"] == {"optimizer": "cpu"}
+    # no reduce_bucket_size in the JSON: DeepSpeed's default 5e8 elements stays on the GPU
+    offload = {"optimizer": "cpu", "bucket_elements": 500_000_000}
+    assert loaded.config["trainer"]["offload"] == offload
     where = loaded.source_map.lookup("trainer.offload.optimizer")
     assert where is not None and where.file.endswith("offload.json") and where.line == 5
     on_gpu = check_native(tmp_path / "train.sh", "launch", [*flags, "deepspeed=on_gpu.json"], "0.5")
