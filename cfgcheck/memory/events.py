@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from cfgcheck.memory import weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
+from cfgcheck.memory.devices import lookup
 from cfgcheck.memory.params import block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
@@ -46,11 +47,32 @@ from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
+# cuBLAS's workspace, one per (handle, stream) and a handle per thread, taken from the caching
+# allocator when a thread first runs a matmul and never given back (pytorch/pytorch
+# aten/src/ATen/cuda/CublasHandlePool.cpp at 26a39059ec58: ``getCurrentCUDABlasHandle`` ->
+# ``setWorkspaceForHandle`` -> ``getNewWorkspace``, ``CUDACachingAllocator::get()->allocate(
+# getChosenWorkspaceSize())``; ``parseChosenWorkspaceSize``: "":4096:2:16:8 default, 32MiB for
+# Hopper"", ``CUBLAS_WORKSPACE_CONFIG`` unset). The forward runs on the Python thread, the
+# backward on autograd's device thread (``torch/csrc/autograd/engine.cpp``): two workspaces.
+BLAS_WORKSPACE_SM90 = 4096 * 8 * 1024
+BLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def blas_workspace(t: TrainerConfig) -> int:
+    """The cuBLAS workspace of the run's GPU: 32 MiB on sm90 (H100, H200), 8 MiB + 128 KiB on
+    the others; a GPU not named (or not known) gets the larger one."""
+    spec = lookup(t.gpu.name) if t.gpu is not None and t.gpu.name else None
+    if spec is not None and spec.capability is not None and spec.capability != (9, 0):
+        return BLAS_WORKSPACE
+    return BLAS_WORKSPACE_SM90
+
 
 @dataclass
 class Seq:
     events: list[Event] = field(default_factory=list)
     next_id: int = 1
+    workspace: int = 0  # cuBLAS's workspace per thread (blas_workspace)
+    threads: set[str] = field(default_factory=set)  # the threads that hold one
 
     def alloc(self, size: int) -> int:
         i = self.next_id
@@ -67,6 +89,13 @@ class Seq:
 
     def mark(self, event: Event) -> None:
         self.events.append(event)
+
+    def matmul(self, thread: str) -> None:
+        """A matmul's output was just allocated on ``thread`` ("forward" or "backward"): its
+        first one takes that thread's cuBLAS workspace (kept to the end)."""
+        if thread not in self.threads:
+            self.threads.add(thread)
+            self.alloc(self.workspace)
 
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
@@ -150,7 +179,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     p, res = s.act, s.residual
     master = weights.master_bytes(t)
     full = t.finetuning == "full"
-    ev = Seq()
+    ev = Seq(workspace=blas_workspace(t))
     # the build
     params = _param_tensors(m)
     param_ids = [ev.alloc(n * master) for _, n in params]
@@ -208,9 +237,12 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             tied = full and m.tie_embeddings and not count_params(m).lm_head
             if full and count_params(m).lm_head:
                 _grad(ev, grads, param_ids[-1], v * m.n_embd * master)
+                ev.matmul("backward")  # the lm_head's weight gradient: the first matmul
             elif tied:  # the shared weight's first gradient waits in autograd's input buffer
                 head_grad = ev.alloc(v * m.n_embd * master)
+                ev.matmul("backward")
             g_hidden = ev.alloc(p * m.n_embd * tokens)
+            ev.matmul("backward")
             ev.free(g_logits, head)
             for i in reversed(range(m.n_layer)):
                 if ckpt:
@@ -277,7 +309,11 @@ def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> l
         ev.free(a)
         a = ev.alloc(norm_tmp)
         ev.free(a)
-    return [ev.alloc(x) for x in pieces]
+    ids = []
+    for x in pieces:
+        ids.append(ev.alloc(x))
+        ev.matmul("forward")  # the first layer's first projection (no-op after it)
+    return ids
 
 
 def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: int) -> None:
@@ -298,6 +334,7 @@ def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: 
         x = ev.alloc(row)
         if block == 0:  # attention: its output, then the o projection
             y = ev.alloc(row)
+            ev.matmul("forward")
             ev.free(x)
             out = ev.alloc(row)
             ev.free(y)
