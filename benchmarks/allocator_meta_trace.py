@@ -147,8 +147,11 @@ def main(ids: list[str]) -> int:
     from tests.alloc_tracer import cuda_events, traced_step
 
     runs = {r["id"]: r for r in json.loads((DATA / "runs.json").read_text())}
-    print("| run | measured resv GiB | real ops at full size | err | generated | err |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| run | measured resv GiB | real ops at full size | err | allocated - measured, bytes "
+        "| generated | err |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     errs: dict[str, list[float]] = {"trace": [], "gen": []}
     for spec, meas in load(DATA):
         if ids and spec["id"] not in ids:
@@ -165,6 +168,7 @@ def main(ids: list[str]) -> int:
         errs["gen"].append(e_gen)
         print(
             f"| {spec['id']} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | {e_tr:+.1%} | "
+            f"{tr.peak_allocated - int(meas['allocated']):,} | "
             f"{gen.peak_reserved / GIB:.2f} | {e_gen:+.1%} |",
             flush=True,
         )

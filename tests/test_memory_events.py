@@ -19,6 +19,7 @@ from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, simulate
 from cfgcheck.memory.events import blas_workspace, covered, step_events
 from cfgcheck.memory.simulated import simulate_step
 from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
+from cfgcheck.schema.gpu import GpuConfig
 
 MID = dict(
     name="llama-mid",
@@ -305,3 +306,32 @@ def test_a_checkpointed_forward_holds_only_its_working_set() -> None:
         assert traced == generated
         most[ckpt] = traced
     assert most == {True: 3, False: 2 * 4}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "size"),
+    [
+        ("H100", 32 * 2**20),
+        ("H200", 32 * 2**20),
+        ("A100-80GB", 8 * 2**20 + 128 * 1024),
+        (None, 32 * 2**20),
+    ],
+)
+def test_each_thread_that_runs_a_matmul_takes_a_cublas_workspace(
+    gpu: str | None, size: int
+) -> None:
+    """CublasHandlePool.cpp: ``parseChosenWorkspaceSize`` (":4096:2:16:8" = 8 MiB + 128 KiB,
+    ":4096:8" = 32 MiB on sm90), allocated through the caching allocator once per handle and
+    stream, a handle per thread: the forward's and autograd's. Both stay to the end; a GPU not
+    named gets the larger size."""
+    m, d, t = _cfg("full", False, gradient_accumulation_steps=2)
+    if gpu:
+        t = t.model_copy(update={"gpu": GpuConfig(name=gpu)})
+    assert blas_workspace(t) == size
+    ev = _flat(step_events(m, d, t))
+    freed = {i for i, n in ev if n == FREE}
+    kept = [i for i, n in ev if n == size and i not in freed]
+    assert len(kept) == 2
+    reset = ev.index((0, RESET))
+    loss = next(k for k in range(reset, len(ev)) if ev[k][1] == 4 * m.vocab_size * 512)
+    assert ev.index((kept[0], size)) < loss < ev.index((kept[1], size))  # forward, backward
