@@ -40,7 +40,7 @@ from cfgcheck.memory import weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
 from cfgcheck.memory.devices import lookup
-from cfgcheck.memory.params import block_linears, count_params
+from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
@@ -161,9 +161,18 @@ def layer_tensors(
         first = 4 * a if scores > 4 * a else scores
         out += [x * seq * tokens for x in (first, scores - first) if x]
     inter = s.act * m.mlp_width
-    mlp = _pieces(la.per_token, inter, 4 if m.mlp in ("swiglu", "geglu") else 2)
+    # the down projection keeps its input only when its weight or an adapter on it trains
+    # (``MmBackward0`` saves ``self`` for the weight's gradient); else that input (the
+    # activation's product, or the GELU's output) goes once the projection ran
+    full = t.finetuning == "full"
+    adapted = frozenset() if full else adapted_modules(m, t.lora.targets, t.framework).names
+    kept = full or any(x.source == "mlp_act" and x.name in adapted for x in block_linears(m))
+    gated = m.mlp in ("swiglu", "geglu")
+    mlp = _pieces(la.per_token, inter, (3 if gated else 1) + kept)
     rest = mlp.pop() if mlp and mlp[-1] != inter else 0
     out += [x * tokens for x in mlp]
+    if not kept:
+        out.append(-inter * tokens)  # made and freed
     out += [x * tokens for x in _pieces(rest, s.residual * m.n_embd)]
     if la.per_layer:
         out.append(la.per_layer)
@@ -223,6 +232,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 else:
                     ids = _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
                 saved.append(ids)
+            for _ in range(2):  # the final norm's fp32 temporaries, as in a layer's norms
+                ev.free(ev.alloc(4 * m.n_embd * tokens))
             head = ev.alloc(head_activations(m, t) * tokens)
             logits = ev.alloc(p * v * tokens)
             up = ev.alloc(4 * v * tokens)
@@ -311,6 +322,9 @@ def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> l
         ev.free(a)
     ids = []
     for x in pieces:
+        if x < 0:  # a tensor the layer makes and frees (:func:`layer_tensors`)
+            ev.free(ev.alloc(-x))
+            continue
         ids.append(ev.alloc(x))
         ev.matmul("forward")  # the first layer's first projection (no-op after it)
     return ids
