@@ -335,3 +335,18 @@ def test_each_thread_that_runs_a_matmul_takes_a_cublas_workspace(
     reset = ev.index((0, RESET))
     loss = next(k for k in range(reset, len(ev)) if ev[k][1] == 4 * m.vocab_size * 512)
     assert ev.index((kept[0], size)) < loss < ev.index((kept[1], size))  # forward, backward
+
+
+def test_a_biased_linear_takes_a_cublaslt_workspace_in_the_forward() -> None:
+    """``addmm`` with a bias runs through cuBLASLt (Blas.cpp ``useLtInterface``), whose
+    workspace (1 MiB, ``parseCUDABlasLtWorkspaceSize``) the forward's thread takes once; the
+    backward's matmuls are plain ones. Qwen2-like q/k/v biases."""
+    m, d, t = _cfg("lora", False)
+    plain = _flat(step_events(m, d, t))
+    biased = _flat(step_events(m.model_copy(update={"attn_bias": True}), d, t))
+
+    def kept(ev: list[tuple[int, int]], size: int) -> int:
+        freed = {i for i, n in ev if n == FREE}
+        return sum(1 for i, n in ev if n == size and i not in freed)
+
+    assert kept(biased, 2**20) == kept(plain, 2**20) + 1

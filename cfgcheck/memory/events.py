@@ -56,6 +56,11 @@ from cfgcheck.schema.trainer import TrainerConfig
 # backward on autograd's device thread (``torch/csrc/autograd/engine.cpp``): two workspaces.
 BLAS_WORKSPACE_SM90 = 4096 * 8 * 1024
 BLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
+# a linear with a bias runs ``addmm`` through cuBLASLt (aten/src/ATen/native/cuda/Blas.cpp
+# ``addmm_out_cuda_impl``, ``useLtInterface`` -> ``gemm_and_bias``), which takes its own
+# workspace the same way (``getCUDABlasLtWorkspace``: ``parseCUDABlasLtWorkspaceSize``,
+# "default size in KiB" 1024, at most the cuBLAS one); its backward runs plain matmuls
+BLAS_LT_WORKSPACE = 1024 * 1024
 
 
 def blas_workspace(t: TrainerConfig) -> int:
@@ -72,6 +77,7 @@ class Seq:
     events: list[Event] = field(default_factory=list)
     next_id: int = 1
     workspace: int = 0  # cuBLAS's workspace per thread (blas_workspace)
+    lt_workspace: int = 0  # cuBLASLt's, taken by the forward's first biased linear
     threads: set[str] = field(default_factory=set)  # the threads that hold one
 
     def alloc(self, size: int) -> int:
@@ -96,6 +102,8 @@ class Seq:
         if thread not in self.threads:
             self.threads.add(thread)
             self.alloc(self.workspace)
+            if thread == "forward":
+                self.alloc(self.lt_workspace)
 
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
@@ -188,7 +196,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     p, res = s.act, s.residual
     master = weights.master_bytes(t)
     full = t.finetuning == "full"
-    ev = Seq(workspace=blas_workspace(t))
+    biased = any(x.bias for x in block_linears(m))
+    ev = Seq(workspace=blas_workspace(t), lt_workspace=BLAS_LT_WORKSPACE if biased else 0)
     # the build
     params = _param_tensors(m)
     param_ids = [ev.alloc(n * master) for _, n in params]
