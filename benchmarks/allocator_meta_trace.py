@@ -125,7 +125,7 @@ def install_meta_tracing() -> None:
             return torch.native_dropout(x, p, True)[0]
         return dropout(x, p, training, inplace)
 
-    F.dropout = fused_dropout
+    F.dropout = fused_dropout  # type: ignore[assignment]
     at.AllocTracer = MetaTracer  # type: ignore[misc]
     build, batch = at.build, at.batch
 
