@@ -241,13 +241,14 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 else:
                     ids = _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
                 saved.append(ids)
-            for _ in range(2):  # the final norm's fp32 temporaries, as in a layer's norms
-                ev.free(ev.alloc(4 * m.n_embd * tokens))
-            head = ev.alloc(head_activations(m, t) * tokens)
+            if m.norm == "rmsnorm":
+                head, later = _final_norm(ev, m, t, tokens)
+            else:
+                head, later = [ev.alloc(head_activations(m, t) * tokens)], []
             logits = ev.alloc(p * v * tokens)
             up = ev.alloc(4 * v * tokens)
             logp = ev.alloc(4 * v * tokens)
-            ev.free(up, logits)  # the loss is returned: the upcast and the output object go
+            ev.free(up, *later, logits)  # the loss is returned: the upcast and the output object go
             # backward
             g_nll = ev.alloc(4 * v * tokens)
             g_ls = ev.alloc(4 * v * tokens)
@@ -263,7 +264,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 ev.matmul("backward")
             g_hidden = ev.alloc(p * m.n_embd * tokens)
             ev.matmul("backward")
-            ev.free(g_logits, head)
+            ev.free(g_logits, *head)
             for i in reversed(range(m.n_layer)):
                 if ckpt:
                     saved[i] += _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
@@ -337,6 +338,58 @@ def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> l
         ids.append(ev.alloc(x))
         ev.matmul("forward")  # the first layer's first projection (no-op after it)
     return ids
+
+
+def _final_norm(
+    ev: Seq, m: ModelConfig, t: TrainerConfig, tokens: int
+) -> tuple[list[int], list[int]]:
+    """The final RMSNorm op by op, as transformers' ``LlamaRMSNorm`` runs it: ``x.to(float32)``
+    (kept by ``pow`` and ``mul``; none for fp32 weights), ``pow(2)`` (gone after ``mean``),
+    ``x * rsqrt(variance)``, its cast back (``GemmaRMSNorm`` multiplies by ``1 + weight`` in
+    fp32 first), ``weight * ...``; the normalized tensor is kept when the weight trains, the
+    output when the lm_head does, else it goes when the forward returns. The ids kept for
+    the backward (the rest of :func:`head_activations` as one more), and those freed with the
+    logits."""
+    s = stack(m, t)
+    full = t.finetuning == "full"
+    h = m.n_embd * tokens
+    fp32 = s.residual == 4
+    kept: list[int] = []
+    used = 0  # bytes of head_activations held by ``kept``
+    if not fp32:
+        kept.append(ev.alloc(4 * h))
+        used += 4 * h
+    ev.free(ev.alloc(4 * h))  # pow(2)
+    c = ev.alloc(4 * h)  # x * rsqrt(variance)
+    if s.norm_out == 4 and not fp32:  # Gemma: c * (1 + weight.float()), then the cast
+        prod = ev.alloc(4 * h)
+        out = ev.alloc(s.residual * h)
+        ev.free(prod)
+        if full:
+            kept.append(c)
+            used += 4 * h
+        else:
+            ev.free(c)
+    else:
+        d = c if fp32 else ev.alloc(s.norm_out * h)  # the cast back to the input's dtype
+        out = ev.alloc(s.residual * h)  # weight * d
+        if full:
+            kept.append(d)
+            used += s.norm_out * h
+        elif d != c:
+            ev.free(d)
+        if d != c or not full:
+            ev.free(c)
+    later: list[int] = []
+    if full and not s.linear_cast:  # the lm_head's input
+        kept.append(out)
+        used += s.residual * h
+    else:
+        later.append(out)
+    rest = head_activations(m, t) * tokens - used
+    if rest > 0:
+        kept.append(ev.alloc(rest))
+    return kept, later
 
 
 def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: int) -> None:
