@@ -214,6 +214,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     pieces = layer_tensors(m, t, masked, tokens, seq)
     row = res * m.n_embd * tokens
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
+    norm_tmp = 4 * m.n_embd * tokens if m.norm == "rmsnorm" else 0
     ckpt = t.gradient_checkpointing
     ckpt_layer = checkpoint_bytes(m, t, tokens) // max(1, m.n_layer)
     v = m.head_rows
@@ -239,12 +240,9 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                     _transient_forward(ev, m, p, tokens, n_norms)
                     ids = [ev.alloc(ckpt_layer)]
                 else:
-                    ids = _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
+                    ids = _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
                 saved.append(ids)
-            if m.norm == "rmsnorm":
-                head, later = _final_norm(ev, m, t, tokens)
-            else:
-                head, later = [ev.alloc(head_activations(m, t) * tokens)], []
+            head, later = _final_norm(ev, m, t, tokens)
             logits = ev.alloc(p * v * tokens)
             up = ev.alloc(4 * v * tokens)
             logp = ev.alloc(4 * v * tokens)
@@ -267,7 +265,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.free(g_logits, *head)
             for i in reversed(range(m.n_layer)):
                 if ckpt:
-                    saved[i] += _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
+                    saved[i] += _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
                 # the MLP's gradients (intermediate size), then each norm's fp32 backward
                 tmp = [ev.alloc(p * m.mlp_width * tokens) for _ in range(2)]
                 ev.free(*tmp)
@@ -322,10 +320,11 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     return ev.events
 
 
-def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> list[int]:
-    """A layer's forward: each norm's fp32 temporaries (``x.pow(2)`` and ``x * rsqrt``,
-    transformers' ``LlamaRMSNorm``) come and go, the saved tensors stay."""
-    for _ in range(n_norms):
+def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int, row: int) -> list[int]:
+    """A layer's forward: each RMSNorm's fp32 temporaries (``x.pow(2)`` and ``x * rsqrt``,
+    transformers' ``LlamaRMSNorm``; ``norm_tmp`` 0 for LayerNorm, one kernel) come and go,
+    the saved tensors stay."""
+    for _ in range(n_norms if norm_tmp else 0):
         a = ev.alloc(norm_tmp)
         ev.free(a)
         a = ev.alloc(norm_tmp)
@@ -337,49 +336,56 @@ def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> l
             continue
         ids.append(ev.alloc(x))
         ev.matmul("forward")  # the first layer's first projection (no-op after it)
+    # the attention's and the MLP's output projections, each added to the residual stream and
+    # freed; the sums go as the next ones are made (nothing saves them)
+    sums = []
+    for _ in range(2):
+        out = ev.alloc(row)
+        sums.append(ev.alloc(row))
+        ev.free(out)
+    ev.free(*sums)
     return ids
 
 
 def _final_norm(
     ev: Seq, m: ModelConfig, t: TrainerConfig, tokens: int
 ) -> tuple[list[int], list[int]]:
-    """The final RMSNorm op by op, as transformers' ``LlamaRMSNorm`` runs it: ``x.to(float32)``
-    (kept by ``pow`` and ``mul``; none for fp32 weights), ``pow(2)`` (gone after ``mean``),
+    """The final norm op by op. ``LlamaRMSNorm`` (transformers): ``x.to(float32)`` (kept by
+    ``pow`` and ``mul``; none for fp32 weights), ``pow(2)`` (gone after ``mean``),
     ``x * rsqrt(variance)``, its cast back (``GemmaRMSNorm`` multiplies by ``1 + weight`` in
-    fp32 first), ``weight * ...``; the normalized tensor is kept when the weight trains, the
-    output when the lm_head does, else it goes when the forward returns. The ids kept for
-    the backward (the rest of :func:`head_activations` as one more), and those freed with the
-    logits."""
+    fp32 first), ``weight * ...``, the normalized tensor kept when the weight trains;
+    ``LayerNorm``: one kernel (``native_layer_norm``). The output is kept when the lm_head
+    trains, else it goes when the forward returns. Returns the ids kept for the backward (the
+    rest of :func:`head_activations` as one more) and those freed with the logits."""
     s = stack(m, t)
     full = t.finetuning == "full"
     h = m.n_embd * tokens
-    fp32 = s.residual == 4
     kept: list[int] = []
-    used = 0  # bytes of head_activations held by ``kept``
-    if not fp32:
-        kept.append(ev.alloc(4 * h))
-        used += 4 * h
-    ev.free(ev.alloc(4 * h))  # pow(2)
-    c = ev.alloc(4 * h)  # x * rsqrt(variance)
-    if s.norm_out == 4 and not fp32:  # Gemma: c * (1 + weight.float()), then the cast
-        prod = ev.alloc(4 * h)
-        out = ev.alloc(s.residual * h)
-        ev.free(prod)
-        if full:
-            kept.append(c)
+    used = 0  # bytes of head_activations that ``kept`` holds
+    if m.norm == "rmsnorm":
+        fp32 = s.residual == 4
+        if not fp32:
+            kept.append(ev.alloc(4 * h))
             used += 4 * h
+        ev.free(ev.alloc(4 * h))  # pow(2)
+        c = ev.alloc(4 * h)  # x * rsqrt(variance)
+        if s.norm_out == 4 and not fp32:  # Gemma: c * (1 + weight.float()), then the cast
+            prod = ev.alloc(4 * h)
+            out = ev.alloc(s.residual * h)
+            ev.free(prod)
+            normalized = c
         else:
-            ev.free(c)
-    else:
-        d = c if fp32 else ev.alloc(s.norm_out * h)  # the cast back to the input's dtype
-        out = ev.alloc(s.residual * h)  # weight * d
+            normalized = c if fp32 else ev.alloc(s.norm_out * h)  # the cast back
+            out = ev.alloc(s.residual * h)  # weight * normalized
+            if normalized != c:
+                ev.free(c)
         if full:
-            kept.append(d)
-            used += s.norm_out * h
-        elif d != c:
-            ev.free(d)
-        if d != c or not full:
-            ev.free(c)
+            kept.append(normalized)
+            used += (4 if normalized == c else s.norm_out) * h
+        else:
+            ev.free(normalized)
+    else:
+        out = ev.alloc(s.residual * h)
     later: list[int] = []
     if full and not s.linear_cast:  # the lm_head's input
         kept.append(out)
@@ -403,7 +409,7 @@ def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: 
     norm_tmp = 4 * m.n_embd * tokens
     gated = m.mlp in ("swiglu", "geglu")
     for block in range(2):
-        for _ in range(n_norms if block == 0 else 0):
+        for _ in range(n_norms if block == 0 and m.norm == "rmsnorm" else 0):
             a = ev.alloc(norm_tmp)
             b = ev.alloc(norm_tmp)
             ev.free(a, b)
