@@ -10,10 +10,13 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   final norm, lm_head), then PEFT's fp32 adapters, then the batch;
 * forward: the embedding output, then per layer the tensors autograd saves
   (:func:`cfgcheck.memory.activations.layer_activations`, cut into tensors of one hidden-size
-  row per token, the rest as one tensor); with checkpointing nothing is saved: the working set
-  of the layer's ops comes and goes (:func:`_transient_forward`), its input kept; the head's
-  saved tensors; the logits (compute dtype), their fp32 upcast and log-softmax, the upcast
-  and the logits freed when the loss is returned (transformers' ``ForCausalLMLoss``);
+  row per token, the rest as one tensor), each RMSNorm's fp32 temporaries, the down
+  projection's input made and freed when nothing on it trains, each sub-block's output
+  projection and residual sum made and freed; with checkpointing nothing is saved: the
+  working set of the layer's ops comes and goes (:func:`_transient_forward`), its input kept;
+  the final norm op by op (:func:`_final_norm`); the logits (compute dtype), their fp32
+  upcast and log-softmax, the upcast, the logits and the unsaved norm output freed when the
+  loss is returned (transformers' ``ForCausalLMLoss``);
 * backward: the NLL and log-softmax gradients (fp32), the 16-bit logits gradient, the
   lm_head's gradient, then per layer in reverse (recomputed first under checkpointing) two
   intermediate-size gradient temporaries, the layer's parameter gradients, its saved tensors
@@ -21,15 +24,19 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   of place with the lm_head's, ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after
   the first micro-batch each gradient is a new tensor added into ``.grad`` and freed
   (``AccumulateGrad::accumulateGrad``);
+* cuBLAS's workspace (:func:`blas_workspace`) after the first matmul of the forward and of
+  the backward (two threads), cuBLASLt's after the forward's first biased linear, kept;
 * the optimizer step: on the first step the states (``zeros_like`` per parameter), then the
   foreach temporaries (:func:`cfgcheck.memory.weights.optimizer_step_bytes`, one list);
   ``zero_grad`` frees the gradients.
 
 The per-op sequence (rotary tables, norm statistics, every autograd temporary) is not
-generated: tests/test_allocsim_traced.py runs the simulator on the CPU trace of the real op
-sequence instead, and tests/test_memory_events.py checks this sequence's live bytes at each
-phase against that trace. Covered: transformers, dense models, 16/32-bit weights, full or
-LoRA, with or without checkpointing, AdamW / SGD; :func:`step_events` returns None otherwise.
+generated: tests/test_allocsim_traced.py runs the simulator on the trace of the real op
+sequence instead (at the H100 rows' full size on meta tensors: their allocated peak to the
+byte), tests/test_memory_events.py checks this sequence's simulated figures against that
+trace, and benchmarks/allocator_sequence_diff.py shows where the two first part. Covered:
+transformers, dense models, 16/32-bit weights, full or LoRA, with or without checkpointing,
+AdamW / SGD; :func:`step_events` returns None otherwise.
 """
 
 from __future__ import annotations
