@@ -13,11 +13,16 @@ no data, so a 3-billion-parameter step takes seconds on a CPU. Two things are se
   output plus an fp32 log-sum-exp), with the boolean mask made an additive bias padded to 16
   columns as ``convert_boolean_attn_mask`` / ``preprocess_mask`` do
   (pytorch/pytorch ``aten/src/ATen/native/transformers/attention.cpp``);
+* dropout: CUDA's fused ``native_dropout`` (a one-byte mask), not the noise tensor of the
+  input's dtype that ``at::dropout`` makes on other devices (``Dropout.cpp``,
+  ``is_fused_kernel_acceptable``);
 * data-dependent checks (``.item()`` on a meta tensor) answer 0: the padded batch's
   ``attention_mask.all()`` is false, as for gpu_measure.py's padded batches of several rows.
 
-What it cannot see: the CUDA kernels' own workspaces (cuBLAS, the embedding backward's sort),
-and a runs whose kernel choice differs from CPU's elsewhere. Needs torch, transformers, peft.
+cuBLAS's two workspaces (one per thread that runs a matmul) are added where CUDA takes them
+(tests/alloc_tracer.py ``cuda_events``). What it cannot see: the CUDA kernels' own temporaries
+(the embedding backward's sort, attention backward workspaces) and runs whose kernel choice
+differs from CPU's elsewhere. Needs torch, transformers, peft.
 
     python benchmarks/allocator_meta_trace.py [run-id ...]
 """
@@ -109,6 +114,18 @@ def install_meta_tracing() -> None:
         )[0]
 
     F.scaled_dot_product_attention = efficient
+    dropout = F.dropout
+
+    def fused_dropout(x: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        # CUDA's path: ``at::dropout`` takes ``native_dropout`` (the output and a bool mask)
+        # when ``is_fused_kernel_acceptable`` (a CUDA input, 0 < p < 1); on any other device
+        # it multiplies by a noise tensor of the input's dtype, which autograd keeps
+        # (aten/src/ATen/native/Dropout.cpp)
+        if x.is_meta and training and 0 < p < 1 and not inplace:
+            return torch.native_dropout(x, p, True)[0]
+        return dropout(x, p, training, inplace)
+
+    F.dropout = fused_dropout  # type: ignore[assignment]
     at.AllocTracer = MetaTracer  # type: ignore[misc]
     build, batch = at.build, at.batch
 
@@ -125,13 +142,16 @@ def main(ids: list[str]) -> int:
     install_meta_tracing()
     from benchmarks.memory_calibration import DATA, load
     from cfgcheck import check
-    from cfgcheck.memory.allocsim import RESET, simulate
-    from cfgcheck.memory.events import covered, step_events
-    from tests.alloc_tracer import traced_step
+    from cfgcheck.memory.allocsim import simulate
+    from cfgcheck.memory.events import blas_workspace, covered, step_events
+    from tests.alloc_tracer import cuda_events, traced_step
 
     runs = {r["id"]: r for r in json.loads((DATA / "runs.json").read_text())}
-    print("| run | measured resv GiB | real ops at full size | err | generated | err |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| run | measured resv GiB | real ops at full size | err | allocated - measured, bytes "
+        "| generated | err |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     errs: dict[str, list[float]] = {"trace": [], "gen": []}
     for spec, meas in load(DATA):
         if ids and spec["id"] not in ids:
@@ -140,8 +160,7 @@ def main(ids: list[str]) -> int:
         if cfg is None or not covered(cfg.model, cfg.trainer):
             continue
         r = traced_step(runs[spec["id"]], record=True)
-        n = sum(1 for op in r.event_ops if op.startswith("setup"))
-        tr = simulate([*r.events[:n], (0, RESET), *r.events[n:]])
+        tr = simulate(cuda_events(r, blas_workspace(cfg.trainer)))
         gen = simulate(step_events(cfg.model, cfg.data, cfg.trainer))
         m = int(meas["reserved"])
         e_tr, e_gen = tr.peak_reserved / m - 1, gen.peak_reserved / m - 1
@@ -149,6 +168,7 @@ def main(ids: list[str]) -> int:
         errs["gen"].append(e_gen)
         print(
             f"| {spec['id']} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | {e_tr:+.1%} | "
+            f"{tr.peak_allocated - int(meas['allocated']):,} | "
             f"{gen.peak_reserved / GIB:.2f} | {e_gen:+.1%} |",
             flush=True,
         )

@@ -2,8 +2,9 @@
 same step, both replayed through the allocator simulation (cfgcheck/memory/allocsim.py).
 
 The real sequence is gpu_measure.py's loop traced on CPU op by op (tests/alloc_tracer.py,
-``record=True``) on Llamas whose tensors are MiB-sized, so that segments and splitting matter;
-needs torch, transformers and peft.
+``record=True``) on Llamas whose tensors are MiB-sized, so that segments and splitting matter,
+with cuBLAS's workspaces where CUDA takes them (``cuda_events``); needs torch, transformers
+and peft.
 
     python benchmarks/allocator_vs_trace.py
 """
@@ -20,10 +21,10 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))  # PYTHONPATH first
 def main() -> int:
     import torch
 
-    from cfgcheck.memory.allocsim import RESET, simulate
-    from cfgcheck.memory.events import step_events
+    from cfgcheck.memory.allocsim import simulate
+    from cfgcheck.memory.events import blas_workspace, step_events
     from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
-    from tests.alloc_tracer import traced_step
+    from tests.alloc_tracer import cuda_events, traced_step
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(2)
@@ -57,8 +58,7 @@ def main() -> int:
                 d = DataConfig(max_seq_length=512)
                 spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
                 r = traced_step(spec, record=True)
-                n = sum(1 for op in r.event_ops if op.startswith("setup"))
-                tr = simulate([*r.events[:n], (0, RESET), *r.events[n:]])
+                tr = simulate(cuda_events(r, blas_workspace(t)))  # with cuBLAS's workspaces
                 gen = simulate(step_events(m, d, t))
                 mib = 2**20
                 name = f"{'tied' if tie else 'untied'} {ft}{' ckpt' if ckpt else ''}"

@@ -304,6 +304,37 @@ def traced_step(
     )
 
 
+# the aten ops that run a cuBLAS matmul (aten/src/ATen/native/cuda/Blas.cpp)
+BLAS_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "dot"})
+
+
+def cuda_events(
+    r: StepResult, workspace: int, lt_workspace: int = 1024 * 1024
+) -> list[tuple[int, int]]:
+    """The recorded step as the CUDA caching allocator sees it: the peaks reset after the build
+    (``(0, allocsim.RESET)``, where gpu_measure.py resets them), and cuBLAS's workspace of
+    ``workspace`` bytes (``cfgcheck.memory.events.blas_workspace``) taken once per thread right
+    after the first matmul's output, never freed: the forward's on the Python thread, the
+    backward's on autograd's device thread (``CublasHandlePool.cpp`` ``setWorkspaceForHandle``:
+    one per handle and stream, a handle per thread). A linear with a bias (``addmm``) runs
+    through cuBLASLt, whose own workspace of ``lt_workspace`` bytes is taken the same way
+    (``getCUDABlasLtWorkspace``, 1 MiB by default). A CPU run has no such allocation."""
+    n = sum(1 for op in r.event_ops if op.startswith("setup"))
+    out: list[tuple[int, int]] = [*r.events[:n], (0, -2)]  # (0, allocsim.RESET)
+    threads: set[str] = set()
+    for (key, size), op in zip(r.events[n:], r.event_ops[n:], strict=True):
+        out.append((key, size))
+        phase, _, name = op.partition(":")
+        thread = "backward" if phase == "backward" else "main"
+        if name in BLAS_OPS and thread not in threads:
+            threads.add(thread)
+            out.append((-len(threads), workspace))
+        if name == "addmm" and "lt-" + thread not in threads:
+            threads.add("lt-" + thread)
+            out.append((-len(threads), lt_workspace))
+    return out
+
+
 def traced(fn: Callable[[], Any], keep: Any = ()) -> Peak:
     """Peak live bytes while ``fn`` runs; ``keep`` (tensors) counts as live from the start."""
     tracer = AllocTracer()

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, simulate
-from cfgcheck.memory.events import covered, step_events
+from cfgcheck.memory.events import blas_workspace, covered, step_events
 from cfgcheck.memory.simulated import simulate_step
 from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
+from cfgcheck.schema.gpu import GpuConfig
 
 MID = dict(
     name="llama-mid",
@@ -138,7 +139,7 @@ def test_generated_sequence_simulates_like_the_traced_step(
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
-    from tests.alloc_tracer import traced_step
+    from tests.alloc_tracer import cuda_events, traced_step
 
     torch.set_num_threads(1)
     m, d, t = _cfg(finetuning, ckpt)
@@ -147,8 +148,7 @@ def test_generated_sequence_simulates_like_the_traced_step(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r = traced_step(spec, record=True)
-    n = sum(1 for op in r.event_ops if op.startswith("setup"))
-    traced = simulate([*r.events[:n], (0, RESET), *r.events[n:]])
+    traced = simulate(cuda_events(r, blas_workspace(t)))  # with cuBLAS's workspaces
     generated = simulate(step_events(m, d, t))
     assert abs(generated.peak_allocated - traced.peak_allocated) <= 0.02 * traced.peak_allocated
     # LoRA with checkpointing: +4.5 % (12 MiB: a few segments); the others within 4 %
@@ -306,3 +306,47 @@ def test_a_checkpointed_forward_holds_only_its_working_set() -> None:
         assert traced == generated
         most[ckpt] = traced
     assert most == {True: 3, False: 2 * 4}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "size"),
+    [
+        ("H100", 32 * 2**20),
+        ("H200", 32 * 2**20),
+        ("A100-80GB", 8 * 2**20 + 128 * 1024),
+        (None, 32 * 2**20),
+    ],
+)
+def test_each_thread_that_runs_a_matmul_takes_a_cublas_workspace(
+    gpu: str | None, size: int
+) -> None:
+    """CublasHandlePool.cpp: ``parseChosenWorkspaceSize`` (":4096:2:16:8" = 8 MiB + 128 KiB,
+    ":4096:8" = 32 MiB on sm90), allocated through the caching allocator once per handle and
+    stream, a handle per thread: the forward's and autograd's. Both stay to the end; a GPU not
+    named gets the larger size."""
+    m, d, t = _cfg("full", False, gradient_accumulation_steps=2)
+    if gpu:
+        t = t.model_copy(update={"gpu": GpuConfig(name=gpu)})
+    assert blas_workspace(t) == size
+    ev = _flat(step_events(m, d, t))
+    freed = {i for i, n in ev if n == FREE}
+    kept = [i for i, n in ev if n == size and i not in freed]
+    assert len(kept) == 2
+    reset = ev.index((0, RESET))
+    loss = next(k for k in range(reset, len(ev)) if ev[k][1] == 4 * m.vocab_size * 512)
+    assert ev.index((kept[0], size)) < loss < ev.index((kept[1], size))  # forward, backward
+
+
+def test_a_biased_linear_takes_a_cublaslt_workspace_in_the_forward() -> None:
+    """``addmm`` with a bias runs through cuBLASLt (Blas.cpp ``useLtInterface``), whose
+    workspace (1 MiB, ``parseCUDABlasLtWorkspaceSize``) the forward's thread takes once; the
+    backward's matmuls are plain ones. Qwen2-like q/k/v biases."""
+    m, d, t = _cfg("lora", False)
+    plain = _flat(step_events(m, d, t))
+    biased = _flat(step_events(m.model_copy(update={"attn_bias": True}), d, t))
+
+    def kept(ev: list[tuple[int, int]], size: int) -> int:
+        freed = {i for i, n in ev if n == FREE}
+        return sum(1 for i, n in ev if n == size and i not in freed)
+
+    assert kept(biased, 2**20) == kept(plain, 2**20) + 1

@@ -10,10 +10,13 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   final norm, lm_head), then PEFT's fp32 adapters, then the batch;
 * forward: the embedding output, then per layer the tensors autograd saves
   (:func:`cfgcheck.memory.activations.layer_activations`, cut into tensors of one hidden-size
-  row per token, the rest as one tensor); with checkpointing nothing is saved: the working set
-  of the layer's ops comes and goes (:func:`_transient_forward`), its input kept; the head's
-  saved tensors; the logits (compute dtype), their fp32 upcast and log-softmax, the upcast
-  and the logits freed when the loss is returned (transformers' ``ForCausalLMLoss``);
+  row per token, the rest as one tensor), each RMSNorm's fp32 temporaries, the down
+  projection's input made and freed when nothing on it trains, each sub-block's output
+  projection and residual sum made and freed; with checkpointing nothing is saved: the
+  working set of the layer's ops comes and goes (:func:`_transient_forward`), its input kept;
+  the final norm op by op (:func:`_final_norm`); the logits (compute dtype), their fp32
+  upcast and log-softmax, the upcast, the logits and the unsaved norm output freed when the
+  loss is returned (transformers' ``ForCausalLMLoss``);
 * backward: the NLL and log-softmax gradients (fp32), the 16-bit logits gradient, the
   lm_head's gradient, then per layer in reverse (recomputed first under checkpointing) two
   intermediate-size gradient temporaries, the layer's parameter gradients, its saved tensors
@@ -21,15 +24,19 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   of place with the lm_head's, ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after
   the first micro-batch each gradient is a new tensor added into ``.grad`` and freed
   (``AccumulateGrad::accumulateGrad``);
+* cuBLAS's workspace (:func:`blas_workspace`) after the first matmul of the forward and of
+  the backward (two threads), cuBLASLt's after the forward's first biased linear, kept;
 * the optimizer step: on the first step the states (``zeros_like`` per parameter), then the
   foreach temporaries (:func:`cfgcheck.memory.weights.optimizer_step_bytes`, one list);
   ``zero_grad`` frees the gradients.
 
 The per-op sequence (rotary tables, norm statistics, every autograd temporary) is not
-generated: tests/test_allocsim_traced.py runs the simulator on the CPU trace of the real op
-sequence instead, and tests/test_memory_events.py checks this sequence's live bytes at each
-phase against that trace. Covered: transformers, dense models, 16/32-bit weights, full or
-LoRA, with or without checkpointing, AdamW / SGD; :func:`step_events` returns None otherwise.
+generated: tests/test_allocsim_traced.py runs the simulator on the trace of the real op
+sequence instead (at the H100 rows' full size on meta tensors: their allocated peak to the
+byte), tests/test_memory_events.py checks this sequence's simulated figures against that
+trace, and benchmarks/allocator_sequence_diff.py shows where the two first part. Covered:
+transformers, dense models, 16/32-bit weights, full or LoRA, with or without checkpointing,
+AdamW / SGD; :func:`step_events` returns None otherwise.
 """
 
 from __future__ import annotations
@@ -39,18 +46,46 @@ from dataclasses import dataclass, field
 from cfgcheck.memory import weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
-from cfgcheck.memory.params import block_linears, count_params
+from cfgcheck.memory.devices import lookup
+from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
+# cuBLAS's workspace, one per (handle, stream) and a handle per thread, taken from the caching
+# allocator when a thread first runs a matmul and never given back (pytorch/pytorch
+# aten/src/ATen/cuda/CublasHandlePool.cpp at 26a39059ec58: ``getCurrentCUDABlasHandle`` ->
+# ``setWorkspaceForHandle`` -> ``getNewWorkspace``, ``CUDACachingAllocator::get()->allocate(
+# getChosenWorkspaceSize())``; ``parseChosenWorkspaceSize``: "":4096:2:16:8 default, 32MiB for
+# Hopper"", ``CUBLAS_WORKSPACE_CONFIG`` unset). The forward runs on the Python thread, the
+# backward on autograd's device thread (``torch/csrc/autograd/engine.cpp``): two workspaces.
+BLAS_WORKSPACE_SM90 = 4096 * 8 * 1024
+BLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
+# a linear with a bias runs ``addmm`` through cuBLASLt (aten/src/ATen/native/cuda/Blas.cpp
+# ``addmm_out_cuda_impl``, ``useLtInterface`` -> ``gemm_and_bias``), which takes its own
+# workspace the same way (``getCUDABlasLtWorkspace``: ``parseCUDABlasLtWorkspaceSize``,
+# "default size in KiB" 1024, at most the cuBLAS one); its backward runs plain matmuls
+BLAS_LT_WORKSPACE = 1024 * 1024
+
+
+def blas_workspace(t: TrainerConfig) -> int:
+    """The cuBLAS workspace of the run's GPU: 32 MiB on sm90 (H100, H200), 8 MiB + 128 KiB on
+    the others; a GPU not named (or not known) gets the larger one."""
+    spec = lookup(t.gpu.name) if t.gpu is not None and t.gpu.name else None
+    if spec is not None and spec.capability is not None and spec.capability != (9, 0):
+        return BLAS_WORKSPACE
+    return BLAS_WORKSPACE_SM90
+
 
 @dataclass
 class Seq:
     events: list[Event] = field(default_factory=list)
     next_id: int = 1
+    workspace: int = 0  # cuBLAS's workspace per thread (blas_workspace)
+    lt_workspace: int = 0  # cuBLASLt's, taken by the forward's first biased linear
+    threads: set[str] = field(default_factory=set)  # the threads that hold one
 
     def alloc(self, size: int) -> int:
         i = self.next_id
@@ -67,6 +102,15 @@ class Seq:
 
     def mark(self, event: Event) -> None:
         self.events.append(event)
+
+    def matmul(self, thread: str) -> None:
+        """A matmul's output was just allocated on ``thread`` ("forward" or "backward"): its
+        first one takes that thread's cuBLAS workspace (kept to the end)."""
+        if thread not in self.threads:
+            self.threads.add(thread)
+            self.alloc(self.workspace)
+            if thread == "forward":
+                self.alloc(self.lt_workspace)
 
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
@@ -135,9 +179,18 @@ def layer_tensors(
         first = 4 * a if scores > 4 * a else scores
         out += [x * seq * tokens for x in (first, scores - first) if x]
     inter = s.act * m.mlp_width
-    mlp = _pieces(la.per_token, inter, 4 if m.mlp in ("swiglu", "geglu") else 2)
+    # the down projection keeps its input only when its weight or an adapter on it trains
+    # (``MmBackward0`` saves ``self`` for the weight's gradient); else that input (the
+    # activation's product, or the GELU's output) goes once the projection ran
+    full = t.finetuning == "full"
+    adapted = frozenset() if full else adapted_modules(m, t.lora.targets, t.framework).names
+    kept = full or any(x.source == "mlp_act" and x.name in adapted for x in block_linears(m))
+    gated = m.mlp in ("swiglu", "geglu")
+    mlp = _pieces(la.per_token, inter, (3 if gated else 1) + kept)
     rest = mlp.pop() if mlp and mlp[-1] != inter else 0
     out += [x * tokens for x in mlp]
+    if not kept:
+        out.append(-inter * tokens)  # made and freed
     out += [x * tokens for x in _pieces(rest, s.residual * m.n_embd)]
     if la.per_layer:
         out.append(la.per_layer)
@@ -153,7 +206,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     p, res = s.act, s.residual
     master = weights.master_bytes(t)
     full = t.finetuning == "full"
-    ev = Seq()
+    biased = any(x.bias for x in block_linears(m))
+    ev = Seq(workspace=blas_workspace(t), lt_workspace=BLAS_LT_WORKSPACE if biased else 0)
     # the build
     params = _param_tensors(m)
     param_ids = [ev.alloc(n * master) for _, n in params]
@@ -170,6 +224,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     pieces = layer_tensors(m, t, masked, tokens, seq)
     row = res * m.n_embd * tokens
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
+    norm_tmp = 4 * m.n_embd * tokens if m.norm == "rmsnorm" else 0
     ckpt = t.gradient_checkpointing
     ckpt_layer = checkpoint_bytes(m, t, tokens) // max(1, m.n_layer)
     v = m.head_rows
@@ -195,13 +250,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                     _transient_forward(ev, m, p, tokens, n_norms)
                     ids = [ev.alloc(ckpt_layer)]
                 else:
-                    ids = _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
+                    ids = _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
                 saved.append(ids)
-            head = ev.alloc(head_activations(m, t) * tokens)
+            head, later = _final_norm(ev, m, t, tokens)
             logits = ev.alloc(p * v * tokens)
             up = ev.alloc(4 * v * tokens)
             logp = ev.alloc(4 * v * tokens)
-            ev.free(up, logits)  # the loss is returned: the upcast and the output object go
+            ev.free(up, *later, logits)  # the loss is returned: the upcast and the output object go
             # backward
             g_nll = ev.alloc(4 * v * tokens)
             g_ls = ev.alloc(4 * v * tokens)
@@ -211,13 +266,16 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             tied = full and m.tie_embeddings and not count_params(m).lm_head
             if full and count_params(m).lm_head:
                 _grad(ev, grads, param_ids[-1], v * m.n_embd * master)
+                ev.matmul("backward")  # the lm_head's weight gradient: the first matmul
             elif tied:  # the shared weight's first gradient waits in autograd's input buffer
                 head_grad = ev.alloc(v * m.n_embd * master)
+                ev.matmul("backward")
             g_hidden = ev.alloc(p * m.n_embd * tokens)
-            ev.free(g_logits, head)
+            ev.matmul("backward")
+            ev.free(g_logits, *head)
             for i in reversed(range(m.n_layer)):
                 if ckpt:
-                    saved[i] += _layer_forward(ev, pieces, n_norms, 4 * m.n_embd * tokens)
+                    saved[i] += _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
                 # the MLP's gradients (intermediate size), then each norm's fp32 backward
                 tmp = [ev.alloc(p * m.mlp_width * tokens) for _ in range(2)]
                 ev.free(*tmp)
@@ -272,15 +330,82 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     return ev.events
 
 
-def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int) -> list[int]:
-    """A layer's forward: each norm's fp32 temporaries (``x.pow(2)`` and ``x * rsqrt``,
-    transformers' ``LlamaRMSNorm``) come and go, the saved tensors stay."""
-    for _ in range(n_norms):
+def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int, row: int) -> list[int]:
+    """A layer's forward: each RMSNorm's fp32 temporaries (``x.pow(2)`` and ``x * rsqrt``,
+    transformers' ``LlamaRMSNorm``; ``norm_tmp`` 0 for LayerNorm, one kernel) come and go,
+    the saved tensors stay."""
+    for _ in range(n_norms if norm_tmp else 0):
         a = ev.alloc(norm_tmp)
         ev.free(a)
         a = ev.alloc(norm_tmp)
         ev.free(a)
-    return [ev.alloc(x) for x in pieces]
+    ids = []
+    for x in pieces:
+        if x < 0:  # a tensor the layer makes and frees (:func:`layer_tensors`)
+            ev.free(ev.alloc(-x))
+            continue
+        ids.append(ev.alloc(x))
+        ev.matmul("forward")  # the first layer's first projection (no-op after it)
+    # the attention's and the MLP's output projections, each added to the residual stream and
+    # freed; the sums go as the next ones are made (nothing saves them)
+    sums = []
+    for _ in range(2):
+        out = ev.alloc(row)
+        sums.append(ev.alloc(row))
+        ev.free(out)
+    ev.free(*sums)
+    return ids
+
+
+def _final_norm(
+    ev: Seq, m: ModelConfig, t: TrainerConfig, tokens: int
+) -> tuple[list[int], list[int]]:
+    """The final norm op by op. ``LlamaRMSNorm`` (transformers): ``x.to(float32)`` (kept by
+    ``pow`` and ``mul``; none for fp32 weights), ``pow(2)`` (gone after ``mean``),
+    ``x * rsqrt(variance)``, its cast back (``GemmaRMSNorm`` multiplies by ``1 + weight`` in
+    fp32 first), ``weight * ...``, the normalized tensor kept when the weight trains;
+    ``LayerNorm``: one kernel (``native_layer_norm``). The output is kept when the lm_head
+    trains, else it goes when the forward returns. Returns the ids kept for the backward (the
+    rest of :func:`head_activations` as one more) and those freed with the logits."""
+    s = stack(m, t)
+    full = t.finetuning == "full"
+    h = m.n_embd * tokens
+    kept: list[int] = []
+    used = 0  # bytes of head_activations that ``kept`` holds
+    if m.norm == "rmsnorm":
+        fp32 = s.residual == 4
+        if not fp32:
+            kept.append(ev.alloc(4 * h))
+            used += 4 * h
+        ev.free(ev.alloc(4 * h))  # pow(2)
+        c = ev.alloc(4 * h)  # x * rsqrt(variance)
+        if s.norm_out == 4 and not fp32:  # Gemma: c * (1 + weight.float()), then the cast
+            prod = ev.alloc(4 * h)
+            out = ev.alloc(s.residual * h)
+            ev.free(prod)
+            normalized = c
+        else:
+            normalized = c if fp32 else ev.alloc(s.norm_out * h)  # the cast back
+            out = ev.alloc(s.residual * h)  # weight * normalized
+            if normalized != c:
+                ev.free(c)
+        if full:
+            kept.append(normalized)
+            used += (4 if normalized == c else s.norm_out) * h
+        else:
+            ev.free(normalized)
+    else:
+        out = ev.alloc(s.residual * h)
+    later: list[int] = []
+    if full and not s.linear_cast:  # the lm_head's input
+        kept.append(out)
+        used += s.residual * h
+    else:
+        later.append(out)
+    rest = head_activations(m, t) * tokens - used
+    if rest > 0:
+        kept.append(ev.alloc(rest))
+    return kept, later
 
 
 def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: int) -> None:
@@ -294,13 +419,14 @@ def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: 
     norm_tmp = 4 * m.n_embd * tokens
     gated = m.mlp in ("swiglu", "geglu")
     for block in range(2):
-        for _ in range(n_norms if block == 0 else 0):
+        for _ in range(n_norms if block == 0 and m.norm == "rmsnorm" else 0):
             a = ev.alloc(norm_tmp)
             b = ev.alloc(norm_tmp)
             ev.free(a, b)
         x = ev.alloc(row)
         if block == 0:  # attention: its output, then the o projection
             y = ev.alloc(row)
+            ev.matmul("forward")
             ev.free(x)
             out = ev.alloc(row)
             ev.free(y)
