@@ -319,10 +319,40 @@ def plugin_keys(native: NativeConfig) -> frozenset[str]:
     return frozenset(keys)
 
 
+# the plugin family each strict plugin config is parsed by (its class name in the error)
+FAMILY = {
+    "dist_config": "DistributedPlugin",
+    "peft_config": "PeftPlugin",
+    "quant_config": "QuantizationPlugin",
+}
+
+
 def unknown(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
     """Unknown keys, a strict plugin's judged against its own dataclass: ``ep_size`` under
     ``dist_config: {name: fsdp2}`` is refused (``FSDP2Params`` has no ``ep_size``)."""
-    yield from unknown_keys(native, replace(FORMAT, keys=plugin_keys(native)))
+    for f in unknown_keys(native, replace(FORMAT, keys=plugin_keys(native))):
+        key, _, param = f.paths[0].partition(".")
+        name = str((plugin(native, key) or {}).get("name"))
+        entry = spec()["plugins"].get(key, {}).get(name)
+        if not param or entry is None:
+            yield f
+            continue
+        cls, fields = entry["where"].rpartition(" ")[2], sorted(entry["fields"])
+        others = [
+            n for n, e in spec()["plugins"][key].items() if param in e["fields"] and n != name
+        ]
+        message = (
+            f"{LABEL}'s {key} plugin {name} ({cls}) has no {param} (value "
+            f'{native.get(f.paths[0])!r}): {FAMILY[key]}.parse_params raises "ValueError: '
+            f"Unknown params for {FAMILY[key]}.{cls}: ['{param}']. Expected: {fields}\" "
+            f"(v1/utils/plugin.py) when the run starts"
+        )
+        hint = f"remove {f.paths[0]}" + (
+            f", or set {key}.name to {' or '.join(others)}, whose parameters include it"
+            if others
+            else ""
+        )
+        yield replace(f, message=message, hint=hint)
 
 
 def to_native(path: str, value: str) -> str | None:

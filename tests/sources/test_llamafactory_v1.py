@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,3 +229,49 @@ def test_the_key_list_is_generated() -> None:
     )
     assert "ep_size" in data["plugins"]["dist_config"]["fsdpturbo"]["fields"]
     assert "ep_size" not in data["plugins"]["dist_config"]["fsdp2"]["fields"]
+
+
+def upstream_interface(tmp_path: Path) -> Any:
+    """LLaMA-Factory's own ``v1/utils/plugin.py`` and ``distributed/interface.py`` (copied
+    verbatim under upstream/v1/), imported in a package laid out like theirs; their two other
+    imports (its logger, ``BaseDistributed``) are stubs that raise nothing."""
+    import importlib
+    import sys
+
+    root = tmp_path / "lfv1"
+    dist = root / "plugins" / "trainer_plugins" / "distributed"
+    dist.mkdir(parents=True)
+    (root / "utils").mkdir()
+    for folder in (root, root / "utils", root / "plugins", dist.parent, dist):
+        (folder / "__init__.py").write_text("")
+    (root / "utils" / "logging.py").write_text(
+        "class _Logger:\n    def warning_rank0_once(self, *a, **k):\n        pass\n\n\n"
+        "def get_logger(name):\n    return _Logger()\n"
+    )
+    (dist / "base.py").write_text("class BaseDistributed:\n    pass\n")
+    upstream = ROOT / "upstream" / "v1"
+    (root / "utils" / "plugin.py").write_text((upstream / "plugin.py").read_text())
+    (dist / "interface.py").write_text((upstream / "interface.py").read_text())
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return importlib.import_module("lfv1.plugins.trainer_plugins.distributed.interface")
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m == "lfv1" or m.startswith("lfv1.")]:
+            del sys.modules[name]
+
+
+def test_the_plugin_refusal_is_llamafactorys_own(tmp_path: Path) -> None:
+    iface = upstream_interface(tmp_path)
+    with pytest.raises(ValueError) as e:
+        iface.DistributedPlugin.parse_params({"name": "fsdp2", "ep_size": 4}, iface.FSDP2Params)
+    result = check(V1 / "train_full/train_full_fsdp2.yaml", "dist_config.ep_size=4")
+    f = one(result, "unknown-native-key")
+    assert f'"ValueError: {e.value}"' in f.message
+    # fsdpturbo takes it, and refuses a size below one as cfgcheck's schema does
+    params = iface.DistributedPlugin.parse_params(
+        {"name": "fsdpturbo", "ep_size": 16, "ep_dispatcher": "eager"}, iface.FSDPTurboParams
+    )
+    assert params.ep_size == 16
+    with pytest.raises(ValueError, match="ep_size must be positive"):
+        iface.FSDPTurboParams(ep_size=0)
