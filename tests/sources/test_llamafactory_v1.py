@@ -21,6 +21,7 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 from cfgcheck.sources import check_native, load_native
 from cfgcheck.sources.llamafactory_v1 import is_v1, spec
+from tests.conftest import requires
 from tests.sources.support import NATIVE, is_default, line_of, one, write
 
 ROOT = NATIVE / "llamafactory"
@@ -275,3 +276,47 @@ def test_the_plugin_refusal_is_llamafactorys_own(tmp_path: Path) -> None:
     assert params.ep_size == 16
     with pytest.raises(ValueError, match="ep_size must be positive"):
         iface.FSDPTurboParams(ep_size=0)
+
+
+# --- entry points ------------------------------------------------------------------------------
+
+FSDP2 = V1 / "train_full/train_full_fsdp2.yaml"
+
+
+def test_cli_reads_v1_without_torch() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import run_cfgcheck
+
+    for fmt in ("llamafactory", "llamafactory-v1"):
+        ok = run_cfgcheck("check", "--from", fmt, str(FSDP2), "--gpu", "H100", cwd=ROOT)
+        assert ok.returncode == 0 and "config OK" in ok.stdout, ok.stdout + ok.stderr
+    code = (
+        "import sys\nfrom cfgcheck.cli import main\n"
+        f"main(['check', '--from', 'llamafactory', {str(FSDP2)!r}])\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'hydra') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+@requires("fastapi", "httpx")
+def test_the_service_reads_a_v1_document() -> None:
+    from fastapi.testclient import TestClient
+
+    from cfgcheck.service import ServiceSettings, create_app
+    from tests.conftest import REPO
+
+    settings = ServiceSettings(config_dir=REPO / "conf", allowed_roots=(ROOT,))
+    text = (ROOT / FSDP2).read_text()
+    with TestClient(create_app(settings)) as client:
+        answer = client.post(
+            "/v1/validate",
+            json={"format": "llamafactory", "config": text, "overrides": ["dist_config.ep_size=4"]},
+        )
+        assert answer.status_code == 200, answer.text
+        unknown = next(f for f in answer.json()["findings"] if f["rule"] == "unknown-native-key")
+        assert "FSDP2Params" in unknown["message"]
