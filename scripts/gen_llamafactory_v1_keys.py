@@ -43,6 +43,9 @@ PLUGINS = {
     "peft_config": f"{V1}/plugins/model_plugins/peft.py",
     "quant_config": f"{V1}/plugins/model_plugins/quantization.py",
 }
+# FSDPTurbo's expert-parallel adapter: the model types it has a spec for (prepare_model_ep
+# raises "No FSDPTurbo EP spec is registered for model_type=..." for any other)
+FSDPTURBO = f"{V1}/plugins/trainer_plugins/distributed/fsdpturbo.py"
 OUT = Path(__file__).resolve().parents[1] / "cfgcheck" / "sources" / "keys"
 
 
@@ -125,6 +128,24 @@ def plugin_params(tree: ast.Module, known: dict[str, dict[str, Any]]) -> dict[st
     return out
 
 
+def registered_model_types(tree: ast.Module) -> dict[str, int]:
+    """``@FSDPTurboEPModelSpec.register("qwen3_moe", ...)`` -> {"qwen3_moe": line}."""
+    out: dict[str, int] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for deco in node.decorator_list:
+            if (
+                isinstance(deco, ast.Call)
+                and isinstance(deco.func, ast.Attribute)
+                and deco.func.attr == "register"
+                and getattr(deco.func.value, "id", "") == "FSDPTurboEPModelSpec"
+                and deco.args
+            ):
+                out[ast.literal_eval(deco.args[0])] = deco.lineno
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--git-dir", required=True)
@@ -149,12 +170,14 @@ def main() -> None:
             }
             for name, p in found.items()
         }
+    types = registered_model_types(ast.parse(show(a.git_dir, a.commit, FSDPTURBO)))
     out = {
         "source": "hiyouga/LLaMA-Factory",
         "commit": a.commit,
         "generated_by": "scripts/gen_llamafactory_v1_keys.py",
         "keys": keys,
         "plugins": plugins,
+        "fsdpturbo_model_types": {t: f"{FSDPTURBO}:{line}" for t, line in types.items()},
     }
     (OUT / "llamafactory_v1.json").write_text(json.dumps(out, indent=1, sort_keys=False) + "\n")
     print(

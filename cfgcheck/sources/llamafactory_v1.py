@@ -380,6 +380,31 @@ def to_native(path: str, value: str) -> str | None:
     return f"{key}={value}" if key else None
 
 
+def fsdpturbo_rules(native: NativeConfig, run: RunConfig | None) -> Iterator[Finding]:
+    """fsdpturbo shards through FSDPTurbo's expert-parallel adapter, which has a spec for a few
+    model types only (fsdpturbo.py ``FSDPTurboFSDP2Engine.prepare_model`` calls
+    ``prepare_model_ep``, whatever ``ep_size``: "No FSDPTurbo EP spec is registered for
+    model_type=...")."""
+    dist = plugin(native, "dist_config") or {}
+    if run is None or str(dist.get("name")) != "fsdpturbo":
+        return
+    known = spec()["fsdpturbo_model_types"]
+    arch = run.model.architecture
+    if arch is None or arch in known:
+        return
+    where = next(iter(known.values())).rpartition(":")[0]
+    yield Finding(
+        "llamafactory-v1-fsdpturbo-model",
+        "error",
+        ("dist_config.name", "model.architecture"),
+        f"dist_config.name=fsdpturbo with a {arch} model: LLaMA-Factory v1 refuses to start: "
+        f'"ValueError: No FSDPTurbo EP spec is registered for model_type={arch}." ({where} '
+        f"prepare_model_ep; specs for {', '.join(known)})",
+        f"use dist_config.name=fsdp2 (no expert parallelism) for {arch}, or a "
+        f"{' or '.join(known)} model",
+    )
+
+
 V1_PROFILE = Profile(
     LABEL,
     (
@@ -414,6 +439,7 @@ FORMAT = Format(
     to_native=to_native,
     profile=lambda _: V1_PROFILE,
     unknown=unknown,
+    rules=(fsdpturbo_rules,),
     unknown_severity="error",
     unknown_behaviour="USE_V1=1 llamafactory-cli refuses the file: HfArgumentParser.parse_dict("
     "args, allow_extra_keys=False) raises (src/llamafactory/v1/config/arg_parser.py get_args; "

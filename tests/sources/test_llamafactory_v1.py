@@ -320,3 +320,20 @@ def test_the_service_reads_a_v1_document() -> None:
         assert answer.status_code == 200, answer.text
         unknown = next(f for f in answer.json()["findings"] if f["rule"] == "unknown-native-key")
         assert "FSDP2Params" in unknown["message"]
+
+
+def test_fsdpturbo_needs_a_model_type_it_has_a_spec_for() -> None:
+    """fsdpturbo.py FSDPTurboFSDP2Engine.prepare_model -> prepare_model_ep: "No FSDPTurbo EP
+    spec is registered for model_type=..." for a type without @FSDPTurboEPModelSpec.register
+    (read from the source, generated into the key list; not run: it imports fsdp_turbo, a GPU
+    package, first)."""
+    assert set(spec()["fsdpturbo_model_types"]) == {"qwen3_moe", "qwen3_5_moe"}
+    dense = check(EP, "model=Qwen/Qwen3-8B")
+    f = one(dense, "llamafactory-v1-fsdpturbo-model")
+    assert "No FSDPTurbo EP spec is registered for model_type=qwen3." in f.message
+    location = f.locations["dist_config.name"]
+    assert location is not None and location.line == line_of(ROOT / EP, "ep_size") - 1
+    assert not check(EP, f"model={MOE}").by_rule("llamafactory-v1-fsdpturbo-model")
+    # fsdp2 takes any model
+    fsdp2 = check(EP, "model=Qwen/Qwen3-8B", "dist_config.name=fsdp2", "~dist_config.ep_size")
+    assert not fsdp2.by_rule("llamafactory-v1-fsdpturbo-model")
