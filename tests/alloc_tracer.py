@@ -196,7 +196,8 @@ def make_optimizer(name: str, params: list[Any]) -> Any:
 
 
 def build(m: dict[str, Any], t: dict[str, Any], gm: Any) -> Any:
-    """The model as gpu_measure.py builds it (no quantization: bitsandbytes has no CPU path)."""
+    """The model as gpu_measure.py builds it; a quantized run needs bitsandbytes (its CPU
+    backend runs 4-bit layers: :func:`build_quantized`)."""
     import transformers as tf
 
     prec = t["precision"]
@@ -209,6 +210,8 @@ def build(m: dict[str, Any], t: dict[str, Any], gm: Any) -> Any:
         cfg = CONFIG_MAPPING[hf["model_type"]].from_dict(dict(hf))
     else:
         cfg = gm.hf_config(m)
+    if t.get("quantization", "none") != "none":
+        return build_quantized(cfg, t)
     model = tf.AutoModelForCausalLM.from_config(
         cfg, dtype=wdtype, attn_implementation=t["attention"]
     )
@@ -235,6 +238,94 @@ def build(m: dict[str, Any], t: dict[str, Any], gm: Any) -> Any:
     return model
 
 
+def build_quantized(cfg: Any, t: dict[str, Any]) -> Any:
+    """QLoRA as gpu_measure.py runs it, on CPU: the random bf16 checkpoint saved and reloaded
+    with a ``BitsAndBytesConfig`` (compute dtype bf16), ``peft.prepare_model_for_kbit_training``
+    (fp32 non-quantized parameters, non-reentrant checkpointing), then LoRA."""
+    import tempfile
+
+    import peft
+    import transformers as tf
+
+    quant = t["quantization"]
+    with tempfile.TemporaryDirectory() as path:
+        tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(path)
+        bnb_cfg = tf.BitsAndBytesConfig(
+            load_in_4bit=quant in ("nf4", "nf4-dq", "fp4"),
+            load_in_8bit=quant == "int8",
+            bnb_4bit_quant_type="fp4" if quant == "fp4" else "nf4",
+            bnb_4bit_use_double_quant=quant == "nf4-dq",
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+        model = tf.AutoModelForCausalLM.from_pretrained(
+            path,
+            quantization_config=bnb_cfg,
+            dtype=torch.bfloat16,
+            device_map={"": "cpu"},
+            attn_implementation=t["attention"],
+        )
+    model = peft.prepare_model_for_kbit_training(
+        model,
+        use_gradient_checkpointing=t["gradient_checkpointing"],
+        gradient_checkpointing_kwargs={"use_reentrant": False},
+    )
+    model.config.use_cache = False
+    lc = t["lora"]
+    model = peft.get_peft_model(
+        model,
+        peft.LoraConfig(
+            r=lc["rank"],
+            lora_alpha=lc["alpha"],
+            lora_dropout=lc["dropout"],
+            target_modules=lc["targets"],
+            task_type="CAUSAL_LM",
+        ),
+    )
+    model.train()
+    return model
+
+
+class CudaDropout(torch.nn.Module):
+    """CUDA's dropout on CPU: ``torch.native_dropout`` keeps a 1-byte mask (CUDA's fused kernel;
+    CPU's ``F.dropout`` keeps an input-sized noise tensor instead)."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.native_dropout(x, self.p, self.training)[0]
+
+
+def cuda_dropout(model: Any) -> None:
+    """Give every LoRA dropout of ``model`` CUDA's saved tensors (:class:`CudaDropout`)."""
+    for module in model.modules():
+        drops = getattr(module, "lora_dropout", None)
+        if isinstance(drops, torch.nn.ModuleDict):
+            for name, d in list(drops.items()):
+                if isinstance(d, torch.nn.Dropout):
+                    drops[name] = CudaDropout(d.p)
+
+
+def quant_state_tensors(model: Any) -> list[torch.Tensor]:
+    """The tensors of each bitsandbytes weight's quantization state (absmax, code, nested
+    state): allocated with the weights, but neither parameters nor buffers."""
+    found: list[torch.Tensor] = []
+
+    def collect(state: Any) -> None:
+        for value in vars(state).values():
+            if isinstance(value, torch.Tensor):
+                found.append(value)
+            elif hasattr(value, "absmax"):  # the nested state of double quantization
+                collect(value)
+
+    for p in model.parameters():
+        state = getattr(p, "quant_state", None)
+        if state is not None:
+            collect(state)
+    return found
+
+
 def batch(m: dict[str, Any], t: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
     """gpu_measure.py's batch: padded rows (sample 0 ends in 8 pad positions) or packed rows."""
     b, s = t["micro_batch_size"], d["max_seq_length"]
@@ -259,14 +350,21 @@ def batch(m: dict[str, Any], t: dict[str, Any], d: dict[str, Any]) -> dict[str, 
 
 
 def traced_step(
-    spec: dict[str, Any], steps: int = 2, snapshot: bool = False, record: bool = False
+    spec: dict[str, Any],
+    steps: int = 2,
+    snapshot: bool = False,
+    record: bool = False,
+    cuda_dropout_masks: bool = False,
 ) -> StepResult:
     """Peak live bytes of gpu_measure.py's loop for a resolved run (``model``, ``trainer``,
     ``data`` dicts as in ``benchmarks/calibration/runs.json``), measured like the script: the
-    peak is reset after the build, with the weights and the batch live."""
+    peak is reset after the build, with the weights and the batch live.
+    ``cuda_dropout_masks``: LoRA dropouts keep CUDA's 1-byte masks (:func:`cuda_dropout`)."""
     m, t, d = spec["model"], spec["trainer"], spec["data"]
     gm = gpu_measure()
     model = build(m, t, gm)
+    if cuda_dropout_masks:
+        cuda_dropout(model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(t["optimizer"], params)
     kwargs = batch(m, t, d)
@@ -274,7 +372,9 @@ def traced_step(
     autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(t["precision"])
     tracer = AllocTracer(snapshot)
     tracer.record = record
-    tracer.track_all([list(model.parameters()), list(model.buffers()), kwargs])
+    tracer.track_all(
+        [list(model.parameters()), list(model.buffers()), quant_state_tensors(model), kwargs]
+    )
     tracer.reset_peak()
     baseline = tracer.current
     with tracer:
@@ -464,7 +564,7 @@ class Comparison:
         return (self.estimated - self.traced.peak.bytes) / self.traced.peak.bytes
 
 
-def compare(run: dict[str, dict[str, Any]]) -> Comparison:
+def compare(run: dict[str, dict[str, Any]], cuda_dropout_masks: bool = False) -> Comparison:
     """cfgcheck's allocated peak against the traced step of the same run."""
     from cfgcheck.memory.estimate import estimate
     from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
@@ -474,4 +574,5 @@ def compare(run: dict[str, dict[str, Any]]) -> Comparison:
     d = DataConfig(**run["data"])
     spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
     est = estimate(m, d, t)
-    return Comparison(run, traced_step(spec), est.allocated_bytes, est.phase)
+    traced = traced_step(spec, cuda_dropout_masks=cuda_dropout_masks)
+    return Comparison(run, traced, est.allocated_bytes, est.phase)

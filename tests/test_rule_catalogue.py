@@ -279,6 +279,11 @@ LLAMAFACTORY_CORPUS: list[tuple[str, tuple[str, ...]]] = [
     (LF_SFT, ("packing=true",)),
     ("examples/train_full/llama3_full_sft.yaml", ("quantization_bit=4",)),
     ("examples/extras/fp8/llama3_fp8_fsdp_sft.yaml", ()),
+    # a v1 file: fsdpturbo with a dense model
+    (
+        "examples/v1/train_full/train_full_qwen3_moe_fsdpturbo_ep_fsdp.yaml",
+        ("model=Qwen/Qwen3-8B",),
+    ),
 ]
 
 

@@ -10,7 +10,16 @@ import argparse
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import CheckResult
 
-FORMATS = ("litgpt", "axolotl", "trl", "llamafactory", "python", "torchtune", "launch")
+FORMATS = (
+    "litgpt",
+    "axolotl",
+    "trl",
+    "llamafactory",
+    "llamafactory-v1",
+    "python",
+    "torchtune",
+    "launch",
+)
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:

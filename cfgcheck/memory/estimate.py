@@ -37,6 +37,7 @@ from cfgcheck.memory import (
 )
 from cfgcheck.memory.allocator import rounding_bytes
 from cfgcheck.memory.params import ParamCount, count_params
+from cfgcheck.memory.recompute import recompute_moment
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, stack
 from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
@@ -356,7 +357,9 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
         layer -= mlp - mlp // tiled.shards(t, seq)
         hidden_grads = 2 * st.residual * m.n_embd * tokens
-        dequant = weights.dequant_bytes(m, t, tokens)  # the recomputed layer's bnb buffers
+        # the recomputed layer's largest moment and the bnb buffers alive at it (recompute.py)
+        moment = recompute_moment(m, t, tokens, weights.dequant_bytes(m, t, tokens))
+        dequant = moment.dequant
         ckpts = act.checkpoint_bytes(m, t, tokens)
         held_grads, held_ckpts = grads, ckpts
         if (
@@ -377,7 +380,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
         hidden_grads += act.dispatch_backward_bytes(m, t, tokens)  # MoE: routed gradients
         hidden_grads += b * act.checkpoint_mask_bytes(m, t, seq, masked)  # a layer input
-        hidden_grads += act.recompute_backward_bytes(m, t, tokens)  # the layer's backward
+        hidden_grads += moment.extra  # the layer's backward (or 4-bit: see recompute.py)
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [

@@ -308,6 +308,16 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Use one of the listed values; the fix offers the closest.",
         group=NATIVE,
     ),
+    "llamafactory-v1-fsdpturbo-model": E(
+        "error",
+        "LLaMA-Factory v1 (`--from llamafactory`, a v1 file): `dist_config.name: fsdpturbo` "
+        "only with a model type FSDPTurbo's expert-parallel adapter has a spec for (qwen3_moe, "
+        "qwen3_5_moe; generated from `fsdpturbo.py`).",
+        'LLaMA-Factory v1 refuses to start: "ValueError: No FSDPTurbo EP spec is registered '
+        'for model_type=..." (`FSDPTurboFSDP2Engine.prepare_model_ep`, whatever `ep_size`).',
+        "Use `dist_config.name: fsdp2` for other models.",
+        group=NATIVE,
+    ),
     "llamafactory-unknown-template": E(
         "error",
         "LLaMA-Factory (`--from llamafactory`): `template` names a chat template LLaMA-Factory "

@@ -30,7 +30,16 @@ from cfgcheck.sources.unknown import unknown_keys
 
 def formats() -> dict[str, Format]:
     """``--from`` name -> format (imported on first use)."""
-    from cfgcheck.sources import axolotl, launcher, litgpt, llamafactory, python, torchtune, trl
+    from cfgcheck.sources import (
+        axolotl,
+        launcher,
+        litgpt,
+        llamafactory,
+        llamafactory_v1,
+        python,
+        torchtune,
+        trl,
+    )
 
     return {
         f.name: f
@@ -39,6 +48,7 @@ def formats() -> dict[str, Format]:
             axolotl.FORMAT,
             trl.FORMAT,
             llamafactory.FORMAT,
+            llamafactory_v1.FORMAT,
             python.FORMAT,
             torchtune.FORMAT,
             launcher.FORMAT,
@@ -103,10 +113,25 @@ def load_document(
     options: Mapping[str, str] | None = None,
 ) -> Loaded:
     """:func:`load_native` of an already-read document (the service parses request text)."""
+    if fmt == "llamafactory" and _llamafactory_v1(doc, options or {}):
+        fmt = "llamafactory-v1"  # USE_V1=1: another trainer, another file format
     spec = get_format(fmt)
     native = NativeConfig.from_document(fmt, doc, overrides, options)
     loaded = build_loaded(spec, native, Builder(native, spec.label), gpu)
     return dataclasses.replace(loaded, document=doc, overrides=tuple(overrides))
+
+
+def _llamafactory_v1(doc: Document, options: Mapping[str, str]) -> bool:
+    """``--framework-version v1`` (or ``v0``), else the file's keys
+    (:func:`cfgcheck.sources.llamafactory_v1.is_v1`)."""
+    flag = str(options.get("framework_version") or "").lower()
+    if flag in ("v1", "1"):
+        return True
+    if flag in ("v0", "0"):
+        return False
+    from cfgcheck.sources.llamafactory_v1 import is_v1
+
+    return isinstance(doc.data, dict) and is_v1(doc.data)
 
 
 # A check that the caller (the service) runs on what a native config names before anything
