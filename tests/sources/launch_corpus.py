@@ -66,6 +66,33 @@ MISTRAL_7B_V01 = MISTRAL_7B_V03 | {
     "sliding_window": 4096,
     "rope_theta": 10000.0,
 }
+# 01-ai/Yi-6B and Yi-34B config.json (Hub; Llama architecture since their 2023-11 update).
+YI_6B: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 5000000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 64000,
+}
+YI_34B = YI_6B | {
+    "hidden_size": 7168,
+    "intermediate_size": 20480,
+    "num_attention_heads": 56,
+    "num_hidden_layers": 60,
+    "num_key_value_heads": 8,
+}
 MODELS: dict[str, dict[str, Any]] = {
     "facebook/opt-1.3b": OPT_13B,
     "facebook/opt-350m": OPT_350M,
@@ -77,6 +104,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "meta-llama/Llama-2-70b-hf": LLAMA2_70B,
     "mistralai/Mistral-7B-v0.1": MISTRAL_7B_V01,
     "Qwen/Qwen2.5-0.5B": QWEN25_05B,
+    "01-ai/Yi-6B": YI_6B,
+    "01-ai/Yi-34B": YI_34B,
 }
 
 
@@ -94,6 +123,9 @@ class Case:
     transformers: str | None = None  # the release the repository pins
     errors: frozenset[str] = frozenset()  # the error rules expected, each explained below
     why: str = ""
+    # A model only its repository's own code builds (trust_remote_code: ChatGLM, Baichuan,
+    # Qwen-7B): the verdict is the one line that names it (exit 2), after the flags parse.
+    remote: str | None = None
 
     @property
     def name(self) -> str:
@@ -186,6 +218,46 @@ CASES = [
         cwd=f"{DSCHAT}/step3_rlhf_finetuning",
         args=("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
     ),
+    # ChatGLM-6B ptuning (requirements.txt pins transformers==4.27.1) and ChatGLM2-6B ptuning
+    # (4.30.2): main.py parses arguments.py's ModelArguments (--quantization_bit,
+    # --pre_seq_len) and Seq2SeqTrainingArguments (--predict_with_generate); the models are
+    # remote code. Against transformers 5 --overwrite_output_dir is refused (removed in 5.0).
+    *[
+        Case(f"{repo}/ptuning/{name}", transformers=pin, remote=model)
+        for repo, pin, model in (
+            ("chatglm", "4.27.1", "THUDM/chatglm-6b"),
+            ("chatglm2", "4.30.2", "THUDM/chatglm2-6b"),
+        )
+        for name in ("train.sh", "ds_train_finetune.sh", "train_chat.sh")
+    ],
+    Case("chatglm/ptuning/ds_train_finetune.sh", remote="THUDM/chatglm-6b", errors=RENAMED),
+    # Baichuan2's README deepspeed command (fine-tune/requirements.txt pins no transformers):
+    # the installed release refuses --warmup_ratio; the model is remote code.
+    Case(
+        "baichuan2/fine-tune/readme_train.sh",
+        remote="baichuan-inc/Baichuan2-7B-Base",
+        errors=RENAMED,
+        why="--warmup_ratio in transformers 5",
+    ),
+    Case(
+        "baichuan2/fine-tune/readme_train.sh",
+        transformers="4.37.2",
+        remote="baichuan-inc/Baichuan2-7B-Base",
+    ),
+    # Yi finetune/scripts (DeepSpeed-Chat-style argparse main.py; they `cd ../sft/` first and
+    # name placeholder model folders, given a Hub id here).
+    *[
+        Case(
+            f"yi/finetune/scripts/{name}.sh",
+            cwd="yi/finetune/sft",
+            args=(f"model_name_or_path=01-ai/{model}",),
+        )
+        for name, model in (
+            ("run_sft_Yi_6b", "Yi-6B"),
+            ("run_sft_lora_Yi_6b", "Yi-6B"),
+            ("run_sft_Yi_34b", "Yi-34B"),
+        )
+    ],
     # peft examples/sft (TRL's SFTConfig).
     *[
         Case(f"peft_sft/{name}.sh")
