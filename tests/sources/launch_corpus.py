@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.model_folders import LLAMA2_7B, MISTRAL_7B_V03, QWEN25_05B, hub_cache
+from tests.model_folders import GPT2, LLAMA2_7B, MISTRAL_7B_V03, QWEN25_05B, hub_cache
 
 PUBLISHED = Path(__file__).resolve().parent / "native" / "launch" / "published"
 
@@ -93,6 +93,8 @@ YI_34B = YI_6B | {
     "num_hidden_layers": 60,
     "num_key_value_heads": 8,
 }
+# openai-community/gpt2-xl config.json (Hub; cached as models--gpt2-xl under its legacy id).
+GPT2_XL = GPT2 | {"n_embd": 1600, "n_head": 25, "n_layer": 48}
 MODELS: dict[str, dict[str, Any]] = {
     "facebook/opt-1.3b": OPT_13B,
     "facebook/opt-350m": OPT_350M,
@@ -106,6 +108,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "Qwen/Qwen2.5-0.5B": QWEN25_05B,
     "01-ai/Yi-6B": YI_6B,
     "01-ai/Yi-34B": YI_34B,
+    "gpt2": GPT2,
+    "gpt2-xl": GPT2_XL,
 }
 
 
@@ -258,6 +262,18 @@ CASES = [
             ("run_sft_Yi_34b", "Yi-34B"),
         )
     ],
+    # transformers examples/pytorch/language-modeling/run_clm.py (its check_min_version asks
+    # 4.57.0.dev0: checked against 4.57.1): the README's two commands, and a published
+    # script that passes --overwrite_output_dir, which transformers 5 removed.
+    Case("transformers_clm/readme_clm_wikitext.sh", transformers="4.57.1"),
+    Case("transformers_clm/readme_clm_wikitext.sh"),
+    Case(  # the README's placeholders for its own files, given
+        "transformers_clm/readme_clm_files.sh",
+        transformers="4.57.1",
+        args=("train_file=train.txt", "validation_file=valid.txt"),
+    ),
+    Case("transformers_clm/train_gpt2_xl.sh", transformers="4.57.1"),
+    Case("transformers_clm/train_gpt2_xl.sh", errors=RENAMED, why="removed in transformers 5"),
     # peft examples/sft (TRL's SFTConfig).
     *[
         Case(f"peft_sft/{name}.sh")

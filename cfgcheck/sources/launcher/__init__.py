@@ -44,6 +44,7 @@ class LaunchConfig(NativeConfig):
     given: tuple[str, ...] = ()  # the overrides and script arguments it was read with
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES the command runs with
     offload: str | None = None  # what the DeepSpeed JSON offloads (the estimate does not)
+    adjustments: list[Any] = field(default_factory=list)  # profiles.Adjustment, per entry point
 
     def value(self, key: str, fallback: Any = None) -> Any:
         """The flag's value, else the field's default, else ``fallback``."""
@@ -130,6 +131,7 @@ def profile(native: NativeConfig) -> Profile:
             "config.rope_scaling): no crash, on positions the model was not trained on"
         )
         adjustments.append(Adjustment("seq-len-over-block-size", "warning", note, "error"))
+    adjustments += launch_of(native).adjustments
     return Profile("transformers Trainer", tuple(adjustments))
 
 

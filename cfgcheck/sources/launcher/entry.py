@@ -21,6 +21,7 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Location
 from cfgcheck.sources.code import CallSite, CodeFile, Known, Program, read_code, read_program
 from cfgcheck.sources.code.datapath import collator_kind, is_tokenizer_call
+from cfgcheck.sources.launcher.clm import packing_function
 from cfgcheck.sources.pydataclass import (
     NO_DEFAULT,
     ClassInfo,
@@ -69,6 +70,7 @@ class Entry:
     pad_token_set: str | None = None  # where the code gives the tokenizer a pad token
     rope_scaling: Location | None = None  # where the code sets config.rope_scaling
     applies_lora: Location | None = None  # where the code calls get_peft_model
+    packs: Location | None = None  # where run_clm's group_texts cuts block_size rows (clm.py)
 
 
 @lru_cache(maxsize=2)
@@ -301,6 +303,7 @@ def read_entry(
         entry.parser = "argparse"
         entry.fields = _argparse_fields(program, shown)
     _data_path(entry)
+    entry.packs = packing_function(entry)
     if entry.pad_token_set is None:
         entry.pad_token_set = _pad_token_in(code)
     if entry.pad_token_set is None or entry.tokenize is None:

@@ -67,6 +67,10 @@ def finish_fixes(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
                 message=f"{f.message} (not counted: the DeepSpeed config's {n.offload}, which "
                 "moves them off the GPU, so the peak is lower than this)",
             )
+        if f.rule == "seq-len-over-block-size" and n.entry and n.entry.packs:
+            from cfgcheck.sources.launcher.clm import with_crash
+
+            f = with_crash(f)
         fixes = [_as_flags(x) for x in f.fixes]
         if f.rule == "ragged-batch":
             f = _ragged(loaded, f)

@@ -15,6 +15,7 @@ from typing import Any
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Finding, Location
 from cfgcheck.sources.launcher import LaunchConfig
+from cfgcheck.sources.launcher.clm import post_init_problems
 from cfgcheck.sources.launcher.command import Flag, Launch, find_launches, script_flags
 from cfgcheck.sources.launcher.entry import (
     Field,
@@ -95,6 +96,7 @@ def read_launch(
             native.where[f"launcher.{name}"] = Location(shown, word.line)
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
+    native.problems += post_init_problems(native)
     both = native.data.get("fp16") is True and native.data.get("bf16") is True
     if both and "fp16_and_bf16" in release_checks(entry.transformers_version):
         # transformers training_args.py TrainingArguments.__post_init__ (5.24: line 1785)
