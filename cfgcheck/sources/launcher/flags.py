@@ -53,8 +53,7 @@ def read_launch(
     # Overrides without "=" are the script's own arguments ($1, $2...); the others are flags
     # appended to the training command.
     given = tuple(overrides)
-    args = [o for o in overrides if "=" not in o and not o.startswith("-")]
-    overrides = [o for o in overrides if o not in args]
+    args, overrides = split_arguments(overrides)
     parsed = read_script(text, shown, args)
     launches = find_launches(parsed)
     if not launches:
@@ -94,6 +93,19 @@ def read_launch(
         if word.unknown and name.replace("-", "_") in counts:
             native.unknown[f"launcher.{name}"] = f"{word.unknown} ({shown}:{word.line})"
             native.where[f"launcher.{name}"] = Location(shown, word.line)
+    passed = [w for w in launch.command.words if w.unknown and w.text == "$@"]
+    if passed:
+        native.problems.append(
+            Finding(
+                UNKNOWN_VALUE,
+                "warning",
+                ("$@",),
+                f'"$@" at line {passed[0].line} passes the script\'s arguments to the entry '
+                f"point, and they are {passed[0].unknown}: the flags they hold are not checked",
+                "give the script's arguments after --, in a form its argument loop reads",
+                locations={"$@": Location(shown, passed[0].line)},
+            )
+        )
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
     native.problems += post_init_problems(native)
@@ -112,6 +124,25 @@ def read_launch(
             )
         )
     return native
+
+
+def split_arguments(given: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the script's arguments, the flags appended to its command): before ``--``, a word
+    without ``=`` is an argument (``$1``...) and ``key=value`` / ``--flag=value`` an appended
+    flag; every word after ``--`` is an argument as typed (``-m MODEL``, ``--use_lora True``)."""
+    words = list(given)
+    after = words[words.index("--") + 1 :] if "--" in words else []
+    before = words[: words.index("--")] if "--" in words else words
+    args = [o for o in before if "=" not in o and not o.startswith("-")]
+    return args + after, [o for o in before if o not in args]
+
+
+def with_flags(given: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``given`` (overrides, then ``--`` and the script's arguments) with ``flags`` appended
+    as overrides, before the ``--``."""
+    words = list(given)
+    cut = words.index("--") if "--" in words else len(words)
+    return [*words[:cut], *flags, *words[cut:]]
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -171,8 +202,7 @@ def _parse(native: LaunchConfig, flags: list[Flag], fields: dict[str, Field] | N
     unknown: list[Flag] = []
     for flag in flags:
         name = flag.name.replace("-", "_")
-        where = Location(native.file, flag.word.line) if flag.word.line else None
-        where = where or Location(f"<override {flag.word.text}>", None)
+        where = _located(native, flag)
         spec = fields.get(name) if fields is not None else None
         value: Any = flag.value
         if fields is not None and spec is None and name.startswith("no_"):
@@ -206,6 +236,16 @@ def _parse(native: LaunchConfig, flags: list[Flag], fields: dict[str, Field] | N
                 f"--{name.removeprefix('launcher.')} VALUE",
             )
         )
+
+
+def _located(native: LaunchConfig, flag: Flag) -> Location:
+    """The script's line of ``flag``; a flag passed through ``"$@"`` is where the user typed
+    it (``<script argument 3: --lr>``), an override or a fix the override."""
+    if flag.word.arg:
+        return Location(f"<script argument {flag.word.arg}: {flag.word.text}>", None)
+    if flag.word.line:
+        return Location(native.file, flag.word.line)
+    return Location(f"<override {flag.word.text}>", None)
 
 
 def _typed(value: str | None, spec: Field | None) -> Any:
@@ -251,7 +291,7 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
     first = flags[0]
     parser = native.entry.parser if native.entry else "the parser"
     for f in flags:
-        native.where.setdefault(f.name, Location(native.file, f.word.line or None))
+        native.where.setdefault(f.name, _located(native, f))
     refusal = (
         f'the run stops with "error: unrecognized arguments: {" ".join(names)}" (argparse)'
         if parser == "argparse"
@@ -270,4 +310,4 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
     )
 
 
-__all__ = ["read_launch", "script_flags"]
+__all__ = ["read_launch", "script_flags", "split_arguments", "with_flags"]

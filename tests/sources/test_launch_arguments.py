@@ -1,0 +1,178 @@
+"""A launch script's own arguments, given after ``--`` as typed (``-m MODEL``, ``--use_lora
+True``): the argument loops published scripts use are followed over them (never run), and
+``"$@"`` passes the rest to the entry point, whose parser checks them.
+
+Each shape is compared with what bash itself does with the same script and arguments: the
+test runs its own snippets (and Qwen's published finetune_lora_single_gpu.sh) under bash with
+the launchers replaced by a function that prints its arguments; cfgcheck never runs them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cfgcheck.errors import ConfigLoadError
+from cfgcheck.sources import check_native
+from cfgcheck.sources.launcher.command import find_launches
+from cfgcheck.sources.launcher.flags import read_launch
+from cfgcheck.sources.launcher.shell import read_script
+from tests.conftest import run_cfgcheck
+
+LAUNCH = Path(__file__).resolve().parent / "native" / "launch"
+SEED = LAUNCH / "seed"
+QWEN = LAUNCH / "published" / "qwen" / "finetune" / "finetune_lora_single_gpu.sh"
+STUBS = "".join(
+    f'{name}() {{ printf "%s\\n" "$@" > "$OUT"; }}; '
+    for name in ("python", "python3", "torchrun", "deepspeed")
+)
+
+# The shapes: while/case over $1 with `shift 2`, and a `*) break` that leaves the rest to "$@".
+SHIFT_TWO = """MODEL=org/base
+LR=2e-5
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -m|--model) MODEL="$2"; shift 2 ;;
+    --lr) LR="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
+python train.py --model_name_or_path $MODEL --learning_rate $LR --output_dir out "$@"
+"""
+# --flag=value in a for loop over "$@" (the loop does not shift: "$@" is unchanged after it).
+EQUALS = """MODEL=org/base
+for arg in "$@"; do
+  case $arg in
+    --model=*) MODEL="${arg#*=}" ;;
+    --batch=*) BATCH="${arg#*=}" ;;
+  esac
+done
+torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL \\
+    --per_device_train_batch_size ${BATCH:-4} --output_dir out
+"""
+# An arm this reader does not follow (an array append).
+ARRAY = """MODEL=org/base
+POSITIONAL=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --model) MODEL="$2"; shift; shift ;;
+    *) POSITIONAL+=("$1"); shift ;;
+  esac
+done
+python train.py --model_name_or_path $MODEL --output_dir out "$@"
+"""
+# A top-level shift after reading $1, then the rest passed through.
+SHIFTED = """MODEL=$1
+shift
+python train.py --model_name_or_path $MODEL --output_dir out "$@"
+"""
+
+
+def bash_argv(tmp: Path, script: str, args: list[str]) -> list[str] | None:
+    """The arguments bash hands the launcher (None: it never launched)."""
+    path, out = tmp / "script.sh", tmp / "argv.txt"
+    path.write_text(script)
+    out.unlink(missing_ok=True)
+    subprocess.run(
+        ["bash", "-c", STUBS + 'source "$0" "$@"', str(path), *args],
+        cwd=tmp,
+        env={"PATH": "/usr/bin:/bin", "OUT": str(out)},
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return out.read_text().splitlines() if out.exists() else None
+
+
+def cfgcheck_argv(script: str, args: list[str]) -> list[str]:
+    (launch,) = find_launches(read_script(script, "script.sh", args))
+    return [w.text for w in launch.command.words[1:]]
+
+
+@pytest.mark.parametrize(
+    ("script", "args"),
+    [
+        (SHIFT_TWO, []),
+        (SHIFT_TWO, ["--model", "org/x", "--lr", "1e-4"]),
+        (SHIFT_TWO, ["-m", "org/x", "--learning_rate", "1e-4", "--bf16", "True"]),
+        (EQUALS, ["--model=org/x", "--batch=2"]),
+        (EQUALS, ["--batch=1"]),
+        (SHIFTED, ["org/x", "--lora_r", "8"]),
+        (QWEN.read_text(), ["-m", "org/x", "-d", "data.json"]),
+        (QWEN.read_text(), ["--data", "d.json"]),
+    ],
+)
+def test_argument_loops_give_what_bash_gives(tmp_path: Path, script: str, args: list[str]) -> None:
+    expected = bash_argv(tmp_path, script, args)
+    assert expected is not None
+    assert cfgcheck_argv(script, args) == expected
+
+
+def test_an_arm_that_exits_is_one_line(tmp_path: Path) -> None:
+    assert bash_argv(tmp_path, QWEN.read_text(), ["--epochs", "3"]) is None  # exit 1
+    with pytest.raises(ConfigLoadError, match=r"finetune_lora_single_gpu\.sh:31: .* exits here"):
+        read_launch(QWEN.read_text(), QWEN.name, QWEN, ["--", "--epochs", "3"], {})
+
+
+def test_an_unfollowed_loop_is_an_unknown_value_naming_the_variable() -> None:
+    script = read_script(ARRAY, "run.sh", ["--model", "org/x", "--lr", "1"])
+    (launch,) = find_launches(script)
+    flags = {f.name: f for f in launch.flags}
+    word = flags["model_name_or_path"].value_word
+    assert word is not None and word.unknown is not None
+    assert word.unknown.startswith("$MODEL, set by the argument loop at line 3")
+    assert "POSITIONAL+=" in word.unknown
+    assert "--lr" not in [w.text for w in launch.command.words]  # "$@" is unknown too
+    # Without arguments the loop's body never runs: the value before it stands.
+    (plain,) = find_launches(read_script(ARRAY, "run.sh"))
+    assert {f.name: f.value for f in plain.flags}["model_name_or_path"] == "org/base"
+
+
+def _project(tmp: Path, script: str) -> Path:
+    shutil.copy(SEED / "train.py", tmp / "train.py")
+    (tmp / "tiny-llama").symlink_to(SEED / "tiny-llama")
+    (tmp / "run.sh").write_text(script)
+    return tmp / "run.sh"
+
+
+def test_passed_flags_are_parsed_and_located_at_their_argument(tmp_path: Path) -> None:
+    run = _project(tmp_path, SHIFT_TWO)
+    given = ["--", "-m", "tiny-llama", "--lr", "1e-4", "--per_device_train_batch_size"]
+    given += ["1", "--evaluation_strategy", "steps"]
+    native = read_launch(run.read_text(), "run.sh", run, given, {})
+    assert native.data["model_name_or_path"] == "tiny-llama"
+    assert native.data["learning_rate"] == 1e-4
+    assert native.data["per_device_train_batch_size"] == 1
+    result = check_native(run, "launch", given, options={"transformers_version": "4.51.3"})
+    (refused,) = result.by_rule("launch-unknown-flag")
+    assert refused.paths == ("evaluation_strategy",)
+    where = refused.locations["evaluation_strategy"]
+    assert where is not None and where.file == "<script argument 7: --evaluation_strategy>"
+
+
+def test_an_unknown_pass_through_is_a_warning(tmp_path: Path) -> None:
+    run = _project(tmp_path, ARRAY)
+    native = read_launch(run.read_text(), "run.sh", run, ["--", "--lr", "1"], {})
+    (passed,) = [p for p in native.problems if p.paths == ("$@",)]
+    assert passed.rule == "launch-unknown-value" and "not checked" in passed.message
+
+
+def test_the_command_line_keeps_the_arguments_after_the_double_dash(tmp_path: Path) -> None:
+    run = _project(tmp_path, SHIFT_TWO)
+    proc = run_cfgcheck(
+        "check",
+        "--from",
+        "launch",
+        str(run),
+        "--",
+        "-m",
+        "tiny-llama",
+        "--model_max_length",
+        "99999",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "seq-len-over-block-size" in proc.stdout
+    assert "<script argument 3: --model_max_length>" in proc.stdout
