@@ -176,3 +176,34 @@ def test_the_command_line_keeps_the_arguments_after_the_double_dash(tmp_path: Pa
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "seq-len-over-block-size" in proc.stdout
     assert "<script argument 3: --model_max_length>" in proc.stdout
+
+
+SHELL = LAUNCH / "published" / "shell"
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        # cheneydon/efficient-bert dist_finetune.sh: NUM_PROC=$1; shift; ... "$@"
+        ("dist_finetune.sh", ["8", "--task", "cola", "--lr", "5e-5"]),
+        ("dist_finetune.sh", ["2"]),
+        # lillian039/In-context-Reasoning-with-Errors run.sh: a for loop over "$@" that shifts
+        # and breaks, the arguments kept in a variable before it
+        ("run_model_arg.sh", ["--model", "llama3", "--shots", "4"]),
+        ("run_model_arg.sh", ["--shots", "4"]),
+    ],
+)
+def test_published_argument_shapes_give_what_bash_gives(
+    tmp_path: Path, name: str, args: list[str]
+) -> None:
+    text = (SHELL / name).read_text()
+    expected = bash_argv(tmp_path, text, args)
+    assert expected is not None
+    launches = find_launches(read_script(text, name, args))
+    assert expected in [[w.text for w in launch.command.words[1:]] for launch in launches]
+
+
+def test_a_slice_of_the_arguments(tmp_path: Path) -> None:
+    script = "GPUS=$1\ntorchrun --nproc_per_node $GPUS finetune.py --config $2 ${@:3}\n"
+    args = ["4", "c.yaml", "--lr", "1e-4"]
+    assert cfgcheck_argv(script, args) == bash_argv(tmp_path, script, args)

@@ -298,7 +298,7 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
         else 'the run stops with "ValueError: Some specified arguments are not used by the '
         f'HfArgumentParser: {names}"'
     )
-    at = f" (first at line {first.word.line})" if first.word.line else ""
+    at = f" (first at line {first.word.line})" if first.word.line and not first.word.arg else ""
     return Finding(
         UNKNOWN_FLAG,
         "error",

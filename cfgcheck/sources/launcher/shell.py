@@ -26,6 +26,7 @@ OPENERS = frozenset({"if", "for", "while", "until", "case"})
 CLOSERS = frozenset({"fi", "done", "esac"})
 SEPARATORS = frozenset({";", "&", "|", "&&", "||", ";;"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_SLICE = re.compile(r"\$\{@:([0-9]+)\}")
 _VAR = re.compile(
     r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+|@|\*)(?::?-([^}]*))?\}"
     r"|([A-Za-z_][A-Za-z0-9_]*|[0-9]|@|\*))"
@@ -267,6 +268,13 @@ def _substitute(
             return [_word(f"{_MARK}$@{_MARK}", line, script)]
         # "$@": one word per argument left (none when the script was given none)
         return [Word(a, line, arg=n) for n, a in script.positional]
+    sliced = _SLICE.fullmatch(token)
+    if sliced:  # "${@:3}": the arguments from the third on
+        if script.args_unknown is not None:
+            script.reasons["$@"] = script.args_unknown
+            return [_word(f"{_MARK}$@{_MARK}", line, script)]
+        skip = max(0, int(sliced.group(1)) - 1)
+        return [Word(a, line, arg=n) for n, a in script.positional[skip:]]
 
     def one(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(3)
