@@ -176,6 +176,7 @@ def test_the_command_line_keeps_the_arguments_after_the_double_dash(tmp_path: Pa
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "seq-len-over-block-size" in proc.stdout
     assert "<script argument 3: --model_max_length>" in proc.stdout
+    assert "fix: --model_max_length 128" in proc.stdout  # appended after "$@": the last wins
 
 
 SHELL = LAUNCH / "published" / "shell"

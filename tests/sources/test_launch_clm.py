@@ -82,6 +82,7 @@ def test_block_size_is_capped_at_the_tokenizer_length(tmp_path: Path) -> None:
     assert result.config is not None and result.config.data.max_seq_length == 2048
     (over,) = result.by_rule("seq-len-over-block-size")
     assert over.severity == "error" and "index out of range in self" in over.message
+    assert [fix.flags for fix in over.fixes] == [("--block_size", "32")]  # the flag run_clm reads
 
 
 def test_without_the_tokenizer_files_the_length_is_unknown(tmp_path: Path) -> None:
@@ -160,8 +161,10 @@ def test_a_block_past_the_positions_fails_at_the_first_forward(tmp_path: Path) -
     assert "index out of range in self" in failed.stderr, failed.stderr[-3000:]
     (finding,) = check_native(project / "run.sh", "launch").by_rule("seq-len-over-block-size")
     assert finding.severity == "error"
+    (fix,) = finding.fixes
+    assert fix.flags[0] == "--block_size"
 
-    ran = run(32)
+    ran = run(int(fix.flags[1]))  # the fix as cfgcheck types it
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "train_runtime" in ran.stdout + ran.stderr
     fixed = check_native(project / "run.sh", "launch", ["block_size=32"])
