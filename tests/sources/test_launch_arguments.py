@@ -208,3 +208,40 @@ def test_a_slice_of_the_arguments(tmp_path: Path) -> None:
     script = "GPUS=$1\ntorchrun --nproc_per_node $GPUS finetune.py --config $2 ${@:3}\n"
     args = ["4", "c.yaml", "--lr", "1e-4"]
     assert cfgcheck_argv(script, args) == bash_argv(tmp_path, script, args)
+
+
+# getopts, and the shift past the options it read.
+GETOPTS = """MODEL=org/base
+BATCH=4
+while getopts "m:b:v" opt; do
+  case $opt in
+    m) MODEL=$OPTARG ;;
+    b) BATCH="$OPTARG" ;;
+    v) echo verbose ;;
+  esac
+done
+shift $((OPTIND-1))
+torchrun --nproc_per_node 2 train.py --model_name_or_path $MODEL \\
+    --per_device_train_batch_size $BATCH "$@"
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-m", "org/x", "-b2", "--lr", "1"],
+        ["-v", "-b", "8", "--", "-m", "y"],
+        [],
+        ["--bf16", "True"],
+    ],
+)
+def test_getopts_gives_what_bash_gives(tmp_path: Path, args: list[str]) -> None:
+    expected = bash_argv(tmp_path, GETOPTS, args)
+    assert expected is not None
+    assert cfgcheck_argv(GETOPTS, args) == expected
+
+
+def test_a_for_loop_that_does_not_shift_keeps_the_arguments(tmp_path: Path) -> None:
+    script = 'for a in "$@"; do\n  echo "$a" >> seen.txt\ndone\npython train.py "$@"\n'
+    args = ["--lr", "1", "--bf16", "True"]
+    assert cfgcheck_argv(script, args) == bash_argv(tmp_path, script, args)

@@ -5,7 +5,10 @@ run): the shapes published scripts use to read ``-m MODEL`` / ``--model MODEL`` 
 - ``while [[ "$1" != "" ]]`` / ``while [ $# -gt 0 ]`` / ``while (( $# ))`` around
   ``case $1 in PATTERN) ...;; esac`` (Qwen's ``finetune/*.sh``): the arms assign from ``$1``,
   ``$2`` or ``${1#*=}`` and ``shift`` / ``shift 2``;
-- ``for ARG in "$@"`` around ``case $ARG in --model=*) VAR="${ARG#*=}" ;; esac``.
+- ``for ARG in "$@"`` around ``case $ARG in --model=*) VAR="${ARG#*=}" ;; esac``;
+- ``while getopts "m:d:" opt`` around ``case $opt in m) MODEL=$OPTARG ;; esac`` (bash's
+  ``getopts``: options until the first word that is not one, or ``--``; a letter followed by
+  ``:`` takes the next word, or the rest of its own), and ``shift $((OPTIND-1))`` after it.
 
 An arm may assign (``VAR=...``, ``export VAR=...``), ``shift [N]``, ``break``, ``echo`` /
 ``printf`` / ``:``; an arm that runs ``exit`` ends the script (no training: one line). Anything
@@ -42,9 +45,11 @@ class Arm:
 
 @dataclass
 class Loop:
-    kind: str  # "while" or "for"
-    var: str | None  # the for loop's variable
+    kind: str  # "while", "for" or "getopts"
+    var: str | None  # the for loop's variable, getopts' name
     subject: str  # the case's word, as written ($1, $ARG)
+    optstring: str = ""  # getopts' options
+    consumed: int = 0  # the words getopts read (OPTIND - 1), once run
     arms: list[Arm] = field(default_factory=list)
     after: list[list[Token]] = field(default_factory=list)  # commands after esac (shift)
     assigned: list[str] = field(default_factory=list)  # every VAR the loop assigns
@@ -66,7 +71,9 @@ def parse(tokens: list[Token]) -> Loop:
     texts = [t[0] for t in words]
     if "case" not in texts or texts.count("case") != 1 or "esac" not in texts:
         raise CannotFollow("no single case block")
-    if texts[0] == "for":
+    if texts[:2] == ["while", "getopts"] and len(texts) > 3:
+        loop = Loop("getopts", texts[3], "", optstring=texts[2].lstrip(":"))
+    elif texts[0] == "for":
         if len(texts) < 4 or texts[2] != "in" or texts[3] not in ("$@", "${@}"):
             raise CannotFollow("a for loop over something else than the arguments")
         loop = Loop("for", texts[1], "")
@@ -126,9 +133,17 @@ def run(
     assignment. Returns the arguments left after it (``shift`` consumed the others)."""
     args = list(positional)
     items = list(args) if loop.kind == "for" else []
+    options: list[tuple[str, str]] = []
+    if loop.kind == "getopts":
+        options, loop.consumed = getopts(loop.optstring, args)
     steps = 0
     while True:
-        if loop.kind == "for":
+        if loop.kind == "getopts":
+            if not options:
+                return args
+            opt, optarg = options.pop(0)
+            current = opt
+        elif loop.kind == "for":
             if not items:
                 return args
             current = items.pop(0)
@@ -140,6 +155,8 @@ def run(
         if steps > MAX_STEPS:
             raise CannotFollow("the loop does not end")
         local = {loop.var: current} if loop.var else {}
+        if loop.kind == "getopts":
+            local["OPTARG"] = optarg
         subject = _expand(loop.subject, args, local)
         arm = next((a for a in loop.arms if any(_match(subject, p) for p in a.patterns)), None)
         commands = (arm.body if arm else []) + loop.after
@@ -149,6 +166,41 @@ def run(
                 return args
             if isinstance(outcome, list):
                 args = outcome
+
+
+def getopts(optstring: str, args: list[str]) -> tuple[list[tuple[str, str]], int]:
+    """(option, its argument) pairs as bash's ``getopts OPTSTRING`` yields them over ``args``
+    ("?" for a letter it does not know or a missing argument), and how many words it read."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            i += 1
+            break
+        if not word.startswith("-") or word == "-":
+            break
+        j = 1
+        while j < len(word):
+            letter = word[j]
+            at = optstring.find(letter) if letter != ":" else -1
+            if at < 0:
+                out.append(("?", ""))
+                j += 1
+                continue
+            if optstring[at + 1 : at + 2] == ":":
+                if j + 1 < len(word):
+                    out.append((letter, word[j + 1 :]))
+                elif i + 1 < len(args):
+                    i += 1
+                    out.append((letter, args[i]))
+                else:
+                    out.append(("?", ""))
+                break
+            out.append((letter, ""))
+            j += 1
+        i += 1
+    return out, i
 
 
 def _match(value: str, pattern: str) -> bool:

@@ -68,6 +68,7 @@ class Script:
     # among those given; ``args_unknown`` says why they are not known (a loop not followed).
     positional: list[tuple[int, str]] = field(default_factory=list)
     args_unknown: str | None = None
+    optind: int | None = None  # OPTIND - 1 after a getopts loop: what `shift $((OPTIND-1))` drops
 
 
 def _logical_lines(text: str, file: str) -> list[tuple[int, str, list[int]]]:
@@ -191,10 +192,11 @@ def _argument_loop(
     head = " ".join(
         t for t, _ in tokens[: next((k for k, t in enumerate(tokens) if t[0] == "do"), 0)]
     )
-    if not ("$1" in head or "$#" in head or "$@" in head or "${@}" in head):
+    if not any(k in head for k in ("$1", "$#", "$@", "${@}", "getopts")):
         return False
     line = lines[0][0]
     if not script.positional and script.args_unknown is None:
+        script.optind = 0 if "getopts" in head else script.optind
         return True  # no arguments: the loop's body never runs
     try:
         loop = argloop.parse(tokens)
@@ -206,14 +208,19 @@ def _argument_loop(
 
         left = argloop.run(loop, [a for _, a in script.positional], assign, script.file)
         script.positional = script.positional[len(script.positional) - len(left) :]
+        if loop.kind == "getopts":
+            script.optind = loop.consumed
     except argloop.CannotFollow as e:
         why = f"the argument loop at line {line}, which cfgcheck does not follow ({e})"
         for name in _assigned(tokens):
             key = f"argloop:{name}"
             script.reasons[key] = f"${name}, set by {why}"
             values[name] = (f"{_MARK}{key}{_MARK}", line)
-        script.args_unknown = f"the script's arguments after {why}"
-        script.positional = []
+        texts = [t for t, _ in tokens]
+        if texts[0] != "for" or "shift" in texts or "set" in texts:
+            # a for loop that does not shift leaves the arguments as they were
+            script.args_unknown = f"the script's arguments after {why}"
+            script.positional = []
     return True
 
 
@@ -334,6 +341,9 @@ def _finish(script: Script, words: list[Word], values: dict[str, tuple[str, int]
         return
     if words[0].text == "shift" and not script.depth:  # the script's own arguments, shifted
         count = words[1].text if len(words) > 1 else "1"
+        unknown = words[1].unknown if len(words) > 1 else None
+        if unknown and "OPTIND" in unknown and script.optind is not None:
+            count = str(script.optind)  # shift $((OPTIND-1)) after getopts
         if count.isdigit():
             script.positional = script.positional[int(count) :]
         else:
