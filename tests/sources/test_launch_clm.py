@@ -169,3 +169,18 @@ def test_a_block_past_the_positions_fails_at_the_first_forward(tmp_path: Path) -
     assert "train_runtime" in ran.stdout + ran.stderr
     fixed = check_native(project / "run.sh", "launch", ["block_size=32"])
     assert not fixed.by_rule("seq-len-over-block-size")
+
+
+def test_training_from_scratch_takes_the_model_from_config_name(tmp_path: Path) -> None:
+    """run_clm.py --config_name CONFIG without --model_name_or_path builds new weights from
+    that config (run_clm.py 440-441): the model checked is the config's."""
+    _tiny_gpt2(tmp_path)
+    shutil.copy(CLM / "run_clm.py", tmp_path / "run_clm.py")
+    (tmp_path / "run.sh").write_text(
+        "python run_clm.py --config_name tiny-gpt2 --tokenizer_name tiny-gpt2 \\\n"
+        "    --dataset_name wikitext --do_train --output_dir out --block_size 64\n"
+    )
+    result = check_native(tmp_path / "run.sh", "launch")
+    assert result.config is not None and result.config.model.block_size == 32
+    (over,) = result.by_rule("seq-len-over-block-size")
+    assert [fix.flags for fix in over.fixes] == [("--block_size", "32")]

@@ -27,7 +27,9 @@ from cfgcheck.sources.names import TRAINING_ARGUMENTS, schema_optimizer
 
 # The model trained: DeepSpeed-Chat's step3_rlhf_finetuning/main.py trains the actor (its
 # --actor_model_name_or_path; the critic, --critic_model_name_or_path, trains beside it).
-MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path")
+# run_clm.py trains from scratch with --config_name alone (run_clm.py 440-441: the config
+# comes from it; the weights are new): the model is then that config.
+MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path", "config_name")
 LENGTH_FLAGS = ("model_max_length", "max_seq_length", "max_length", "max_seq_len")
 # LoRA on/off flags: LLaVA train.py lora_enable, Qwen finetune.py use_lora, TRL use_peft,
 # peft examples/sft/train.py use_peft_lora.
