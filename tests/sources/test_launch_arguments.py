@@ -245,3 +245,13 @@ def test_a_for_loop_that_does_not_shift_keeps_the_arguments(tmp_path: Path) -> N
     script = 'for a in "$@"; do\n  echo "$a" >> seen.txt\ndone\npython train.py "$@"\n'
     args = ["--lr", "1", "--bf16", "True"]
     assert cfgcheck_argv(script, args) == bash_argv(tmp_path, script, args)
+
+
+def test_a_loop_that_launches_per_argument_is_read_as_written() -> None:
+    script = (
+        'for data in "$@"; do\n  torchrun --nproc_per_node 2 train.py --data_path $data\ndone\n'
+    )
+    (launch,) = find_launches(read_script(script, "run.sh", ["a.json", "b.json"]))
+    (flag,) = launch.flags
+    assert flag.name == "data_path" and flag.value_word is not None
+    assert flag.value_word.unknown is not None and "loop variable" in flag.value_word.unknown

@@ -194,6 +194,9 @@ def _argument_loop(
     )
     if not any(k in head for k in ("$1", "$#", "$@", "${@}", "getopts")):
         return False
+    launchers = ("torchrun", "deepspeed", "accelerate", "python")
+    if any(t.rsplit("/", 1)[-1].startswith(launchers) for t, _ in tokens):
+        return False  # a loop that launches training per argument: read as written
     line = lines[0][0]
     if not script.positional and script.args_unknown is None:
         script.optind = 0 if "getopts" in head else script.optind
