@@ -285,6 +285,13 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
                 f"transformers {version or 'unknown'}"
             )
             continue
+        removed = refused_since(flag.name, version) if version else ""
+        if removed:  # a field an older release declares (--overwrite_output_dir, gone in 5.0)
+            hints.append(
+                f"--{flag.name}: {removed}; remove it, or check against the release the "
+                "script was written for (--transformers-version)"
+            )
+            continue
         close = difflib.get_close_matches(flag.name, list(fields), n=1)
         if close:
             hints.append(f"--{flag.name}: did you mean --{close[0]}?")
