@@ -35,7 +35,15 @@ def test_every_key_is_listed_with_a_description() -> None:
     text = render_markdown()
     rows = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("| `")}
     for path, field in _keys(RunConfig).items():
-        sections = ("model", "tokenizer", "data", "trainer", "trainer.lora", "trainer.rl")
+        sections = (
+            "model",
+            "tokenizer",
+            "data",
+            "trainer",
+            "trainer.lora",
+            "trainer.rl",
+            "trainer.offload",
+        )
         if path in sections:
             continue  # a section: its keys have a table of their own
         assert path in rows, path

@@ -158,6 +158,20 @@ def test_stacked_bar_total_is_cfgcheck_memory(client: TestClient) -> None:
     assert cli["verdict"] in r.text
 
 
+def test_the_memory_panel_names_the_host_memory_of_an_offload(client: TestClient) -> None:
+    import yaml
+
+    conf = REPO / "conf"
+    sections = {"model": "model/llama-3-8b", "tokenizer": "tokenizer/llama-3"}
+    sections |= {"data": "data/alpaca-tiny", "trainer": "trainer/fsdp-8gpu"}
+    flat = {k: yaml.safe_load((conf / f"{v}.yaml").read_text()) for k, v in sections.items()}
+    flat["trainer"] |= {"strategy": "zero3", "offload": {"optimizer": "cpu"}}
+    text = yaml.safe_dump(flat)
+    r = post(client, mode="paste", format="cfgcheck", config=text, gpu="H100")
+    assert r.status_code == 200
+    assert "Host (CPU) memory for the offload" in r.text and "GiB per node." in r.text
+
+
 def test_picking_a_gpu_gives_its_fixes(client: TestClient) -> None:
     text, _ = SEEDS["litgpt-cannot-attend"]
     r = post(client, mode="paste", config=text, pick="T4")

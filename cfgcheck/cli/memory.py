@@ -105,6 +105,16 @@ def _text(p: dict[str, Any]) -> str:
             f"{sim['allocated_gib']:.2f} GiB, cache {sim['fragmentation_gib']:.2f} GiB "
             f"(replayed from {sim['events']:,} allocation events){outcome}"
         )
+    host = e.get("host")
+    if host:
+        parts = ", ".join(
+            f"{c['label']} {c['bytes'] / GIB:.2f}" for c in host["components"] if c["bytes"]
+        )
+        lines.append(
+            f"host (CPU) memory for the offload ~ {host['per_process_gib']:.2f} GiB per process "
+            f"({parts}), {host['per_node_gib']:.2f} GiB per node of "
+            f"{host['processes_per_node']} process(es)"
+        )
     margin = f"stated error +/-{e['margin']:.0%}: up to {e['upper_gib']:.2f} GiB"
     if not e["calibrated"]:
         margin += " (not calibrated on measured runs: " + ", ".join(e["uncalibrated"]) + ")"

@@ -9,8 +9,9 @@ included, and checks :data:`LAYERS`):
    ``hf_shapes`` the transformers config of a shape) and the GPUs (``devices``);
 1. stack: whose conventions run the config (``stack``: dtypes, what a framework keeps,
    the attention kernel that really runs, whether batches are padded);
-2. terms: one mechanism each (``weights``, ``activations``, ``sharding``, ``expert_parallel``,
-   ``allocator``, ``coverage``; ``rl`` for preference/RL terms, ``tiled`` for tiled MLPs;
+2. terms: one mechanism each (``weights``, ``activations``, ``sharding``, ``offload``,
+   ``expert_parallel``, ``allocator``, ``coverage``; ``rl`` for preference/RL terms,
+   ``tiled`` for tiled MLPs;
    ``allocsim`` the caching allocator, whose settings ``allocconf`` reads at layer 0);
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
    allocation events that ``allocsim`` replays (``events``);
@@ -33,6 +34,7 @@ LAYERS: dict[str, int] = {
     "weights": 2,
     "activations": 2,
     "sharding": 2,
+    "offload": 2,
     "expert_parallel": 2,
     "allocator": 2,
     "coverage": 2,

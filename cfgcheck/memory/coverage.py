@@ -100,6 +100,13 @@ def coverage(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Coverage:
     # on CPU with the frameworks' code, not measured on a GPU
     if t.rl.logprobs != "loss" or t.rl.generation in ("transformers", "vllm-colocate"):
         gaps.append(f"trainer.rl (log-probabilities {t.rl.logprobs}, generation {t.rl.generation})")
+    if t.offload.optimizer != "none" or t.offload.params != "none":
+        # memory/offload.py: read from DeepSpeed's and torch's source; no offloading run is
+        # measured on a GPU, and on CPU the "device" and the host are the same memory
+        gaps.append(
+            f"trainer.offload (optimizer {t.offload.optimizer}, params {t.offload.params}: "
+            "from DeepSpeed's / torch's source, not measured on a GPU)"
+        )
     if t.reference_model:
         gaps.append("trainer.reference_model")
     if t.tiled_mlp:

@@ -25,7 +25,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cfgcheck.memory import activations as act
-from cfgcheck.memory import allocator, coverage, expert_parallel, rl, sharding, tiled, weights
+from cfgcheck.memory import (
+    allocator,
+    coverage,
+    expert_parallel,
+    offload,
+    rl,
+    sharding,
+    tiled,
+    weights,
+)
 from cfgcheck.memory.allocator import rounding_bytes
 from cfgcheck.memory.params import ParamCount, count_params
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, stack
@@ -76,6 +85,18 @@ class MemoryEstimate:
     # the training step (None: it is held through the step's peak).
     vllm_share: float = 0.0
     vllm_beside: int | None = None
+    # Host (CPU) memory the offload holds per process (memory/offload.py), and the processes
+    # a node runs (trainer.devices): what runs out next when the GPU no longer does.
+    host: tuple[Component, ...] = field(default=())
+    processes_per_node: int = 1
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(c.bytes for c in self.host)
+
+    @property
+    def host_node_bytes(self) -> int:
+        return self.host_bytes * self.processes_per_node
 
     @property
     def total_bytes(self) -> int:
@@ -179,6 +200,17 @@ class MemoryEstimate:
             "calibrated": not self.uncalibrated,
             "uncalibrated": list(self.uncalibrated),
             "notes": list(self.notes),
+            "host": {
+                "per_process_gib": round(self.host_bytes / GIB, 3),
+                "per_node_gib": round(self.host_node_bytes / GIB, 3),
+                "processes_per_node": self.processes_per_node,
+                "components": [
+                    {"key": c.key, "label": c.label, "bytes": c.bytes, "note": c.note}
+                    for c in self.host
+                ],
+            }
+            if self.host
+            else None,
         }
 
 
@@ -254,6 +286,12 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     paged_states = split(weights.paged_state_bytes(m, t), div.optimizer)
     states -= paged_states
     step_tmp = split(weights.optimizer_step_bytes(m, t), div.optimizer)
+    # CPU / NVMe offload: what it moves off the GPU (memory/offload.py)
+    moved = offload.on_gpu(
+        m, t, div, offload.Terms(w, adapters, auto, grads, states, paged_states, step_tmp)
+    )
+    w, adapters, auto, grads = moved.weights, moved.adapters, moved.autocast, moved.gradients
+    states, paged_states, step_tmp = moved.states, moved.paged_states, moved.step
     buffers = sharding.buffer_bytes(m, t, all_grads - ep.share(all_grads, n_trainable))
     # FSDP / ZeRO-3 gather buffers live while units run, not at the optimizer step
     gather = buffers if sharding.gathers(t) else 0
@@ -443,6 +481,10 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         uncalibrated=cov.uncalibrated,
         vllm_share=share,
         vllm_beside=beside,
+        host=tuple(
+            Component(h.key, h.label, h.bytes, h.note) for h in offload.host_parts(m, t, div)
+        ),
+        processes_per_node=t.devices,
     )
 
 
@@ -463,6 +505,11 @@ def _backward_front(m: ModelConfig, ckpts: int, grads: int, per_layer: int) -> t
 
 
 def _weights_note(m: ModelConfig, t: TrainerConfig, upcast: bool) -> str:
+    where = offload.placement(t)
+    if where.params != "none" and t.finetuning == "full":
+        return f"offloaded to {where.params}: only the gathered units stay"
+    if where.optimizer != "none" and t.finetuning == "full":
+        return f"16-bit; the fp32 master on {where.optimizer} (offload)"
     if weights.prequantized_bytes(m) is not None and t.quantization == "none":
         return f"{m.weight_format} block linears (the checkpoint's quantization_config)"
     if t.quantization != "none" and t.finetuning != "full":

@@ -70,7 +70,8 @@ class Seq:
 
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
-    """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding."""
+    """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
+    no offload."""
     return (
         t.framework == "hf"
         and t.quantization == "none"
@@ -84,6 +85,8 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and t.context_parallel == 1
         and not t.activation_offloading
         and not t.reference_model
+        and t.offload.optimizer == "none"
+        and t.offload.params == "none"
     )
 
 

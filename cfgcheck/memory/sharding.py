@@ -61,10 +61,16 @@ def buffer_bytes(m: ModelConfig, t: TrainerConfig, gradients: int) -> int:
     if t.strategy == "ddp":
         return gradients
     if t.strategy in ("zero3", "fsdp"):
-        pc = count_params(m)
-        block = expert_parallel.gathered_unit(m, t, pc.per_block, pc.n_layer)
-        unit = max(block, pc.embedding, pc.lm_head)
-        compute = 4 if t.precision == "32-true" else 2
-        grads = unit * master_bytes(t) if t.finetuning == "full" else 0
-        return 2 * unit * compute + grads
+        return gather_bytes(m, t)
     return 0
+
+
+def gather_bytes(m: ModelConfig, t: TrainerConfig) -> int:
+    """The all-gathered units of fsdp / zero3 (see the module): the one computed and the one
+    prefetched in the compute dtype, and, when it trains, one unit of unsharded gradients."""
+    pc = count_params(m)
+    block = expert_parallel.gathered_unit(m, t, pc.per_block, pc.n_layer)
+    unit = max(block, pc.embedding, pc.lm_head)
+    compute = 4 if t.precision == "32-true" else 2
+    grads = unit * master_bytes(t) if t.finetuning == "full" else 0
+    return 2 * unit * compute + grads

@@ -844,6 +844,17 @@ EXPLANATIONS: dict[str, Explanation] = {
         "the rotary embedding is applied.",
         "Set `model.rotary_fraction` so the rotated dimensions are even.",
     ),
+    "offload-strategy": E(
+        "error / warning",
+        "CPU / NVMe offload (`trainer.offload`) that the strategy refuses or ignores: torch "
+        "FSDP offloads to the CPU only and only with the parameters; DeepSpeed reads "
+        "`offload_param` at ZeRO-3 only and keeps `nvme` optimizer states in host memory at "
+        "ZeRO-1/2; DDP and one GPU offload nothing (warnings where the run starts anyway).",
+        "FSDP has no NVMe device and no optimizer-only offload, so the config cannot be built "
+        "as written; an ignored offload leaves the states or weights on the GPU, where the "
+        "run then meets `CUDA out of memory` the offload was meant to avoid.",
+        "Use `trainer.strategy=zero3` for weights or NVMe, `cpu` under FSDP, or drop the offload.",
+    ),
     "qlora-needs-4bit": E(
         "error",
         "QLoRA trains adapters on a 4-bit quantized base (`nf4`, `nf4-dq`, `fp4`).",

@@ -19,6 +19,7 @@ Quantization = Literal["none", "int8", "nf4", "nf4-dq", "fp4"]
 Attention = Literal["eager", "sdpa", "flash"]
 LossChunking = Literal["none", "chunked", "fused"]
 Framework = Literal["hf", "litgpt", "torchtune"]
+OffloadDevice = Literal["none", "cpu", "nvme"]
 
 
 class LoraConfig(Section):
@@ -33,6 +34,31 @@ class LoraConfig(Section):
         "v_proj, dense, fc1, fc2; Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj; GPT-2: "
         "c_attn, c_proj, c_fc; plus embed_tokens / lm_head. [all-linear]: every linear but "
         "the lm_head. With framework=litgpt: query, key, value, projection, mlp, head.",
+    )
+
+
+class OffloadConfig(Section):
+    optimizer: OffloadDevice = Field(
+        "none",
+        description="Where the optimizer states, the fp32 master weights and their gradients "
+        "live, and where the optimizer step runs: on the GPU (none), in host memory (cpu: "
+        "ZeRO-Offload, DeepSpeed zero_optimization.offload_optimizer.device), or on NVMe "
+        "(ZeRO-Infinity, ZeRO-3 only). With fsdp it goes with the parameters.",
+    )
+    params: OffloadDevice = Field(
+        "none",
+        description="Where the sharded parameters live between uses: cpu / nvme (DeepSpeed "
+        "ZeRO-3 offload_param.device) or cpu (torch FSDP CPUOffload(offload_params=True) / "
+        "FSDP2 CPUOffloadPolicy, which moves the gradients and the optimizer step too); the "
+        "GPU then keeps only the units being computed or prefetched.",
+    )
+    bucket_elements: int | None = Field(
+        None,
+        ge=0,
+        le=10**12,
+        description="Gradient elements DeepSpeed's reduce bucket holds on the GPU while the "
+        "optimizer is offloaded (zero_optimization.reduce_bucket_size: 5e8 when the config "
+        "does not set it); None: the HF integration's 'auto', hidden_size^2.",
     )
 
 
@@ -99,6 +125,12 @@ class TrainerConfig(Section):
         description="GPUs fsdp / zero3 shard the weights, gradients and optimizer states "
         "over; None: every GPU (devices * num_nodes). Hybrid sharding (FSDP HYBRID_SHARD) "
         "shards within a node: devices.",
+    )
+    offload: OffloadConfig = Field(
+        default_factory=OffloadConfig,
+        description="What is moved off the GPU to host memory or NVMe (DeepSpeed ZeRO-Offload "
+        "/ ZeRO-Infinity, FSDP CPU offload); the host memory it needs is reported beside the "
+        "GPU estimate (docs/memory.md).",
     )
     context_parallel: Devices = Field(
         1,

@@ -11,9 +11,14 @@ from cfgcheck.service.errors import RequestError
 from cfgcheck.service.settings import JSON_TYPES, YAML_TYPES
 
 
+def mime_of(content_type: str | None) -> str:
+    """The media type of a Content-Type header, without its parameters, lower-cased."""
+    return (content_type or "").split(";")[0].strip().lower()
+
+
 def media_type(content_type: str | None) -> str:
     """The parser (``json`` or ``yaml``) for a Content-Type header; 415 for anything else."""
-    mime = (content_type or "").split(";")[0].strip().lower()
+    mime = mime_of(content_type)
     if mime in JSON_TYPES or (mime.startswith("application/") and mime.endswith("+json")):
         return "json"
     if mime in YAML_TYPES:

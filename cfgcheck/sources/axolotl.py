@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
+from cfgcheck.sources import deepspeed
 from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
 from cfgcheck.sources.axolotl_rules import (
     expert_parallel,
@@ -106,6 +107,18 @@ def attention_impl(native: NativeConfig) -> tuple[str | None, str | None]:
         if native.get(flag):
             return impl, flag
     return None, None
+
+
+def _fsdp_offload(b: Builder) -> None:
+    """``fsdp_config.offload_params`` (``fsdp_offload_params`` in the older spelling): FSDP's
+    CPU offload (utils/schemas/fsdp.py; the trainer builds CPUOffload(offload_params=True) /
+    FSDP2's CPUOffloadPolicy from it)."""
+    n = b.native
+    for key in ("fsdp_config.offload_params", "fsdp_config.fsdp_offload_params"):
+        if n.get(key) is True:
+            b.from_key("trainer.offload.params", key, "cpu")
+            b.from_key("trainer.offload.optimizer", key, "cpu")
+            return
 
 
 def _deepspeed_strategy(value: Any) -> str:
@@ -313,9 +326,13 @@ def build(b: Builder) -> None:
         b.default("trainer.loss_chunking", "none", "transformers' loss over the full logits")
     if n.get("deepspeed"):
         b.from_key("trainer.strategy", "deepspeed", _deepspeed_strategy(n.get("deepspeed")))
+        ds = deepspeed.load(n)  # e.g. deepspeed_configs/zero3_bf16_cpuoffload_all.json
+        if ds is not None:
+            deepspeed.apply_offload(b, *ds)
     elif n.get("fsdp") or n.get("fsdp_config"):
         b.from_key("trainer.strategy", "fsdp" if n.get("fsdp") else "fsdp_config", "fsdp")
         shard_group(b)
+        _fsdp_offload(b)
     elif ep > 1:
         # pure EP runs under DDP, the experts left out of it (monkeypatch/accelerate/
         # parallelism_config.py _validate_accelerator; expert_parallel/shard.py)

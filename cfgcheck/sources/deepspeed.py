@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Finding, Fix, Location
-from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.base import Builder, NativeConfig
 from cfgcheck.sources.reader import Document, read_document
 
 if TYPE_CHECKING:
@@ -56,6 +56,67 @@ def strategy(doc: Document) -> str | None:
     zero = doc.data.get("zero_optimization")
     stage = zero.get("stage") if isinstance(zero, dict) else None
     return STAGES.get(stage) if isinstance(stage, int) else None
+
+
+# trainer.offload from ``zero_optimization`` (deepspeed/runtime/zero/config.py, offload_config.py:
+# ``offload_optimizer`` / ``offload_param`` with ``device`` none | cpu | nvme, and the deprecated
+# booleans ``cpu_offload`` -> offload_optimizer and ``cpu_offload_param`` -> offload_param).
+OFFLOAD = (
+    ("trainer.offload.optimizer", "offload_optimizer", "cpu_offload"),
+    ("trainer.offload.params", "offload_param", "cpu_offload_param"),
+)
+DEVICES = ("none", "cpu", "nvme")
+
+
+def offload_devices(data: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """cfgcheck path -> (device, the dotted DeepSpeed key that says it), for what the
+    DeepSpeed config ``data`` sets; accelerate's ``deepspeed_config`` section
+    (``offload_optimizer_device`` / ``offload_param_device``) reads the same."""
+    out: dict[str, tuple[str, str]] = {}
+    zero = data.get("zero_optimization")
+    for path, name, legacy in OFFLOAD:
+        flat = data.get(f"{name}_device")  # accelerate's deepspeed_config keys
+        if isinstance(flat, str) and flat.lower() in DEVICES:
+            out[path] = (flat.lower(), f"{name}_device")
+        if not isinstance(zero, dict):
+            continue
+        section = zero.get(name)
+        device = section.get("device") if isinstance(section, dict) else None
+        if isinstance(device, str) and device.lower() in DEVICES:
+            out[path] = (device.lower(), f"zero_optimization.{name}.device")
+        elif zero.get(legacy) is True:
+            out[path] = ("cpu", f"zero_optimization.{legacy}")
+    return out
+
+
+# DeepSpeed's default reduce_bucket_size (deepspeed/runtime/zero/config.py: pp_int(5e8)); the
+# HF integration fills it only where the config says "auto" (hidden_size^2)
+REDUCE_BUCKET_DEFAULT = 500_000_000
+
+
+def apply_offload(b: Builder, doc: Document, separate: bool, key: str = "deepspeed") -> None:
+    """``trainer.offload`` from a DeepSpeed config, located at its ``device`` line (in the
+    JSON file, or under ``key`` of the native config when it is inline), with the reduce
+    bucket the GPU keeps while the optimizer is offloaded."""
+
+    def at(ds_key: str) -> Location | None:
+        line = doc.lines.get(ds_key) or doc.lines.get(ds_key.rsplit(".", 1)[0])
+        where = Location(doc.file, line) if separate else b.native.loc(f"{key}.{ds_key}")
+        return where or b.native.loc(key)
+
+    found = offload_devices(doc.data)
+    for path, (device, ds_key) in found.items():
+        b.set(path, device, at(ds_key))
+    optimizer = found.get("trainer.offload.optimizer")
+    zero = doc.data.get("zero_optimization")
+    if optimizer is None or optimizer[0] == "none" or not isinstance(zero, dict):
+        return
+    bucket = zero.get("reduce_bucket_size", REDUCE_BUCKET_DEFAULT)
+    if isinstance(bucket, int | float) and not isinstance(bucket, bool) and bucket >= 0:
+        where = at("zero_optimization.reduce_bucket_size")
+        if "reduce_bucket_size" not in zero:
+            where = Location("default of DeepSpeed reduce_bucket_size=5e8 (zero/config.py)", None)
+        b.set("trainer.offload.bucket_elements", int(bucket), where)
 
 
 def _set(value: Any) -> int | None:

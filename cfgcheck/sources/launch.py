@@ -46,6 +46,38 @@ def strategy_of(config: dict[str, Any]) -> str | None:
     return None
 
 
+def _offload(b: Builder, doc: Any) -> None:
+    """``trainer.offload`` from an accelerate config: ``deepspeed_config``'s
+    ``offload_optimizer_device`` / ``offload_param_device`` (accelerate/commands/config/
+    cluster.py; or the JSON its ``deepspeed_config_file`` names), ``fsdp_config``'s
+    ``fsdp_offload_params`` (FSDP's CPUOffload(offload_params=True))."""
+    from cfgcheck.sources.deepspeed import offload_devices
+
+    kind = strategy_of(doc.data)
+    ds = doc.data.get("deepspeed_config")
+    if kind is not None and kind.startswith("zero") and isinstance(ds, dict):
+        for path, (device, key) in offload_devices(ds).items():
+            line = doc.lines.get(f"deepspeed_config.{key}")
+            b.set(path, device, Location(doc.file, line))
+        name = ds.get("deepspeed_config_file")
+        if isinstance(name, str) and name.endswith(".json"):
+            from pathlib import Path
+
+            from cfgcheck.sources.deepspeed import apply_offload
+            from cfgcheck.sources.reader import read_document
+
+            # accelerate opens it from the working directory; else next to the config
+            for found in (Path(name), Path(doc.file).parent / name):
+                if found.is_file():
+                    apply_offload(b, read_document(found), True)
+                    break
+    fsdp = doc.data.get("fsdp_config")
+    if kind == "fsdp" and isinstance(fsdp, dict) and fsdp.get("fsdp_offload_params") is True:
+        where = Location(doc.file, doc.lines.get("fsdp_config.fsdp_offload_params"))
+        b.set("trainer.offload.params", "cpu", where)
+        b.set("trainer.offload.optimizer", "cpu", where)
+
+
 def _devices(b: Builder, processes: Any, machines: Any, where: Location | None) -> None:
     if isinstance(processes, int) and processes > 0:
         nodes = machines if isinstance(machines, int) and machines > 0 else 1
@@ -65,6 +97,7 @@ def apply(b: Builder, accelerate_file: str | None) -> None:
         strategy = strategy_of(doc.data)
         if strategy is not None:
             b.set("trainer.strategy", strategy, where)
+        _offload(b, doc)
         _devices(
             b,
             doc.data.get("num_processes"),
@@ -83,6 +116,7 @@ def apply(b: Builder, accelerate_file: str | None) -> None:
         strategy = strategy_of(doc.data)
         if strategy is not None:
             b.from_key("trainer.strategy", "accelerate_config", strategy)
+        _offload(b, doc)
         _devices(b, doc.data.get("num_processes"), doc.data.get("num_machines"), n.loc(name))
     if n.is_set("num_processes"):
         _devices(b, n.get("num_processes"), n.get("num_machines"), n.loc("num_processes"))

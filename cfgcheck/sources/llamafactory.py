@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cfgcheck.sources import deepspeed
 from cfgcheck.sources import llamafactory_files as files
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.llamafactory_args import packing, pair_factor, stage, value, zero_stage
@@ -227,6 +228,9 @@ def build(b: Builder) -> None:
     if n.get("deepspeed"):
         strategy = "ddp" if level == 0 else f"zero{level}" if level else "zero2"
         b.from_key("trainer.strategy", "deepspeed", strategy)
+        doc = files.deepspeed_document(n)  # its offload (examples/deepspeed/ds_z3_offload...)
+        if doc is not None:
+            deepspeed.apply_offload(b, *doc)
     elif n.get("fsdp"):
         b.from_key("trainer.strategy", "fsdp", "fsdp")
     else:

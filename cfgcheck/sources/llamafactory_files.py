@@ -22,6 +22,7 @@ from typing import Any
 from cfgcheck import safeio
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources.base import NativeConfig
+from cfgcheck.sources.reader import Document
 
 DATA_CONFIG = "dataset_info.json"  # extras/constants.py DATA_CONFIG
 MAX_JSON_BYTES = 2_000_000
@@ -85,6 +86,28 @@ def deepspeed_stage(native: NativeConfig) -> tuple[int | None, str | None]:
     if not path.is_file():
         return None, "missing"
     return _stage_of(read_json(native, "deepspeed", path)), None
+
+
+def deepspeed_document(native: NativeConfig) -> tuple[Document, bool] | None:
+    """The DeepSpeed config ``deepspeed`` names, with its lines, found as
+    :func:`deepspeed_stage` finds it: (document, whether it is a separate file); None when
+    it is not set or cannot be read here."""
+    value = native.get("deepspeed")
+    if isinstance(value, dict):
+        from cfgcheck.sources.deepspeed import load
+
+        return load(native)
+    if not isinstance(value, str) or native.origin is None:
+        return None
+    path = project_path(native, "deepspeed", value)
+    if not path.is_file():
+        return None
+    from cfgcheck.sources.reader import read_document
+
+    try:
+        return read_document(path), True
+    except ConfigLoadError:
+        return None  # deepspeed_stage reports the malformed file
 
 
 def _stage_of(config: Any) -> int | None:

@@ -330,8 +330,9 @@ TORCHTUNE = Profile(
 # - a recipe that does not train (generate, eleuther_eval, quantize: it reads no optimizer);
 # - a recipe that trains by another method than supervised fine-tuning (DPO, PPO, GRPO,
 #   knowledge distillation), whose extra models and batches the estimate does not count;
-# - memory savings the estimate does not model (compile, fsdp_cpu_offload, activation
-#   offloading, optimizer_in_bwd: recipes/full_finetune_distributed.py and siblings);
+# - memory savings the estimate does not model (compile, activation offloading,
+#   optimizer_in_bwd: recipes/full_finetune_distributed.py and siblings; fsdp_cpu_offload is
+#   trainer.offload, counted);
 # - a distributed recipe whose process count neither the file's `tune run` comment nor the
 #   command gives (torchrun's --nproc_per_node decides the shard size);
 # - tokenizer.max_seq_len: null (every published torchtune config): no sample is cut, a batch
@@ -354,8 +355,7 @@ TORCHTUNE_UNMODELLED_SAVINGS = Adjustment(
     "gpu-memory",
     "warning",
     "the config turns on memory savings the estimate does not model (compile: fused kernels; "
-    "fsdp_cpu_offload: "
-    "parameters, gradients and optimizer states on the CPU; enable_activation_offloading: "
+    "enable_activation_offloading: "
     "activations on the CPU; optimizer_in_bwd: each gradient freed as its step runs), so the "
     "estimate is an upper bound",
     "error",

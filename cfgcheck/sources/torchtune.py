@@ -259,6 +259,12 @@ def build(b: Builder) -> None:
     world = launch.nproc_per_node * launch.nnodes
     # the distributed recipes shard with FSDP2 (training.shard_model, fully_shard)
     b.set("trainer.strategy", "fsdp" if distributed and world > 1 else "single", where)
+    if distributed and world > 1 and n.get("fsdp_cpu_offload") is True:
+        # training.shard_model(cpu_offload=cfg.fsdp_cpu_offload): FSDP2's CPUOffloadPolicy on
+        # every sharded module (torchtune/training/_distributed.py l.551); the optimizer steps
+        # the parameters on the CPU (recipes/full_finetune_distributed.py)
+        b.from_key("trainer.offload.params", "fsdp_cpu_offload", "cpu")
+        b.from_key("trainer.offload.optimizer", "fsdp_cpu_offload", "cpu")
     b.smap.set(LAUNCH_PATH, where, covering=False)
 
     opt = n.get("optimizer._component_", "torch.optim.AdamW")
@@ -352,7 +358,7 @@ def profile(native: NativeConfig) -> Profile:
         extra.append(TORCHTUNE_NOT_TRAINING)
     if any(method in recipe for method in ("dpo", "ppo", "grpo", "distillation")):
         extra.append(TORCHTUNE_NOT_SFT)
-    savings = ("compile", "fsdp_cpu_offload", "enable_activation_offloading", "optimizer_in_bwd")
+    savings = ("compile", "enable_activation_offloading", "optimizer_in_bwd")
     if any(native.get(key) is True for key in savings):
         extra.append(TORCHTUNE_UNMODELLED_SAVINGS)
     if "distributed" in recipe and not tt.launch(native).nproc_known:

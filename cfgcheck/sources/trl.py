@@ -217,6 +217,8 @@ def _trainer(b: Builder, run: TrlRun) -> None:
         b.default("trainer.finetuning", "full", f"{MODEL} use_peft=False")
     ds = deepspeed.load(n)
     stage = deepspeed.strategy(ds[0]) if ds else None
+    if ds is not None:
+        deepspeed.apply_offload(b, *ds)
     if stage is not None:
         b.from_key("trainer.strategy", "deepspeed", stage)
     elif n.get("deepspeed"):  # a file cfgcheck cannot read: its name is the only clue

@@ -157,13 +157,27 @@ def test_a_single_device_recipe_under_torchrun_is_refused() -> None:
     assert str(finding.locations["tune run --nproc_per_node"]) == "<--nproc-per-node 2>"
 
 
-def test_memory_savings_the_estimate_does_not_model_make_it_a_bound() -> None:
-    # llama3/70B_full.yaml runs with fsdp_cpu_offload: True on 8 GPUs
+def test_fsdp_cpu_offload_is_counted() -> None:
+    # llama3/70B_full.yaml runs with fsdp_cpu_offload: True on 8 GPUs: FSDP2's
+    # CPUOffloadPolicy keeps parameters, gradients and optimizer states on the host
     cut = ["tokenizer.max_seq_len=4096"]
-    bound = check_native(FULL_70B, "torchtune", cut, gpu="H100")
+    loaded = load_native(FULL_70B, "torchtune", cut)
+    assert loaded.config["trainer"]["offload"] == {"optimizer": "cpu", "params": "cpu"}
+    where = loaded.source_map.lookup("trainer.offload.params")
+    assert where is not None and where.line == line_of(FULL_70B, "fsdp_cpu_offload")
+    offloaded = check_native(FULL_70B, "torchtune", cut, gpu="H100")
+    assert not offloaded.by_rule("gpu-memory")  # fits: the estimate counts the offload
+    kept = check_native(FULL_70B, "torchtune", [*cut, "fsdp_cpu_offload=false"], gpu="H100")
+    assert one(kept, "gpu-memory").severity == "error"
+
+
+def test_memory_savings_the_estimate_does_not_model_make_it_a_bound() -> None:
+    cut = ["tokenizer.max_seq_len=4096", "fsdp_cpu_offload=false"]
+    bound = check_native(FULL_70B, "torchtune", [*cut, "compile=true"], gpu="H100")
     (memory,) = bound.by_rule("gpu-memory")
-    assert memory.severity == "warning" and "fsdp_cpu_offload" in memory.message
-    certain = check_native(FULL_70B, "torchtune", [*cut, "fsdp_cpu_offload=false"], gpu="H100")
+    assert memory.severity == "warning" and "compile" in memory.message
+    assert "fsdp_cpu_offload" not in memory.message
+    certain = check_native(FULL_70B, "torchtune", cut, gpu="H100")
     assert one(certain, "gpu-memory").severity == "error"
 
 

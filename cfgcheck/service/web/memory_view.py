@@ -166,9 +166,17 @@ def render_memory(p: Panel) -> Markup:
         phase=est.phase,
         margin=f"{est.margin:.0%}",
         upper=f"{est.upper_bytes / GIB:.2f}",
-        calibration=""
-        if not est.uncalibrated
-        else " Not calibrated on measured runs: " + ", ".join(est.uncalibrated) + ".",
+        calibration=(
+            ""
+            if not est.uncalibrated
+            else " Not calibrated on measured runs: " + ", ".join(est.uncalibrated) + "."
+        )
+        + (
+            f" Host (CPU) memory for the offload: {est.host_bytes / GIB:.2f} GiB per process, "
+            f"{est.host_node_bytes / GIB:.2f} GiB per node."
+            if est.host
+            else ""
+        ),
         chosen=chosen_text,
         bar=stacked_bar(est, p.capacity, p.gpu),
         components=join(comps),

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 
 from cfgcheck.service.app import log_internal_error
-from cfgcheck.service.body import read_within
+from cfgcheck.service.body import mime_of, read_within
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.runner import Runner
 from cfgcheck.service.web import form as forms
@@ -106,7 +106,7 @@ def add_routes(app: FastAPI, runner: Runner, offload: Offload) -> None:
     async def submit(request: Request) -> HTMLResponse:
         """The form, posted (works without JavaScript)."""
         try:
-            mime = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+            mime = mime_of(request.headers.get("content-type"))
             if mime != FORM_TYPE:
                 raise RequestError(
                     415,

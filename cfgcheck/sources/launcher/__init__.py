@@ -43,7 +43,6 @@ class LaunchConfig(NativeConfig):
     verify: bool = True  # check each fix by reading the script again (not when re-checking)
     given: tuple[str, ...] = ()  # the overrides and script arguments it was read with
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES the command runs with
-    offload: str | None = None  # what the DeepSpeed JSON offloads (the estimate does not)
     adjustments: list[Any] = field(default_factory=list)  # profiles.Adjustment, per entry point
 
     def value(self, key: str, fallback: Any = None) -> Any:

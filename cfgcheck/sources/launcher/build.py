@@ -205,21 +205,6 @@ def _trainer(b: Builder, n: LaunchConfig) -> None:
         b.default("trainer.finetuning", "full", "no LoRA flag: every weight trains")
 
 
-def _offload(data: dict[str, Any]) -> str | None:
-    """What the DeepSpeed config offloads to CPU or NVMe (``zero_optimization.offload_optimizer``
-    / ``offload_param`` ``device``), as ``offload_optimizer=cpu``; None when nothing."""
-    zero = data.get("zero_optimization")
-    if not isinstance(zero, dict):
-        return None
-    moved = []
-    for key in ("offload_optimizer", "offload_param"):
-        section = zero.get(key)
-        device = section.get("device") if isinstance(section, dict) else None
-        if isinstance(device, str) and device.lower() in ("cpu", "nvme"):
-            moved.append(f"{key}={device}")
-    return ", ".join(moved) or None
-
-
 def _visible_count(value: str | None) -> int | None:
     """How many devices ``CUDA_VISIBLE_DEVICES`` lists (None: unset or unknown)."""
     if value is None or "\x00" in value or not value.strip() or value.strip() == "-1":
@@ -314,7 +299,7 @@ def _devices(b: Builder, n: LaunchConfig) -> None:
             n.data["deepspeed"] = value
             stage = deepspeed.strategy(loaded[0]) if loaded else None
             if loaded:
-                n.offload = _offload(loaded[0].data)
+                deepspeed.apply_offload(b, *loaded)
             if stage is not None:
                 b.set("trainer.strategy", stage, _at(n, "deepspeed"))
                 return

@@ -58,15 +58,6 @@ def finish_fixes(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
     for f in findings:
         if rests_on(f, n.unknown_paths):
             continue
-        if f.rule == "gpu-memory" and f.severity == "error" and n.offload:
-            # The estimate keeps optimizer states / weights on the GPU; DeepSpeed's offload
-            # moves them to the host: an over-estimate, never an error on its own.
-            f = dataclasses.replace(
-                f,
-                severity="warning",
-                message=f"{f.message} (not counted: the DeepSpeed config's {n.offload}, which "
-                "moves them off the GPU, so the peak is lower than this)",
-            )
         if f.rule == "seq-len-over-block-size" and n.entry and n.entry.packs:
             from cfgcheck.sources.launcher.clm import with_crash
 

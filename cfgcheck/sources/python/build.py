@@ -243,11 +243,16 @@ def _hf(b: Builder, unsloth: bool) -> None:
     elif sft:
         b.default("trainer.loss_chunking", "chunked", f"{SFT} loss_type='nll'")
     if n.get("args.deepspeed"):
-        b.from_key(
-            "trainer.strategy",
-            "args.deepspeed",
-            "zero3" if "3" in str(n.get("args.deepspeed")) else "zero2",
-        )
+        from cfgcheck.sources import deepspeed
+
+        # TrainingArguments(deepspeed=...): a dict literal or a JSON path; its ZeRO stage and
+        # offload when it can be read, else the file name is the only clue
+        ds = deepspeed.load(n, "args.deepspeed")
+        stage = deepspeed.strategy(ds[0]) if ds else None
+        named = "zero3" if "3" in str(n.get("args.deepspeed")) else "zero2"
+        b.from_key("trainer.strategy", "args.deepspeed", stage or named)
+        if ds is not None:
+            deepspeed.apply_offload(b, *ds, key="args.deepspeed")
     elif n.get("args.fsdp"):
         b.from_key("trainer.strategy", "args.fsdp", "fsdp")
     else:
