@@ -1,7 +1,9 @@
 """Generate ``cfgcheck/sources/launcher/training_args_versions.json``: transformers'
 ``TrainingArguments`` fields (name, annotation as written, literal default) per release, read
 with :mod:`ast` from each release's own ``src/transformers/training_args.py`` (nothing
-imported), and which of the ``__post_init__`` checks cfgcheck models each release makes.
+imported), the fields ``Seq2SeqTrainingArguments`` adds (``training_args_seq2seq.py``:
+``predict_with_generate``, ``generation_max_length``...; ChatGLM's ptuning/main.py parses it),
+and which of the ``__post_init__`` checks cfgcheck models each release makes.
 
 ``cfgcheck check --from launch SCRIPT --transformers-version X`` parses the script's flags
 against release X's fields (a flag the release does not declare is refused, as its
@@ -10,6 +12,8 @@ against release X's fields (a flag the release does not declare is refused, as i
 Usage (the wheels from PyPI, ``pip download --no-deps transformers==X``; or a source file)::
 
     python scripts/training_args_versions.py \\
+        4.27.1=/tmp/tfw/transformers-4.27.1-py3-none-any.whl \\
+        4.30.2=/tmp/tfw/transformers-4.30.2-py3-none-any.whl \\
         4.37.2=/tmp/tfw/transformers-4.37.2-py3-none-any.whl \\
         4.45.2=/tmp/tfw/transformers-4.45.2-py3-none-any.whl \\
         4.46.3=/tmp/tfw/transformers-4.46.3-py3-none-any.whl \\
@@ -37,17 +41,18 @@ CHECKS = {
 }
 
 
-def _source(spec: str) -> str:
+def _source(spec: str, name: str = "training_args.py") -> str:
+    """``transformers/<name>`` of a wheel, or the file ``spec`` (its sibling ``name``)."""
     path = Path(spec)
     if path.suffix == ".whl":
         with zipfile.ZipFile(path) as wheel:
-            return wheel.read("transformers/training_args.py").decode("utf-8")
-    return path.read_text("utf-8")
+            return wheel.read(f"transformers/{name}").decode("utf-8")
+    return (path.parent / name if name != "training_args.py" else path).read_text("utf-8")
 
 
-def table(source: str, version: str) -> dict[str, Any]:
-    info = classes_in(ast.parse(source))["TrainingArguments"]
-    fields = {
+def _fields(source: str, cls: str) -> dict[str, Any]:
+    info = classes_in(ast.parse(source))[cls]
+    return {
         name: {
             "type": info.types.get(name, ""),
             "default": None if default == NO_DEFAULT else default,
@@ -55,9 +60,13 @@ def table(source: str, version: str) -> dict[str, Any]:
         }
         for name, default in sorted(info.fields.items())
     }
+
+
+def table(source: str, version: str, seq2seq: str) -> dict[str, Any]:
     return {
         "source": f"transformers {version} src/transformers/training_args.py",
-        "fields": fields,
+        "fields": _fields(source, "TrainingArguments"),
+        "seq2seq": _fields(seq2seq, "Seq2SeqTrainingArguments"),
         "checks": sorted(name for name, text in CHECKS.items() if text in source),
     }
 
@@ -70,7 +79,7 @@ def main() -> None:
     versions: dict[str, Any] = {}
     for spec in args.releases:
         version, _, path = spec.partition("=")
-        versions[version] = table(_source(path), version)
+        versions[version] = table(_source(path), version, _source(path, "training_args_seq2seq.py"))
     if args.installed:
         import importlib.metadata
         import importlib.util
@@ -80,7 +89,11 @@ def main() -> None:
         if root is None:
             raise SystemExit("transformers is not installed")
         version = importlib.metadata.version("transformers")
-        versions[version] = table((root / "training_args.py").read_text("utf-8"), version)
+        versions[version] = table(
+            (root / "training_args.py").read_text("utf-8"),
+            version,
+            (root / "training_args_seq2seq.py").read_text("utf-8"),
+        )
     ordered = dict(sorted(versions.items(), key=lambda kv: [int(p) for p in kv[0].split(".")]))
     body = {"generated_by": "scripts/training_args_versions.py", "versions": ordered}
     OUT.write_text(json.dumps(body, indent=1, sort_keys=False) + "\n", encoding="utf-8")

@@ -237,6 +237,7 @@ NATIVE_CORPUS: list[tuple[str, str, tuple[str, ...]]] = [
     ("launch", "seed/two_stages.sh", ()),
     ("launch", "seed/train.sh", ("deepspeed=ds_batch4.json", "per_device_train_batch_size=1")),
     ("launch", "seed/dschat_lora.sh", ()),
+    ("launch", "seed/clm.sh", ()),
 ]
 # TRL: (file under tests/sources/native/trl, overrides, command-line options).
 TRL_ZERO3 = {"accelerate_config": str(NATIVE / "trl" / "accelerate" / "ah-zero3.yaml")}

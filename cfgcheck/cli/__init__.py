@@ -94,16 +94,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     _printable_streams()
-    parser = build_parser(_command(sys.argv[1:] if argv is None else argv))
-    args, extra = parser.parse_known_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
     # Hydra overrides may come after options too: `check --format json model=x a.b=1`; after
-    # `--`, the words are arguments (a launch script's $1...: `--from launch run.sh -- out`).
-    after = extra[extra.index("--") + 1 :] if "--" in extra else []
-    extra = extra[: len(extra) - len(after) - 1] if "--" in extra else extra
+    # `--`, the words are arguments (a launch script's own, as typed: `--from launch run.sh
+    # -- -m MODEL out`), cut off before argparse, which would drop the `--`.
+    after = raw[raw.index("--") + 1 :] if "--" in raw else []
+    raw = raw[: raw.index("--")] if "--" in raw else raw
+    parser = build_parser(_command(raw))
+    args, extra = parser.parse_known_args(raw)
     unknown = [a for a in extra if a.startswith("-")]
     if unknown or not hasattr(args, "overrides"):
         if extra or after:
             parser.error(f"unrecognized arguments: {' '.join(unknown or [*extra, *after])}")
+    elif getattr(args, "source", None) == "launch" and after:
+        # a launch script's own arguments, as typed: `-- -m MODEL --use_lora True`
+        args.overrides = [*args.overrides, *extra, "--", *after]
     else:
         args.overrides = [*args.overrides, *extra, *after]
     try:

@@ -41,6 +41,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 GENERATION_CONFIG = "generation_config.json"
 # huggingface_hub's repo id grammar (validate_repo_id): ORG/NAME of word characters, . and -.
 _HUB_ID = re.compile(r"^[\w.-]{1,96}/[\w.-]{1,96}$")
+# A Hub id without an organisation (gpt2, gpt2-xl, bert-base-uncased: the Hub's first models,
+# cached by huggingface_hub as models--gpt2): looked up in the cache only.
+_LEGACY_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -118,7 +121,7 @@ def resolve_pretrained(ref: str) -> ModelSource:
         raise ModelFolderError(f"model.pretrained={_short(ref)}: {reason}") from e
     if folder is not None:
         return _folder_source(ref, folder)
-    if _HUB_ID.match(ref):
+    if _HUB_ID.match(ref) or _LEGACY_HUB_ID.match(ref):
         snapshot = cached_snapshot(ref)
         if snapshot is not None:
             return _folder_source(ref, snapshot)

@@ -515,6 +515,18 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Give a part of the model's layer names (`layers.` for Llama, `decoder.layers.` for OPT).",
         group=NATIVE,
     ),
+    "launch-entry-refuses": E(
+        "error",
+        "Launch scripts (`--from launch`): the flags pass the entry point's own argument "
+        "checks, read from its source: transformers' `run_clm.py` (`run_mlm.py`, `run_plm.py`) "
+        "needs `--dataset_name` or a `--train_file` / `--validation_file` ending in csv, json "
+        "or txt, and refuses `--config_overrides` with a pretrained model.",
+        "The run stops in the argument dataclasses' `__post_init__`: \"ValueError: Need either a "
+        'dataset name or a training/validation file.", "AssertionError: `train_file` should '
+        'be a csv, a json or a txt file."',
+        "Give the data flag, or a file of a format the entry point loads.",
+        group=NATIVE,
+    ),
     "launch-unknown-value": E(
         "warning",
         "Launch scripts (`--from launch`): a flag's value comes from a variable the script "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.model_folders import LLAMA2_7B, MISTRAL_7B_V03, QWEN25_05B, hub_cache
+from tests.model_folders import GPT2, LLAMA2_7B, MISTRAL_7B_V03, QWEN25_05B, hub_cache
 
 PUBLISHED = Path(__file__).resolve().parent / "native" / "launch" / "published"
 
@@ -66,6 +66,35 @@ MISTRAL_7B_V01 = MISTRAL_7B_V03 | {
     "sliding_window": 4096,
     "rope_theta": 10000.0,
 }
+# 01-ai/Yi-6B and Yi-34B config.json (Hub; Llama architecture since their 2023-11 update).
+YI_6B: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 5000000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 64000,
+}
+YI_34B = YI_6B | {
+    "hidden_size": 7168,
+    "intermediate_size": 20480,
+    "num_attention_heads": 56,
+    "num_hidden_layers": 60,
+    "num_key_value_heads": 8,
+}
+# openai-community/gpt2-xl config.json (Hub; cached as models--gpt2-xl under its legacy id).
+GPT2_XL = GPT2 | {"n_embd": 1600, "n_head": 25, "n_layer": 48}
 MODELS: dict[str, dict[str, Any]] = {
     "facebook/opt-1.3b": OPT_13B,
     "facebook/opt-350m": OPT_350M,
@@ -77,6 +106,10 @@ MODELS: dict[str, dict[str, Any]] = {
     "meta-llama/Llama-2-70b-hf": LLAMA2_70B,
     "mistralai/Mistral-7B-v0.1": MISTRAL_7B_V01,
     "Qwen/Qwen2.5-0.5B": QWEN25_05B,
+    "01-ai/Yi-6B": YI_6B,
+    "01-ai/Yi-34B": YI_34B,
+    "gpt2": GPT2,
+    "gpt2-xl": GPT2_XL,
 }
 
 
@@ -94,6 +127,9 @@ class Case:
     transformers: str | None = None  # the release the repository pins
     errors: frozenset[str] = frozenset()  # the error rules expected, each explained below
     why: str = ""
+    # A model only its repository's own code builds (trust_remote_code: ChatGLM, Baichuan,
+    # Qwen-7B): the verdict is the one line that names it (exit 2), after the flags parse.
+    remote: str | None = None
 
     @property
     def name(self) -> str:
@@ -186,6 +222,62 @@ CASES = [
         cwd=f"{DSCHAT}/step3_rlhf_finetuning",
         args=("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf"),
     ),
+    # ChatGLM-6B ptuning (requirements.txt pins transformers==4.27.1) and ChatGLM2-6B ptuning
+    # (4.30.2): main.py parses arguments.py's ModelArguments (--quantization_bit,
+    # --pre_seq_len) and Seq2SeqTrainingArguments (--predict_with_generate); the models are
+    # remote code. Against transformers 5 --overwrite_output_dir is refused (removed in 5.0).
+    *[
+        Case(f"{repo}/ptuning/{name}", transformers=pin, remote=model)
+        for repo, pin, model in (
+            ("chatglm", "4.27.1", "THUDM/chatglm-6b"),
+            ("chatglm2", "4.30.2", "THUDM/chatglm2-6b"),
+        )
+        for name in ("train.sh", "ds_train_finetune.sh", "train_chat.sh")
+    ],
+    Case("chatglm/ptuning/ds_train_finetune.sh", remote="THUDM/chatglm-6b", errors=RENAMED),
+    # Baichuan2's README deepspeed command (fine-tune/requirements.txt pins no transformers):
+    # the installed release refuses --warmup_ratio; the model is remote code.
+    Case(
+        "baichuan2/fine-tune/readme_train.sh",
+        remote="baichuan-inc/Baichuan2-7B-Base",
+        errors=RENAMED,
+        why="--warmup_ratio in transformers 5",
+    ),
+    Case(
+        "baichuan2/fine-tune/readme_train.sh",
+        transformers="4.37.2",
+        remote="baichuan-inc/Baichuan2-7B-Base",
+    ),
+    # Yi finetune/scripts (DeepSpeed-Chat-style argparse main.py; they `cd ../sft/` first and
+    # name placeholder model folders, given a Hub id here).
+    *[
+        Case(
+            f"yi/finetune/scripts/{name}.sh",
+            cwd="yi/finetune/sft",
+            args=(f"model_name_or_path=01-ai/{model}",),
+        )
+        for name, model in (
+            ("run_sft_Yi_6b", "Yi-6B"),
+            ("run_sft_lora_Yi_6b", "Yi-6B"),
+            ("run_sft_Yi_34b", "Yi-34B"),
+        )
+    ],
+    # transformers examples/pytorch/language-modeling/run_clm.py (its check_min_version asks
+    # 4.57.0.dev0: checked against 4.57.1): the README's two commands, and a published
+    # script that passes --overwrite_output_dir, which transformers 5 removed.
+    Case("transformers_clm/readme_clm_wikitext.sh", transformers="4.57.1"),
+    Case("transformers_clm/readme_clm_wikitext.sh"),
+    Case(  # the README's placeholders for its own files, given
+        "transformers_clm/readme_clm_files.sh",
+        transformers="4.57.1",
+        args=("train_file=train.txt", "validation_file=valid.txt"),
+    ),
+    Case("transformers_clm/train_gpt2_xl.sh", transformers="4.57.1"),
+    Case("transformers_clm/train_gpt2_xl.sh", errors=RENAMED, why="removed in transformers 5"),
+    # parsa-epfl/quantization-sparsity-interplay runs its transformers fork's run_clm.py after
+    # copying files and writing a YAML with a multi-line echo: read against upstream's copy.
+    Case("transformers_clm/gpt2_wikitext_finetune.sh", transformers="4.57.1"),
+    Case("transformers_clm/gpt2_wikitext_finetune.sh", errors=RENAMED, why="removed in 5"),
     # peft examples/sft (TRL's SFTConfig).
     *[
         Case(f"peft_sft/{name}.sh")

@@ -70,8 +70,12 @@ def test_an_argument_loop_keeps_the_default_and_positional_args_fill_in() -> Non
     assert launch.entry == "finetune.py"
     flags = {f.name: f.value for f in launch.flags}
     assert flags == {"model_name_or_path": "Qwen/Qwen-7B", "output_dir": "out"}
+    # The loop shifts every argument, as bash does: "run1" matches no arm and is shifted
+    # away, so ${1:-out} after the loop is "out"; "-m X" sets MODEL.
     (given,) = find_launches(read_script(text, "t.sh", ["run1"]))
-    assert {f.name: f.value for f in given.flags}["output_dir"] == "run1"
+    assert {f.name: f.value for f in given.flags}["output_dir"] == "out"
+    (model,) = find_launches(read_script(text, "t.sh", ["-m", "org/x"]))
+    assert {f.name: f.value for f in model.flags}["model_name_or_path"] == "org/x"
 
 
 @pytest.mark.parametrize(

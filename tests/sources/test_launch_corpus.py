@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from cfgcheck.errors import ConfigLoadError
 from cfgcheck.sources import check_native
 from cfgcheck.sources.launcher.entry import release_tables
+from cfgcheck.sources.launcher.flags import read_launch
 from tests.sources.launch_corpus import CASES, PUBLISHED, Case, make_cache
 
 pytestmark = pytest.mark.slow
@@ -33,11 +35,19 @@ def test_each_published_script_gets_its_verdict(
         options["cwd"] = str(PUBLISHED / case.cwd)
     if case.transformers:
         options["transformers_version"] = case.transformers
-    result = check_native(PUBLISHED / case.script, "launch", list(case.args), options=options)
-    assert result.config is not None
-    assert {f.rule for f in result.errors} == set(case.errors), [f.message for f in result.errors]
+    script = PUBLISHED / case.script
+    if case.remote is not None:
+        native = read_launch(script.read_text(), case.script, script, list(case.args), options)
+        errors = [p for p in native.problems if p.severity == "error"]
+        with pytest.raises(ConfigLoadError, match=rf":[0-9]+: model_name_or_path={case.remote}"):
+            check_native(script, "launch", list(case.args), options=options)
+    else:
+        result = check_native(script, "launch", list(case.args), options=options)
+        assert result.config is not None
+        errors = result.errors
+    assert {f.rule for f in errors} == set(case.errors), [f.message for f in errors]
     tables = release_tables()
-    for finding in result.by_rule("launch-unknown-flag"):
+    for finding in [f for f in errors if f.rule == "launch-unknown-flag"]:
         # Only flags an older transformers release declares (removed or renamed since the
         # script was written): nothing the scripts' own parsers lack.
         for name in finding.paths:

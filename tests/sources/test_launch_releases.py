@@ -35,7 +35,26 @@ def test_the_installed_release_table_is_the_installed_class() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     source = Path(transformers.__file__).with_name("training_args.py").read_text()
-    assert module.table(source, transformers.__version__) == tables[transformers.__version__]
+    seq2seq = Path(transformers.__file__).with_name("training_args_seq2seq.py").read_text()
+    table = module.table(source, transformers.__version__, seq2seq)
+    assert table == tables[transformers.__version__]
+
+
+@requires("transformers")
+def test_seq2seq_fields_are_the_installed_class_and_parsed_for_it() -> None:
+    """ChatGLM's ptuning/main.py hands Seq2SeqTrainingArguments to HfArgumentParser: its
+    ``--predict_with_generate`` is a flag the parser accepts."""
+    from transformers import Seq2SeqTrainingArguments, TrainingArguments
+
+    extra = {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments) if f.init} - {
+        f.name for f in dataclasses.fields(TrainingArguments) if f.init
+    }
+    fields, _ = training_arguments(None, seq2seq=True)
+    assert extra and extra <= set(fields)
+    assert "predict_with_generate" not in training_arguments(None)[0]
+    old, release = training_arguments("4.27.1", seq2seq=True)
+    assert release == "4.27.1"
+    assert {"predict_with_generate", "overwrite_output_dir"} <= set(old)
 
 
 def test_a_renamed_flag_is_refused_in_the_release_that_refuses_it(tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ class LaunchConfig(NativeConfig):
     verify: bool = True  # check each fix by reading the script again (not when re-checking)
     given: tuple[str, ...] = ()  # the overrides and script arguments it was read with
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES the command runs with
+    adjustments: list[Any] = field(default_factory=list)  # profiles.Adjustment, per entry point
 
     def value(self, key: str, fallback: Any = None) -> Any:
         """The flag's value, else the field's default, else ``fallback``."""
@@ -129,12 +130,32 @@ def profile(native: NativeConfig) -> Profile:
             "config.rope_scaling): no crash, on positions the model was not trained on"
         )
         adjustments.append(Adjustment("seq-len-over-block-size", "warning", note, "error"))
+    adjustments += launch_of(native).adjustments
     return Profile("transformers Trainer", tuple(adjustments))
+
+
+_LENGTH_PATHS = ("data.max_seq_length", "data.max_length")
+_FLAGGED = "\x00"  # a value fix_value gave its flag: NUL flag=value
+
+
+def _fix_value(native: NativeConfig, path: str, value: str) -> str:
+    """A length fix goes to the flag the entry point reads the length from (run_clm.py's
+    ``--block_size``, FastChat's ``--model_max_length``...); other values are unchanged."""
+    from cfgcheck.sources.launcher.build import LENGTH_FLAGS
+
+    entry = launch_of(native).entry
+    if path not in _LENGTH_PATHS or entry is None:
+        return value
+    names = ("block_size",) if entry.packs is not None else LENGTH_FLAGS
+    flag = next((k for k in names if k in entry.fields), None)
+    return value if flag is None else f"{_FLAGGED}{flag}={value}"
 
 
 def _to_native(path: str, value: str) -> str | None:
     from cfgcheck.sources.launcher.build import TO_FLAG
 
+    if path in _LENGTH_PATHS:
+        return value[1:] if value.startswith(_FLAGGED) else None
     flag = TO_FLAG.get(path)
     return None if flag is None else f"{flag}={value}"
 
@@ -152,6 +173,7 @@ FORMAT = Format(
     keys=frozenset(),
     build=_build,
     to_native=_to_native,
+    fix_value=_fix_value,
     profile=profile,
     rules=(launch_rules, deepspeed_rules),
     open_prefixes=("",),

@@ -27,7 +27,9 @@ from cfgcheck.sources.names import TRAINING_ARGUMENTS, schema_optimizer
 
 # The model trained: DeepSpeed-Chat's step3_rlhf_finetuning/main.py trains the actor (its
 # --actor_model_name_or_path; the critic, --critic_model_name_or_path, trains beside it).
-MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path")
+# run_clm.py trains from scratch with --config_name alone (run_clm.py 440-441: the config
+# comes from it; the weights are new): the model is then that config.
+MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path", "config_name")
 LENGTH_FLAGS = ("model_max_length", "max_seq_length", "max_length", "max_seq_len")
 # LoRA on/off flags: LLaVA train.py lora_enable, Qwen finetune.py use_lora, TRL use_peft,
 # peft examples/sft/train.py use_peft_lora.
@@ -94,6 +96,11 @@ def build(b: Builder) -> None:
 
 
 def _lengths(b: Builder, n: LaunchConfig) -> None:
+    if n.entry is not None and n.entry.packs is not None:  # run_clm.py's block_size
+        from cfgcheck.sources.launcher.clm import block_length
+
+        block_length(b, n, lambda key: _at(n, key) or b.default_location(key))
+        return
     for key in LENGTH_FLAGS:
         if n.known(key) and isinstance(n.value(key), int):
             _take(b, "data.max_seq_length", key, None)
@@ -104,6 +111,11 @@ def _lengths(b: Builder, n: LaunchConfig) -> None:
 def _data(b: Builder, n: LaunchConfig) -> None:
     """The tokenizer call and the collator (:mod:`cfgcheck.sources.code.datapath`)."""
     entry = n.entry
+    if entry is not None and entry.packs is not None:  # run_clm.py's group_texts
+        from cfgcheck.sources.launcher.clm import apply_packing
+
+        apply_packing(b, n, entry.packs)
+        return
     call = entry.tokenize if entry else None
     if entry is None or call is None or entry.per_sample is None:
         # Tokenized together (one call pads all samples to the longest), or by code cfgcheck

@@ -128,6 +128,9 @@ def script_flags(words: list[Word]) -> list[Flag]:
     i = 0
     while i < len(words):
         word = words[i]
+        if word.unknown and word.text == "$@":  # the script's arguments, not known
+            i += 1
+            continue
         if not word.text.startswith("-"):
             if out and out[-1].value is not None:
                 out[-1].value += " " + word.text  # nargs="+": kept together

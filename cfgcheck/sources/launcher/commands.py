@@ -125,12 +125,12 @@ def check_text(
     name; ``script`` (its path, when it has one) places the project folder."""
     from cfgcheck.sources.launcher import _loaded
     from cfgcheck.sources.launcher.command import find_launches
-    from cfgcheck.sources.launcher.flags import read_launch
+    from cfgcheck.sources.launcher.flags import read_launch, split_arguments
     from cfgcheck.sources.launcher.shell import read_script
     from cfgcheck.sources.native import check_loaded
 
     opts = dict(options or {})
-    args = [o for o in overrides if "=" not in o and not o.startswith("-")]
+    args, _flags = split_arguments(overrides)
     launches = find_launches(read_script(text, shown, args))
 
     def check(index: int | None) -> CheckResult:

@@ -21,6 +21,7 @@ from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Location
 from cfgcheck.sources.code import CallSite, CodeFile, Known, Program, read_code, read_program
 from cfgcheck.sources.code.datapath import collator_kind, is_tokenizer_call
+from cfgcheck.sources.launcher.clm import packing_function
 from cfgcheck.sources.pydataclass import (
     NO_DEFAULT,
     ClassInfo,
@@ -69,11 +70,13 @@ class Entry:
     pad_token_set: str | None = None  # where the code gives the tokenizer a pad token
     rope_scaling: Location | None = None  # where the code sets config.rope_scaling
     applies_lora: Location | None = None  # where the code calls get_peft_model
+    packs: Location | None = None  # where run_clm's group_texts cuts block_size rows (clm.py)
 
 
-@lru_cache(maxsize=1)
-def _installed() -> tuple[dict[str, Field], str]:
-    """The installed transformers' TrainingArguments fields, and its version."""
+@lru_cache(maxsize=2)
+def _installed(seq2seq: bool = False) -> tuple[dict[str, Field], str]:
+    """The installed transformers' TrainingArguments fields (with ``seq2seq``, those
+    Seq2SeqTrainingArguments adds, from ``training_args_seq2seq.py``), and its version."""
     spec = importlib.util.find_spec("transformers")
     roots = list(spec.submodule_search_locations or []) if spec else []
     if not roots:
@@ -94,10 +97,17 @@ def _installed() -> tuple[dict[str, Field], str]:
     except Exception:  # metadata missing: the version is only named
         version = ""
     where = f"transformers {version} TrainingArguments".replace("  ", " ")
-    return {
+    out = {
         name: Field(name, info.types.get(name, ""), default, where)
         for name, default in info.fields.items()
-    }, version
+    }
+    if seq2seq:
+        text = (root / "training_args_seq2seq.py").read_text(encoding="utf-8")
+        extra = classes_in(ast.parse(text))["Seq2SeqTrainingArguments"]
+        where = where.replace("TrainingArguments", "Seq2SeqTrainingArguments")
+        for name, default in extra.fields.items():
+            out[name] = Field(name, extra.types.get(name, ""), default, where)
+    return out, version
 
 
 @lru_cache(maxsize=1)
@@ -126,20 +136,26 @@ def _release(version: str) -> str:
     return same[-1]
 
 
-@lru_cache(maxsize=8)
-def training_arguments(version: str | None = None) -> tuple[dict[str, Field], str]:
-    """TrainingArguments' fields and the release they are from: the installed transformers',
-    or release ``version``'s from the generated tables (types, defaults as written there)."""
-    installed, installed_version = _installed()
+@lru_cache(maxsize=16)
+def training_arguments(
+    version: str | None = None, seq2seq: bool = False
+) -> tuple[dict[str, Field], str]:
+    """TrainingArguments' fields (with ``seq2seq``, Seq2SeqTrainingArguments') and the
+    release they are from: the installed transformers', or release ``version``'s from the
+    generated tables (types, defaults as written there)."""
+    installed, installed_version = _installed(seq2seq)
     if not version or version == installed_version:
         return installed, installed_version
     release = _release(version)
-    where = f"transformers {release} TrainingArguments"
-    table = release_tables()[release]["fields"]
-    return {
-        name: Field(name, spec["type"], spec["default"] if spec["literal"] else NO_DEFAULT, where)
-        for name, spec in table.items()
-    }, release
+    out: dict[str, Field] = {}
+    for key, cls in (("fields", "TrainingArguments"), ("seq2seq", "Seq2SeqTrainingArguments")):
+        if key == "seq2seq" and not seq2seq:
+            continue
+        where = f"transformers {release} {cls}"
+        for name, spec in release_tables()[release][key].items():
+            default = spec["default"] if spec["literal"] else NO_DEFAULT
+            out[name] = Field(name, spec["type"], default, where)
+    return out, release
 
 
 @lru_cache(maxsize=16)
@@ -198,17 +214,16 @@ def refused_since(name: str, version: str) -> str:
 
 
 def _dataclass_fields(
-    names: list[str], found: dict[str, ClassInfo], file: str
-) -> tuple[dict[str, Field], bool]:
-    """Fields of the classes ``names`` (bases in the file followed); whether one of them is
-    a TrainingArguments (whose fields transformers adds)."""
+    names: list[str], found: dict[str, ClassInfo], file: str, origin: dict[str, str]
+) -> tuple[dict[str, Field], set[str]]:
+    """Fields of the classes ``names`` (bases in the file followed); which of transformers'
+    TrainingArguments classes (whose fields transformers adds) they are or derive from."""
     out: dict[str, Field] = {}
-    hf = False
+    hf: set[str] = set()
 
     def add(name: str, depth: int) -> None:
-        nonlocal hf
         if name in HF_ARGS and name not in found:
-            hf = True
+            hf.add(name)
             return
         info = found.get(name)
         if info is None or depth > 8:
@@ -216,7 +231,7 @@ def _dataclass_fields(
         for base in info.bases:
             add(base, depth + 1)
         for key, default in info.fields.items():
-            where = f"{file}:{info.lines.get(key, 0)} {name}.{key}"
+            where = f"{origin.get(name, file)}:{info.lines.get(key, 0)} {name}.{key}"
             out[key] = Field(key, info.types.get(key, ""), default, where)
 
     for name in names:
@@ -271,13 +286,16 @@ def read_entry(
     entry = Entry(shown, code, program, "")
     if names is not None:
         entry.parser = "HfArgumentParser"
-        found = {**_imported_classes(tree, root, names), **classes_in(tree)}
+        origin: dict[str, str] = {}  # class -> the module it is declared in, when imported
+        found = {**_imported_classes(tree, root, names, origin), **classes_in(tree)}
         for name in names:
             if name not in found and name not in HF_ARGS:
                 found.update(trl_config(name))
-        fields, hf = _dataclass_fields(names, found, shown)
-        if hf or any(n in HF_ARGS for n in names):
-            ta, entry.transformers_version = training_arguments(transformers_version)
+        fields, hf = _dataclass_fields(names, found, shown, origin)
+        hf |= {n for n in names if n in HF_ARGS}
+        if hf:
+            seq2seq = "Seq2SeqTrainingArguments" in hf
+            ta, entry.transformers_version = training_arguments(transformers_version, seq2seq)
             entry.fields = {**ta, **fields}
         else:
             entry.fields = fields
@@ -285,6 +303,7 @@ def read_entry(
         entry.parser = "argparse"
         entry.fields = _argparse_fields(program, shown)
     _data_path(entry)
+    entry.packs = packing_function(entry)
     if entry.pad_token_set is None:
         entry.pad_token_set = _pad_token_in(code)
     if entry.pad_token_set is None or entry.tokenize is None:
@@ -424,9 +443,12 @@ def _delegate(tree: ast.Module, root: Path) -> Path | None:
     return None
 
 
-def _imported_classes(tree: ast.Module, root: Path, names: list[str]) -> dict[str, ClassInfo]:
+def _imported_classes(
+    tree: ast.Module, root: Path, names: list[str], origin: dict[str, str]
+) -> dict[str, ClassInfo]:
     """The argument dataclasses an entry point imports from the project's own modules
-    (FastChat's train_lora.py takes ModelArguments from fastchat/train/train.py)."""
+    (FastChat's train_lora.py takes ModelArguments from fastchat/train/train.py; ChatGLM's
+    ptuning/main.py from arguments.py); ``origin`` gets the file each is declared in."""
     from cfgcheck import safeio
 
     out: dict[str, ClassInfo] = {}
@@ -447,9 +469,11 @@ def _imported_classes(tree: ast.Module, root: Path, names: list[str]) -> dict[st
         for name in wanted:
             if name in found:
                 out[name] = found[name]
+                origin[name] = _shown(path, root)
                 for base in found[name].bases:  # a base declared next to it
-                    if base in found:
-                        out.setdefault(base, found[base])
+                    if base in found and base not in out:
+                        out[base] = found[base]
+                        origin[base] = _shown(path, root)
     return out
 
 

@@ -29,12 +29,12 @@ def _as_flags(fix: Fix) -> Fix:
 def _clears(loaded: Loaded, finding: Finding, fix: Fix, before: set[str]) -> bool:
     """The fix removes ``finding`` and adds no error of a rule not already reported."""
     from cfgcheck.sources.launcher import _loaded
-    from cfgcheck.sources.launcher.flags import read_launch
+    from cfgcheck.sources.launcher.flags import read_launch, with_flags
     from cfgcheck.sources.native import check_loaded
 
     n = launch_of(loaded.native)
     pairs = _pairs(fix.flags)
-    again = read_launch(n.text, n.file, n.origin, [*n.given, *pairs], dict(n.options))
+    again = read_launch(n.text, n.file, n.origin, with_flags(n.given, pairs), dict(n.options))
     again.verify = False
     result = check_loaded(_loaded(again, loaded.gpu), verify=False)
     return not result.by_rule(finding.rule) and {f.rule for f in result.errors} <= before
@@ -58,6 +58,10 @@ def finish_fixes(loaded: Loaded, findings: list[Finding]) -> list[Finding]:
     for f in findings:
         if rests_on(f, n.unknown_paths):
             continue
+        if f.rule == "seq-len-over-block-size" and n.entry and n.entry.packs:
+            from cfgcheck.sources.launcher.clm import with_crash
+
+            f = with_crash(f)
         fixes = [_as_flags(x) for x in f.fixes]
         if f.rule == "ragged-batch":
             f = _ragged(loaded, f)

@@ -15,6 +15,7 @@ from typing import Any
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.findings import Finding, Location
 from cfgcheck.sources.launcher import LaunchConfig
+from cfgcheck.sources.launcher.clm import post_init_problems
 from cfgcheck.sources.launcher.command import Flag, Launch, find_launches, script_flags
 from cfgcheck.sources.launcher.entry import (
     Field,
@@ -52,8 +53,7 @@ def read_launch(
     # Overrides without "=" are the script's own arguments ($1, $2...); the others are flags
     # appended to the training command.
     given = tuple(overrides)
-    args = [o for o in overrides if "=" not in o and not o.startswith("-")]
-    overrides = [o for o in overrides if o not in args]
+    args, overrides = split_arguments(overrides)
     parsed = read_script(text, shown, args)
     launches = find_launches(parsed)
     if not launches:
@@ -93,8 +93,22 @@ def read_launch(
         if word.unknown and name.replace("-", "_") in counts:
             native.unknown[f"launcher.{name}"] = f"{word.unknown} ({shown}:{word.line})"
             native.where[f"launcher.{name}"] = Location(shown, word.line)
+    passed = [w for w in launch.command.words if w.unknown and w.text == "$@"]
+    if passed:
+        native.problems.append(
+            Finding(
+                UNKNOWN_VALUE,
+                "warning",
+                ("$@",),
+                f'"$@" at line {passed[0].line} passes the script\'s arguments to the entry '
+                f"point, and they are {passed[0].unknown}: the flags they hold are not checked",
+                "give the script's arguments after --, in a form its argument loop reads",
+                locations={"$@": Location(shown, passed[0].line)},
+            )
+        )
     extra = [Flag(*_override(o)) for o in overrides]
     _parse(native, [*launch.flags, *extra], entry.fields if entry.parser else None)
+    native.problems += post_init_problems(native)
     both = native.data.get("fp16") is True and native.data.get("bf16") is True
     if both and "fp16_and_bf16" in release_checks(entry.transformers_version):
         # transformers training_args.py TrainingArguments.__post_init__ (5.24: line 1785)
@@ -110,6 +124,25 @@ def read_launch(
             )
         )
     return native
+
+
+def split_arguments(given: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the script's arguments, the flags appended to its command): before ``--``, a word
+    without ``=`` is an argument (``$1``...) and ``key=value`` / ``--flag=value`` an appended
+    flag; every word after ``--`` is an argument as typed (``-m MODEL``, ``--use_lora True``)."""
+    words = list(given)
+    after = words[words.index("--") + 1 :] if "--" in words else []
+    before = words[: words.index("--")] if "--" in words else words
+    args = [o for o in before if "=" not in o and not o.startswith("-")]
+    return args + after, [o for o in before if o not in args]
+
+
+def with_flags(given: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``given`` (overrides, then ``--`` and the script's arguments) with ``flags`` appended
+    as overrides, before the ``--``."""
+    words = list(given)
+    cut = words.index("--") if "--" in words else len(words)
+    return [*words[:cut], *flags, *words[cut:]]
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -169,8 +202,7 @@ def _parse(native: LaunchConfig, flags: list[Flag], fields: dict[str, Field] | N
     unknown: list[Flag] = []
     for flag in flags:
         name = flag.name.replace("-", "_")
-        where = Location(native.file, flag.word.line) if flag.word.line else None
-        where = where or Location(f"<override {flag.word.text}>", None)
+        where = _located(native, flag)
         spec = fields.get(name) if fields is not None else None
         value: Any = flag.value
         if fields is not None and spec is None and name.startswith("no_"):
@@ -204,6 +236,16 @@ def _parse(native: LaunchConfig, flags: list[Flag], fields: dict[str, Field] | N
                 f"--{name.removeprefix('launcher.')} VALUE",
             )
         )
+
+
+def _located(native: LaunchConfig, flag: Flag) -> Location:
+    """The script's line of ``flag``; a flag passed through ``"$@"`` is where the user typed
+    it (``<script argument 3: --lr>``), an override or a fix the override."""
+    if flag.word.arg:
+        return Location(f"<script argument {flag.word.arg}: {flag.word.text}>", None)
+    if flag.word.line:
+        return Location(native.file, flag.word.line)
+    return Location(f"<override {flag.word.text}>", None)
 
 
 def _typed(value: str | None, spec: Field | None) -> Any:
@@ -243,20 +285,27 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
                 f"transformers {version or 'unknown'}"
             )
             continue
+        removed = refused_since(flag.name, version) if version else ""
+        if removed:  # a field an older release declares (--overwrite_output_dir, gone in 5.0)
+            hints.append(
+                f"--{flag.name}: {removed}; remove it, or check against the release the "
+                "script was written for (--transformers-version)"
+            )
+            continue
         close = difflib.get_close_matches(flag.name, list(fields), n=1)
         if close:
             hints.append(f"--{flag.name}: did you mean --{close[0]}?")
     first = flags[0]
     parser = native.entry.parser if native.entry else "the parser"
     for f in flags:
-        native.where.setdefault(f.name, Location(native.file, f.word.line or None))
+        native.where.setdefault(f.name, _located(native, f))
     refusal = (
         f'the run stops with "error: unrecognized arguments: {" ".join(names)}" (argparse)'
         if parser == "argparse"
         else 'the run stops with "ValueError: Some specified arguments are not used by the '
         f'HfArgumentParser: {names}"'
     )
-    at = f" (first at line {first.word.line})" if first.word.line else ""
+    at = f" (first at line {first.word.line})" if first.word.line and not first.word.arg else ""
     return Finding(
         UNKNOWN_FLAG,
         "error",
@@ -268,4 +317,4 @@ def _unknown_flags(native: LaunchConfig, flags: list[Flag], fields: dict[str, Fi
     )
 
 
-__all__ = ["read_launch", "script_flags"]
+__all__ = ["read_launch", "script_flags", "split_arguments", "with_flags"]

@@ -26,6 +26,7 @@ OPENERS = frozenset({"if", "for", "while", "until", "case"})
 CLOSERS = frozenset({"fi", "done", "esac"})
 SEPARATORS = frozenset({";", "&", "|", "&&", "||", ";;"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_SLICE = re.compile(r"\$\{@:([0-9]+)\}")
 _VAR = re.compile(
     r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+|@|\*)(?::?-([^}]*))?\}"
     r"|([A-Za-z_][A-Za-z0-9_]*|[0-9]|@|\*))"
@@ -40,6 +41,7 @@ class Word:
     line: int
     unknown: str | None = None
     marked: str = ""  # the text with the markers of unknown values (for assignments)
+    arg: int = 0  # the script argument (1-based) a "$@" expansion took it from
 
     @property
     def raw(self) -> str:
@@ -62,6 +64,11 @@ class Script:
     variables: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> value, line
     reasons: dict[str, str] = field(default_factory=dict)  # marker -> why it is unknown
     depth: int = 0  # inside how many if/for/while/case blocks (their bodies may not run)
+    # The script's arguments still to be read ($1 $2 ... and "$@"), each with its number
+    # among those given; ``args_unknown`` says why they are not known (a loop not followed).
+    positional: list[tuple[int, str]] = field(default_factory=list)
+    args_unknown: str | None = None
+    optind: int | None = None  # OPTIND - 1 after a getopts loop: what `shift $((OPTIND-1))` drops
 
 
 def _logical_lines(text: str, file: str) -> list[tuple[int, str, list[int]]]:
@@ -81,7 +88,7 @@ def _logical_lines(text: str, file: str) -> list[tuple[int, str, list[int]]]:
                 continue
             buf += line
             try:
-                shlex.split(buf, comments=True)
+                shlex.split(buf.replace("$#", "$" + _COUNT), comments=True)
             except ValueError:
                 if i < len(lines):
                     buf += "\n"
@@ -95,8 +102,13 @@ def _logical_lines(text: str, file: str) -> list[tuple[int, str, list[int]]]:
     return out
 
 
+_COUNT = "\x01"  # stands for the # of $# while lexing (shlex would start a comment there)
+
+
 def _lex(text: str) -> list[tuple[str, int]]:
-    """The words of ``text`` with the offset each starts at."""
+    """The words of ``text`` with the offset each starts at (``$#``, the argument count, is a
+    word: bash starts a comment only at a word's start)."""
+    text = text.replace("$#", "$" + _COUNT)
     stream = io.StringIO(text)
     lexer = shlex.shlex(stream, posix=True, punctuation_chars=";&|")
     lexer.whitespace_split = True
@@ -108,7 +120,7 @@ def _lex(text: str) -> list[tuple[str, int]]:
         if token is None or token == lexer.eof:
             return out
         rest = text[before:]
-        out.append((token, before + len(rest) - len(rest.lstrip())))
+        out.append((token.replace(_COUNT, "#"), before + len(rest) - len(rest.lstrip())))
 
 
 def read_script(
@@ -117,22 +129,111 @@ def read_script(
     """Read ``text`` (see the module); raises :class:`ConfigLoadError` on an unbalanced quote."""
     script = Script(file)
     values: dict[str, tuple[str, int]] = {k: (v, 0) for k, v in (env or {}).items()}
-    positional = list(args)
-    for first, logical, starts in _logical_lines(text, file):
+    script.positional = list(enumerate(args, 1))
+    lines = _logical_lines(text, file)
+    i = 0
+    while i < len(lines):
+        first, logical, starts = lines[i]
+        i += 1
         if "<<" in logical:  # a here-document: its body is data, not commands
             continue
         logical = _commands_out(logical, script)
+        lexed = _lex(logical)
+        if lexed and lexed[0][0] in ("while", "until", "for") and not script.depth:
+            end = _loop_end(lines, i - 1)
+            if end is not None and _argument_loop(script, lines[i - 1 : end], values):
+                i = end
+                continue
         words: list[Word] = []
-        for token, offset in _lex(logical):
+        for token, offset in lexed:
             line = first + sum(1 for s in starts[1:] if s <= offset)
             if token in SEPARATORS or set(token) <= set(";&|"):
                 _finish(script, words, values)
                 words = []
                 continue
-            words += _substitute(token, line, values, positional, script)
+            words += _substitute(token, line, values, script)
         _finish(script, words, values)
     script.variables = values
     return script
+
+
+def _tokens(lines: list[tuple[int, str, list[int]]], script: Script) -> list[tuple[str, int]]:
+    """The words of ``lines`` with their lines, "\n" between logical lines (unsubstituted)."""
+    out: list[tuple[str, int]] = []
+    for first, logical, starts in lines:
+        for token, offset in _lex(_commands_out(logical, script)):
+            out.append((token, first + sum(1 for s in starts[1:] if s <= offset)))
+        out.append(("\n", first))
+    return out
+
+
+def _loop_end(lines: list[tuple[int, str, list[int]]], start: int) -> int | None:
+    """The index after the logical line holding the ``done`` of the loop at ``start``."""
+    depth = 0
+    for k in range(start, len(lines)):
+        for token, _offset in _lex(lines[k][1]):
+            if token in ("do",):
+                depth += 1
+            elif token == "done":
+                depth -= 1
+                if depth == 0:
+                    return k + 1
+    return None
+
+
+def _argument_loop(
+    script: Script, lines: list[tuple[int, str, list[int]]], values: dict[str, tuple[str, int]]
+) -> bool:
+    """Follow an argument loop over the script's arguments (:mod:`.argloop`); False when the
+    loop is not one (it is then read as written)."""
+    from cfgcheck.sources.launcher import argloop
+
+    tokens = _tokens(lines, script)
+    head = " ".join(
+        t for t, _ in tokens[: next((k for k, t in enumerate(tokens) if t[0] == "do"), 0)]
+    )
+    if not any(k in head for k in ("$1", "$#", "$@", "${@}", "getopts")):
+        return False
+    launchers = ("torchrun", "deepspeed", "accelerate", "python")
+    if any(t.rsplit("/", 1)[-1].startswith(launchers) for t, _ in tokens):
+        return False  # a loop that launches training per argument: read as written
+    line = lines[0][0]
+    if not script.positional and script.args_unknown is None:
+        script.optind = 0 if "getopts" in head else script.optind
+        return True  # no arguments: the loop's body never runs
+    try:
+        loop = argloop.parse(tokens)
+        if script.args_unknown is not None:
+            raise argloop.CannotFollow(script.args_unknown)
+
+        def assign(name: str, value: str, at: int) -> None:
+            values[name] = (value, at)
+
+        left = argloop.run(loop, [a for _, a in script.positional], assign, script.file)
+        script.positional = script.positional[len(script.positional) - len(left) :]
+        if loop.kind == "getopts":
+            script.optind = loop.consumed
+    except argloop.CannotFollow as e:
+        why = f"the argument loop at line {line}, which cfgcheck does not follow ({e})"
+        for name in _assigned(tokens):
+            key = f"argloop:{name}"
+            script.reasons[key] = f"${name}, set by {why}"
+            values[name] = (f"{_MARK}{key}{_MARK}", line)
+        texts = [t for t, _ in tokens]
+        if texts[0] != "for" or "shift" in texts or "set" in texts:
+            # a for loop that does not shift leaves the arguments as they were
+            script.args_unknown = f"the script's arguments after {why}"
+            script.positional = []
+    return True
+
+
+def _assigned(tokens: list[tuple[str, int]]) -> list[str]:
+    out: list[str] = []
+    for token, _line in tokens:
+        name, sep, _ = token.partition("=")
+        if sep and _NAME.match(name) and name not in out:
+            out.append(name)
+    return out
 
 
 _MARK = "\x00"  # a value the script computes when it runs: MARK name MARK
@@ -168,12 +269,29 @@ def _substitute(
     token: str,
     line: int,
     values: dict[str, tuple[str, int]],
-    positional: list[str],
     script: Script,
 ) -> list[Word]:
+    positional = [a for _, a in script.positional]
+    if token in ("$@", "${@}", "$*", "${*}"):
+        if script.args_unknown is not None:
+            script.reasons["$@"] = script.args_unknown
+            return [_word(f"{_MARK}$@{_MARK}", line, script)]
+        # "$@": one word per argument left (none when the script was given none)
+        return [Word(a, line, arg=n) for n, a in script.positional]
+    sliced = _SLICE.fullmatch(token)
+    if sliced:  # "${@:3}": the arguments from the third on
+        if script.args_unknown is not None:
+            script.reasons["$@"] = script.args_unknown
+            return [_word(f"{_MARK}$@{_MARK}", line, script)]
+        skip = max(0, int(sliced.group(1)) - 1)
+        return [Word(a, line, arg=n) for n, a in script.positional[skip:]]
+
     def one(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(3)
         default = m.group(2)
+        if script.args_unknown is not None and (name.isdigit() or name in ("@", "*")):
+            script.reasons[f"${name}"] = script.args_unknown
+            return f"{_MARK}${name}{_MARK}"
         if name.isdigit():
             index = int(name) - 1
             if 0 <= index < len(positional):
@@ -223,6 +341,18 @@ def _finish(script: Script, words: list[Word], values: dict[str, tuple[str, int]
         if w.text in CLOSERS:
             script.depth = max(0, script.depth - 1)
     if not words:
+        return
+    if words[0].text == "shift" and not script.depth:  # the script's own arguments, shifted
+        count = words[1].text if len(words) > 1 else "1"
+        unknown = words[1].unknown if len(words) > 1 else None
+        if unknown and "OPTIND" in unknown and script.optind is not None:
+            count = str(script.optind)  # shift $((OPTIND-1)) after getopts
+        if count.isdigit():
+            script.positional = script.positional[int(count) :]
+        else:
+            script.args_unknown = (
+                f"the script's arguments after shift {count} (line {words[0].line})"
+            )
         return
     if words[0].text in ("export", "local", "declare", "readonly"):
         for w in words[1:]:
