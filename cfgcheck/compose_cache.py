@@ -214,6 +214,20 @@ def _entry(cfg: Any) -> dict[str, Any] | None:
     return {"format": FORMAT, "omegaconf": _needs_omegaconf(text), "config": container}
 
 
+def _compose_plain(directory: Path, name: str, overrides: Sequence[str]) -> Any | None:
+    """The composition without Hydra where it is provably Hydra's (see
+    :mod:`cfgcheck.compose_plain`), after the same screens as :func:`compose`; else None."""
+    from cfgcheck.compose import screen_overrides
+    from cfgcheck.compose_plain import compose_plain, usable
+
+    if not usable():
+        return None
+    screen_overrides(overrides)
+    from cfgcheck.safeio import screen_config_dir
+
+    return compose_plain(directory, name, overrides, screen_config_dir(directory))
+
+
 def compose_cached(config_dir: str | Path, config_name: str, overrides: Sequence[str] = ()) -> Any:
     """The composed config: from the cache when the same inputs were composed before (a plain
     dict, or a ``DictConfig`` when it holds interpolations), else composed with Hydra (a
@@ -232,6 +246,11 @@ def compose_cached(config_dir: str | Path, config_name: str, overrides: Sequence
         hit = _load(where / f"{key}.json")
         if hit is not None:
             return hit
+    plain = _compose_plain(directory, name, overrides)
+    if plain is not None:
+        if key is not None and where is not None and _survives_json(plain):
+            _store(where / f"{key}.json", {"format": FORMAT, "omegaconf": False, "config": plain})
+        return plain
     cfg = compose(directory, name, overrides)
     entry = _entry(cfg)
     if entry is not None and key is not None and where is not None:
