@@ -386,3 +386,32 @@ def test_a_store_in_hydra_s_config_store_means_hydra_s_path(tmp_path: Path) -> N
     finally:
         del store.repo["cfgcheck_plain_test_node.yaml"]
     assert json.loads(json.dumps(plain(CONF, "config"))) == plain(CONF, "config")
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["no cache", "cache miss"])
+def test_inline_suppressions_apply_as_on_hydra_s_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """The suppression marks are noted from the bytes the plain path screened (or the cache
+    key read): the same findings, suppressed or not, as through Hydra."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    data = conf / "data" / "alpaca-tiny.yaml"
+    text = data.read_text().replace("max_seq_length: 1024", "max_seq_length: 3063")
+    data.write_text(text)
+    monkeypatch.setenv("CFGCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    if cached:
+        monkeypatch.delenv("CFGCHECK_NO_CACHE", raising=False)
+    else:
+        monkeypatch.setenv("CFGCHECK_NO_CACHE", "1")
+    assert [f.rule for f in cfgcheck.check(conf).errors] == ["seq-len-over-block-size"]
+    mark = "  # cfgcheck: ignore[seq-len-over-block-size]"
+    data.write_text(text.replace("max_seq_length: 3063", "max_seq_length: 3063" + mark))
+    assert plain(conf, "config") is not None
+    fast = reports(conf, "config", [])
+    assert not cfgcheck.check(conf).errors and '"ok": true' in fast
+    monkeypatch.setattr("cfgcheck.compose_plain.usable", lambda: False)
+    monkeypatch.setenv("CFGCHECK_NO_CACHE", "1")
+    assert fast == reports(conf, "config", [])
