@@ -89,8 +89,16 @@ def _installed(package: str) -> str:
 def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | None:
     """sha256 over everything a composition depends on, or ``None`` when the composition may
     read files outside ``directory``. Raises OSError on unreadable files."""
+    return _key_and_bytes(directory, name, overrides)[0]
+
+
+def _key_and_bytes(
+    directory: Path, name: str, overrides: Sequence[str]
+) -> tuple[str | None, dict[Path, bytes] | None]:
+    """:func:`cache_key`, and the bytes of every file it read, by path (``None`` with the key),
+    so that a miss screens and composes them without walking and reading the tree again."""
     if any("searchpath" in o for o in overrides):
-        return None
+        return None, None
     from cfgcheck import __version__
     from cfgcheck.overrides import plain_overrides
 
@@ -114,24 +122,18 @@ def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | Non
     for path in config_files(directory):
         data = read_bytes(path)  # bounded; a FIFO, device or dangling link: one-line error
         if b"searchpath" in data:
-            return None
+            return None, None
         read[path] = data
         h.update(path.relative_to(directory).as_posix().encode() + b"\0")
         h.update(data + b"\0")
     _note_marks(directory, read)
-    _READ[directory] = read
-    return h.hexdigest()
+    return h.hexdigest(), read
 
 
 # Files holding a ``# cfgcheck:`` comment, noted while the key reads every file, so the inline
 # suppressions (cfgcheck.project.suppressions) need not read the tree again.
 SUPPRESSION_MARK = re.compile(rb"#\s*cfgcheck\s*:")
 _MARKED: dict[Path, list[Path]] = {}
-
-
-# The bytes the key just read, by path, so that a miss screens and composes them without
-# walking and reading the tree again (cfgcheck.safeio.screen_config_dir); popped on use.
-_READ: dict[Path, dict[Path, bytes]] = {}
 
 
 def _note_marks(directory: Path, read: dict[Path, bytes]) -> None:
@@ -254,18 +256,17 @@ def compose_cached(config_dir: str | Path, config_name: str, overrides: Sequence
     directory, name = primary_config(config_dir, config_name)
     _MARKED.pop(directory, None)  # noted again below when the key reads the files
     where = None if _config_store_in_use() else cache_dir()
-    key = None
+    key = read = None
     if where is not None:
         try:
-            key = cache_key(directory, name, overrides)
+            key, read = _key_and_bytes(directory, name, overrides)
         except OSError:
             key = None  # an unreadable file: let Hydra report it
-    read = _READ.pop(directory, None)
     if key is not None and where is not None:
         hit = _load(where / f"{key}.json")
         if hit is not None:
             return hit
-    plain = _compose_plain(directory, name, overrides, read if key is not None else None)
+    plain = _compose_plain(directory, name, overrides, read)
     if plain is not None:
         if key is not None and where is not None and _survives_json(plain):
             _store(where / f"{key}.json", {"format": FORMAT, "omegaconf": False, "config": plain})
