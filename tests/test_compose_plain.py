@@ -76,7 +76,11 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
-@pytest.mark.parametrize("group", ["model", "tokenizer", "trainer", "data"])
+# Every model preset: several seconds (one Hydra composition each); a few run in the quick suite
+# through SHIPPED_OVERRIDES (tinyllama-1.1b, llama-3-8b, qwen3-8b).
+@pytest.mark.parametrize(
+    "group", [pytest.param("model", marks=pytest.mark.slow), "tokenizer", "trainer", "data"]
+)
 def test_every_shipped_option_composes_as_hydra_composes(group: str) -> None:
     for option in options(group):
         same_as_hydra(CONF, "config", [f"{group}={option}"])
