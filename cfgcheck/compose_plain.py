@@ -44,6 +44,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,54 @@ class _Unplain(Exception):
 
 
 _NO_VALUE = object()
+
+
+@dataclass(frozen=True)
+class PlainOverride:
+    """A value override as Hydra's parser reads it, for the readers of parsed overrides
+    (:mod:`cfgcheck.locations`, :mod:`cfgcheck.fixcheck`): the members they use of Hydra's
+    ``Override``."""
+
+    input_line: str
+    key_or_group: str
+    parsed: Any
+    prefix: str | None  # "+" (add), "++" (force add) or None (change)
+
+    def value(self) -> Any:
+        return self.parsed
+
+    def is_delete(self) -> bool:
+        return False
+
+    def is_sweep_override(self) -> bool:
+        return False
+
+    def is_hydra_override(self) -> bool:
+        return False
+
+
+def parse_override(text: str) -> PlainOverride | None:
+    """``key=value``, ``+key=value`` or ``++key=value`` with a value of the transcribed part of
+    Hydra's grammar (:func:`override_value`), parsed; None for anything else (Hydra's parser)."""
+    match = _KEY.match(text)
+    if match is None:
+        return None
+    prefix, key, raw = match.groups()
+    value = override_value(raw)
+    if value is _NO_VALUE or key.split(".")[0] == "hydra":
+        return None
+    return PlainOverride(text, key, value, prefix)
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A plain composition: the config (resolved), and what Hydra's defaults list says it is
+    made of (as :class:`cfgcheck.locations.ComposedFiles` holds it)."""
+
+    config: dict[str, Any]
+    files: list[tuple[Path, str]]  # (config file, package) in merge order
+    choices: dict[str, str]  # group -> option, in the order Hydra records them
+    overrides: list[PlainOverride]  # the value overrides, in command-line order
 
 
 def override_value(text: str) -> Any:
@@ -314,6 +363,14 @@ def compose_plain(
     whose config files' bytes are ``texts``) with ``overrides``, resolved, or ``None``:
     compose with Hydra (see the module docstring). Raises what Hydra's path raises after
     composing (:func:`cfgcheck.interpolation_cost.check_cost`)."""
+    composition = composition_of(directory, name, overrides, texts)
+    return composition.config if composition is not None else None
+
+
+def composition_of(
+    directory: Path, name: str, overrides: Sequence[str], texts: Mapping[Path, bytes]
+) -> Composition | None:
+    """:func:`compose_plain` with what the composition is made of, or None."""
     if "/" in name or any("searchpath" in o for o in overrides):
         return None
     if any(b"searchpath" in data for data in texts.values()):
@@ -324,37 +381,35 @@ def compose_plain(
         return None
 
 
-def _compose(
-    directory: Path, name: str, overrides: Sequence[str], files: _Tree
-) -> dict[str, Any] | None:
+def _compose(directory: Path, name: str, overrides: Sequence[str], files: _Tree) -> Composition:
     from cfgcheck.overrides import plain_overrides
 
     primary = files.load(f"{name}.yaml")
     defaults = _defaults(primary)
     choices: dict[str, str] = {}
-    values: list[tuple[str | None, str, Any]] = []
+    values: list[PlainOverride] = []
     for text in plain_overrides(overrides):
-        match = _KEY.match(text)
-        if match is None:
+        parsed = parse_override(text)
+        if parsed is None:
             raise _Unplain
-        prefix, key, raw = match.groups()
-        value = override_value(raw)
-        if value is _NO_VALUE or key.split(".")[0] == "hydra":
-            raise _Unplain
+        key = parsed.key_or_group
         # Hydra's Overrides: a key naming a folder of the search path is a group choice.
         if os.path.isdir(os.path.realpath(os.path.join(directory, key))):
-            if prefix or key in choices or not isinstance(value, str):
+            if parsed.prefix or key in choices or not isinstance(parsed.value(), str):
                 raise _Unplain
-            choices[key] = value
+            choices[key] = parsed.value()
         else:
-            values.append((prefix, key, value))
+            values.append(parsed)
     known = {d[0] for d in defaults if d is not None}
     if not known.issuperset(choices):
         raise _Unplain  # Hydra's "Could not override 'x'. No match in the defaults list."
     tree: dict[str, Any] = {}
+    merged: list[tuple[Path, str]] = []
+    chosen: dict[str, str] = {}
     for default in defaults or [None]:
         if default is None:
             _merge(tree, primary)
+            merged.append((directory / f"{name}.yaml", ""))
             continue
         group, option = default
         option = choices.get(group, option)
@@ -364,8 +419,10 @@ def _compose(
         if "defaults" in content:
             raise _Unplain
         _merge(tree, {group: content})
-    for prefix, key, value in values:
-        _set(tree, key, value, prefix)
+        merged.append((directory / f"{group}/{option}.yaml", group))
+        chosen[group] = option
+    for override in values:
+        _set(tree, override.key_or_group, override.value(), override.prefix)
 
     from cfgcheck.interpolation_cost import check_cost
 
@@ -375,4 +432,27 @@ def _compose(
         raise _Unplain
     if found and "cfgcheck" in tree:
         raise _Unplain  # a mapping node's interpolations locate its values
-    return {k: _resolve(v, tree) for k, v in tree.items()} if found else tree
+    config = {k: _resolve(v, tree) for k, v in tree.items()} if found else tree
+    # Hydra records the choices as it walks the defaults list, last entry first.
+    order = dict(reversed(chosen.items()))
+    return Composition(config, merged, order, values)
+
+
+def plain_files(
+    config_dir: str | Path, config_name: str, overrides: Sequence[str]
+) -> Composition | None:
+    """What a composition is made of, without Hydra where :func:`composition_of` applies
+    (for :func:`cfgcheck.locations.composed_files`); None: ask Hydra's defaults list. Raises
+    what ``composed_files`` raises before Hydra runs (a missing or unsafe tree)."""
+    from cfgcheck.compose import primary_config
+    from cfgcheck.interpolation_cost import InterpolationBudget
+    from cfgcheck.safeio import screen_config_dir
+
+    directory, name = primary_config(config_dir, config_name)
+    texts = screen_config_dir(directory)
+    if not usable():
+        return None
+    try:
+        return composition_of(directory, name, overrides, texts)
+    except InterpolationBudget:
+        return None  # composed_files does not resolve: let Hydra's list answer

@@ -419,3 +419,86 @@ def test_inline_suppressions_apply_as_on_hydra_s_path(
     monkeypatch.setattr("cfgcheck.compose_plain.usable", lambda: False)
     monkeypatch.setenv("CFGCHECK_NO_CACHE", "1")
     assert fast == reports(conf, "config", [])
+
+
+# -- what a composition is made of (source locations) and fixes' overrides ----------------------
+
+
+def hydra_files(conf: Path, name: str, overrides: Sequence[str]) -> Any:
+    from cfgcheck.locations import composed_files
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("cfgcheck.compose_plain.usable", lambda: False)
+        return composed_files(conf, name, overrides)
+
+
+def described(composed: Any) -> Any:
+    overrides = [
+        (o.key_or_group, o.is_delete(), o.is_sweep_override(), o.input_line, repr(o.value()))
+        for o in composed.config_overrides
+    ]
+    return composed.files, list(composed.choices.items()), overrides
+
+
+@pytest.mark.parametrize("overrides", FINDINGS, ids=" ".join)
+def test_the_files_a_composition_is_made_of_are_hydra_s(overrides: list[str]) -> None:
+    from cfgcheck.compose_plain import plain_files
+    from cfgcheck.locations import composed_files
+
+    assert plain_files(CONF, "config", overrides) is not None
+    expected = described(hydra_files(CONF, "config", overrides))
+    assert described(composed_files(CONF, "config", overrides)) == expected
+
+
+FIX_OVERRIDES = [
+    "data.max_seq_length=2048",
+    "trainer.learning_rate=0.0002",
+    "trainer.gradient_checkpointing=true",
+    "tokenizer.pad_token=eos",
+    "+tokenizer.path=/tmp/tok",
+    "++trainer.lora.rank=16",
+    "model.name=llama-3.1-8b",
+    "seed=1_000",
+]
+
+
+@pytest.mark.parametrize("text", FIX_OVERRIDES)
+def test_fix_overrides_are_parsed_as_hydra_parses_them(text: str) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from cfgcheck.compose_plain import parse_override
+    from cfgcheck.overrides import plain_overrides
+
+    line = plain_overrides([text])[0]
+    mine = parse_override(line)
+    assert mine is not None
+    theirs = OverridesParser.create().parse_override(line)
+    assert (mine.key_or_group, repr(mine.value()), mine.is_delete()) == (
+        theirs.key_or_group,
+        repr(theirs.value()),
+        theirs.is_delete(),
+    )
+    assert not theirs.is_sweep_override() and not theirs.is_hydra_override()
+
+
+def test_a_first_check_with_findings_imports_neither_hydra_nor_omegaconf() -> None:
+    """Its fixes are verified and its findings located without Hydra too."""
+    import os
+
+    code = (
+        "import sys; from cfgcheck import check; "
+        "r = check(sys.argv[1], 'config', ['data.max_seq_length=3063']); "
+        "f = r.errors[0]; print(f.rule, bool(f.fixes), f.locations['model.block_size'].line, "
+        "'hydra' in sys.modules, 'omegaconf' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(CONF)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env={**os.environ, "CFGCHECK_NO_CACHE": "1"},
+    )
+    assert proc.stdout.split() == ["seq-len-over-block-size", "True", "5", "False", "False"], (
+        proc.stderr
+    )
