@@ -30,11 +30,17 @@ without defaults lists or package headers, value overrides ``key=value``. For th
   keys, escapes, nesting), a reference to a mapping or list, a broken or cyclic one, or a
   ``cfgcheck:`` mapping node with interpolations (they locate its values: Hydra's path).
 
+A first check with findings needs two more things from Hydra, also answered here for such a
+tree: the files the composition is made of, in merge order (:func:`plain_files`, for
+:func:`cfgcheck.locations.composed_files`), and the fixes' ``key=value`` overrides parsed
+(:func:`parse_override`, for :mod:`cfgcheck.fixcheck`).
+
 The merge follows ``ConfigLoaderImpl._compose_config_from_defaults_list`` and
 ``BaseContainer._map_merge`` (omegaconf/basecontainer.py), the overrides
 ``ConfigLoaderImpl._apply_overrides_to_config`` (hydra/_internal/config_loader_impl.py).
 ``tests/test_compose_plain.py`` checks the result equals Hydra's composition, resolved, on
-every shipped tree and the test fixture trees, and the override values Hydra's own parser.
+every shipped tree and the test fixture trees, the files and overrides Hydra's defaults list,
+and the override values Hydra's own parser.
 """
 
 from __future__ import annotations
