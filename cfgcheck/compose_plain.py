@@ -22,7 +22,8 @@ without defaults lists or package headers, value overrides ``key=value``. For th
 * merges where OmegaConf does more than replace or recurse: a mapping onto a scalar or a
   list (and back), a value onto an interpolation (``ConfigLoaderImpl`` dereferences it);
 * an override outside a small, exactly transcribed part of Hydra's grammar
-  (hydra/grammar/OverrideLexer.g4, hydra-core 1.3): ``key=value``, ``+key=value`` on a key
+  (:func:`cfgcheck.overrides.parse_override`; hydra/grammar/OverrideLexer.g4, hydra-core
+  1.3): ``key=value``, ``+key=value`` on a key
   that does not exist, ``++key=value``, ``group=option`` on a group of the defaults list,
   with an unquoted value of letters, digits and ``_./+-`` (an int, float, bool or string
   exactly as Hydra's lexer reads it; ``null``, ``inf`` and ``nan`` excluded);
@@ -33,7 +34,7 @@ without defaults lists or package headers, value overrides ``key=value``. For th
 A first check with findings needs two more things from Hydra, also answered here for such a
 tree: the files the composition is made of, in merge order (:func:`plain_files`, for
 :func:`cfgcheck.locations.composed_files`), and the fixes' ``key=value`` overrides parsed
-(:func:`parse_override`, for :mod:`cfgcheck.fixcheck`).
+(:func:`cfgcheck.overrides.parse_override`, for :mod:`cfgcheck.fixcheck` too).
 
 The merge follows ``ConfigLoaderImpl._compose_config_from_defaults_list`` and
 ``BaseContainer._map_merge`` (omegaconf/basecontainer.py), the overrides
@@ -54,23 +55,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_KEY = re.compile(r"(\+\+|\+)?([A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*)=(.*)\Z")
+from cfgcheck.overrides import PlainOverride, parse_override
+
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
 _OPTION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 _HEADER = re.compile(r"^\s*#\s*@", re.MULTILINE)
 
-# Hydra's override lexer in VALUE_MODE, transcribed (hydra/grammar/OverrideLexer.g4): a value
-# of these characters lexes into ID, INT, FLOAT and UNQUOTED_CHAR tokens only; one token
-# that is an INT, FLOAT or BOOL is that type, anything else the text as a string.
-_UNQUOTED = re.compile(r"[A-Za-z0-9_./+-]+\Z")
-_INT_U = r"(?:0|[1-9](?:_?[0-9])*)"
-_DIGITS = r"[0-9](?:_?[0-9])*"
-_POINT = rf"(?:{_INT_U}\.|(?:{_INT_U})?\.{_DIGITS})"
-_EXPONENT = rf"(?:(?:{_INT_U}|{_POINT})[eE][+-]?{_DIGITS})"
-_FLOAT = re.compile(rf"[+-]?(?:{_POINT}|{_EXPONENT}|[Ii][Nn][Ff]|[Nn][Aa][Nn])\Z")
-_INT = re.compile(rf"[+-]?{_INT_U}\Z")
-_BOOL = re.compile(r"(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])\Z")
-_NULL = re.compile(r"[Nn][Uu][Ll][Ll]\Z")
 _FULL_REFERENCE = re.compile(r"\$\{([^${}]*)\}\Z")
 _REFERENCE = re.compile(r"\$\{([^${}]*)\}")
 _ABSOLUTE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -107,44 +97,7 @@ class _Unplain(Exception):
     """Something only Hydra's path can decide: compose with Hydra."""
 
 
-_NO_VALUE = object()
-
-
-@dataclass(frozen=True)
-class PlainOverride:
-    """A value override as Hydra's parser reads it, for the readers of parsed overrides
-    (:mod:`cfgcheck.locations`, :mod:`cfgcheck.fixcheck`): the members they use of Hydra's
-    ``Override``."""
-
-    input_line: str
-    key_or_group: str
-    parsed: Any
-    prefix: str | None  # "+" (add), "++" (force add) or None (change)
-
-    def value(self) -> Any:
-        return self.parsed
-
-    def is_delete(self) -> bool:
-        return False
-
-    def is_sweep_override(self) -> bool:
-        return False
-
-    def is_hydra_override(self) -> bool:
-        return False
-
-
-def parse_override(text: str) -> PlainOverride | None:
-    """``key=value``, ``+key=value`` or ``++key=value`` with a value of the transcribed part of
-    Hydra's grammar (:func:`override_value`), parsed; None for anything else (Hydra's parser)."""
-    match = _KEY.match(text)
-    if match is None:
-        return None
-    prefix, key, raw = match.groups()
-    value = override_value(raw)
-    if value is _NO_VALUE or key.split(".")[0] == "hydra":
-        return None
-    return PlainOverride(text, key, value, prefix)
+_ABSENT = object()  # a key a mapping does not hold
 
 
 @dataclass(frozen=True)
@@ -156,23 +109,6 @@ class Composition:
     files: list[tuple[Path, str]]  # (config file, package) in merge order
     choices: dict[str, str]  # group -> option, in the order Hydra records them
     overrides: list[PlainOverride]  # the value overrides, in command-line order
-
-
-def override_value(text: str) -> Any:
-    """The value Hydra's override parser reads from ``text`` (what follows ``key=``), or
-    :data:`_NO_VALUE` when ``text`` is outside the transcribed part of the grammar."""
-    if not _UNQUOTED.match(text):
-        return _NO_VALUE
-    if _INT.match(text):
-        return int(text)
-    if _FLOAT.match(text):
-        value = float(text)
-        return value if math.isfinite(value) else _NO_VALUE
-    if _BOOL.match(text):
-        return text.lower() == "true"
-    if _NULL.match(text):
-        return _NO_VALUE
-    return text
 
 
 def _loader() -> Any:
@@ -306,15 +242,15 @@ def _set(tree: dict[str, Any], key: str, value: Any, prefix: str | None) -> None
     parts = key.split(".")
     node = tree
     for part in parts[:-1]:
-        child = node.get(part, _NO_VALUE)
-        if child is _NO_VALUE and prefix:
+        child = node.get(part, _ABSENT)
+        if child is _ABSENT and prefix:
             child = node[part] = {}
         if not isinstance(child, dict):
             raise _Unplain
         node = child
     last = parts[-1]
-    old = node.get(last, _NO_VALUE)
-    if (old is _NO_VALUE and not prefix) or (old is not _NO_VALUE and prefix == "+"):
+    old = node.get(last, _ABSENT)
+    if (old is _ABSENT and not prefix) or (old is not _ABSENT and prefix == "+"):
         raise _Unplain  # Hydra's "Could not override" / "Could not append" (or a None)
     if isinstance(old, dict | list):
         raise _Unplain

@@ -123,15 +123,13 @@ def _parser() -> Any:
 
 @functools.lru_cache(maxsize=1024)
 def _parse(override: str, any_key: bool = False) -> Any:
-    from cfgcheck.overrides import plain_key, plain_overrides
+    from cfgcheck.overrides import parse_override, plain_key, plain_overrides
 
     if any_key and "=" in override and "." in override.partition("=")[0]:
         pass  # a dotted key of a team's tree (cfgcheck.project.mapping): a value override
     elif plain_key(override) is None and not override.startswith(("~", "+")):
         raise _Unappliable(override)  # a group choice or a key outside the sections
     text = plain_overrides([override])[0]
-    from cfgcheck.compose_plain import parse_override
-
     plain = parse_override(text)  # Hydra's reading of a plain key=value, without Hydra
     if plain is not None:
         return plain

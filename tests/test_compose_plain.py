@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 import cfgcheck
 from cfgcheck import ConfigLoadError
 from cfgcheck.compose import compose, primary_config
-from cfgcheck.compose_plain import _NO_VALUE, _loader, compose_plain, override_value
+from cfgcheck.compose_plain import _loader, compose_plain
+from cfgcheck.overrides import NO_VALUE, override_value
 from cfgcheck.report import get_reporter
 from cfgcheck.safeio import screen_config_dir
 from tests.conftest import CONF, REPO
@@ -269,7 +270,7 @@ VALUES = [
 @pytest.mark.parametrize("text", VALUES)
 def test_override_values_are_hydra_s(text: str) -> None:
     mine = override_value(text)
-    if mine is _NO_VALUE:
+    if mine is NO_VALUE:
         assert text.lower().lstrip("+-") in ("inf", "nan", "null")
         return
     assert repr(mine) == repr(hydra_value(text))
@@ -279,7 +280,7 @@ def test_override_values_are_hydra_s(text: str) -> None:
 @given(st.text(alphabet="0123456789_.+-eEaAfFlnNrRsStTuU/x", min_size=1, max_size=8))
 def test_random_override_values_are_hydra_s(text: str) -> None:
     mine = override_value(text)
-    if mine is not _NO_VALUE:
+    if mine is not NO_VALUE:
         assert repr(mine) == repr(hydra_value(text))
 
 
@@ -466,8 +467,7 @@ FIX_OVERRIDES = [
 def test_fix_overrides_are_parsed_as_hydra_parses_them(text: str) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from cfgcheck.compose_plain import parse_override
-    from cfgcheck.overrides import plain_overrides
+    from cfgcheck.overrides import parse_override, plain_overrides
 
     line = plain_overrides([text])[0]
     mine = parse_override(line)
