@@ -1,7 +1,9 @@
 """A content-keyed cache of Hydra compositions, for the ``cfgcheck check`` fast path.
 
-Importing Hydra and composing costs about 0.1 s, half of a check; pre-commit hooks and CI
-check the same tree over and over. A composition is a pure function of the config files, the
+Importing Hydra and composing costs about 0.15 s, half of a check; pre-commit hooks and CI
+check the same tree over and over. (A first check of a plain tree composes without Hydra,
+:mod:`cfgcheck.compose_plain`; a hit still spares it the screening and parsing of every file.)
+A composition is a pure function of the config files, the
 primary config's name, the overrides and the installed Hydra/OmegaConf, so the key hashes all
 of them: every ``*.yaml``/``*.yml`` under the config directory, byte for byte.
 
@@ -87,8 +89,16 @@ def _installed(package: str) -> str:
 def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | None:
     """sha256 over everything a composition depends on, or ``None`` when the composition may
     read files outside ``directory``. Raises OSError on unreadable files."""
+    return _key_and_bytes(directory, name, overrides)[0]
+
+
+def _key_and_bytes(
+    directory: Path, name: str, overrides: Sequence[str]
+) -> tuple[str | None, dict[Path, bytes] | None]:
+    """:func:`cache_key`, and the bytes of every file it read, by path (``None`` with the key),
+    so that a miss screens and composes them without walking and reading the tree again."""
     if any("searchpath" in o for o in overrides):
-        return None
+        return None, None
     from cfgcheck import __version__
     from cfgcheck.overrides import plain_overrides
 
@@ -108,23 +118,26 @@ def cache_key(directory: Path, name: str, overrides: Sequence[str]) -> str | Non
 
     # Every file Hydra may read, behind symlinked files and folders too (their content is
     # what is hashed, so an edit behind a link is a new key); links out of the tree refused.
-    marked: list[Path] = []
+    read: dict[Path, bytes] = {}
     for path in config_files(directory):
         data = read_bytes(path)  # bounded; a FIFO, device or dangling link: one-line error
         if b"searchpath" in data:
-            return None
-        if SUPPRESSION_MARK.search(data):
-            marked.append(path)
+            return None, None
+        read[path] = data
         h.update(path.relative_to(directory).as_posix().encode() + b"\0")
         h.update(data + b"\0")
-    _MARKED[directory] = marked
-    return h.hexdigest()
+    _note_marks(directory, read)
+    return h.hexdigest(), read
 
 
 # Files holding a ``# cfgcheck:`` comment, noted while the key reads every file, so the inline
 # suppressions (cfgcheck.project.suppressions) need not read the tree again.
 SUPPRESSION_MARK = re.compile(rb"#\s*cfgcheck\s*:")
 _MARKED: dict[Path, list[Path]] = {}
+
+
+def _note_marks(directory: Path, read: dict[Path, bytes]) -> None:
+    _MARKED[directory] = [path for path, data in read.items() if SUPPRESSION_MARK.search(data)]
 
 
 def marked_files(directory: Path) -> list[Path] | None:
@@ -214,24 +227,50 @@ def _entry(cfg: Any) -> dict[str, Any] | None:
     return {"format": FORMAT, "omegaconf": _needs_omegaconf(text), "config": container}
 
 
+def _compose_plain(
+    directory: Path, name: str, overrides: Sequence[str], read: dict[Path, bytes] | None
+) -> Any | None:
+    """The composition without Hydra where it is provably Hydra's (see
+    :mod:`cfgcheck.compose_plain`), after the same screens as :func:`compose`; else None.
+    ``read``: the files' bytes, when the cache key has just read them all."""
+    from cfgcheck.compose import screen_overrides
+    from cfgcheck.compose_plain import compose_plain, usable
+
+    if not usable():
+        return None
+    screen_overrides(overrides)
+    from cfgcheck.safeio import screen_config_dir
+
+    screened = screen_config_dir(directory, read=read)
+    _note_marks(directory, screened)  # the inline suppressions need not read the tree again
+    return compose_plain(directory, name, overrides, screened)
+
+
 def compose_cached(config_dir: str | Path, config_name: str, overrides: Sequence[str] = ()) -> Any:
     """The composed config: from the cache when the same inputs were composed before (a plain
-    dict, or a ``DictConfig`` when it holds interpolations), else composed with Hydra (a
-    ``DictConfig``) and stored. Same verdicts, same :class:`ConfigLoadError` as :func:`compose`.
+    dict, or a ``DictConfig`` when it holds interpolations), else composed without Hydra where
+    that is provably Hydra's result (:mod:`cfgcheck.compose_plain`: a plain dict), else with
+    Hydra (a ``DictConfig``), and stored. Same verdicts, same :class:`ConfigLoadError` as
+    :func:`compose`.
     """
     directory, name = primary_config(config_dir, config_name)
     _MARKED.pop(directory, None)  # noted again below when the key reads the files
     where = None if _config_store_in_use() else cache_dir()
-    key = None
+    key = read = None
     if where is not None:
         try:
-            key = cache_key(directory, name, overrides)
+            key, read = _key_and_bytes(directory, name, overrides)
         except OSError:
             key = None  # an unreadable file: let Hydra report it
     if key is not None and where is not None:
         hit = _load(where / f"{key}.json")
         if hit is not None:
             return hit
+    plain = _compose_plain(directory, name, overrides, read)
+    if plain is not None:
+        if key is not None and where is not None and _survives_json(plain):
+            _store(where / f"{key}.json", {"format": FORMAT, "omegaconf": False, "config": plain})
+        return plain
     cfg = compose(directory, name, overrides)
     entry = _entry(cfg)
     if entry is not None and key is not None and where is not None:

@@ -123,17 +123,21 @@ def _parser() -> Any:
 
 @functools.lru_cache(maxsize=1024)
 def _parse(override: str, any_key: bool = False) -> Any:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from cfgcheck.overrides import plain_key, plain_overrides
+    from cfgcheck.overrides import parse_override, plain_key, plain_overrides
 
     if any_key and "=" in override and "." in override.partition("=")[0]:
         pass  # a dotted key of a team's tree (cfgcheck.project.mapping): a value override
     elif plain_key(override) is None and not override.startswith(("~", "+")):
         raise _Unappliable(override)  # a group choice or a key outside the sections
+    text = plain_overrides([override])[0]
+    plain = parse_override(text)  # Hydra's reading of a plain key=value, without Hydra
+    if plain is not None:
+        return plain
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
-        return _parser().parse_override(plain_overrides([override])[0])
+        return _parser().parse_override(text)
     except (HydraException, OmegaConfBaseException) as e:
         raise _Unappliable(override) from e
 

@@ -124,8 +124,14 @@ def composed_files(
 ) -> ComposedFiles:
     """The config files a composition merges, from Hydra's defaults list (no merging done).
 
-    Raises Hydra's own exceptions for a composition that fails.
+    Raises Hydra's own exceptions for a composition that fails. A plain tree is read without
+    Hydra (:func:`cfgcheck.compose_plain.plain_files`: the same list).
     """
+    from cfgcheck.compose_plain import plain_files
+
+    plain = plain_files(config_dir, config_name, overrides)
+    if plain is not None:
+        return ComposedFiles(plain.files, dict(plain.choices), list(plain.overrides))
     from hydra._internal.config_repository import CachingConfigRepository
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, get_args
 
 from pydantic import BaseModel
@@ -139,3 +141,78 @@ def format_value(value: Any) -> str | None:
             return None
         return "[" + ",".join(p for p in parts if p is not None) + "]"
     return None
+
+
+# -- reading Hydra's override grammar -----------------------------------------------------------
+# The reading of what format_value writes, for cfgcheck.compose_plain (a tree composed without
+# Hydra) and cfgcheck.fixcheck (a fix applied without Hydra); anything else goes to Hydra's
+# parser. tests/test_compose_plain.py compares both with Hydra's OverridesParser.
+
+_KEY = re.compile(r"(\+\+|\+)?([A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*)=(.*)\Z")
+# Hydra's override lexer in VALUE_MODE, transcribed (hydra/grammar/OverrideLexer.g4): a value
+# of these characters lexes into ID, INT, FLOAT and UNQUOTED_CHAR tokens only; one token
+# that is an INT, FLOAT or BOOL is that type, anything else the text as a string.
+_UNQUOTED = re.compile(r"[A-Za-z0-9_./+-]+\Z")
+_INT_U = r"(?:0|[1-9](?:_?[0-9])*)"
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_POINT = rf"(?:{_INT_U}\.|(?:{_INT_U})?\.{_DIGITS})"
+_EXPONENT = rf"(?:(?:{_INT_U}|{_POINT})[eE][+-]?{_DIGITS})"
+_FLOAT = re.compile(rf"[+-]?(?:{_POINT}|{_EXPONENT}|[Ii][Nn][Ff]|[Nn][Aa][Nn])\Z")
+_INT = re.compile(rf"[+-]?{_INT_U}\Z")
+_BOOL = re.compile(r"(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])\Z")
+_NULL = re.compile(r"[Nn][Uu][Ll][Ll]\Z")
+NO_VALUE = object()  # what override_value answers for a value it leaves to Hydra's parser
+
+
+def override_value(text: str) -> Any:
+    """The value Hydra's override parser reads from ``text`` (what follows ``key=``), or
+    :data:`NO_VALUE` when ``text`` is outside the transcribed part of the grammar."""
+    if not _UNQUOTED.match(text):
+        return NO_VALUE
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        value = float(text)
+        return value if math.isfinite(value) else NO_VALUE
+    if _BOOL.match(text):
+        return text.lower() == "true"
+    if _NULL.match(text):
+        return NO_VALUE
+    return text
+
+
+@dataclass(frozen=True)
+class PlainOverride:
+    """A value override as Hydra's parser reads it, for the readers of parsed overrides
+    (:mod:`cfgcheck.locations`, :mod:`cfgcheck.fixcheck`): the members they use of Hydra's
+    ``Override``."""
+
+    input_line: str
+    key_or_group: str
+    parsed: Any
+    prefix: str | None  # "+" (add), "++" (force add) or None (change)
+
+    def value(self) -> Any:
+        return self.parsed
+
+    def is_delete(self) -> bool:
+        return False
+
+    def is_sweep_override(self) -> bool:
+        return False
+
+    def is_hydra_override(self) -> bool:
+        return False
+
+
+def parse_override(text: str) -> PlainOverride | None:
+    """``key=value``, ``+key=value`` or ``++key=value`` with a value of the transcribed part of
+    Hydra's grammar (:func:`override_value`), parsed; None for anything else (Hydra's parser)."""
+    match = _KEY.match(text)
+    if match is None:
+        return None
+    prefix, key, raw = match.groups()
+    value = override_value(raw)
+    if value is NO_VALUE or key.split(".")[0] == "hydra":
+        return None
+    return PlainOverride(text, key, value, prefix)

@@ -39,7 +39,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -555,20 +555,35 @@ def config_files(directory: Path) -> list[Path]:
     return found
 
 
-def screen_config_dir(directory: Path, limits: Limits = DEFAULT_LIMITS) -> None:
+def screen_config_dir(
+    directory: Path,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    read: Mapping[Path, bytes] | None = None,
+) -> dict[Path, bytes]:
     """Screen every config file under a Hydra config directory (:func:`config_files`: links
     confined to the directory) before Hydra reads any (Hydra loads them with its own loader,
-    unbounded): special files, encodings, and :func:`screen_yaml`'s bounds."""
+    unbounded): special files, encodings, and :func:`screen_yaml`'s bounds. Returns the bytes
+    read, by path (``directory / "model" / "x.yaml"``), for a reader that needs them again
+    (:mod:`cfgcheck.compose_plain`). ``read``: every file's bytes as :func:`config_files` and
+    :func:`read_bytes` just gave them (the composition cache's key read them), screened
+    without reading the tree again."""
     from cfgcheck.interpolation_cost import check_cost
 
     root = directory.resolve()
-    for path in config_files(directory):
-        text = read_text(path, limits.max_bytes)
+    screened: dict[Path, bytes] = {}
+    for path in config_files(directory) if read is None else read:
+        data = read_bytes(path, limits.max_bytes) if read is None else read[path]
+        if len(data) > limits.max_bytes:
+            raise UnsafeInput(f"{shown(path)} is larger than {limits.max_bytes} bytes; not read")
+        text = decode(data, shown(path))
+        screened[path] = data
         screen_yaml(text, shown(path), limits)
         if "${" in text:  # Hydra resolves hydra.searchpath and defaults while it composes
             group = path.resolve().parent.relative_to(root).parts
             prefixes = tuple(".".join(group[:i]) for i in range(len(group), 0, -1))
             check_cost(load_yaml_text(text, shown(path), limits), shown(path), prefixes=prefixes)
+    return screened
 
 
 def _raise_walk(e: OSError) -> None:

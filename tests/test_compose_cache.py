@@ -48,7 +48,11 @@ def test_hit_gives_the_same_config_and_verdict_as_hydra(cache: Path, conf: Path)
 
 def test_a_hit_imports_neither_hydra_nor_omegaconf(cache: Path, conf: Path) -> None:
     # The shipped config's output_dir: outputs/${name} references another key only, so it is
-    # stored resolved.
+    # stored resolved. A package header (the group's own package, so the same composition)
+    # takes the first check through Hydra (cfgcheck.compose_plain composes the tree as
+    # shipped without it).
+    data = conf / "data" / "alpaca-tiny.yaml"
+    data.write_text("# @package data\n" + data.read_text())
     code = (
         "import sys; from cfgcheck import check; r = check(sys.argv[1]); "
         "print(r.ok, 'hydra' in sys.modules, 'omegaconf' in sys.modules)"

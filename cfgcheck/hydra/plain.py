@@ -28,11 +28,12 @@ whenever the shortcut could differ:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cfgcheck.compose_plain import copy_plain
+from cfgcheck.compose_plain import references as _references
 from cfgcheck.errors import ConfigLoadError
 
 if TYPE_CHECKING:
@@ -41,36 +42,7 @@ if TYPE_CHECKING:
 
     from cfgcheck.schema.run import RunConfig
 
-_REFERENCE = re.compile(r"\$\{([^${}]*)\}")
-_ABSOLUTE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 SCALARS = (bool, int, float, str)
-
-
-def _references(tree: Any, out: set[str]) -> bool:
-    """Collect the keys every interpolation string under ``tree`` reads into ``out``; False
-    when one is anything but absolute ``${a.b}`` references."""
-    if isinstance(tree, dict):
-        return all(_references(k, out) and _references(v, out) for k, v in tree.items())
-    if isinstance(tree, list):
-        return all(_references(v, out) for v in tree)
-    if not isinstance(tree, str) or "$" not in tree:
-        return True
-    if "\\" in tree:
-        return False
-    inner = _REFERENCE.findall(tree)
-    if "${" in _REFERENCE.sub("", tree) or not all(_ABSOLUTE.fullmatch(r) for r in inner):
-        return False
-    out.update(inner)
-    return True
-
-
-def copy_plain(tree: Any) -> Any:
-    """A deep copy of plain dicts and lists (their leaves are immutable scalars)."""
-    if isinstance(tree, dict):
-        return {k: copy_plain(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [copy_plain(v) for v in tree]
-    return tree
 
 
 @dataclass
