@@ -5,7 +5,7 @@ the shipped dataset's sentences; nothing is downloaded), then, each in a fresh s
 
 - ``cfgcheck scan --jobs 1``: one process, the tokenizer's own threads off;
 - ``cfgcheck scan --jobs N``: N worker processes (default: every core);
-- ``cfgcheck scan --engine ray --jobs N``: the Ray Data engine on a local Ray started with N
+- ``cfgcheck scan --engine ray --jobs N``: the Ray engine on a local Ray started with N
   CPUs (skipped without the ``ray`` extra); Ray's start-up is timed apart (a cluster pays it
   once), the scan after it;
 - raw ``tokenizers`` ``encode_batch_fast`` over the same rendered texts, held in memory, with

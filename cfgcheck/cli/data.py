@@ -49,7 +49,7 @@ def add_scan_args(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=["local", "ray"],
         default="local",
-        help="local: worker processes on this machine (default); ray: Ray Data on a Ray "
+        help="local: worker processes on this machine (default); ray: actors on a Ray "
         "cluster (pip install 'cfgcheck[ray]'), a local one unless --ray-address is given",
     )
     parser.add_argument(

@@ -61,7 +61,7 @@ def scan_dataset(
     cores; 1: this process, the tokenizer's own threads off). ``progress``: a stream for a
     progress line (default: stderr when it is a terminal, the data is large and not
     ``quiet``). ``sample``: scan only the records it keeps. ``engine``: "local" (processes
-    on this machine) or "ray" (Ray Data, on the cluster at ``ray_address``, or a local Ray
+    on this machine) or "ray" (Ray actors, on the cluster at ``ray_address``, or a local Ray
     started with ``jobs`` CPUs). Raises ScanError."""
     requested = jobs
     jobs = default_jobs() if jobs is None else jobs
