@@ -53,6 +53,27 @@ class DataConfig(Section):
         "rendered and tokenized with the tokenizer's chat template as TRL's SFTTrainer does "
         "(apply_chat_template). Overrides text_field and template.",
     )
+    message_role_key: str = Field(
+        "role",
+        description="Key of a message's role in messages_field ('from' in ShareGPT data).",
+    )
+    message_content_key: str = Field(
+        "content",
+        description="Key of a message's text in messages_field ('value' in ShareGPT data).",
+    )
+    message_roles: dict[str, str] = Field(
+        default_factory=dict,
+        description="A message's role as the chat template reads it, by the dataset's role, "
+        "e.g. {human: user, gpt: assistant} for ShareGPT (Axolotl's roles, LLaMA-Factory's "
+        "tags); a role not listed is kept.",
+    )
+    assistant_mask: Literal["generation", "turns"] = Field(
+        "generation",
+        description="How assistant_only_loss finds the assistant's tokens: 'generation', the "
+        "template's {% generation %} marks (TRL); 'turns', each assistant message's tokens "
+        "between the rendered conversation before it (with the generation prompt) and after "
+        "it (Axolotl's roles_to_train, LLaMA-Factory's train_on_prompt=false).",
+    )
     assistant_only_loss: bool = Field(
         False,
         description="Only the assistant's tokens are labels (TRL's SFTConfig.assistant_only_loss; "
