@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scan import (
+    DataNotLocalError,
     EngineError,
     NoTokenizerPathError,
     ScanError,
@@ -50,6 +51,17 @@ def with_scan_findings(
                 f"--scan-data was asked for but cannot run: {e}",
                 "set tokenizer.path=<folder with tokenizer.json> (or drop --scan-data); no "
                 "override can name a tokenizer folder cfgcheck does not know",
+            )
+        ]
+    except DataNotLocalError as e:
+        extra = [
+            Finding(
+                "data-not-local",
+                "info",
+                ("data.hub_dataset",),
+                f"--scan-data skipped the dataset: {e}",
+                "run the training script (or datasets.load_dataset) once on this machine so "
+                "the cache holds it, or set data.paths to local files",
             )
         ]
     except ScanError as e:

@@ -23,6 +23,11 @@ class NoTokenizerPathError(ScanError):
     """The config has no tokenizer.path, so there is no real tokenizer to scan with."""
 
 
+class DataNotLocalError(ScanError):
+    """data.hub_dataset names a Hub dataset that no local Hugging Face cache holds (the scan
+    never downloads), so there is nothing to scan."""
+
+
 @dataclass
 class ScanReport:
     summary: Summary  # counts, exact length histogram, longest samples, padding waste

@@ -17,7 +17,13 @@ from typing import TextIO
 from cfgcheck.data.local import Work, default_jobs, scan_here, scan_pool
 from cfgcheck.data.progress import Meter, progress_stream
 from cfgcheck.data.records import DataReadError, expand_paths, plan_shards
-from cfgcheck.data.report import EngineError, NoTokenizerPathError, ScanError, ScanReport
+from cfgcheck.data.report import (
+    DataNotLocalError,
+    EngineError,
+    NoTokenizerPathError,
+    ScanError,
+    ScanReport,
+)
 from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scanner import load_scan_tokenizer, shown
 from cfgcheck.data.summary import Sample
@@ -29,6 +35,7 @@ from cfgcheck.schema.run import RunConfig
 SHARD_MIN, SHARD_MAX = 1 << 20, 64 << 20
 
 __all__ = [
+    "DataNotLocalError",
     "EngineError",
     "NoTokenizerPathError",
     "Sample",
@@ -70,7 +77,11 @@ def scan_dataset(
     d, m = run.data, run.model
     loaded = load_scan_tokenizer(run)  # a bad tokenizer is one error, before any worker starts
     try:
-        files = expand_paths(d.paths, base)
+        files = (
+            expand_paths(d.paths, base)
+            if d.paths or not d.hub_dataset
+            else hub_files(d.hub_dataset, d.hub_config, d.hub_split)
+        )
         if shard_bytes is None:
             total = sum(p.stat().st_size for p in files)
             shard_bytes = max(SHARD_MIN, min(SHARD_MAX, total // (4 * jobs)))
@@ -122,6 +133,17 @@ def scan_dataset(
     )
     report.waste = summary.waste()
     return report
+
+
+def hub_files(repo: str, config: str | None, split: str) -> list[Path]:
+    """The local files of the Hub dataset ``repo`` (:mod:`cfgcheck.data.hub`);
+    DataNotLocalError when no cache holds them."""
+    from cfgcheck.data.hub import NotCached, cached_files
+
+    try:
+        return cached_files(repo, config, split)
+    except NotCached as e:
+        raise DataNotLocalError(str(e)) from e
 
 
 def scan_findings(report: ScanReport, run: RunConfig) -> list[Finding]:

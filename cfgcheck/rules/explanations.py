@@ -992,6 +992,15 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Fix the file named in the message, or point `data.paths` at readable files.",
         group=SCAN,
     ),
+    "data-not-local": E(
+        "info",
+        "`--scan-data` reads the dataset: `data.paths` names local files, or the Hub dataset "
+        "(`data.hub_dataset`, TRL's `dataset_name`) is in the local Hugging Face cache.",
+        "Nothing fails; the dataset was not checked. cfgcheck never downloads a dataset.",
+        "Run the training script (or `datasets.load_dataset`) once on this machine so the "
+        "cache holds the dataset, or point `data.paths` at local files.",
+        group=SCAN,
+    ),
     "data-scan-skipped": E(
         "warning",
         "`--scan-data` can run: `tokenizer.path` is set.",

@@ -35,6 +35,18 @@ class DataConfig(Section):
     )
     ignore_index: int = Field(-100, description="Label value the loss ignores.")
     paths: list[str] = Field(default_factory=list, description="Training data files.")
+    hub_dataset: str | None = Field(
+        None,
+        description="A Hugging Face Hub dataset id the run loads (TRL's dataset_name), scanned "
+        "when paths is empty from the local Hugging Face caches only (HF_HUB_CACHE, "
+        "HF_DATASETS_CACHE), never downloaded.",
+    )
+    hub_config: str | None = Field(
+        None, description="The hub_dataset's configuration (TRL's dataset_config)."
+    )
+    hub_split: str = Field(
+        "train", description="The hub_dataset's split (TRL's dataset_train_split)."
+    )
     format: Literal["auto", "jsonl", "text", "parquet", "arrow"] = Field(
         "auto",
         description="Dataset file format; 'auto' picks it by file extension (.jsonl/.json, "
