@@ -135,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         from cfgcheck.data.render import render_text
 
-        sys.stdout.write(render_text(report, run_cfg.data.paths) + "\n")
+        d = run_cfg.data
+        shown = d.paths or [f"{d.hub_dataset} (Hugging Face cache)"]
+        sys.stdout.write(render_text(report, shown) + "\n")
         get_reporter("text")(result, sys.stdout)
     if args.png:
         from cfgcheck.data.render import write_png
