@@ -205,3 +205,50 @@ def test_llamafactory_sharegpt_entry_is_scanned_with_its_tags(
     on_prompt = tmp_path / "prompt.yaml"
     on_prompt.write_text(config.read_text() + "train_on_prompt: true\n")
     assert "assistant_only_loss" not in load_native(on_prompt, "llamafactory").config["data"]
+
+
+def test_axolotl_chat_template_dataset_is_scanned_from_the_hub_cache(
+    tok: tuple[Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Axolotl's own example (examples/falcon-e/falcon-e-3b-ft.yaml: ``type: chat_template``,
+    ``field_messages: conversations``, ``message_property_mappings: {role: from, content:
+    value}``, ``chat_template: tokenizer_default``) maps to the ShareGPT keys and a Hub dataset
+    read from the local cache; the scan gives the lengths of the messages as Axolotl maps them
+    and labels on the assistant's turns (roles_to_train=[assistant])."""
+    from cfgcheck.sources import load_native
+    from tests.sources.test_trl_dataset_cache import hub_repo
+
+    hub = tmp_path / "hub"
+    rows = records()
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    hub_repo(hub, "cgato/SlimOrcaDedupCleaned", {"data/train-00000-of-00001.jsonl": text})
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "none"))
+    monkeypatch.chdir(tmp_path)
+    example = Path(__file__).parent / "sources/native/axolotl/falcon-e-3b-ft.yaml"
+    data = load_native(example, "axolotl").config["data"]
+    assert data["hub_dataset"] == "cgato/SlimOrcaDedupCleaned" and "paths" not in data
+    assert (data["messages_field"], data["message_role_key"], data["message_content_key"]) == (
+        "conversations",
+        "from",
+        "value",
+    )
+    assert data["message_roles"] == AXOLOTL_ROLES
+    assert data["assistant_only_loss"] is True and data["assistant_mask"] == "turns"
+    keys = ("hub_dataset", "hub_split", "message_roles", "assistant_only_loss", "assistant_mask")
+    mapped = {k: v for k, v in data.items() if k.startswith("message") or k in keys}
+    report = scan_dataset(_run(tok, mapped), jobs=1)
+    want = [ids(tok[1], axolotl_messages(r)) for r in rows]
+    assert report.hist == {n: [len(x) for x in want].count(n) for n in {len(x) for x in want}}
+    masks = [
+        list(
+            tok[1].apply_chat_template(
+                axolotl_messages(r),
+                tokenize=True,
+                return_dict=True,
+                return_assistant_tokens_mask=True,
+            )["assistant_masks"]
+        )
+        for r in rows
+    ]
+    assert report.summary.targets == sum(sum(m[1:]) for m in masks)

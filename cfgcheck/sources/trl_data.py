@@ -32,21 +32,35 @@ def apply(b: Builder) -> None:
     name = n.get("dataset_name")
     if not isinstance(name, str) or not name.strip() or n.origin is None:
         return
-    from cfgcheck.data.hub import MAX_FILES, is_hub_id, split_of
-
     split = n.get("dataset_train_split", "train")
     split = split if isinstance(split, str) else "train"
-    where = n.loc("dataset_name")
+    config = n.get("dataset_config")
+    if not dataset_files(b, "dataset_name", name, split):
+        return
+    if isinstance(config, str) and config:
+        b.from_key("data.hub_config", "dataset_config", config)
+    b.take("data.hub_split", "dataset_train_split", "train", f"{SCRIPT} dataset_train_split")
+
+
+def dataset_files(b: Builder, key: str, name: str, split: str) -> bool:
+    """``name`` (at native ``key``): a local folder's files of ``split`` as ``data.paths``
+    (False: it is local, nothing more to set), else a Hub id as ``data.hub_dataset`` (True);
+    False for anything else. One line and exit 2 for a folder outside the project."""
+    from cfgcheck.data.hub import MAX_FILES, is_hub_id, split_of
+
+    n = b.native
+    where = n.loc(key)
     prefix = f"{where}: " if where else ""
     base = Path.cwd()
     local = base / name
-    if local.is_dir():
+    if local.exists():
         reason = safeio.confinement_problem(name, roots(n), base, folder_entries=False)
         if reason:
             raise ConfigLoadError(
-                f"{prefix}dataset_name={name!r} {reason}; cfgcheck "
-                "reads only files inside the working directory and the config's folder"
+                f"{prefix}{key}={name!r} {reason}; cfgcheck reads only files inside the "
+                "working directory and the config's folder"
             )
+    if local.is_dir():
         from cfgcheck.data.records import _is_data_file
 
         listed = sorted(
@@ -55,12 +69,12 @@ def apply(b: Builder) -> None:
         rel = [p.relative_to(local).as_posix() for p in listed if p.is_file()]
         chosen = split_of(rel, split)
         if chosen:
-            b.from_key("data.paths", "dataset_name", [os.path.join(name, r) for r in chosen])
-        return
+            b.from_key("data.paths", key, [os.path.join(name, r) for r in chosen])
+        return False
+    if local.is_file():
+        b.from_key("data.paths", key, [name])
+        return False
     if not is_hub_id(name):
-        return
-    b.from_key("data.hub_dataset", "dataset_name", name)
-    config = n.get("dataset_config")
-    if isinstance(config, str) and config:
-        b.from_key("data.hub_config", "dataset_config", config)
-    b.take("data.hub_split", "dataset_train_split", "train", f"{SCRIPT} dataset_train_split")
+        return False
+    b.from_key("data.hub_dataset", key, name)
+    return True
