@@ -39,9 +39,7 @@ def test_without_ray_the_missing_extra_is_one_line(
 ) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(5)))
-    with pytest.raises(
-        ScanError, match=r"^--engine ray needs Ray: pip install 'cfgcheck\[ray\]'$"
-    ):
+    with pytest.raises(ScanError, match=r"^--engine ray needs Ray: pip install 'cfgcheck\[ray\]'$"):
         scan_dataset(run, engine="ray", jobs=1)
 
 

@@ -8,7 +8,7 @@ actor, so none waits for the driver between tasks), each sent to the actor with 
 
 Ray core actors rather than Ray Data's ``map_batches`` over an ``ActorPoolStrategy``: on the
 2-core development box the Ray Data pool took 5 to 6 s from the scan's start to its first task
-(its actors import ``ray.data`` and Ray Data starts its own stats actor), against under 1 s
+(its actors import ``ray.data`` and Ray Data starts its own stats actor), against 1 to 2 s
 for these actors, so a 50 MB corpus ran at about one core's rate (issue 26's benchmark). Each
 actor reads its shards with cfgcheck's own bounded readers (:mod:`cfgcheck.data.records`), not
 Ray Data's ``read_json`` / ``read_text``: those drop blank lines and line numbers, and parse
