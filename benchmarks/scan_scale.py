@@ -90,8 +90,16 @@ def measure(mode: str, data: Path, tokenizer: str, jobs: int) -> dict[str, float
         if mode == "ray":
             import ray
 
+            from cfgcheck.data.ray_engine import LOCAL_SYSTEM_CONFIG
+
             begun = time.perf_counter()
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+            # as `cfgcheck data --engine ray` starts a local Ray (workers at normal priority)
+            ray.init(
+                num_cpus=jobs,
+                include_dashboard=False,
+                log_to_driver=False,
+                _system_config=LOCAL_SYSTEM_CONFIG,
+            )
             startup = time.perf_counter() - begun
 
         result = check(

@@ -70,6 +70,28 @@ def test_an_unreachable_cluster_is_one_line(
     assert "\n" not in str(e.value)
 
 
+def _priority(shard: Shard) -> tuple[Summary, int]:
+    raise RuntimeError(f"niceness {os.getpriority(os.PRIO_PROCESS, 0)}")
+
+
+@pytest.mark.slow
+def test_a_local_ray_runs_its_actors_at_normal_priority(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs before the module's local Ray starts, so the scan starts its own: Ray starts
+    workers at nice 15 (worker_niceness), where other work on the machine would starve them;
+    the scan's local Ray runs them at the local engine's priority."""
+    ray = pytest.importorskip("ray", reason=NO_RAY)
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        pytest.skip("a Ray instance is running here")
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(5)))
+    with pytest.raises(ScanError, match=r"RuntimeError: niceness 0$"):
+        scan_dataset(run, engine="ray", jobs=1, _work=_priority)
+    assert not ray.is_initialized()  # the scan's own Ray is shut down after it
+
+
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray", reason=NO_RAY)

@@ -16,9 +16,10 @@ records into Arrow types, so the locations of long or bad records and the render
 differ from the local scan. The data paths must therefore be readable on every Ray node (a
 shared filesystem).
 
-Without ``--ray-address`` a local Ray is started with ``--jobs`` CPUs and shut down after the
-scan; with one (``auto``, ``ray://host:10001``) the scan runs on that cluster with one actor
-per CPU (or ``--jobs`` actors). An actor that dies is not restarted and its task not retried
+Without ``--ray-address`` a local Ray is started with ``--jobs`` CPUs, its workers at normal
+priority (:data:`LOCAL_SYSTEM_CONFIG`), and shut down after the scan; with one (``auto``,
+``ray://host:10001``) the scan runs on that cluster, as it is configured, with one actor per
+CPU (or ``--jobs`` actors). An actor that dies is not restarted and its task not retried
 (Ray's defaults for actors, ``max_restarts=0``, set explicitly): one ScanError, never a hang.
 Ray is imported only here.
 """
@@ -112,6 +113,13 @@ def scan_ray(
             ray.shutdown()
 
 
+# A local Ray's workers at the scan's own priority. The raylet starts every worker at nice 15
+# by default (RayConfig worker_niceness, src/ray/common/ray_config_def.h), so on a machine
+# where anything else runs the actors get a fraction of the CPUs that local worker processes
+# (nice 0) get: measured with os.getpriority in an actor, 15 by default, 0 with this.
+LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
+
+
 def _init(ray: Any, address: str | None, jobs: int | None) -> None:
     ray.init(
         address=address,
@@ -120,6 +128,7 @@ def _init(ray: Any, address: str | None, jobs: int | None) -> None:
         log_to_driver=False,
         logging_level=logging.ERROR,
         ignore_reinit_error=True,
+        _system_config=None if address else LOCAL_SYSTEM_CONFIG,
     )
 
 
