@@ -252,3 +252,29 @@ def test_axolotl_chat_template_dataset_is_scanned_from_the_hub_cache(
         for r in rows
     ]
     assert report.summary.targets == sum(sum(m[1:]) for m in masks)
+
+
+def test_a_tokenizer_without_chat_template(tok: tuple[Path, Any], tmp_path: Path) -> None:
+    """TRL fails without a chat template: one error, with any number of jobs (checked before
+    the workers start). LLaMA-Factory and Axolotl render with templates of their own
+    (assistant_mask=turns): the scan is skipped with a warning, the run is not at fault."""
+    from cfgcheck import validate
+    from cfgcheck.data import ScanError
+    from cfgcheck.data.check import with_scan_findings
+
+    folder, _ = tok
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    del config["chat_template"]
+    config_path.write_text(json.dumps(config))
+    path = tmp_path / "glaive.json"
+    shutil.copy(SAMPLE, path)
+    base = {"paths": [str(path)], **SHAREGPT}
+    for jobs in (1, 2):
+        with pytest.raises(ScanError, match=r"needs a chat template.*TRL's SFTTrainer fails"):
+            scan_dataset(_run(tok, base), jobs=jobs, shard_bytes=4000)
+    turns = _run(tok, {**base, "assistant_only_loss": True, "assistant_mask": "turns"})
+    result = with_scan_findings(validate(turns.model_dump()), jobs=2)
+    (f,) = [f for f in result.findings if f.rule == "data-scan-skipped"]
+    assert f.severity == "warning" and "has none" in f.message and "chat template" in f.hint
+    assert not result.by_rule("data-unreadable")

@@ -36,7 +36,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cfgcheck.data.report import ScanError
+from cfgcheck.data.report import NoChatTemplateError, ScanError
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.run import RunConfig
 
@@ -167,6 +167,12 @@ def check_template(tok: Any, run: RunConfig, what: str) -> None:
     path = run.tokenizer.path
     template = getattr(tok, "chat_template", None)
     if not isinstance(template, str) or not template:
+        if run.data.assistant_mask == "turns":
+            raise NoChatTemplateError(
+                f"{what} is rendered with the tokenizer's chat template, and the tokenizer at "
+                f"{path} has none (LLaMA-Factory's template and Axolotl's named chat templates "
+                "are not modelled)"
+            )
         raise ScanError(
             f"{what} needs a chat template, and the tokenizer at {path} has none "
             "(tokenizer_config.json chat_template or chat_template.jinja); TRL's SFTTrainer "

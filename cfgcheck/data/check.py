@@ -8,6 +8,7 @@ from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scan import (
     DataNotLocalError,
     EngineError,
+    NoChatTemplateError,
     NoTokenizerPathError,
     ScanError,
     ScanReport,
@@ -42,6 +43,17 @@ def with_scan_findings(
         )
     except EngineError:
         raise
+    except NoChatTemplateError as e:
+        extra = [
+            Finding(
+                "data-scan-skipped",
+                "warning",
+                ("data.messages_field",),
+                f"--scan-data was asked for but cannot run: {e}",
+                "give the tokenizer a chat template (tokenizer_config.json chat_template or "
+                "chat_template.jinja), or drop --scan-data",
+            )
+        ]
     except NoTokenizerPathError as e:
         extra = [
             Finding(

@@ -20,12 +20,13 @@ from cfgcheck.data.records import DataReadError, expand_paths, plan_shards
 from cfgcheck.data.report import (
     DataNotLocalError,
     EngineError,
+    NoChatTemplateError,
     NoTokenizerPathError,
     ScanError,
     ScanReport,
 )
 from cfgcheck.data.sample import Sampling
-from cfgcheck.data.scanner import load_scan_tokenizer, shown
+from cfgcheck.data.scanner import Scanner, load_scan_tokenizer, shown
 from cfgcheck.data.summary import Sample
 from cfgcheck.findings import Finding
 from cfgcheck.schema.run import RunConfig
@@ -37,6 +38,7 @@ SHARD_MIN, SHARD_MAX = 1 << 20, 64 << 20
 __all__ = [
     "DataNotLocalError",
     "EngineError",
+    "NoChatTemplateError",
     "NoTokenizerPathError",
     "Sample",
     "ScanError",
@@ -76,6 +78,8 @@ def scan_dataset(
         raise ScanError(f"--jobs must be at least 1, got {jobs}")
     d, m = run.data, run.model
     loaded = load_scan_tokenizer(run)  # a bad tokenizer is one error, before any worker starts
+    if d.messages_field is not None or d.prompt_field is not None:
+        Scanner(run, chunk_size, *loaded, sampling=sample)  # so is a chat template's refusal
     try:
         files = (
             expand_paths(d.paths, base)

@@ -1003,9 +1003,11 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "data-scan-skipped": E(
         "warning",
-        "`--scan-data` can run: `tokenizer.path` is set.",
+        "`--scan-data` can run: `tokenizer.path` is set, and conversations that LLaMA-Factory "
+        "or Axolotl render with a template of their own have a tokenizer chat template to be "
+        "rendered with.",
         "Nothing fails; the dataset was not checked.",
-        "Set `tokenizer.path`, or drop `--scan-data`.",
+        "Set `tokenizer.path` (give the tokenizer a chat template), or drop `--scan-data`.",
         group=SCAN,
     ),
     "unused-suppression": E(
