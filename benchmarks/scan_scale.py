@@ -5,7 +5,7 @@ the shipped dataset's sentences; nothing is downloaded), then, each in a fresh s
 
 - ``cfgcheck scan --jobs 1``: one process, the tokenizer's own threads off;
 - ``cfgcheck scan --jobs N``: N worker processes (default: every core);
-- ``cfgcheck scan --engine ray --jobs N``: the Ray Data engine on a local Ray started with N
+- ``cfgcheck scan --engine ray --jobs N``: the Ray engine on a local Ray started with N
   CPUs (skipped without the ``ray`` extra); Ray's start-up is timed apart (a cluster pays it
   once), the scan after it;
 - raw ``tokenizers`` ``encode_batch_fast`` over the same rendered texts, held in memory, with
@@ -90,8 +90,16 @@ def measure(mode: str, data: Path, tokenizer: str, jobs: int) -> dict[str, float
         if mode == "ray":
             import ray
 
+            from cfgcheck.data.ray_engine import LOCAL_SYSTEM_CONFIG
+
             begun = time.perf_counter()
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+            # as `cfgcheck data --engine ray` starts a local Ray (workers at normal priority)
+            ray.init(
+                num_cpus=jobs,
+                include_dashboard=False,
+                log_to_driver=False,
+                _system_config=LOCAL_SYSTEM_CONFIG,
+            )
             startup = time.perf_counter() - begun
 
         result = check(

@@ -1,4 +1,4 @@
-"""The Ray engine (``--engine ray``): the real Ray Data engine started locally gives the
+"""The Ray engine (``--engine ray``): the real Ray engine started locally gives the
 local engine's report, bad input is located the same way, a crashed worker is reported and
 not retried into a hang, and without Ray the missing extra is one line.
 
@@ -39,9 +39,7 @@ def test_without_ray_the_missing_extra_is_one_line(
 ) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(5)))
-    with pytest.raises(
-        ScanError, match=r"^--engine ray needs Ray Data: pip install 'cfgcheck\[ray\]'$"
-    ):
+    with pytest.raises(ScanError, match=r"^--engine ray needs Ray: pip install 'cfgcheck\[ray\]'$"):
         scan_dataset(run, engine="ray", jobs=1)
 
 
@@ -53,7 +51,7 @@ def test_the_command_line_without_ray_exits_2_in_one_line(
     monkeypatch.setitem(sys.modules, "ray", None)
     assert main(["data", "tokenizer=demo-bpe", "--engine", "ray", "--jobs", "1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "cfgcheck: error: --engine ray needs Ray Data: pip install 'cfgcheck[ray]'"
+    assert err == "cfgcheck: error: --engine ray needs Ray: pip install 'cfgcheck[ray]'"
     assert main(["data", "tokenizer=demo-bpe", "--ray-address", "auto"]) == 2
     assert "--ray-address needs --engine ray" in capsys.readouterr().err
 
@@ -72,10 +70,31 @@ def test_an_unreachable_cluster_is_one_line(
     assert "\n" not in str(e.value)
 
 
+def _priority(shard: Shard) -> tuple[Summary, int]:
+    raise RuntimeError(f"niceness {os.getpriority(os.PRIO_PROCESS, 0)}")
+
+
+@pytest.mark.slow
+def test_a_local_ray_runs_its_actors_at_normal_priority(
+    cfg: dict[str, Any], tok_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs before the module's local Ray starts, so the scan starts its own: Ray starts
+    workers at nice 15 (worker_niceness), where other work on the machine would starve them;
+    the scan's local Ray runs them at the local engine's priority."""
+    ray = pytest.importorskip("ray", reason=NO_RAY)
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        pytest.skip("a Ray instance is running here")
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    run = make_run(cfg, tok_dir, write_jsonl(tmp_path / "d.jsonl", records(5)))
+    with pytest.raises(ScanError, match=r"RuntimeError: niceness 0$"):
+        scan_dataset(run, engine="ray", jobs=1, _work=_priority)
+    assert not ray.is_initialized()  # the scan's own Ray is shut down after it
+
+
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     ray = pytest.importorskip("ray", reason=NO_RAY)
-    pytest.importorskip("ray.data", reason=NO_RAY)
     # The workers unpickle this module's _fail/_die by reference: they import it from the
     # repository, whatever directory Ray starts them in.
     root = str(Path(__file__).resolve().parents[1])

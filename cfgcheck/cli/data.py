@@ -49,7 +49,7 @@ def add_scan_args(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=["local", "ray"],
         default="local",
-        help="local: worker processes on this machine (default); ray: Ray Data on a Ray "
+        help="local: worker processes on this machine (default); ray: actors on a Ray "
         "cluster (pip install 'cfgcheck[ray]'), a local one unless --ray-address is given",
     )
     parser.add_argument(
@@ -135,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         from cfgcheck.data.render import render_text
 
-        sys.stdout.write(render_text(report, run_cfg.data.paths) + "\n")
+        d = run_cfg.data
+        shown = d.paths or [f"{d.hub_dataset} (Hugging Face cache)"]
+        sys.stdout.write(render_text(report, shown) + "\n")
         get_reporter("text")(result, sys.stdout)
     if args.png:
         from cfgcheck.data.render import write_png

@@ -6,7 +6,9 @@ from dataclasses import replace
 
 from cfgcheck.data.sample import Sampling
 from cfgcheck.data.scan import (
+    DataNotLocalError,
     EngineError,
+    NoChatTemplateError,
     NoTokenizerPathError,
     ScanError,
     ScanReport,
@@ -41,6 +43,17 @@ def with_scan_findings(
         )
     except EngineError:
         raise
+    except NoChatTemplateError as e:
+        extra = [
+            Finding(
+                "data-scan-skipped",
+                "warning",
+                ("data.messages_field",),
+                f"--scan-data was asked for but cannot run: {e}",
+                "give the tokenizer a chat template (tokenizer_config.json chat_template or "
+                "chat_template.jinja), or drop --scan-data",
+            )
+        ]
     except NoTokenizerPathError as e:
         extra = [
             Finding(
@@ -50,6 +63,17 @@ def with_scan_findings(
                 f"--scan-data was asked for but cannot run: {e}",
                 "set tokenizer.path=<folder with tokenizer.json> (or drop --scan-data); no "
                 "override can name a tokenizer folder cfgcheck does not know",
+            )
+        ]
+    except DataNotLocalError as e:
+        extra = [
+            Finding(
+                "data-not-local",
+                "info",
+                ("data.hub_dataset",),
+                f"--scan-data skipped the dataset: {e}",
+                "run the training script (or datasets.load_dataset) once on this machine so "
+                "the cache holds it, or set data.paths to local files",
             )
         ]
     except ScanError as e:

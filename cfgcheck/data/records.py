@@ -202,7 +202,7 @@ def renderer(data: DataConfig) -> Callable[[Mapping[str, Any]], str]:
         messages = data.messages_field
 
         def chat(record: Mapping[str, Any]) -> str:
-            return conversation(record[messages])
+            return conversation(record[messages], data)
 
         return chat
     if data.template is not None:

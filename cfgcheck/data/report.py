@@ -23,6 +23,17 @@ class NoTokenizerPathError(ScanError):
     """The config has no tokenizer.path, so there is no real tokenizer to scan with."""
 
 
+class NoChatTemplateError(ScanError):
+    """Conversations that their framework renders with a template of its own (LLaMA-Factory's
+    ``template``, Axolotl's named ``chat_template``) and a tokenizer without a chat template:
+    the scan has nothing to render them with, and the run itself is not at fault."""
+
+
+class DataNotLocalError(ScanError):
+    """data.hub_dataset names a Hub dataset that no local Hugging Face cache holds (the scan
+    never downloads), so there is nothing to scan."""
+
+
 @dataclass
 class ScanReport:
     summary: Summary  # counts, exact length histogram, longest samples, padding waste

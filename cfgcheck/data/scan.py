@@ -17,9 +17,16 @@ from typing import TextIO
 from cfgcheck.data.local import Work, default_jobs, scan_here, scan_pool
 from cfgcheck.data.progress import Meter, progress_stream
 from cfgcheck.data.records import DataReadError, expand_paths, plan_shards
-from cfgcheck.data.report import EngineError, NoTokenizerPathError, ScanError, ScanReport
+from cfgcheck.data.report import (
+    DataNotLocalError,
+    EngineError,
+    NoChatTemplateError,
+    NoTokenizerPathError,
+    ScanError,
+    ScanReport,
+)
 from cfgcheck.data.sample import Sampling
-from cfgcheck.data.scanner import load_scan_tokenizer, shown
+from cfgcheck.data.scanner import Scanner, load_scan_tokenizer, shown
 from cfgcheck.data.summary import Sample
 from cfgcheck.findings import Finding
 from cfgcheck.schema.run import RunConfig
@@ -29,7 +36,9 @@ from cfgcheck.schema.run import RunConfig
 SHARD_MIN, SHARD_MAX = 1 << 20, 64 << 20
 
 __all__ = [
+    "DataNotLocalError",
     "EngineError",
+    "NoChatTemplateError",
     "NoTokenizerPathError",
     "Sample",
     "ScanError",
@@ -61,7 +70,7 @@ def scan_dataset(
     cores; 1: this process, the tokenizer's own threads off). ``progress``: a stream for a
     progress line (default: stderr when it is a terminal, the data is large and not
     ``quiet``). ``sample``: scan only the records it keeps. ``engine``: "local" (processes
-    on this machine) or "ray" (Ray Data, on the cluster at ``ray_address``, or a local Ray
+    on this machine) or "ray" (Ray actors, on the cluster at ``ray_address``, or a local Ray
     started with ``jobs`` CPUs). Raises ScanError."""
     requested = jobs
     jobs = default_jobs() if jobs is None else jobs
@@ -69,8 +78,14 @@ def scan_dataset(
         raise ScanError(f"--jobs must be at least 1, got {jobs}")
     d, m = run.data, run.model
     loaded = load_scan_tokenizer(run)  # a bad tokenizer is one error, before any worker starts
+    if d.messages_field is not None or d.prompt_field is not None:
+        Scanner(run, chunk_size, *loaded, sampling=sample)  # so is a chat template's refusal
     try:
-        files = expand_paths(d.paths, base)
+        files = (
+            expand_paths(d.paths, base)
+            if d.paths or not d.hub_dataset
+            else hub_files(d.hub_dataset, d.hub_config, d.hub_split)
+        )
         if shard_bytes is None:
             total = sum(p.stat().st_size for p in files)
             shard_bytes = max(SHARD_MIN, min(SHARD_MAX, total // (4 * jobs)))
@@ -122,6 +137,17 @@ def scan_dataset(
     )
     report.waste = summary.waste()
     return report
+
+
+def hub_files(repo: str, config: str | None, split: str) -> list[Path]:
+    """The local files of the Hub dataset ``repo`` (:mod:`cfgcheck.data.hub`);
+    DataNotLocalError when no cache holds them."""
+    from cfgcheck.data.hub import NotCached, cached_files
+
+    try:
+        return cached_files(repo, config, split)
+    except NotCached as e:
+        raise DataNotLocalError(str(e)) from e
 
 
 def scan_findings(report: ScanReport, run: RunConfig) -> list[Finding]:

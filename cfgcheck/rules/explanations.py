@@ -1025,11 +1025,22 @@ EXPLANATIONS: dict[str, Explanation] = {
         "Fix the file named in the message, or point `data.paths` at readable files.",
         group=SCAN,
     ),
+    "data-not-local": E(
+        "info",
+        "`--scan-data` reads the dataset: `data.paths` names local files, or the Hub dataset "
+        "(`data.hub_dataset`, TRL's `dataset_name`) is in the local Hugging Face cache.",
+        "Nothing fails; the dataset was not checked. cfgcheck never downloads a dataset.",
+        "Run the training script (or `datasets.load_dataset`) once on this machine so the "
+        "cache holds the dataset, or point `data.paths` at local files.",
+        group=SCAN,
+    ),
     "data-scan-skipped": E(
         "warning",
-        "`--scan-data` can run: `tokenizer.path` is set.",
+        "`--scan-data` can run: `tokenizer.path` is set, and conversations that LLaMA-Factory "
+        "or Axolotl render with a template of their own have a tokenizer chat template to be "
+        "rendered with.",
         "Nothing fails; the dataset was not checked.",
-        "Set `tokenizer.path`, or drop `--scan-data`.",
+        "Set `tokenizer.path` (give the tokenizer a chat template), or drop `--scan-data`.",
         group=SCAN,
     ),
     "unused-suppression": E(

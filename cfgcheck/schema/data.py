@@ -35,6 +35,18 @@ class DataConfig(Section):
     )
     ignore_index: int = Field(-100, description="Label value the loss ignores.")
     paths: list[str] = Field(default_factory=list, description="Training data files.")
+    hub_dataset: str | None = Field(
+        None,
+        description="A Hugging Face Hub dataset id the run loads (TRL's dataset_name), scanned "
+        "when paths is empty from the local Hugging Face caches only (HF_HUB_CACHE, "
+        "HF_DATASETS_CACHE), never downloaded.",
+    )
+    hub_config: str | None = Field(
+        None, description="The hub_dataset's configuration (TRL's dataset_config)."
+    )
+    hub_split: str = Field(
+        "train", description="The hub_dataset's split (TRL's dataset_train_split)."
+    )
     format: Literal["auto", "jsonl", "text", "parquet", "arrow"] = Field(
         "auto",
         description="Dataset file format; 'auto' picks it by file extension (.jsonl/.json, "
@@ -52,6 +64,27 @@ class DataConfig(Section):
         description="Field holding a conversation (a list of {role, content} messages), "
         "rendered and tokenized with the tokenizer's chat template as TRL's SFTTrainer does "
         "(apply_chat_template). Overrides text_field and template.",
+    )
+    message_role_key: str = Field(
+        "role",
+        description="Key of a message's role in messages_field ('from' in ShareGPT data).",
+    )
+    message_content_key: str = Field(
+        "content",
+        description="Key of a message's text in messages_field ('value' in ShareGPT data).",
+    )
+    message_roles: dict[str, str] = Field(
+        default_factory=dict,
+        description="A message's role as the chat template reads it, by the dataset's role, "
+        "e.g. {human: user, gpt: assistant} for ShareGPT (Axolotl's roles, LLaMA-Factory's "
+        "tags); a role not listed is kept.",
+    )
+    assistant_mask: Literal["generation", "turns"] = Field(
+        "generation",
+        description="How assistant_only_loss finds the assistant's tokens: 'generation', the "
+        "template's {% generation %} marks (TRL); 'turns', each assistant message's tokens "
+        "between the rendered conversation before it (with the generation prompt) and after "
+        "it (Axolotl's roles_to_train, LLaMA-Factory's train_on_prompt=false).",
     )
     assistant_only_loss: bool = Field(
         False,

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.findings import Finding, Fix
-from cfgcheck.sources import deepspeed
+from cfgcheck.sources import axolotl_data, deepspeed
 from cfgcheck.sources.axolotl_plugins import listed, unknown_with_plugins
 from cfgcheck.sources.axolotl_rules import (
     expert_parallel,
@@ -342,6 +342,7 @@ def build(b: Builder) -> None:
     if n.is_set("seed"):
         b.take("seed", "seed", None, "")
     b.take("output_dir", "output_dir", "./model-out", f"{SCHEMA} output_dir", str)
+    axolotl_data.apply(b)  # the first datasets entry, for --scan-data
 
 
 _TO_NATIVE = {

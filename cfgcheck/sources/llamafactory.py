@@ -257,7 +257,7 @@ def _data_files(b: Builder) -> None:
     if not isinstance(columns, dict):
         return
     if entry.get("formatting", "alpaca") == "sharegpt":
-        b.from_key("data.text_field", "dataset", str(columns.get("messages", "conversations")))
+        _sharegpt(b, entry, columns)
     elif stage(n) == "pt":
         b.from_key("data.text_field", "dataset", str(columns.get("prompt", "text")))
     else:
@@ -267,6 +267,45 @@ def _data_files(b: Builder) -> None:
             for k, d in (("prompt", "instruction"), ("query", "input"), ("response", "output"))
         ]
         b.from_key("data.template", "dataset", "\n".join(f"{{{p}}}" for p in parts))
+
+
+# data/parser.py DatasetAttr: the sharegpt columns' and tags' defaults.
+_SHAREGPT_TAGS = {
+    "role_tag": "from",
+    "content_tag": "value",
+    "user_tag": "human",
+    "assistant_tag": "gpt",
+    "observation_tag": "observation",
+    "function_tag": "function_call",
+    "system_tag": "system",
+}
+# data/converter.py SharegptDatasetConverter maps the tags to LLaMA-Factory's roles; its own
+# template renders them. The tokenizer's chat template knows the standard roles: a function
+# call is the assistant's output (LLaMA-Factory trains on it, an "even" turn), an observation
+# the tool's answer.
+_SHAREGPT_ROLES = {
+    "user_tag": "user",
+    "assistant_tag": "assistant",
+    "observation_tag": "tool",
+    "function_tag": "assistant",
+    "system_tag": "system",
+}
+
+
+def _sharegpt(b: Builder, entry: dict[str, Any], columns: dict[str, Any]) -> None:
+    """A ``formatting: sharegpt`` dataset: its conversations rendered with the chat template,
+    labels on the assistant's turns unless ``train_on_prompt`` (data/processor/supervised.py:
+    the prompt's labels are IGNORE_INDEX)."""
+    raw = entry.get("tags")
+    tags = {**_SHAREGPT_TAGS, **(raw if isinstance(raw, dict) else {})}
+    b.from_key("data.messages_field", "dataset", str(columns.get("messages", "conversations")))
+    b.from_key("data.message_role_key", "dataset", str(tags["role_tag"]))
+    b.from_key("data.message_content_key", "dataset", str(tags["content_tag"]))
+    roles = {str(tags[t]): r for t, r in _SHAREGPT_ROLES.items() if tags.get(t)}
+    b.from_key("data.message_roles", "dataset", roles)
+    if not b.native.get("train_on_prompt"):
+        b.from_key("data.assistant_only_loss", "dataset", True)
+        b.from_key("data.assistant_mask", "dataset", "turns")
 
 
 _TO_NATIVE = {

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cfgcheck.findings import Finding, Fix
-from cfgcheck.sources import deepspeed, launch, trl_memory, trl_prompt
+from cfgcheck.sources import deepspeed, launch, trl_data, trl_memory, trl_prompt
 from cfgcheck.sources.base import Builder, Format, NativeConfig
 from cfgcheck.sources.model_ref import set_model
 from cfgcheck.sources.names import TRAINING_ARGUMENTS, schema_attention, schema_optimizer
@@ -242,7 +242,8 @@ def _sft_data(b: Builder, run: TrlRun) -> None:
     (lines 1287-1297), the prompt masked with ``completion_only_loss`` (961-964, 1405-1428),
     and with ``assistant_only_loss`` conversations read from the ``messages`` column
     (1372-1378; the other conversational format, prompt-completion, is
-    ``data.prompt_field=prompt data.messages_field=null``)."""
+    ``data.prompt_field=prompt data.messages_field=null``); the data that ``dataset_name``
+    names (:mod:`cfgcheck.sources.trl_data`)."""
     if run.trainer.name != "sft":
         return
     n = b.native
@@ -252,6 +253,7 @@ def _sft_data(b: Builder, run: TrlRun) -> None:
     if n.get("assistant_only_loss") is True and run.reads("assistant_only_loss"):
         b.from_key("data.assistant_only_loss", "assistant_only_loss", True)
         b.default("data.messages_field", "messages", "SFTTrainer tokenize_fn example['messages']")
+    trl_data.apply(b)  # dataset_name: a local folder or a cached Hub dataset
 
 
 _TO_NATIVE = {

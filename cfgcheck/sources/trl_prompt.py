@@ -27,8 +27,8 @@ What bounds P:
 * Otherwise (``model.generate``, a vLLM server launched apart) the worst case this module
   assumes: the model's context (``model.block_size``) minus the completion.
 
-The TRL adapter reads ``dataset_name`` (a Hub id) but feeds no dataset to ``cfgcheck data``,
-so the data's longest prompt is not measured here.
+The TRL adapter hands an SFT script's ``dataset_name`` to the scan
+(:mod:`cfgcheck.sources.trl_data`); an online trainer's prompts are not measured here.
 """
 
 from __future__ import annotations
