@@ -1,0 +1,171 @@
+"""The supervisor of ``cfgcheck serve``: uvicorn's process supervisor plus a hard limit per
+request, enforced by killing the worker process, as gunicorn's ``--timeout`` does.
+
+The cooperative CPU budget (:mod:`cfgcheck.budget`) stops a request only where Python code
+checks it; a request inside one long C call (a parser, the tokenizers library, a regex) runs
+on, and while that call holds the GIL nothing else of its worker runs either: neither the
+event loop (so not even the 504 is sent) nor a watchdog thread. Only another process can end
+it. So the supervisor (the ``cfgcheck serve`` process, which binds the socket and starts the
+workers, :class:`uvicorn.supervisors.Multiprocess`) gives each worker a table of shared
+memory (:mod:`cfgcheck.service.slots`, one ``double`` per validation thread: the instant its
+request started, 0 when idle), and every half second:
+
+* kills (SIGKILL) a worker whose oldest request has run longer than the hard limit
+  (``ServiceSettings.hard_timeout_s``, default ``--timeout`` + 5 s) and starts a new one in
+  its place, while the other workers go on serving;
+* pings each worker over uvicorn's pipe without waiting for the answer (uvicorn's own check
+  blocks the supervisor up to 60 s on a worker whose GIL is held, delaying every other
+  check): a worker silent for ``timeout_worker_healthcheck`` seconds is killed and replaced;
+* replaces a worker that exited, and logs when each new worker is ready.
+
+A request killed this way gets no HTTP answer: its connection closes (``curl``: "Empty reply
+from server"). So do the other requests in flight on that worker; they are few, because a
+worker whose request is stuck past its deadline stops admitting new validations
+(:class:`cfgcheck.service.admission.Admission`, 503 with ``Connection: close``), and a worker
+whose GIL is held accepts no new connection (the kernel hands them to the other workers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pickle
+import time
+from socket import socket
+from typing import Any
+
+from uvicorn._subprocess import spawn
+from uvicorn.config import STARTUP_FAILURE, Config
+from uvicorn.supervisors.multiprocess import Multiprocess, Process
+
+log = logging.getLogger("uvicorn.error")
+
+
+class WatchedProcess(Process):
+    """A worker process with its slot table in shared memory and a non-blocking ping."""
+
+    def __init__(self, config: Config, sockets: list[socket], slots: int) -> None:
+        # Shared memory handed to the spawned child with the pickled process object.
+        self.table: Any = spawn.RawArray("d", slots)
+        now = time.monotonic()
+        self.last_answer = now
+        self.ping_sent = False
+        self.ready = False
+        super().__init__(config, sockets)
+
+    def target(self, sockets: list[socket] | None = None) -> None:  # pragma: no cover
+        from cfgcheck.service import slots
+
+        slots.attach(self.table)  # before the app is built: its Slots use this table
+        super().target(sockets)
+
+    def overdue(self, now: float, limit_s: float) -> float | None:
+        """Seconds the oldest request has run when past ``limit_s``, else ``None``."""
+        starts = [t for t in self.table if t > 0.0]
+        if not starts:
+            return None
+        age = now - min(starts)
+        return age if age > limit_s else None
+
+    def answers(self, now: float, patience_s: float) -> bool:
+        """Ping without waiting; ``False`` once no answer came for ``patience_s`` seconds."""
+        try:
+            if self.ping_sent and self.parent_conn.poll():
+                started = self.parent_conn.recv()
+                self.ping_sent = False
+                self.last_answer = now
+                if started and not self.ready:
+                    self.ready = True
+                    log.info("Worker [%s] ready", self.pid)
+            if not self.ping_sent:
+                self.parent_conn.send(b"ping")
+                self.ping_sent = True
+        except (OSError, EOFError, pickle.UnpicklingError):
+            return False
+        return now - self.last_answer <= patience_s
+
+
+class Supervisor(Multiprocess):
+    """uvicorn's supervisor with the hard limit and the non-blocking ping (module docstring)."""
+
+    def __init__(
+        self, config: Config, sockets: list[socket], slots: int, hard_limit_s: float
+    ) -> None:
+        super().__init__(config, sockets)
+        self.slots = slots
+        self.hard_limit_s = hard_limit_s
+        self.processes: list[Process] = []
+
+    def start_worker(self) -> WatchedProcess:
+        process = WatchedProcess(self.config, self.sockets, self.slots)
+        process.start()
+        return process
+
+    def init_processes(self) -> None:
+        for _ in range(self.processes_num):
+            self.processes.append(self.start_worker())
+
+    def why_replace(self, process: Process, now: float) -> str | None:
+        """Why ``process`` must be replaced now (a log line), or ``None``."""
+        if not process.process.is_alive():
+            return f"Worker [{process.pid}] died (exit code {process.exitcode})"
+        if not isinstance(process, WatchedProcess):  # pragma: no cover - all are watched
+            return None
+        age = process.overdue(now, self.hard_limit_s)
+        if age is not None:
+            return (
+                f"Worker [{process.pid}] killed: a request has run {age:.1f} s, past the hard "
+                f"limit of {self.hard_limit_s:g} s (stuck in one call)"
+            )
+        patience = self.config.timeout_worker_healthcheck
+        if not process.answers(now, patience):
+            return f"Worker [{process.pid}] killed: no answer to the supervisor for {patience:g} s"
+        return None
+
+    def keep_subprocess_alive(self) -> None:
+        if self.should_exit.is_set():
+            return  # the supervisor is exiting: no replacements
+        for idx, process in enumerate(self.processes):
+            reason = self.why_replace(process, time.monotonic())
+            if reason is None:
+                continue
+            process.kill()
+            process.join()
+            if process.exitcode == STARTUP_FAILURE:
+                # As uvicorn: a worker that failed before serving would fail again.
+                log.error("Worker [%s] failed to start, stopping the parent process.", process.pid)
+                self.should_exit.set()
+                return
+            if self.should_exit.is_set():
+                return
+            replacement = self.start_worker()
+            self.processes[idx] = replacement
+            log.error("%s; started worker [%s] in its place", reason, replacement.pid)
+
+    def handle_ttin(self) -> None:  # pragma: no cover - SIGTTIN: one more worker
+        log.info("Received SIGTTIN, increasing the number of processes.")
+        self.processes_num += 1
+        self.processes.append(self.start_worker())
+
+    def restart_all(self) -> None:  # pragma: no cover - SIGHUP: uvicorn's, with watched workers
+        for idx, old in enumerate(self.processes):
+            if self.should_exit.is_set():
+                return
+            new = self.start_worker()
+            if not new.wait_until_ready(self.config.timeout_worker_healthcheck, self.should_exit):
+                new.kill()
+                new.join()
+                if not self.should_exit.is_set():
+                    log.error("New worker [%s] was not ready in time; restart aborted", new.pid)
+                return
+            old.terminate()
+            old.join()
+            self.processes[idx] = new
+
+
+def serve(config: Config, slots: int, hard_limit_s: float) -> None:
+    """Bind ``config``'s socket and run the supervisor until SIGTERM/SIGINT (as ``uvicorn.run``
+    does with ``workers``)."""
+    sock = config.bind_socket()
+    with contextlib.suppress(KeyboardInterrupt):
+        Supervisor(config, [sock], slots, hard_limit_s).run()
