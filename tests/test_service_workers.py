@@ -236,7 +236,14 @@ def test_the_dockerfiles_healthcheck_passes_against_a_real_server(server: Server
 
 @pytest.mark.parametrize(
     ("option", "phrase"),
-    [(["--workers", "0"], "--workers must be at least 1"), (["--threads", "0"], "--threads")],
+    [
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--threads", "0"], "--threads"),
+        (["--max-per-client", "0"], "--max-per-client must be at least 1"),
+        (["--max-queue", "-1"], "--max-queue must be 0 or more"),
+        (["--timeout", "10", "--hard-timeout", "5"], "--hard-timeout=5 must be longer"),
+        (["--trusted-proxy", "proxy.internal"], "not an IP address"),
+    ],
 )
 def test_worker_and_thread_counts_are_checked(option: list[str], phrase: str) -> None:
     proc = subprocess.run(
