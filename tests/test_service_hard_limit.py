@@ -80,15 +80,18 @@ def replaced(server: Server, before: set[int], stuck: Any) -> tuple[set[int], li
 
 
 @pytest.mark.parametrize(
-    ("fault", "client_sees"),
+    ("fault", "client_sees", "attacker"),
     [
-        ("hold-gil", "closed"),  # nothing of the worker runs: no answer at all
-        ("release-gil", "504"),  # the event loop runs: 504 at --timeout, killed at the limit
+        ("hold-gil", "closed", "127.0.0.2"),  # nothing of the worker runs: no answer at all
+        ("release-gil", "504", "127.0.0.3"),  # the event loop runs: 504 at --timeout
     ],
 )
 def test_a_request_stuck_in_a_c_call_gets_its_worker_replaced(
-    server: Server, fault: str, client_sees: str
+    server: Server, fault: str, client_sees: str, attacker: str
 ) -> None:
+    """The stuck request (from ``attacker``, a loopback address of its own) ends by the hard
+    limit, its worker is replaced while the other serves the valid clients (127.0.0.1), and
+    its client is refused for a while by every worker."""
     before = worker_pids(server.proc.pid)
     assert len(before) == 2
     outcome: dict[str, Any] = {}
@@ -96,7 +99,7 @@ def test_a_request_stuck_in_a_c_call_gets_its_worker_replaced(
     def stuck_request() -> None:
         began = time.monotonic()
         try:
-            with httpx.Client() as c:
+            with httpx.Client(transport=httpx.HTTPTransport(local_address=attacker)) as c:
                 r = c.post(
                     f"{server.url}/v1/validate",
                     json={"cfgcheck-fault": {fault: 60}},
@@ -124,12 +127,19 @@ def test_a_request_stuck_in_a_c_call_gets_its_worker_replaced(
         assert r.status_code == 200 and "findings" in r.json()
     with httpx.Client() as c:
         assert c.get(f"{server.url}/readyz", timeout=10).status_code == 200
+    for _ in range(4):  # the offender, on whichever worker: refused for a minute
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=attacker)) as c:
+            refused = c.post(f"{server.url}/v1/validate", json=VALID, timeout=60)
+        assert refused.status_code == 429, refused.text
+        assert 0 < int(refused.headers["retry-after"]) <= 60
+        assert "hard limit" in refused.json()["detail"]
 
 
 def test_the_supervisor_logs_the_kill_and_the_readiness(server: Server) -> None:
     """Run last in the module: SIGTERM, then the log of both replacements above."""
     out = stop(server)
-    assert out.count("past the hard limit of 4 s (stuck in one call); started worker") == 2, out
+    assert out.count("past the hard limit of 4 s (stuck in one call; its client") == 2, out
+    assert out.count("draining: a validation is stuck past its deadline") == 1, out  # 504 case
     assert out.count("] ready") == 4, out  # two workers at start, two replacements
     assert server.proc.returncode == 0
     assert "Traceback" not in out, out

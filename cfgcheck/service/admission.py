@@ -9,8 +9,13 @@ its thread ends, a request answered 504 included until its thread stops. Per wor
   **503** with ``Retry-After``: a full queue is answered at once instead of waiting;
 * none while a validation has outlived its deadline by :data:`STUCK_AFTER_S` (it is stuck in
   one call the cooperative budget cannot stop, and the supervisor will kill this worker at the
-  hard limit): **503** with ``Connection: close``, so the client retries on a fresh connection,
-  which another worker accepts.
+  hard limit): a supervised worker then drains (stops accepting connections, closes idle ones,
+  answers those in flight; :func:`cfgcheck.service.slots.drain`), and what still reaches it
+  gets **503** with ``Connection: close``, so the client retries on a fresh connection, which
+  another worker accepts;
+* none of a client whose request got a worker killed at the hard limit, for
+  ``REFUSE_OFFENDER_S`` seconds, in every worker (the supervisor's offenders table,
+  :class:`cfgcheck.service.slots.Offenders`): **429** with ``Retry-After``.
 
 The client address is the connection's peer. ``X-Forwarded-For`` is believed only when the
 peer is a trusted proxy (``ServiceSettings.trusted_proxies``): the client is then the
@@ -24,13 +29,14 @@ from __future__ import annotations
 
 import contextvars
 import ipaddress
+import math
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.settings import ServiceSettings
-from cfgcheck.service.slots import Slots
+from cfgcheck.service.slots import Offenders, Slots
 
 # Seconds past its deadline after which a validation still running counts as stuck.
 STUCK_AFTER_S = 1.0
@@ -107,6 +113,7 @@ class Admission:
         self.per_client = settings.max_per_client
         self.stuck_after_s = settings.request_timeout_s + STUCK_AFTER_S
         self.slots = slots
+        self.offenders = Offenders()
         self.count = 0
         self.clients: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -125,6 +132,14 @@ class Admission:
                 503,
                 "this worker is draining (a validation is stuck past its deadline); retry",
                 {"Retry-After": RETRY_AFTER_S, "Connection": "close"},
+            )
+        refused_s = self.offenders.refused_for(client)
+        if refused_s > 0:
+            raise RequestError(
+                429,
+                "a request of this client ran past the hard limit and its worker was killed; "
+                f"its requests are refused for {math.ceil(refused_s)} s more",
+                {"Retry-After": str(math.ceil(refused_s))},
             )
         with self._lock:
             mine = self.clients.get(client, 0)

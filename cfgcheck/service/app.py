@@ -33,7 +33,7 @@ from cfgcheck.service.errors import RequestError
 from cfgcheck.service.models import CheckResponse, ErrorResponse, HealthResponse
 from cfgcheck.service.openapi import VALIDATE_REQUEST_BODY, build_openapi
 from cfgcheck.service.settings import ServiceSettings
-from cfgcheck.service.slots import Slots
+from cfgcheck.service.slots import Slots, drain_hook
 
 log = logging.getLogger("cfgcheck.service")
 
@@ -75,7 +75,7 @@ async def run_gated(
     deadline = time.monotonic() + timeout_s
 
     def guarded() -> T:
-        slot = gate.slots.claim()
+        slot = gate.slots.claim(client)
         try:
             return work(deadline)
         finally:
@@ -172,13 +172,6 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     job = runner.Runner(settings)
     pool = WorkerPool(settings.threads)
     gate = Admission(settings, Slots(settings.threads))
-    if gate.slots.supervised:
-        log.info(
-            "worker [%d] ready: %d validation threads, hard limit %g s per request",
-            os.getpid(),
-            settings.threads,
-            settings.hard_limit_s,
-        )
     schemas = json_schemas(job.schema) if job.schema is not None else json_schemas()
 
     async def offload(work: Callable[[float], T]) -> T:
@@ -187,9 +180,27 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         client = current_client.get()
         return await run_gated(pool, gate, settings.request_timeout_s, work, client)
 
+    drain = drain_hook()
+
+    async def drain_when_stuck(drain: Callable[[], None]) -> None:
+        """Drain this worker once a validation is stuck past its deadline (the supervisor
+        kills it at the hard limit; meanwhile it takes no new connection)."""
+        while not gate.draining():
+            await asyncio.sleep(0.25)
+        log.warning(
+            "worker [%d] draining: a validation is stuck past its deadline; it stops taking "
+            "connections and exits (or is killed at the hard limit of %g s)",
+            os.getpid(),
+            settings.hard_limit_s,
+        )
+        drain()
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        watcher = None if drain is None else asyncio.create_task(drain_when_stuck(drain))
         yield
+        if watcher is not None:
+            watcher.cancel()
         pool.shutdown()
 
     app = FastAPI(

@@ -1,26 +1,37 @@
-"""The in-flight table of one worker process: a slot per running validation, holding the
-``time.monotonic()`` instant it started (0.0 when free).
+"""Shared memory between the supervisor of ``cfgcheck serve`` and each worker process.
 
-Under ``cfgcheck serve`` the table lives in shared memory that the supervisor created for this
-worker (:mod:`cfgcheck.service.supervisor`) and reads every half second: a request running
-past the hard limit gets its worker killed and replaced, whatever the request is doing (the
-cooperative budget, :mod:`cfgcheck.budget`, cannot stop one long C call; a watchdog thread in
-the worker cannot either while that call holds the GIL). ``CLOCK_MONOTONIC`` is one clock for
-every process of the machine, so the supervisor compares the instants with its own clock.
-The worker reads the table too: while a request has outlived its deadline it stops taking
-new validations (:meth:`Slots.stuck`), so few requests share the fate of a killed worker.
+**The in-flight table** of one worker: a pair of ``double`` per running validation, the
+``time.monotonic()`` instant it started (0.0 when free) and its client's key
+(:func:`client_key`). The supervisor (:mod:`cfgcheck.service.supervisor`) created it for this
+worker and reads it every half second: a request running past the hard limit gets its worker
+killed and replaced, whatever the request is doing (the cooperative budget,
+:mod:`cfgcheck.budget`, cannot stop one long C call; a watchdog thread in the worker cannot
+either while that call holds the GIL). ``CLOCK_MONOTONIC`` is one clock for every process of
+the machine, so the supervisor compares the instants with its own clock. The worker reads the
+table too: once a request has outlived its deadline, the worker drains (:func:`drain`).
+
+**The offenders table**, one for all workers: pairs of (client key, instant until which the
+client is refused). The supervisor adds the client whose request got a worker killed; every
+worker refuses that client's validations until then (429), so one client cannot kill worker
+after worker.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from collections.abc import MutableSequence
+from collections.abc import Callable, MutableSequence
 from typing import Any
 
-# The supervisor's table for this process, attached before the app is built (None outside a
-# supervised worker: tests, the library).
-_shared: MutableSequence[float] | None = None
+# Slots of the offenders table (the oldest entry is overwritten when all are taken).
+OFFENDER_SLOTS = 256
+
+# What the supervisor attached for this process (None outside a supervised worker: tests,
+# the library): the in-flight table, the offenders table, and how to drain this worker.
+_inflight: MutableSequence[float] | None = None
+_offenders: MutableSequence[float] | None = None
+_drain: Callable[[], None] | None = None
 
 
 def slot_count(threads: int) -> int:
@@ -29,51 +40,104 @@ def slot_count(threads: int) -> int:
     return 2 * threads
 
 
-def attach(table: MutableSequence[float]) -> None:
-    """Use ``table`` (the supervisor's shared array) for this process's slots."""
-    global _shared
-    _shared = table
+def client_key(client: str) -> float:
+    """A number for ``client``'s address, the same in every process (48 bits: exact in a
+    double; never 0)."""
+    digest = hashlib.blake2b(client.encode("utf-8", "replace"), digest_size=6).digest()
+    return float(int.from_bytes(digest, "big") | 1)
 
 
-def shared() -> Any:
-    return _shared
+def attach(
+    inflight: MutableSequence[float],
+    offenders: MutableSequence[float],
+    drain: Callable[[], None] | None = None,
+) -> None:
+    """Use the supervisor's shared tables for this process, and ``drain`` to stop taking
+    connections (uvicorn's graceful exit)."""
+    global _inflight, _offenders, _drain
+    _inflight, _offenders, _drain = inflight, offenders, drain
+
+
+def drain_hook() -> Callable[[], None] | None:
+    return _drain
 
 
 class Slots:
     """Claim a slot when a validation starts, release it when it ends."""
 
     def __init__(self, threads: int) -> None:
-        size = slot_count(threads)
-        table = _shared
-        self.table: MutableSequence[float] = (
-            table if table is not None and len(table) >= size else [0.0] * size
-        )
-        self.supervised = table is not None
-        self._free = list(range(len(self.table) - 1, -1, -1))
+        size = 2 * slot_count(threads)
+        table = _inflight
+        self.table: MutableSequence[float]
+        if table is not None and len(table) >= size:
+            self.table, self.supervised = table, True
+        else:
+            self.table, self.supervised = [0.0] * size, False
+        self._free = list(range(len(self.table) // 2 - 1, -1, -1))
         self._lock = threading.Lock()
 
-    def claim(self) -> int | None:
+    def claim(self, client: str = "unknown") -> int | None:
         """A slot stamped with now; ``None`` when every slot is taken (not recorded then)."""
         with self._lock:
             if not self._free:
                 return None
             index = self._free.pop()
-        self.table[index] = time.monotonic()
+        self.table[2 * index + 1] = client_key(client)
+        self.table[2 * index] = time.monotonic()
         return index
 
     def release(self, index: int | None) -> None:
         if index is None:
             return
-        self.table[index] = 0.0
+        self.table[2 * index] = 0.0
         with self._lock:
             self._free.append(index)
 
     def oldest(self) -> float | None:
         """Seconds the longest-running validation has run (``None`` when none runs)."""
-        starts = [t for t in self.table if t > 0.0]
-        return time.monotonic() - min(starts) if starts else None
+        return oldest(self.table)[0]
 
     def stuck(self, after_s: float) -> bool:
         """Whether a validation has run longer than ``after_s`` seconds."""
         age = self.oldest()
         return age is not None and age > after_s
+
+
+def oldest(table: Any) -> tuple[float | None, float]:
+    """(seconds the oldest request of an in-flight ``table`` has run, its client key)."""
+    values = list(table)
+    pairs = [(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2) if values[i] > 0.0]
+    if not pairs:
+        return None, 0.0
+    start, key = min(pairs)
+    return time.monotonic() - start, key
+
+
+class Offenders:
+    """The offenders table: clients refused until an instant."""
+
+    def __init__(self, table: MutableSequence[float] | None = None) -> None:
+        shared = _offenders if table is None else table
+        self.table: MutableSequence[float] = (
+            shared if shared is not None else [0.0] * (2 * OFFENDER_SLOTS)
+        )
+
+    def add(self, key: float, until: float) -> None:
+        """Refuse the client of ``key`` until ``until`` (``time.monotonic()``)."""
+        pairs = range(0, len(self.table) - 1, 2)
+        # its own entry, else a free or expired one, else the one that expires first
+        index = next((i for i in pairs if self.table[i] == key), None)
+        if index is None:
+            index = min(pairs, key=lambda i: self.table[i + 1])
+        self.table[index + 1] = until
+        self.table[index] = key
+
+    def refused_for(self, client: str) -> float:
+        """Seconds ``client`` is still refused (0 when it is not)."""
+        key = client_key(client)
+        now = time.monotonic()
+        values = list(self.table)
+        for i in range(0, len(values) - 1, 2):
+            if values[i] == key and values[i + 1] > now:
+                return values[i + 1] - now
+        return 0.0

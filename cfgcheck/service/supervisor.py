@@ -41,12 +41,17 @@ from uvicorn.supervisors.multiprocess import Multiprocess, Process
 log = logging.getLogger("uvicorn.error")
 
 
-class WatchedProcess(Process):
-    """A worker process with its slot table in shared memory and a non-blocking ping."""
+# Seconds the client of a request that got its worker killed is refused, by every worker.
+REFUSE_OFFENDER_S = 60.0
 
-    def __init__(self, config: Config, sockets: list[socket], slots: int) -> None:
+
+class WatchedProcess(Process):
+    """A worker process with its in-flight table in shared memory and a non-blocking ping."""
+
+    def __init__(self, config: Config, sockets: list[socket], slots: int, offenders: Any) -> None:
         # Shared memory handed to the spawned child with the pickled process object.
-        self.table: Any = spawn.RawArray("d", slots)
+        self.table: Any = spawn.RawArray("d", 2 * slots)
+        self.offenders = offenders
         now = time.monotonic()
         self.last_answer = now
         self.ping_sent = False
@@ -56,16 +61,21 @@ class WatchedProcess(Process):
     def target(self, sockets: list[socket] | None = None) -> None:  # pragma: no cover
         from cfgcheck.service import slots
 
-        slots.attach(self.table)  # before the app is built: its Slots use this table
+        # Before the app is built: its Slots and Admission use these tables.
+        slots.attach(self.table, self.offenders, self.drain)
         super().target(sockets)
 
-    def overdue(self, now: float, limit_s: float) -> float | None:
-        """Seconds the oldest request has run when past ``limit_s``, else ``None``."""
-        starts = [t for t in self.table if t > 0.0]
-        if not starts:
-            return None
-        age = now - min(starts)
-        return age if age > limit_s else None
+    def drain(self) -> None:  # pragma: no cover - runs in the worker
+        """uvicorn's graceful exit (as on SIGTERM): stop accepting, close idle connections,
+        answer those in flight, exit."""
+        self.server.should_exit = True
+
+    def overdue(self, limit_s: float) -> tuple[float, float] | None:
+        """(seconds, client key) of the oldest request when it has run past ``limit_s``."""
+        from cfgcheck.service.slots import oldest
+
+        age, key = oldest(self.table)
+        return None if age is None or age <= limit_s else (age, key)
 
     def answers(self, now: float, patience_s: float) -> bool:
         """Ping without waiting; ``False`` once no answer came for ``patience_s`` seconds."""
@@ -95,9 +105,12 @@ class Supervisor(Multiprocess):
         self.slots = slots
         self.hard_limit_s = hard_limit_s
         self.processes: list[Process] = []
+        from cfgcheck.service.slots import OFFENDER_SLOTS
+
+        self.offenders: Any = spawn.RawArray("d", 2 * OFFENDER_SLOTS)  # one for all workers
 
     def start_worker(self) -> WatchedProcess:
-        process = WatchedProcess(self.config, self.sockets, self.slots)
+        process = WatchedProcess(self.config, self.sockets, self.slots, self.offenders)
         process.start()
         return process
 
@@ -111,11 +124,16 @@ class Supervisor(Multiprocess):
             return f"Worker [{process.pid}] died (exit code {process.exitcode})"
         if not isinstance(process, WatchedProcess):  # pragma: no cover - all are watched
             return None
-        age = process.overdue(now, self.hard_limit_s)
-        if age is not None:
+        overdue = process.overdue(self.hard_limit_s)
+        if overdue is not None:
+            from cfgcheck.service.slots import Offenders
+
+            age, client = overdue
+            Offenders(self.offenders).add(client, now + REFUSE_OFFENDER_S)
             return (
                 f"Worker [{process.pid}] killed: a request has run {age:.1f} s, past the hard "
-                f"limit of {self.hard_limit_s:g} s (stuck in one call)"
+                f"limit of {self.hard_limit_s:g} s (stuck in one call; its client is refused "
+                f"for {REFUSE_OFFENDER_S:g} s)"
             )
         patience = self.config.timeout_worker_healthcheck
         if not process.answers(now, patience):
