@@ -125,16 +125,17 @@ def test_admission_settings_out_of_range(overrides: dict[str, Any], phrase: str)
 
 @pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """Every validation waits (up to 10 s) until the yielded event is set."""
+    """Every validation waits (up to 10 s) until the yielded event is set, as its first step
+    (before any deadline check could end it)."""
     monkeypatch.chdir(REPO)
     release = threading.Event()
-    real = service_runner.validate_config
+    real = service_runner.parse_body
 
-    def blocked(config: Any, schema: Any = None) -> Any:
+    def blocked(*args: Any) -> Any:
         release.wait(10)
-        return real(config) if schema is None else real(config, schema)
+        return real(*args)
 
-    monkeypatch.setattr(service_runner, "validate_config", blocked)
+    monkeypatch.setattr(service_runner, "parse_body", blocked)
     yield release
     release.set()
 
