@@ -528,7 +528,12 @@ def run_attackers(args: argparse.Namespace, config: dict[str, Any], workers: int
         finally:
             server.terminate()
             server.wait(timeout=60)
-        kills = log.read_text(errors="replace").count("past the hard limit")
+        events = [
+            line.strip()
+            for line in log.read_text(errors="replace").splitlines()
+            if "killed:" in line or "died" in line or "draining:" in line
+        ]
+        kills = sum("past the hard limit" in line for line in events)
     print(
         f"attackers: {args.clients - args.attackers} valid clients (+{args.attackers} attackers "
         f"per class), {args.duration:g} s per row, {workers} worker(s) of {args.threads} "
@@ -556,6 +561,8 @@ def run_attackers(args: argparse.Namespace, config: dict[str, Any], workers: int
         f"server {'alive' if alive else 'DEAD'} after the run; {kills} worker(s) killed at the "
         "hard limit and replaced; goal: valid p99 within 2x idle"
     )
+    for line in events:  # what the server logged about its workers
+        print(f"  server: {line}")
     return good
 
 

@@ -7,12 +7,13 @@ its thread ends, a request answered 504 included until its thread stops. Per wor
   one client cannot take every validation thread, however many connections it opens;
 * at most ``threads + max_queue`` in flight in all (``max_queue`` waiting for a thread), else
   **503** with ``Retry-After``: a full queue is answered at once instead of waiting;
-* none while a validation has outlived its deadline by :data:`STUCK_AFTER_S` (it is stuck in
-  one call the cooperative budget cannot stop, and the supervisor will kill this worker at the
-  hard limit): a supervised worker then drains (stops accepting connections, closes idle ones,
-  answers those in flight; :func:`cfgcheck.service.slots.drain`), and what still reaches it
-  gets **503** with ``Connection: close``, so the client retries on a fresh connection, which
-  another worker accepts;
+* none while a validation has outlived its deadline by half the time between the deadline
+  and the hard limit (2.5 s by default): it is stuck in one call the cooperative budget
+  cannot stop, and the supervisor will kill this worker at the hard limit. A supervised worker
+  then drains (stops accepting connections, closes idle ones, answers those in flight: the
+  drain hook of :mod:`cfgcheck.service.slots`), and what still reaches it gets **503** with
+  ``Connection: close``, so the client retries on a fresh connection, which another worker
+  accepts;
 * none of a client whose request got a worker killed at the hard limit, for
   ``REFUSE_OFFENDER_S`` seconds, in every worker (the supervisor's offenders table,
   :class:`cfgcheck.service.slots.Offenders`): **429** with ``Retry-After``.
@@ -38,8 +39,6 @@ from cfgcheck.service.errors import RequestError
 from cfgcheck.service.settings import ServiceSettings
 from cfgcheck.service.slots import Offenders, Slots
 
-# Seconds past its deadline after which a validation still running counts as stuck.
-STUCK_AFTER_S = 1.0
 RETRY_AFTER_S = "1"
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -111,7 +110,10 @@ class Admission:
     def __init__(self, settings: ServiceSettings, slots: Slots) -> None:
         self.limit = settings.max_in_flight
         self.per_client = settings.max_per_client
-        self.stuck_after_s = settings.request_timeout_s + STUCK_AFTER_S
+        # Past its deadline, a validation stops at its next check within milliseconds; one
+        # still running halfway to the hard limit is stuck in one call.
+        timeout = settings.request_timeout_s
+        self.stuck_after_s = timeout + (settings.hard_limit_s - timeout) / 2
         self.slots = slots
         self.offenders = Offenders()
         self.count = 0
