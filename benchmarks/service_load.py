@@ -32,7 +32,8 @@ ratios with the ones the docs quote). ``--quick``: 16 clients, 3 s per scenario.
   the goal is within 2x. The server runs in a scratch project (a copy of conf/, the hostile
   files, a secret outside it that must never appear in a reply) with the test-only
   ``CFGCHECK_FAULT_INJECTION=1`` (:mod:`cfgcheck.service.faults`: the stuck C call); the
-  rows that get workers killed run last, and each row starts once every worker is up.
+  rows that get workers killed run last, each twice (the second time, the same attackers are
+  refused: their requests got workers killed), and each row starts once every worker is up.
   ``--scenarios attackers`` runs it alone; ``--serve-option`` passes options to the server.
 
 Every client connects from a loopback address of its own (127.0.G.N: Linux routes all of
@@ -512,18 +513,21 @@ def run_attackers(args: argparse.Namespace, config: dict[str, Any], workers: int
             )
             rows = {}
             for group, (name, payloads) in enumerate(classes.items(), start=1):
-                settle(port, workers)  # every worker up (after a row that killed one)
-                rows[name] = asyncio.run(
-                    attacked(
-                        url,
-                        config,
-                        payloads,
-                        args.clients,
-                        args.attackers,
-                        args.duration,
-                        group,
+                # A row that killed workers runs again once they are replaced: the same
+                # attackers, now refused by every worker (the supervisor's offenders table).
+                for row in (name, f"{name} again") if name in KILLING else (name,):
+                    settle(port, workers)  # every worker up (after a row that killed one)
+                    rows[row] = asyncio.run(
+                        attacked(
+                            url,
+                            config,
+                            payloads,
+                            args.clients,
+                            args.attackers,
+                            args.duration,
+                            group,
+                        )
                     )
-                )
             alive = server.poll() is None
         finally:
             server.terminate()

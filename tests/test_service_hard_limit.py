@@ -127,11 +127,11 @@ def test_a_request_stuck_in_a_c_call_gets_its_worker_replaced(
         assert r.status_code == 200 and "findings" in r.json()
     with httpx.Client() as c:
         assert c.get(f"{server.url}/readyz", timeout=10).status_code == 200
-    for _ in range(4):  # the offender, on whichever worker: refused for a minute
+    for _ in range(4):  # the offender, on whichever worker: refused for two minutes
         with httpx.Client(transport=httpx.HTTPTransport(local_address=attacker)) as c:
             refused = c.post(f"{server.url}/v1/validate", json=VALID, timeout=60)
         assert refused.status_code == 429, refused.text
-        assert 0 < int(refused.headers["retry-after"]) <= 60
+        assert 0 < int(refused.headers["retry-after"]) <= 120
         assert "hard limit" in refused.json()["detail"]
 
 

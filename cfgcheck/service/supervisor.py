@@ -42,7 +42,7 @@ log = logging.getLogger("uvicorn.error")
 
 
 # Seconds the client of a request that got its worker killed is refused, by every worker.
-REFUSE_OFFENDER_S = 60.0
+REFUSE_OFFENDER_S = 120.0
 
 
 class WatchedProcess(Process):
