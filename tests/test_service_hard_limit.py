@@ -127,18 +127,18 @@ def test_a_request_stuck_in_a_c_call_gets_its_worker_replaced(
         assert r.status_code == 200 and "findings" in r.json()
     with httpx.Client() as c:
         assert c.get(f"{server.url}/readyz", timeout=10).status_code == 200
-    for _ in range(4):  # the offender, on whichever worker: refused for two minutes
+    for _ in range(4):  # the offender, on whichever worker: refused for five minutes
         with httpx.Client(transport=httpx.HTTPTransport(local_address=attacker)) as c:
             refused = c.post(f"{server.url}/v1/validate", json=VALID, timeout=60)
         assert refused.status_code == 429, refused.text
-        assert 0 < int(refused.headers["retry-after"]) <= 120
+        assert 0 < int(refused.headers["retry-after"]) <= 300
         assert "hard limit" in refused.json()["detail"]
 
 
 def test_the_supervisor_logs_the_kill_and_the_readiness(server: Server) -> None:
     """Run last in the module: SIGTERM, then the log of both replacements above."""
     out = stop(server)
-    assert out.count("past the hard limit of 4 s (stuck in one call; its client") == 2, out
+    assert out.count("past the hard limit of 4 s (stuck in one call; the 1 client(s)") == 2, out
     assert out.count("draining: a validation is stuck past its deadline") == 1, out  # 504 case
     assert out.count("] ready") == 4, out  # two workers at start, two replacements
     assert server.proc.returncode == 0

@@ -210,5 +210,5 @@ def run(args: argparse.Namespace) -> int:
         **common,
         **options,
     )
-    serve(config, slot_count(settings.threads), settings.hard_limit_s)
+    serve(config, slot_count(settings.threads), settings.hard_limit_s, settings.request_timeout_s)
     return 0

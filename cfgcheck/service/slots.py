@@ -103,14 +103,19 @@ class Slots:
         return age is not None and age > after_s
 
 
+def running(table: Any) -> list[tuple[float, float]]:
+    """(seconds it has run, client key) of each request of an in-flight ``table``, the
+    longest-running first."""
+    values = list(table)
+    now = time.monotonic()
+    pairs = [(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2) if values[i] > 0.0]
+    return [(now - start, key) for start, key in sorted(pairs)]
+
+
 def oldest(table: Any) -> tuple[float | None, float]:
     """(seconds the oldest request of an in-flight ``table`` has run, its client key)."""
-    values = list(table)
-    pairs = [(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2) if values[i] > 0.0]
-    if not pairs:
-        return None, 0.0
-    start, key = min(pairs)
-    return time.monotonic() - start, key
+    requests = running(table)
+    return requests[0] if requests else (None, 0.0)
 
 
 class Offenders:

@@ -7,12 +7,15 @@ on, and while that call holds the GIL nothing else of its worker runs either: ne
 event loop (so not even the 504 is sent) nor a watchdog thread. Only another process can end
 it. So the supervisor (the ``cfgcheck serve`` process, which binds the socket and starts the
 workers, :class:`uvicorn.supervisors.Multiprocess`) gives each worker a table of shared
-memory (:mod:`cfgcheck.service.slots`, one ``double`` per validation thread: the instant its
-request started, 0 when idle), and every half second:
+memory (:mod:`cfgcheck.service.slots`: per validation thread, the instant its request
+started, 0 when idle, and its client), one offenders table for all workers, and every half
+second:
 
 * kills (SIGKILL) a worker whose oldest request has run longer than the hard limit
   (``ServiceSettings.hard_timeout_s``, default ``--timeout`` + 5 s) and starts a new one in
-  its place, while the other workers go on serving;
+  its place, while the other workers go on serving; the client of every request of that
+  worker past its deadline (``--timeout``) is refused by every worker for
+  :data:`REFUSE_OFFENDER_S` seconds (429), so it cannot kill one worker after another;
 * pings each worker over uvicorn's pipe without waiting for the answer (uvicorn's own check
   blocks the supervisor up to 60 s on a worker whose GIL is held, delaying every other
   check): a worker silent for ``timeout_worker_healthcheck`` seconds is killed and replaced;
@@ -20,9 +23,11 @@ request started, 0 when idle), and every half second:
 
 A request killed this way gets no HTTP answer: its connection closes (``curl``: "Empty reply
 from server"). So do the other requests in flight on that worker; they are few, because a
-worker whose request is stuck past its deadline stops admitting new validations
-(:class:`cfgcheck.service.admission.Admission`, 503 with ``Connection: close``), and a worker
-whose GIL is held accepts no new connection (the kernel hands them to the other workers).
+worker whose request is stuck halfway from its deadline to the hard limit drains (as on
+SIGTERM: it stops accepting connections, closes idle ones and admits no new validation;
+:class:`cfgcheck.service.admission.Admission`), and a worker whose GIL is held accepts no new
+connection (the kernel hands them to the other workers); requests already on its
+connections wait for the kill.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ log = logging.getLogger("uvicorn.error")
 
 
 # Seconds the client of a request that got its worker killed is refused, by every worker.
-REFUSE_OFFENDER_S = 120.0
+REFUSE_OFFENDER_S = 300.0
 
 
 class WatchedProcess(Process):
@@ -70,12 +75,19 @@ class WatchedProcess(Process):
         answer those in flight, exit."""
         self.server.should_exit = True
 
-    def overdue(self, limit_s: float) -> tuple[float, float] | None:
-        """(seconds, client key) of the oldest request when it has run past ``limit_s``."""
+    def overdue(self, limit_s: float) -> float | None:
+        """Seconds the oldest request has run when past ``limit_s``, else ``None``."""
         from cfgcheck.service.slots import oldest
 
-        age, key = oldest(self.table)
-        return None if age is None or age <= limit_s else (age, key)
+        age = oldest(self.table)[0]
+        return None if age is None or age <= limit_s else age
+
+    def stuck_clients(self, deadline_s: float) -> set[float]:
+        """The keys of the clients whose requests have run past their deadline (a request
+        the cooperative budget can stop ends within milliseconds of it)."""
+        from cfgcheck.service.slots import running
+
+        return {key for age, key in running(self.table) if age > deadline_s}
 
     def answers(self, now: float, patience_s: float) -> bool:
         """Ping without waiting; ``False`` once no answer came for ``patience_s`` seconds."""
@@ -99,11 +111,17 @@ class Supervisor(Multiprocess):
     """uvicorn's supervisor with the hard limit and the non-blocking ping (module docstring)."""
 
     def __init__(
-        self, config: Config, sockets: list[socket], slots: int, hard_limit_s: float
+        self,
+        config: Config,
+        sockets: list[socket],
+        slots: int,
+        hard_limit_s: float,
+        deadline_s: float,
     ) -> None:
         super().__init__(config, sockets)
         self.slots = slots
         self.hard_limit_s = hard_limit_s
+        self.deadline_s = deadline_s
         self.processes: list[Process] = []
         from cfgcheck.service.slots import OFFENDER_SLOTS
 
@@ -124,16 +142,18 @@ class Supervisor(Multiprocess):
             return f"Worker [{process.pid}] died (exit code {process.exitcode})"
         if not isinstance(process, WatchedProcess):  # pragma: no cover - all are watched
             return None
-        overdue = process.overdue(self.hard_limit_s)
-        if overdue is not None:
+        age = process.overdue(self.hard_limit_s)
+        if age is not None:
             from cfgcheck.service.slots import Offenders
 
-            age, client = overdue
-            Offenders(self.offenders).add(client, now + REFUSE_OFFENDER_S)
+            clients = process.stuck_clients(self.deadline_s)
+            for client in clients:
+                Offenders(self.offenders).add(client, now + REFUSE_OFFENDER_S)
             return (
                 f"Worker [{process.pid}] killed: a request has run {age:.1f} s, past the hard "
-                f"limit of {self.hard_limit_s:g} s (stuck in one call; its client is refused "
-                f"for {REFUSE_OFFENDER_S:g} s)"
+                f"limit of {self.hard_limit_s:g} s (stuck in one call; the {len(clients)} "
+                f"client(s) of requests past their deadline are refused for "
+                f"{REFUSE_OFFENDER_S:g} s)"
             )
         patience = self.config.timeout_worker_healthcheck
         if not process.answers(now, patience):
@@ -181,9 +201,9 @@ class Supervisor(Multiprocess):
             self.processes[idx] = new
 
 
-def serve(config: Config, slots: int, hard_limit_s: float) -> None:
+def serve(config: Config, slots: int, hard_limit_s: float, deadline_s: float) -> None:
     """Bind ``config``'s socket and run the supervisor until SIGTERM/SIGINT (as ``uvicorn.run``
     does with ``workers``)."""
     sock = config.bind_socket()
     with contextlib.suppress(KeyboardInterrupt):
-        Supervisor(config, [sock], slots, hard_limit_s).run()
+        Supervisor(config, [sock], slots, hard_limit_s, deadline_s).run()
