@@ -79,54 +79,60 @@ def replaced(server: Server, before: set[int], stuck: Any) -> tuple[set[int], li
         time.sleep(0.3)
 
 
+def stuck_request(server: Server, fault: str, attacker: str, outcome: dict[str, Any]) -> None:
+    """POST a request that sits 60 s in a C call, from ``attacker``; what it got in
+    ``outcome``."""
+    began = time.monotonic()
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=attacker)) as c:
+            r = c.post(
+                f"{server.url}/v1/validate", json={"cfgcheck-fault": {fault: 60}}, timeout=60
+            )
+        outcome["answer"] = str(r.status_code)  # the answer came at --timeout
+    except httpx.TransportError as e:  # the worker died with the connection
+        outcome["answer"] = "closed"
+        outcome["error"] = type(e).__name__
+    outcome["seconds"] = time.monotonic() - began
+
+
 @pytest.mark.parametrize(
-    ("fault", "client_sees", "attacker"),
+    ("fault", "client_sees", "attacker", "strikes"),
     [
-        ("hold-gil", "closed", "127.0.0.2"),  # nothing of the worker runs: no answer at all
-        ("release-gil", "504", "127.0.0.3"),  # the event loop runs: 504 at --timeout
+        # nothing of the worker runs: no answer at all; the worker is frozen, so every client
+        # with a request on it gets a strike, and is refused at the second
+        ("hold-gil", "closed", "127.0.0.2", 2),
+        # the event loop runs: 504 at --timeout; only the stuck request is past its
+        # deadline, and its client is refused at once
+        ("release-gil", "504", "127.0.0.3", 1),
     ],
 )
 def test_a_request_stuck_in_a_c_call_gets_its_worker_replaced(
-    server: Server, fault: str, client_sees: str, attacker: str
+    server: Server, fault: str, client_sees: str, attacker: str, strikes: int
 ) -> None:
     """The stuck request (from ``attacker``, a loopback address of its own) ends by the hard
     limit, its worker is replaced while the other serves the valid clients (127.0.0.1), and
-    its client is refused for a while by every worker."""
-    before = worker_pids(server.proc.pid)
-    assert len(before) == 2
-    outcome: dict[str, Any] = {}
+    its client is then refused by every worker."""
+    for strike in range(strikes):
+        before = worker_pids(server.proc.pid)
+        assert len(before) == 2
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=attacker)) as c:
+            assert c.get(f"{server.url}/readyz", timeout=10).status_code == 200
+        outcome: dict[str, Any] = {}
+        thread = threading.Thread(target=stuck_request, args=(server, fault, attacker, outcome))
+        thread.start()
+        time.sleep(0.5)
+        after, meanwhile = replaced(server, before, thread)
 
-    def stuck_request() -> None:
-        began = time.monotonic()
-        try:
-            with httpx.Client(transport=httpx.HTTPTransport(local_address=attacker)) as c:
-                r = c.post(
-                    f"{server.url}/v1/validate",
-                    json={"cfgcheck-fault": {fault: 60}},
-                    timeout=60,
-                )
-            outcome["answer"] = str(r.status_code)
-            # the 504's connection stays open until the kill; the answer came at --timeout
-        except httpx.TransportError as e:  # the worker died with the connection
-            outcome["answer"] = "closed"
-            outcome["error"] = type(e).__name__
-        outcome["seconds"] = time.monotonic() - began
-
-    thread = threading.Thread(target=stuck_request)
-    thread.start()
-    time.sleep(0.5)
-    after, meanwhile = replaced(server, before, thread)
-
-    assert outcome["answer"] == client_sees, outcome
-    # 60 s asked; ended at the timeout (504) or at the hard limit (the kill), well before
-    assert outcome["seconds"] < HARD_S + 10, outcome
-    assert len(after) == 2 and len(before - after) == 1  # one worker replaced, one kept
-    assert all(status == 200 for status in meanwhile), meanwhile
-    for _ in range(4):  # and after: every valid request answered
-        r = valid(server)
-        assert r.status_code == 200 and "findings" in r.json()
-    with httpx.Client() as c:
-        assert c.get(f"{server.url}/readyz", timeout=10).status_code == 200
+        assert outcome["answer"] == client_sees, (strike, outcome)
+        # 60 s asked; ended at the timeout (504) or at the hard limit (the kill), well before
+        assert outcome["seconds"] < HARD_S + 10, (strike, outcome)
+        assert len(after) == 2 and len(before - after) == 1  # one worker replaced, one kept
+        assert all(status == 200 for status in meanwhile), (strike, meanwhile)
+        for _ in range(4):  # and after: every valid request answered
+            r = valid(server)
+            assert r.status_code == 200 and "findings" in r.json()
+        with httpx.Client() as c:
+            assert c.get(f"{server.url}/readyz", timeout=10).status_code == 200
     for _ in range(4):  # the offender, on whichever worker: refused for five minutes
         with httpx.Client(transport=httpx.HTTPTransport(local_address=attacker)) as c:
             refused = c.post(f"{server.url}/v1/validate", json=VALID, timeout=60)
@@ -138,8 +144,14 @@ def test_a_request_stuck_in_a_c_call_gets_its_worker_replaced(
 def test_the_supervisor_logs_the_kill_and_the_readiness(server: Server) -> None:
     """Run last in the module: SIGTERM, then the log of both replacements above."""
     out = stop(server)
-    assert out.count("past the hard limit of 4 s (stuck in one call; the 1 client(s)") == 2, out
-    assert out.count("draining: a validation is stuck past its deadline") == 1, out  # 504 case
-    assert out.count("] ready") == 4, out  # two workers at start, two replacements
+    assert out.count("past the hard limit of 4 s (stuck in one call; ") == 3, out
+    # the request holding the GIL: a strike, then refused at the second
+    assert out.count("frozen by a call holding the GIL: a strike for 1 client(s)") == 2, out
+    assert out.count("0 refused for 300 s at their second strike") == 1, out
+    assert out.count("1 refused for 300 s at their second strike") == 1, out
+    # the request releasing it: the worker drains, its client is refused at once
+    assert out.count("draining: a validation is stuck past its deadline") == 1, out
+    assert out.count("1 client(s) with requests past their deadline refused for 300 s") == 1, out
+    assert out.count("] ready") == 5, out  # two workers at start, three replacements
     assert server.proc.returncode == 0
     assert "Traceback" not in out, out

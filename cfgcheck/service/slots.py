@@ -10,10 +10,10 @@ either while that call holds the GIL). ``CLOCK_MONOTONIC`` is one clock for ever
 the machine, so the supervisor compares the instants with its own clock. The worker reads the
 table too: once a request has outlived its deadline, the worker drains (:func:`drain`).
 
-**The offenders table**, one for all workers: pairs of (client key, instant until which the
-client is refused). The supervisor adds the client whose request got a worker killed; every
-worker refuses that client's validations until then (429), so one client cannot kill worker
-after worker.
+**The offenders table**, one for all workers: per client key, the instant until which the
+client is refused, and until which its last strike counts. The supervisor adds the clients
+whose requests got a worker killed (:mod:`cfgcheck.service.supervisor`); every worker refuses
+their validations until then (429), so one client cannot kill worker after worker.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ import time
 from collections.abc import Callable, MutableSequence
 from typing import Any
 
-# Slots of the offenders table (the oldest entry is overwritten when all are taken).
+# Entries of the offenders table (the one expiring first is reused when all are taken), and
+# the doubles of each: client key, refused until, strike counts until.
 OFFENDER_SLOTS = 256
+OFFENDER_FIELDS = 3
 
 # What the supervisor attached for this process (None outside a supervised worker: tests,
 # the library): the in-flight table, the offenders table, and how to drain this worker.
@@ -119,30 +121,44 @@ def oldest(table: Any) -> tuple[float | None, float]:
 
 
 class Offenders:
-    """The offenders table: clients refused until an instant."""
+    """The offenders table: per client key, the instant until which it is refused and the
+    instant until which a strike counts (:meth:`strike`)."""
 
     def __init__(self, table: MutableSequence[float] | None = None) -> None:
         shared = _offenders if table is None else table
         self.table: MutableSequence[float] = (
-            shared if shared is not None else [0.0] * (2 * OFFENDER_SLOTS)
+            shared if shared is not None else [0.0] * (OFFENDER_FIELDS * OFFENDER_SLOTS)
         )
 
-    def add(self, key: float, until: float) -> None:
-        """Refuse the client of ``key`` until ``until`` (``time.monotonic()``)."""
-        pairs = range(0, len(self.table) - 1, 2)
-        # its own entry, else a free or expired one, else the one that expires first
-        index = next((i for i in pairs if self.table[i] == key), None)
-        if index is None:
-            index = min(pairs, key=lambda i: self.table[i + 1])
-        self.table[index + 1] = until
-        self.table[index] = key
+    def _entry(self, key: float) -> int:
+        entries = range(0, len(self.table) - OFFENDER_FIELDS + 1, OFFENDER_FIELDS)
+        index = next((i for i in entries if self.table[i] == key), None)
+        if index is None:  # a free or expired entry, else the one that expires first
+            index = min(entries, key=lambda i: max(self.table[i + 1], self.table[i + 2]))
+            self.table[index + 1] = self.table[index + 2] = 0.0
+            self.table[index] = key
+        return index
+
+    def refuse(self, key: float, now: float, seconds: float) -> None:
+        """Refuse the client of ``key`` for ``seconds`` from ``now`` (``time.monotonic()``)."""
+        self.table[self._entry(key) + 1] = now + seconds
+
+    def strike(self, key: float, now: float, seconds: float) -> bool:
+        """A strike against the client of ``key``: refused for ``seconds`` (and ``True``) when
+        its previous strike was less than ``seconds`` ago."""
+        index = self._entry(key)
+        if self.table[index + 2] > now:
+            self.table[index + 1] = now + seconds
+            return True
+        self.table[index + 2] = now + seconds
+        return False
 
     def refused_for(self, client: str) -> float:
         """Seconds ``client`` is still refused (0 when it is not)."""
         key = client_key(client)
         now = time.monotonic()
         values = list(self.table)
-        for i in range(0, len(values) - 1, 2):
+        for i in range(0, len(values) - OFFENDER_FIELDS + 1, OFFENDER_FIELDS):
             if values[i] == key and values[i + 1] > now:
                 return values[i + 1] - now
         return 0.0

@@ -13,9 +13,11 @@ second:
 
 * kills (SIGKILL) a worker whose oldest request has run longer than the hard limit
   (``ServiceSettings.hard_timeout_s``, default ``--timeout`` + 5 s) and starts a new one in
-  its place, while the other workers go on serving; the client of every request of that
-  worker past its deadline (``--timeout``) is refused by every worker for
-  :data:`REFUSE_OFFENDER_S` seconds (429), so it cannot kill one worker after another;
+  its place, while the other workers go on serving; the clients of that worker's requests
+  past their deadline (``--timeout``) are refused by every worker for
+  :data:`REFUSE_OFFENDER_S` seconds (429), so none can kill one worker after another (at
+  once, or at a second strike when a call holding the GIL froze the whole worker:
+  :meth:`Supervisor.refuse_stuck`);
 * pings each worker over uvicorn's pipe without waiting for the answer (uvicorn's own check
   blocks the supervisor up to 60 s on a worker whose GIL is held, delaying every other
   check): a worker silent for ``timeout_worker_healthcheck`` seconds is killed and replaced;
@@ -48,6 +50,9 @@ log = logging.getLogger("uvicorn.error")
 
 # Seconds the client of a request that got its worker killed is refused, by every worker.
 REFUSE_OFFENDER_S = 300.0
+# A worker that has not answered the supervisor's ping (sent every half second) for this long
+# is frozen: a call holds its GIL.
+FROZEN_S = 2.0
 
 
 class WatchedProcess(Process):
@@ -123,9 +128,10 @@ class Supervisor(Multiprocess):
         self.hard_limit_s = hard_limit_s
         self.deadline_s = deadline_s
         self.processes: list[Process] = []
-        from cfgcheck.service.slots import OFFENDER_SLOTS
+        from cfgcheck.service.slots import OFFENDER_FIELDS, OFFENDER_SLOTS
 
-        self.offenders: Any = spawn.RawArray("d", 2 * OFFENDER_SLOTS)  # one for all workers
+        # one for all workers
+        self.offenders: Any = spawn.RawArray("d", OFFENDER_FIELDS * OFFENDER_SLOTS)
 
     def start_worker(self) -> WatchedProcess:
         process = WatchedProcess(self.config, self.sockets, self.slots, self.offenders)
@@ -144,21 +150,41 @@ class Supervisor(Multiprocess):
             return None
         age = process.overdue(self.hard_limit_s)
         if age is not None:
-            from cfgcheck.service.slots import Offenders
-
-            clients = process.stuck_clients(self.deadline_s)
-            for client in clients:
-                Offenders(self.offenders).add(client, now + REFUSE_OFFENDER_S)
             return (
                 f"Worker [{process.pid}] killed: a request has run {age:.1f} s, past the hard "
-                f"limit of {self.hard_limit_s:g} s (stuck in one call; the {len(clients)} "
-                f"client(s) of requests past their deadline are refused for "
-                f"{REFUSE_OFFENDER_S:g} s)"
+                f"limit of {self.hard_limit_s:g} s (stuck in one call; "
+                f"{self.refuse_stuck(process, now)})"
             )
         patience = self.config.timeout_worker_healthcheck
         if not process.answers(now, patience):
             return f"Worker [{process.pid}] killed: no answer to the supervisor for {patience:g} s"
         return None
+
+    def refuse_stuck(self, process: WatchedProcess, now: float) -> str:
+        """Refuse the clients of ``process``'s requests past their deadline; what was done.
+
+        While the worker answers the supervisor's pings, only the stuck requests are past
+        their deadline (the others end at their next check): their clients are refused at
+        once. A worker that answers nothing is frozen by a call holding the GIL, and every
+        request it holds is past its deadline, the innocent ones too: each of their clients
+        gets a strike, and is refused at its second strike within the refusal time."""
+        from cfgcheck.service.slots import Offenders
+
+        offenders = Offenders(self.offenders)
+        clients = process.stuck_clients(self.deadline_s)
+        if now - process.last_answer <= FROZEN_S:
+            for client in clients:
+                offenders.refuse(client, now, REFUSE_OFFENDER_S)
+            return (
+                f"{len(clients)} client(s) with requests past their deadline refused for "
+                f"{REFUSE_OFFENDER_S:g} s"
+            )
+        refused = sum(offenders.strike(client, now, REFUSE_OFFENDER_S) for client in clients)
+        return (
+            f"frozen by a call holding the GIL: a strike for {len(clients)} client(s) with "
+            f"requests past their deadline, {refused} refused for {REFUSE_OFFENDER_S:g} s at "
+            "their second strike"
+        )
 
     def keep_subprocess_alive(self) -> None:
         if self.should_exit.is_set():
