@@ -25,21 +25,28 @@ ratios with the ones the docs quote). ``--quick``: 16 clients, 3 s per scenario.
   tree before a fix) for before/after figures.
 * ``attackers`` (issue 25): one row per hostile *class* (huge integers, interpolations,
   oversized and non-regular files, links to outside files, control characters, 19,000 unknown
-  keys, 128 long list overrides, ``Expect: 100-continue`` with no body): ``--attackers``
-  clients send that class in a loop while the others send the valid config; the valid
-  requests' p99 is compared with the idle figure (no attackers, measured first): the goal is
-  within 2x. The server runs in a scratch project (a copy of conf/, the hostile files, a
-  secret outside it that must never appear in a reply). ``--scenarios attackers`` runs it
-  alone.
+  keys, 128 long list overrides, ``Expect: 100-continue`` with no body, one client opening
+  many connections, a request stuck in one C call with the GIL released and with it held):
+  ``--attackers`` clients send that class in a loop while the others send the valid config;
+  the valid requests' p99 is compared with the idle figure (no attackers, measured first):
+  the goal is within 2x. The server runs in a scratch project (a copy of conf/, the hostile
+  files, a secret outside it that must never appear in a reply) with the test-only
+  ``CFGCHECK_FAULT_INJECTION=1`` (:mod:`cfgcheck.service.faults`: the stuck C call); the
+  rows that get workers killed run last, each twice (the second time, the same attackers are
+  refused: their requests got workers killed), and each row starts once every worker is up.
+  ``--scenarios attackers`` runs it alone; ``--serve-option`` passes options to the server.
 
-The clients run on the same machine as the server, so they share its CPU. Loopback only;
-every loop ends after ``--duration`` seconds.
+Every client connects from a loopback address of its own (127.0.G.N: Linux routes all of
+127/8 to the loopback interface), so the server's per-client cap counts each apart, as it
+would count real clients. The clients run on the same machine as the server, so they share
+its CPU. Loopback only; every loop ends after ``--duration`` seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import os
 import platform
@@ -65,6 +72,22 @@ def free_port() -> int:
         return port
 
 
+def address(group: int, index: int) -> str:
+    """A loopback address of its own for client ``index`` of ``group`` (Linux routes all of
+    127/8 to the loopback interface): the server's per-client cap (``--max-per-client``)
+    counts each client apart, as it counts real clients."""
+    return f"127.0.{group}.{10 + index % 240}"
+
+
+def client_at(local: str, connections: int = 1, timeout: float = 30) -> Any:
+    """An ``httpx.AsyncClient`` whose connections come from ``local``."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    transport = httpx.AsyncHTTPTransport(local_address=local, limits=limits)
+    return httpx.AsyncClient(transport=transport, timeout=timeout)
+
+
 def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -76,14 +99,22 @@ def start_server(
     threads: int = 4,
     timeout: float = 10.0,
     cwd: Path | None = None,
+    extra: tuple[str, ...] = (),
+    env_extra: dict[str, str] | None = None,
+    stdout: Any = None,
 ) -> subprocess.Popen[bytes]:
-    """``cfgcheck serve --workers WORKERS --threads THREADS --timeout TIMEOUT``, once every
-    worker answers."""
-    env = {**os.environ, "PYTHONPATH": str(repo)}
+    """``cfgcheck serve --workers WORKERS --threads THREADS --timeout TIMEOUT EXTRA...``, once
+    every worker answers."""
+    env = {**os.environ, "PYTHONPATH": str(repo), **(env_extra or {})}
     command = [sys.executable, "-m", "cfgcheck", "serve", "--port", str(port)]
     command += ["--workers", str(workers), "--threads", str(threads), "--timeout", str(timeout)]
+    command += extra
     proc = subprocess.Popen(
-        command, cwd=cwd or repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        cwd=cwd or repo,
+        env=env,
+        stdout=subprocess.DEVNULL if stdout is None else stdout,
+        stderr=subprocess.DEVNULL if stdout is None else subprocess.STDOUT,
     )
     import httpx
 
@@ -101,6 +132,23 @@ def start_server(
         time.sleep(0.2)
     proc.kill()
     sys.exit(f"cfgcheck serve did not come up within {60 * workers} s")
+
+
+def settle(port: int, workers: int, within: float = 300) -> None:
+    """Wait until ``workers`` distinct workers answer ``/readyz`` (a killed one replaced)."""
+    import httpx
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        pids = set()
+        for _ in range(8 * workers):
+            with contextlib.suppress(httpx.HTTPError), httpx.Client() as fresh:
+                r = fresh.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                if r.status_code == 200:
+                    pids.add(r.json().get("pid"))
+            if len(pids) >= workers:
+                return
+        time.sleep(1)
 
 
 def answering(port: int, workers: int) -> set[int]:
@@ -126,12 +174,12 @@ async def load(
 
     latencies: list[float] = []
     errors = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
-        await client.post(url, json=make_body())  # warm-up: imports, first composition
+    async with contextlib.AsyncExitStack() as stack:
+        each = [await stack.enter_async_context(client_at(address(0, i))) for i in range(clients)]
+        await each[0].post(url, json=make_body())  # warm-up: imports, first composition
         end = time.perf_counter() + duration
 
-        async def one_client() -> None:
+        async def one_client(client: httpx.AsyncClient) -> None:
             nonlocal errors
             while time.perf_counter() < end:
                 start = time.perf_counter()
@@ -144,7 +192,7 @@ async def load(
                 errors += not ok
 
         began = time.perf_counter()
-        await asyncio.gather(*(one_client() for _ in range(clients)))
+        await asyncio.gather(*(one_client(c) for c in each))
         elapsed = time.perf_counter() - began
     latencies.sort()
     return {
@@ -191,13 +239,13 @@ async def adversarial(
     latencies: list[float] = []
     errors = 0
     answered: dict[str, int] = {}
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
-        await client.post(url, json=valid)  # warm-up
+    async with contextlib.AsyncExitStack() as stack:
+        each = [await stack.enter_async_context(client_at(address(0, i))) for i in range(clients)]
+        await each[0].post(url, json=valid)  # warm-up
         end = time.perf_counter() + duration
         payloads = list(attacks.values())
 
-        async def good() -> None:
+        async def good(client: httpx.AsyncClient) -> None:
             nonlocal errors
             while time.perf_counter() < end:
                 start = time.perf_counter()
@@ -209,7 +257,7 @@ async def adversarial(
                 latencies.append(time.perf_counter() - start)
                 errors += not ok
 
-        async def bad(offset: int) -> None:
+        async def bad(offset: int, client: httpx.AsyncClient) -> None:
             for i in itertools.count(offset):
                 if time.perf_counter() >= end:
                     return
@@ -223,7 +271,8 @@ async def adversarial(
 
         began = time.perf_counter()
         await asyncio.gather(
-            *(good() for _ in range(clients - attackers)), *(bad(i) for i in range(attackers))
+            *(good(c) for c in each[attackers:]),
+            *(bad(i, c) for i, c in enumerate(each[:attackers])),
         )
         elapsed = time.perf_counter() - began
     latencies.sort()
@@ -240,6 +289,11 @@ async def adversarial(
 
 
 SECRET = "SECRET-benchmark-outside-content"
+# Connections each attacker opens in the ``many-conns`` row (all from one address).
+MANY = 8
+# Rows whose attacks get workers killed (the test-only fault injection of
+# cfgcheck.service.faults): run last, each attacker from an address of its own.
+KILLING = ("slow-c-call", "stuck-c-call")
 
 
 def attacker_classes(project: Path, config: dict[str, Any]) -> dict[str, list[Any]]:
@@ -301,6 +355,13 @@ def attacker_classes(project: Path, config: dict[str, Any]) -> dict[str, list[An
             {"overrides": [f"+x{i}=[" + ",".join(["ab"] * 330) + "]" for i in range(128)]}
         ],
         "expect-100": ["expect-100"],
+        # One client (one address) opening many connections: the per-client cap answers 429.
+        "many-conns": ["many-connections"],
+        # A request inside one long C call (CFGCHECK_FAULT_INJECTION=1, test-only): the GIL
+        # released (the worker answers 504, drains, and is killed at the hard limit), then
+        # held (the whole worker stops until the supervisor kills it at the hard limit).
+        "slow-c-call": [{"cfgcheck-fault": {"release-gil": 600}}],
+        "stuck-c-call": [{"cfgcheck-fault": {"hold-gil": 600}}],
     }
 
 
@@ -311,8 +372,14 @@ async def attacked(
     clients: int,
     attackers: int,
     duration: float,
+    group: int = 1,
 ) -> dict[str, Any]:
-    """Valid clients and ``attackers`` sending ``payloads`` round-robin; valid latencies."""
+    """Valid clients and ``attackers`` sending ``payloads`` round-robin; valid latencies.
+
+    Every client has a loopback address of its own (:func:`address`): the valid ones in
+    127.0.0.x, the attackers in 127.0.GROUP.x. The payload ``"many-connections"``: the
+    attackers are one client instead (one address), each opening :data:`MANY` connections
+    that send the valid config in a loop."""
     import json
     from urllib.parse import urlsplit
 
@@ -322,8 +389,8 @@ async def attacked(
     errors = 0
     answered: dict[str, int] = {}
     leaked = False
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     parts = urlsplit(url)
+    many = payloads == ["many-connections"]
 
     async def expect_100() -> str:
         reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
@@ -342,13 +409,31 @@ async def attacked(
 
     # Encoded once (ASCII: a lone surrogate escaped), so the attackers' serialization does not
     # block the event loop the valid clients' timings run in.
+    if many:
+        payloads = [valid]
     encoded = {id(p): json.dumps(p).encode() for p in payloads if p != "expect-100"}
     kind = "application/json"
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        await client.post(url, json=valid)
+    async with contextlib.AsyncExitStack() as stack:
+        goods = [
+            await stack.enter_async_context(client_at(address(0, i), timeout=60))
+            for i in range(clients - attackers)
+        ]
+        if many:
+            one = await stack.enter_async_context(
+                client_at(address(group, 0), attackers * MANY, timeout=60)
+            )
+            bads = [one] * (attackers * MANY)
+        else:
+            bads = [
+                await stack.enter_async_context(client_at(address(group, i), timeout=60))
+                for i in range(attackers)
+            ]
+        if goods:  # warm-up (a worker replaced after the last row may drop it: not timed)
+            with contextlib.suppress(httpx.HTTPError):
+                await goods[0].post(url, json=valid)
         end = time.perf_counter() + duration
 
-        async def good() -> None:
+        async def good(client: httpx.AsyncClient) -> None:
             nonlocal errors
             while time.perf_counter() < end:
                 start = time.perf_counter()
@@ -360,7 +445,7 @@ async def attacked(
                 latencies.append(time.perf_counter() - start)
                 errors += not ok
 
-        async def bad(offset: int) -> None:
+        async def bad(offset: int, client: httpx.AsyncClient) -> None:
             nonlocal leaked
             for i in itertools.count(offset):
                 if time.perf_counter() >= end:
@@ -380,9 +465,7 @@ async def attacked(
                 answered[key] = answered.get(key, 0) + 1
 
         began = time.perf_counter()
-        await asyncio.gather(
-            *(good() for _ in range(clients - attackers)), *(bad(i) for i in range(attackers))
-        )
+        await asyncio.gather(*(good(c) for c in goods), *(bad(i, c) for i, c in enumerate(bads)))
         elapsed = time.perf_counter() - began
     latencies.sort()
     return {
@@ -408,25 +491,54 @@ def run_attackers(args: argparse.Namespace, config: dict[str, Any], workers: int
         classes = attacker_classes(project, config)
         if args.attacks != "all":
             classes = {k: v for k, v in classes.items() if k in args.attacks.split(",")}
+        # the rows that kill workers last, so that no other row runs during a respawn
+        classes = dict(sorted(classes.items(), key=lambda kv: kv[0] in KILLING))
         port = free_port()
-        server = start_server(
-            port, workers, args.repo.resolve(), args.threads, args.server_timeout, cwd=project
-        )
+        log = Path(tmp) / "serve.log"
+        with log.open("wb") as out:
+            server = start_server(
+                port,
+                workers,
+                args.repo.resolve(),
+                args.threads,
+                args.server_timeout,
+                cwd=project,
+                extra=tuple(args.serve_option),
+                env_extra={"CFGCHECK_FAULT_INJECTION": "1"},
+                stdout=out,
+            )
         url = f"http://127.0.0.1:{port}/v1/validate"
         try:
             idle = asyncio.run(
                 attacked(url, config, [], args.clients - args.attackers, 0, args.duration)
             )
-            rows = {
-                name: asyncio.run(
-                    attacked(url, config, payloads, args.clients, args.attackers, args.duration)
-                )
-                for name, payloads in classes.items()
-            }
+            rows = {}
+            for group, (name, payloads) in enumerate(classes.items(), start=1):
+                # A row that killed workers runs again once they are replaced: the same
+                # attackers, now refused by every worker (the supervisor's offenders table).
+                for row in (name, f"{name} again") if name in KILLING else (name,):
+                    settle(port, workers)  # every worker up (after a row that killed one)
+                    rows[row] = asyncio.run(
+                        attacked(
+                            url,
+                            config,
+                            payloads,
+                            args.clients,
+                            args.attackers,
+                            args.duration,
+                            group,
+                        )
+                    )
             alive = server.poll() is None
         finally:
             server.terminate()
-            server.wait(timeout=10)
+            server.wait(timeout=60)
+        events = [
+            line.strip()
+            for line in log.read_text(errors="replace").splitlines()
+            if "killed:" in line or "died" in line or "draining:" in line
+        ]
+        kills = sum("past the hard limit" in line for line in events)
     print(
         f"attackers: {args.clients - args.attackers} valid clients (+{args.attackers} attackers "
         f"per class), {args.duration:g} s per row, {workers} worker(s) of {args.threads} "
@@ -450,7 +562,12 @@ def run_attackers(args: argparse.Namespace, config: dict[str, Any], workers: int
             f"{name:<15}{r['requests']:>10}{r['p50']:>9.1f}{r['p99']:>9.1f}{ratio:>8.2f}"
             f"{r['errors']:>7}  {answers}{leak}"
         )
-    print(f"server {'alive' if alive else 'DEAD'} after the run; goal: valid p99 within 2x idle")
+    print(
+        f"server {'alive' if alive else 'DEAD'} after the run; {kills} worker(s) killed at the "
+        "hard limit and replaced; goal: valid p99 within 2x idle"
+    )
+    for line in events:  # what the server logged about its workers
+        print(f"  server: {line}")
     return good
 
 
@@ -534,6 +651,13 @@ def main() -> None:
         "--scenarios", default="body,compose,compose-new,adversarial", help="which to run"
     )
     parser.add_argument("--repo", type=Path, default=REPO, help="checkout to serve")
+    parser.add_argument(
+        "--serve-option",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an argument for cfgcheck serve (attackers), e.g. --serve-option=--hard-timeout=8",
+    )
     args = parser.parse_args()
     if args.quick:
         args.clients, args.duration = 16, 3.0

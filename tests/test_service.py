@@ -310,7 +310,7 @@ def test_busy_answers_503(monkeypatch: pytest.MonkeyPatch, cfg: dict[str, Any]) 
         return real(config)
 
     monkeypatch.setattr(service_runner, "validate_config", blocked)
-    with client_for(request_timeout_s=0.2, max_pending=1) as c:
+    with client_for(request_timeout_s=0.2, threads=1, max_queue=0) as c:
         first = c.post("/v1/validate", json=cfg)  # times out; its thread still holds the slot
         second = c.post("/v1/validate", json=cfg)
         release.set()

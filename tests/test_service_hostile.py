@@ -172,7 +172,8 @@ def test_concurrent_first_requests_to_a_fresh_app_get_no_500() -> None:
             {"model": {"name": "x"}, "tokenizer": {"path": "tests/no-such-tokenizer.json"}},
             *native,
         ]
-        app = create_app(ServiceSettings(config_dir=CONF, allowed_roots=(REPO,), workers=8,
+        app = create_app(ServiceSettings(config_dir=CONF, allowed_roots=(REPO,), threads=8,
+                                         max_queue=46, max_per_client=46,
                                          request_timeout_s=300))
         imported = set(sys.modules)
         statuses = []

@@ -57,11 +57,22 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
 
 
-def start(port: int) -> Server:
+def start(port: int, *options: str, workers: int = 2, env: dict[str, str] | None = None) -> Server:
+    """``cfgcheck serve --workers WORKERS ... OPTIONS`` on ``port``, once every worker answers."""
     proc = subprocess.Popen(
-        [*COMMAND, "serve", "--workers", "2", "--port", str(port), "--header-timeout", "5"],
+        [
+            *COMMAND,
+            "serve",
+            "--workers",
+            str(workers),
+            "--port",
+            str(port),
+            "--header-timeout",
+            "5",
+            *options,
+        ],
         cwd=REPO,
-        env={**os.environ, "CFGCHECK_WORKERS_SECRET": SECRET},
+        env={**os.environ, "CFGCHECK_WORKERS_SECRET": SECRET, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -78,10 +89,10 @@ def start(port: int) -> Server:
             pass
         if time.monotonic() > deadline:
             proc.kill()
-            pytest.fail("cfgcheck serve --workers 2 was not ready within 120 s")
+            pytest.fail(f"cfgcheck serve --workers {workers} was not ready within 120 s")
         time.sleep(0.3)
-    # Both workers ready: each answers only after its own start-up (imports, preload).
-    while len(worker_pids(proc.pid)) < 2 and time.monotonic() < deadline:
+    # Every worker ready: each answers only after its own start-up (imports, preload).
+    while len(worker_pids(proc.pid)) < workers and time.monotonic() < deadline:
         time.sleep(0.3)
     return server
 
@@ -225,7 +236,14 @@ def test_the_dockerfiles_healthcheck_passes_against_a_real_server(server: Server
 
 @pytest.mark.parametrize(
     ("option", "phrase"),
-    [(["--workers", "0"], "--workers must be at least 1"), (["--threads", "0"], "--threads")],
+    [
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--threads", "0"], "--threads"),
+        (["--max-per-client", "0"], "--max-per-client must be at least 1"),
+        (["--max-queue", "-1"], "--max-queue must be 0 or more"),
+        (["--timeout", "10", "--hard-timeout", "5"], "--hard-timeout=5 must be longer"),
+        (["--trusted-proxy", "proxy.internal"], "not an IP address"),
+    ],
 )
 def test_worker_and_thread_counts_are_checked(option: list[str], phrase: str) -> None:
     proc = subprocess.run(

@@ -27,7 +27,15 @@ def default_workers() -> int:
 
 def register(sub: Any) -> None:
     from cfgcheck.compose import DEFAULT_CONFIG_DIR
-    from cfgcheck.service.settings import ServiceSettings
+    from cfgcheck.service.settings import (
+        ENV_HARD_TIMEOUT,
+        ENV_MAX_PER_CLIENT,
+        ENV_MAX_QUEUE,
+        ENV_THREADS,
+        ENV_TRUSTED_PROXIES,
+        HARD_TIMEOUT_MARGIN_S,
+        ServiceSettings,
+    )
 
     defaults = ServiceSettings()
     parser = sub.add_parser("serve", help="run the validator HTTP service")
@@ -69,9 +77,42 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--threads",
         type=int,
-        default=defaults.workers,
+        default=defaults.threads,
         metavar="N",
-        help=f"validation threads per worker process (default: {defaults.workers})",
+        help=f"validation threads per worker process (default: {defaults.threads}; ${ENV_THREADS})",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=defaults.max_queue,
+        metavar="N",
+        help="validations that may wait for a thread, per worker process; past it 503 with "
+        f"Retry-After (default: {defaults.max_queue}; ${ENV_MAX_QUEUE})",
+    )
+    parser.add_argument(
+        "--max-per-client",
+        type=int,
+        default=defaults.max_per_client,
+        metavar="N",
+        help="validations one client address may have in flight, per worker process; past it "
+        f"429 with Retry-After (default: {defaults.max_per_client}; ${ENV_MAX_PER_CLIENT})",
+    )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=None,
+        metavar="ADDR",
+        help="a proxy address or network (CIDR) whose X-Forwarded-For names the client "
+        f"(repeatable; default: none, ${ENV_TRUSTED_PROXIES} comma-separated)",
+    )
+    parser.add_argument(
+        "--hard-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds after which the supervisor kills and replaces a worker whose request is "
+        "still running, stuck in one call the --timeout budget cannot stop (default: "
+        f"--timeout + {HARD_TIMEOUT_MARGIN_S:g}; ${ENV_HARD_TIMEOUT})",
     )
     parser.add_argument(
         "--header-timeout",
@@ -97,24 +138,38 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from cfgcheck.service import create_app
+        from cfgcheck.service import create_app  # noqa: F401 - FastAPI is installed
     except ImportError as e:
         raise ConfigLoadError(
             f"cfgcheck serve needs FastAPI and uvicorn: pip install 'cfgcheck[service]' ({e})"
         ) from e
-    if args.threads < 1:  # ServiceSettings calls them workers: name the option here
-        raise ConfigLoadError(f"--threads must be at least 1, got {args.threads}")
+    for option, value in (
+        ("--threads", args.threads),
+        ("--max-per-client", args.max_per_client),
+    ):
+        if value < 1:
+            raise ConfigLoadError(f"{option} must be at least 1, got {value}")
+    if args.max_queue < 0:
+        raise ConfigLoadError(f"--max-queue must be 0 or more, got {args.max_queue}")
     try:
+        extra: dict[str, Any] = {}
+        if args.trusted_proxy is not None:
+            extra["trusted_proxies"] = tuple(args.trusted_proxy)
+        if args.hard_timeout is not None:
+            extra["hard_timeout_s"] = args.hard_timeout
         settings = ServiceSettings(
             config_dir=Path(args.config_dir),
             allowed_roots=tuple(Path(p) for p in args.allow_root),
             max_body_bytes=args.max_body_bytes,
             schema=args.schema,
             request_timeout_s=args.timeout,
-            workers=args.threads,
+            threads=args.threads,
+            max_queue=args.max_queue,
+            max_per_client=args.max_per_client,
+            **extra,
         )
     except SettingsError as e:
-        raise ConfigLoadError(str(e)) from e
+        raise ConfigLoadError(str(e).replace("hard_timeout_s", "--hard-timeout")) from e
     missing = [str(p) for p in settings.allowed_roots if not p.expanduser().is_dir()]
     if missing:
         raise ConfigLoadError(f"--allow-root directory not found: {', '.join(missing)}")
@@ -134,17 +189,18 @@ def run(args: argparse.Namespace) -> int:
         "access_log": args.access_log,
         "timeout_graceful_shutdown": math.ceil(settings.request_timeout_s) + DRAIN_MARGIN_S,
     }
-    if workers == 1:
-        uvicorn.run(create_app(settings), **common, **options)
-        return 0
     from cfgcheck.service.app import check_config_dir
+    from cfgcheck.service.slots import slot_count
+    from cfgcheck.service.supervisor import serve
     from cfgcheck.service.worker import APP, ENV, WorkerProtocol, encode_options
 
     # Refused here, once, rather than by every worker: a missing or unreadable config dir.
     check_config_dir(settings)
     os.environ[ENV] = encode_options(settings, args.header_timeout)
     options["http"] = WorkerProtocol  # pickles by reference: read from ENV in each worker
-    uvicorn.run(
+    # Every worker count runs under the supervisor (one worker too): it alone can end a
+    # request stuck in one C call (cfgcheck.service.supervisor).
+    config = uvicorn.Config(
         APP,
         factory=True,
         workers=workers,
@@ -154,4 +210,5 @@ def run(args: argparse.Namespace) -> int:
         **common,
         **options,
     )
+    serve(config, slot_count(settings.threads), settings.hard_limit_s, settings.request_timeout_s)
     return 0

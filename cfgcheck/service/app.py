@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,11 +21,19 @@ from fastapi.responses import JSONResponse, Response
 
 from cfgcheck.errors import ConfigLoadError
 from cfgcheck.service import runner
+from cfgcheck.service.admission import (
+    RETRY_AFTER_S,
+    Admission,
+    ClientAddress,
+    Proxies,
+    current_client,
+)
 from cfgcheck.service.body import media_type, read_within
 from cfgcheck.service.errors import RequestError
 from cfgcheck.service.models import CheckResponse, ErrorResponse, HealthResponse
 from cfgcheck.service.openapi import VALIDATE_REQUEST_BODY, build_openapi
 from cfgcheck.service.settings import ServiceSettings
+from cfgcheck.service.slots import Slots, drain_hook
 
 log = logging.getLogger("cfgcheck.service")
 
@@ -47,45 +55,32 @@ def log_internal_error(what: str, exc: BaseException) -> None:
     log.debug("traceback", exc_info=exc)
 
 
-class Gate:
-    """Counts validations running or queued (timed-out ones too, until their thread ends)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def enter(self) -> bool:
-        with self._lock:
-            if self.count >= self.limit:
-                return False
-            self.count += 1
-            return True
-
-    def leave(self) -> None:
-        with self._lock:
-            self.count -= 1
-
-
 T = TypeVar("T")
 
 
 async def run_gated(
-    pool: WorkerPool, gate: Gate, timeout_s: float, work: Callable[[float], T]
+    pool: WorkerPool,
+    gate: Admission,
+    timeout_s: float,
+    work: Callable[[float], T],
+    client: str = "unknown",
 ) -> T:
-    """``work(deadline)`` on one of ``pool``'s threads once ``gate`` lets it in: 503 when the
-    gate is full, 504 once ``timeout_s`` has passed (the work stops at its next stage
-    boundary, :class:`cfgcheck.service.runner.Past504`)."""
-    if not gate.enter():
-        raise RequestError(503, "too many validations in flight; retry in a moment")
+    """``work(deadline)`` on one of ``pool``'s threads once ``gate`` admits it (429 past the
+    client's limit, 503 when the worker is full or draining), 504 once ``timeout_s`` has
+    passed (the work stops at its next stage boundary,
+    :class:`cfgcheck.service.runner.Past504`). While it runs, its start time sits in the
+    worker's slot table, which the supervisor watches for the hard limit."""
+    gate.enter(client)
 
     deadline = time.monotonic() + timeout_s
 
     def guarded() -> T:
+        slot = gate.slots.claim(client)
         try:
             return work(deadline)
         finally:
-            gate.leave()
+            gate.slots.release(slot)
+            gate.leave(client)
 
     done = pool.submit(guarded)
     waiter = asyncio.wrap_future(done)
@@ -93,7 +88,7 @@ async def run_gated(
         return await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
     except TimeoutError:
         if done.cancel():  # never started: it will not leave the gate itself
-            gate.leave()
+            gate.leave(client)
         # The work stops at its next stage boundary (runner.Past504); its outcome is
         # consumed here so asyncio logs no "exception was never retrieved" per request.
         waiter.add_done_callback(_consume)
@@ -136,8 +131,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         415: "Unsupported Content-Type.",
         422: "Refused: nesting/size limits, non-JSON values, resolver interpolations, paths "
         "outside the allowed roots, or a compose request that does not compose.",
+        429: "This client already has its limit of validations in flight; retry after "
+        "`Retry-After` seconds.",
         500: "A bug in validation (logged by the server; no traceback is sent).",
-        503: "Too many validations in flight; retry later.",
+        503: "The worker's queue is full, or it is draining; retry after `Retry-After` seconds.",
         504: "The validation ran past the per-request time limit.",
     }.items()
 }
@@ -173,18 +170,37 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     if missing:
         log.info("optional modules not installed: %s", ", ".join(missing))
     job = runner.Runner(settings)
-    pool = WorkerPool(settings.workers)
-    gate = Gate(settings.max_pending)
+    pool = WorkerPool(settings.threads)
+    gate = Admission(settings, Slots(settings.threads))
     schemas = json_schemas(job.schema) if job.schema is not None else json_schemas()
 
     async def offload(work: Callable[[float], T]) -> T:
         """``work(deadline)`` on a validation thread, within the gate and the time limit
-        (503 when too many are in flight, 504 past the limit); its own errors propagate."""
-        return await run_gated(pool, gate, settings.request_timeout_s, work)
+        (429/503 when too many are in flight, 504 past the limit); its own errors propagate."""
+        client = current_client.get()
+        return await run_gated(pool, gate, settings.request_timeout_s, work, client)
+
+    drain = drain_hook()
+
+    async def drain_when_stuck(drain: Callable[[], None]) -> None:
+        """Drain this worker once a validation is stuck past its deadline (the supervisor
+        kills it at the hard limit; meanwhile it takes no new connection)."""
+        while not gate.draining():
+            await asyncio.sleep(0.25)
+        log.warning(
+            "worker [%d] draining: a validation is stuck past its deadline; it stops taking "
+            "connections and exits (or is killed at the hard limit of %g s)",
+            os.getpid(),
+            settings.hard_limit_s,
+        )
+        drain()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        watcher = None if drain is None else asyncio.create_task(drain_when_stuck(drain))
         yield
+        if watcher is not None:
+            watcher.cancel()
         pool.shutdown()
 
     app = FastAPI(
@@ -196,10 +212,14 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.runner = job
+    app.state.admission = gate
+    app.add_middleware(ClientAddress, proxies=Proxies(settings.trusted_proxies))
 
     @app.exception_handler(RequestError)
     async def refused(_: Request, exc: RequestError) -> JSONResponse:
-        headers = {"Retry-After": "1"} if exc.status == 503 else None
+        headers = dict(exc.headers)
+        if exc.status in (429, 503):
+            headers.setdefault("Retry-After", RETRY_AFTER_S)
         return JSONResponse({"detail": exc.detail}, exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -256,17 +276,21 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         "/readyz",
         summary="Readiness",
         response_model=HealthResponse,
-        responses={503: {"model": HealthResponse, "description": "Saturated: retry elsewhere."}},
+        responses={
+            503: {"model": HealthResponse, "description": "Saturated or draining: retry elsewhere."}
+        },
     )
     async def readyz() -> Response:
         """200 `{"status": "ready", ...}` while this worker can take a validation; 503
         `{"status": "busy", ...}` while it already holds its limit of validations in flight
-        (the request would get 503 too). No auth, no work."""
-        busy = gate.count >= gate.limit
-        body = HealthResponse(
-            status="busy" if busy else "ready", version=__version__, pid=os.getpid()
+        (running and queued: the request would get 503 too), `{"status": "draining", ...}`
+        while one of its validations is stuck past its deadline (the supervisor replaces the
+        worker at the hard limit). No auth, no work."""
+        status: Literal["ready", "busy", "draining"] = (
+            "draining" if gate.draining() else "busy" if gate.count >= gate.limit else "ready"
         )
-        return JSONResponse(body.model_dump(), 503 if busy else 200)
+        body = HealthResponse(status=status, version=__version__, pid=os.getpid())
+        return JSONResponse(body.model_dump(), 200 if status == "ready" else 503)
 
     from cfgcheck.service.web import mount
 

@@ -73,4 +73,7 @@ def uvicorn_options(header_timeout_s: float = HEADER_TIMEOUT_S) -> dict[str, Any
         "http": protocol,
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
         "timeout_keep_alive": KEEP_ALIVE_S,
+        # X-Forwarded-For is read by cfgcheck.service.admission, from trusted proxies only;
+        # uvicorn's own handling would believe it from any loopback peer.
+        "proxy_headers": False,
     }

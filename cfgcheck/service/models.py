@@ -154,6 +154,6 @@ class ErrorResponse(BaseModel):
 class HealthResponse(BaseModel):
     """``GET /healthz`` and ``GET /readyz``: cheap, unauthenticated, for load balancers."""
 
-    status: Literal["ok", "ready", "busy"]
+    status: Literal["ok", "ready", "busy", "draining"]
     version: str
     pid: int = Field(description="The worker process that answered.")

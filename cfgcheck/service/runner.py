@@ -65,6 +65,9 @@ class Runner:
         # Hydra's compose API keeps global state: one composition at a time per process.
         self._compose_lock = threading.Lock()
         self.cache = ComposeCache(self.config_dir)
+        from cfgcheck.service.faults import enabled
+
+        self._faults = enabled()
         # The team schema the server was started with (never one a request names).
         self.schema: type[RunConfig] | None = None
         if settings.schema is not None:
@@ -100,6 +103,10 @@ class Runner:
         payload = parse_body(body, kind, self.limits)
         stage.check("parsing")
         check_tree(_screened(payload), self.settings.max_depth, self.settings.max_nodes)
+        if self._faults:  # test-only (cfgcheck.service.faults): off unless set at start-up
+            from cfgcheck.service.faults import inject
+
+            inject(payload)
         if not isinstance(payload, dict):
             raise RequestError(
                 422,

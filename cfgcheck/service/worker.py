@@ -1,12 +1,13 @@
-"""One worker process of ``cfgcheck serve --workers N`` (N > 1).
+"""One worker process of ``cfgcheck serve --workers N``.
 
-uvicorn's process supervisor (``uvicorn.supervisors.Multiprocess``) binds the socket in the
-parent and starts each worker with ``multiprocessing``'s *spawn* method, handing it the
-pickled ``uvicorn.Config``: the app must be an import string, and anything else the config
-names must pickle by reference. So the parent puts the service settings and the header
-timeout in one environment variable (:data:`ENV`, inherited by the spawned workers), and each
-worker builds its own app with :func:`app` (a factory: preload, composition lock, thread
-pool and caches are per process) and reads its header deadline in :class:`WorkerProtocol`.
+The supervisor (:mod:`cfgcheck.service.supervisor`, built on uvicorn's
+``uvicorn.supervisors.Multiprocess``) binds the socket in the parent and starts each worker
+with ``multiprocessing``'s *spawn* method, handing it the pickled ``uvicorn.Config``: the app
+must be an import string, and anything else the config names must pickle by reference. So the
+parent puts the service settings and the header timeout in one environment variable
+(:data:`ENV`, inherited by the spawned workers), and each worker builds its own app with
+:func:`app` (a factory: preload, composition lock, thread pool and caches are per process)
+and reads its header deadline in :class:`WorkerProtocol`.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def add_routes(app: FastAPI, runner: Runner, offload: Offload) -> None:
     ) -> HTMLResponse:
         status = 200 if outcome is None else outcome.status
         headers = dict(HEADERS)
-        if status == 503:
+        if status in (429, 503):
             headers["Retry-After"] = "1"
         if html is None:
             html = render_page(form, outcome, presets)
@@ -81,7 +81,7 @@ def add_routes(app: FastAPI, runner: Runner, offload: Offload) -> None:
             return page(form, None)
         try:
             outcome, html = await offload(lambda deadline: checked(form, deadline))
-        except RequestError as e:  # 503 or 504: refused or stopped by the service
+        except RequestError as e:  # 429, 503 or 504: refused or stopped by the service
             return page(form, Outcome(status=e.status, detail=e.detail))
         except Exception as e:  # a bug: logged, one line on the page
             log_internal_error(f"checking the page's {form.mode} form", e)
