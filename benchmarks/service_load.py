@@ -580,7 +580,12 @@ def run_scenarios(
 ) -> dict[str, dict[str, Any]]:
     """Every chosen scenario against one ``cfgcheck serve --workers WORKERS``."""
     port = free_port()
-    server = start_server(port, workers, args.repo.resolve(), args.threads, args.server_timeout)
+    # Throughput, not admission: the queue holds every client (past --max-queue the server
+    # answers 503 at once, and those fast refusals would count as served requests).
+    queue = ("--max-queue", str(max(args.clients, 16)))
+    server = start_server(
+        port, workers, args.repo.resolve(), args.threads, args.server_timeout, extra=queue
+    )
     url = f"http://127.0.0.1:{port}/v1/validate"
     try:
         rows = {

@@ -152,7 +152,7 @@ if __name__ == "__main__":
 
 def test_readme_is_a_landing_page_whose_set_up_is_what_ci_runs() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert len(readme.splitlines()) <= 250
+    assert len(readme.splitlines()) <= 280
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
     commands = [c.strip() for block in blocks for c in block.strip().splitlines()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,10 @@ def test_hook_definition() -> None:
     python = next(h for h in native if h["id"] == "cfgcheck-python")
     assert python["entry"] == "cfgcheck hook --from python"
     assert "cfgcheck-torchtune" in [h["id"] for h in native]
+    launch = next(h for h in native if h["id"] == "cfgcheck-launch")
+    assert launch["entry"] == "cfgcheck hook --from launch"
+    assert re.search(launch["files"], "scripts/finetune.sh")
+    assert not re.search(launch["files"], "conf/config.yaml")
     assert hook["id"] == "cfgcheck" and hook["language"] == "python"
     assert hook["entry"] == "cfgcheck hook"
     assert hook["files"] == r"^conf/.*\.yaml$"
