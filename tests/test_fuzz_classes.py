@@ -18,8 +18,8 @@ or one line and exit 2 on the CLI, a 200 or a 4xx from the service, never a trac
 or a byte of the secret planted outside the project.
 
 One example per (entry point, class) by default; ``CFGCHECK_FUZZ_CLASS_EXAMPLES=N`` draws N (the
-slow entry points run under ``-m slow``). The web page has no endpoint here yet: add its
-route to :data:`SERVICE_ENDPOINTS` and the service cases run against it too.
+slow entry points run under ``-m slow``). The service cases run against the JSON API and the
+web page's form alike (:data:`SERVICE_ENDPOINTS`).
 """
 
 from __future__ import annotations
