@@ -227,6 +227,7 @@ def build(m: dict[str, Any], t: dict[str, Any], gm: Any) -> Any:
                 lora_alpha=lc["alpha"],
                 lora_dropout=lc["dropout"],
                 target_modules=lc["targets"],
+                target_parameters=lc.get("target_parameters") or None,
                 task_type="CAUSAL_LM",
             ),
         )
@@ -278,6 +279,7 @@ def build_quantized(cfg: Any, t: dict[str, Any]) -> Any:
             lora_alpha=lc["alpha"],
             lora_dropout=lc["dropout"],
             target_modules=lc["targets"],
+            target_parameters=lc.get("target_parameters") or None,
             task_type="CAUSAL_LM",
         ),
     )

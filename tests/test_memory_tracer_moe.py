@@ -203,17 +203,25 @@ GPT_OSS: dict[str, Any] = {
 }  # fmt: skip
 # LoRA targets: on gpt-oss target_modules reach only the attention projections (the router's
 # weight is a bare Parameter, the experts 3D parameters PEFT converts no name to: traced.py);
-# LoRA on the experts needs PEFT's target_parameters, which trainer.lora.targets does not
-# express (rules/lora_targets.py says so)
+# LoRA on the experts is PEFT's target_parameters (trainer.lora.target_parameters), as the
+# gpt-oss recipe sets it (huggingface/gpt-oss-recipes, lora recipe: layers 7, 15, 23 of 24)
 GPT_OSS_TARGETS = {
     "qv": ["q_proj", "v_proj"],
     "attention": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "params": ["q_proj", "k_proj", "v_proj", "o_proj"],
 }
+GPT_OSS_PARAMS = {
+    "params": ["1.mlp.experts.gate_up_proj", "1.mlp.experts.down_proj"],
+    "allparams": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+}
+GPT_OSS_TARGETS["allparams"] = GPT_OSS_TARGETS["params"]
 
 
 @pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["", "ckpt"])
-@pytest.mark.parametrize("finetuning", ["full", "lora-qv", "lora-attention"])
+@pytest.mark.parametrize(
+    "finetuning", ["full", "lora-qv", "lora-attention", "lora-params", "lora-allparams"]
+)
 def test_gpt_oss_step_matches_the_trace(
     finetuning: str, checkpointing: bool, precision: str
 ) -> None:
@@ -235,8 +243,10 @@ def test_gpt_oss_step_matches_the_trace(
         "attention": "eager", "optimizer": "adamw", "gradient_checkpointing": checkpointing,
     }  # fmt: skip
     if finetuning.startswith("lora"):
-        targets = GPT_OSS_TARGETS[finetuning.split("-")[1]]
-        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": targets}
+        kind = finetuning.split("-")[1]
+        targets = GPT_OSS_TARGETS[kind]
+        trainer["lora"] = {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": targets,
+                           "target_parameters": GPT_OSS_PARAMS.get(kind, [])}  # fmt: skip
     run = {"model": {"name": "gpt_oss", "vocab_size": 256, **model}, "trainer": trainer,
            "data": {"max_seq_length": 256}}  # fmt: skip
     with warnings.catch_warnings():
@@ -245,6 +255,13 @@ def test_gpt_oss_step_matches_the_trace(
     label = f"gpt_oss {finetuning} {checkpointing} {precision}: {100 * c.error:+.1f}%"
     print(label)
     over = 0.12 if checkpointing and finetuning == "full" else OVER
+    # LoRA on the experts (target_parameters): within the tolerance when every layer is
+    # adapted without checkpointing (-1.6 %, -0.5 %); with checkpointing over by up to 8.4 %
+    # (the recomputed layer counted with its parametrized copies, as for MLA's experts); on one
+    # layer of two over by up to 7.2 %, as the copies are counted in every MoE layer (the safe
+    # side: activations.py _expert_params_adapted)
+    if "params" in finetuning and (checkpointing or finetuning == "lora-params"):
+        over = 0.09
     # -3.1 % for LoRA on q/v, checkpointed, under autocast
     under = -0.035 if checkpointing and precision == "bf16-mixed" else UNDER
     assert under <= c.error <= over, label

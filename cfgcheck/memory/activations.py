@@ -255,7 +255,9 @@ def _expert_params_adapted(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
     it converts, :data:`cfgcheck.memory.traced.PEFT_MOE_NAMES`)."""
     if t.finetuning == "full" or not t.lora.rank or t.framework != "hf" or not m.n_expert:
         return frozenset()
-    return adapted_modules(m, t.lora.targets, t.framework).param_names
+    # target_parameters adapting a few layers only are counted in every MoE layer (the safe
+    # side: the activation model is one representative layer)
+    return adapted_modules(m, t.lora.targets, t.framework, t.lora.target_parameters).param_names
 
 
 def _expert_lora_weights(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:

@@ -12,7 +12,7 @@ or a weight and a bias (LayerNorm). Soft-capping and sliding windows have no par
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -237,7 +237,9 @@ def _litgpt_moe_adapters(m: ModelConfig) -> int:
     return m.n_layer * (h + m.n_expert + 3 * m.n_expert * (h + m.mlp_width // k))
 
 
-def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -> Adapted:
+def adapted_modules(
+    m: ModelConfig, targets: list[str], framework: str = "hf", parameters: Sequence[str] = ()
+) -> Adapted:
     """The modules ``trainer.lora.targets`` adapts, as the framework resolves the names.
 
     ``hf`` (PEFT): an entry matches a module whose path equals it or ends with ``"." +`` it
@@ -246,11 +248,13 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     ``litgpt``: entries are LoRA switches (``query`` ... ``head``, ``LITGPT_SWITCHES``) or any
     name of ``NAME_ROLES``, by the projections it stands for; so is a shape whose architecture
     cfgcheck does not know (both in :mod:`cfgcheck.memory.modules`).
+    ``parameters``: PEFT's ``target_parameters`` (:func:`matched_parameters`), read on the
+    traced model only (a hand-written shape has no parameter names).
     """
     tr = traced(m)
     if tr is not None and framework == "hf":
-        key = ("adapted", id(tr), tuple(targets))
-        return _memo(key, tr, lambda: _traced_adapted(m, tr, targets))
+        key = ("adapted", id(tr), tuple(targets), tuple(parameters))
+        return _memo(key, tr, lambda: _traced_adapted(m, tr, targets, tuple(parameters)))
     # One layer's tree names every module kind (embeddings are outside the layers).
     tree = module_tree(m.model_copy(update={"n_layer": 1})) if framework == "hf" else None
     if tree is None:
@@ -275,12 +279,16 @@ def adapted_modules(m: ModelConfig, targets: list[str], framework: str = "hf") -
     return Adapted(tuple(counts), "lm_head" in wanted, rows)
 
 
-def _traced_adapted(m: ModelConfig, tr: Trace, targets: list[str]) -> Adapted:
+def _traced_adapted(
+    m: ModelConfig, tr: Trace, targets: list[str], parameters: tuple[str, ...] = ()
+) -> Adapted:
     """PEFT's matching on the traced model's own paths: each adapted linear of the
     representative block with the number of layers that adapt it (by its path inside the
     block), the lm_head, the embeddings."""
     every = is_all_linear(targets)
     per_rank, params = _moe_param_adapters(tr, targets)
+    more, names = _explicit_param_adapters(tr, parameters)
+    per_rank, params = per_rank + more, params | names
     converted = PEFT_MOE_NAMES.get(tr.peft_moe or "", {})
     if every and converted:  # PEFT resolves all-linear to leaf names, then converts
         leaves = {p.rsplit(".", 1)[-1] for p in tr.linears if p != tr.lm_head}
@@ -334,10 +342,57 @@ def _moe_param_adapters(tr: Trace, targets: list[str]) -> tuple[int, frozenset[s
     return total, params
 
 
-def lora_params(m: ModelConfig, rank: int, targets: list[str], framework: str = "hf") -> int:
+def matches_parameter(key: str, names: Sequence[str]) -> bool:
+    """PEFT's ``target_parameters`` rule (peft 0.21, peft/tuners/tuners_utils.py
+    ``BaseTuner._inject_parameters``): a parameter's full name ``f"{module}.{param}"`` equals
+    an entry or ends with ``"." +`` it, so ``7.mlp.experts.gate_up_proj`` is layer 7's and
+    ``mlp.experts.gate_up_proj`` every layer's."""
+    return any(key == t or key.endswith("." + t) for t in names)
+
+
+def matched_parameters(tr: Trace, names: Sequence[str]) -> Mapping[str, tuple[int, ...]]:
+    """The traced model's parameters (full name -> shape) that ``names`` adapt."""
+    return {k: v for k, v in tr.param_shapes.items() if matches_parameter(k, names)}
+
+
+def unmatched_parameters(tr: Trace, names: Sequence[str]) -> list[str]:
+    """Entries of ``target_parameters`` that match no parameter of the traced model."""
+    return [t for t in names if not matched_parameters(tr, [t])]
+
+
+def _explicit_param_adapters(tr: Trace, parameters: tuple[str, ...]) -> tuple[int, frozenset[str]]:
+    """LoRA parameters per unit of rank of PEFT's ``target_parameters``: ``lora.ParamWrapper``
+    (peft/tuners/lora/layer.py 0.21 ``ParamWrapper.update_layer``) gives a parameter of shape
+    ``(E, a, b)`` ``lora_A`` of ``(r * E, in)`` and ``lora_B`` of ``(out, r * E)`` with
+    ``{in, out} = {a, b}``: ``r * E * (a + b)`` (a 2D parameter ``E = 1``), at the rank as
+    given (no doubling: that is the conversion of transformers-4 names only). Checked with
+    get_peft_model on a tiny gpt-oss (tests/test_lora_target_parameters.py). Also the short
+    names the activation model keys on (``gate_up_proj``, ``down_proj``, ``gate.weight``)."""
+    if not parameters:
+        return 0, frozenset()
+    total, names = 0, set()
+    for key, shape in matched_parameters(tr, parameters).items():
+        if len(shape) < 2:
+            continue  # ParamWrapper refuses a bias; the rule says so
+        experts = shape[0] if len(shape) == 3 else 1
+        total += experts * (shape[-2] + shape[-1])
+        module, _, param = key.rpartition(".")
+        leaf = module.rpartition(".")[2]
+        names.add(param if len(shape) == 3 else f"{'gate' if leaf == 'router' else leaf}.{param}")
+    return total, frozenset(names)
+
+
+def lora_params(
+    m: ModelConfig,
+    rank: int,
+    targets: list[str],
+    framework: str = "hf",
+    parameters: Sequence[str] = (),
+) -> int:
     """Trainable LoRA parameters: ``rank * (in + out)`` per adapted linear (a fused projection
-    gets one adapter), the lm_head and the token embedding included when targeted."""
-    adapted = adapted_modules(m, targets, framework)
+    gets one adapter), the lm_head and the token embedding included when targeted, and the
+    parameters ``target_parameters`` adapts (:func:`_explicit_param_adapters`)."""
+    adapted = adapted_modules(m, targets, framework, parameters)
     total = sum(rank * (x.in_features + x.out_features) * n for x, n in adapted.linears)
     if adapted.lm_head:
         total += rank * (m.n_embd + m.head_rows)

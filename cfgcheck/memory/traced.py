@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -102,6 +102,9 @@ class Trace:
     experts: tuple[Experts, ...] = ()
     peft_moe: str | None = None  # the PEFT_MOE_NAMES table PEFT converts targets with
     supports_sdpa: bool = True  # the class's _supports_sdpa (modeling_utils.py checks it)
+    # full name -> shape of every parameter, as PEFT's target_parameters matches them
+    # (``f"{module_name}.{param_name}"`` over named_modules / named_parameters(recurse=False))
+    param_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def expert_params(self) -> int:
@@ -236,6 +239,7 @@ def _read(model: Any, config: Any, model_type: str) -> Trace:
     tree: dict[str, str] = {}
     linears: dict[str, TracedLinear] = {}
     params: dict[str, int] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     layers, n_layer = "", 0
     for path, module in model.named_modules():
         if not path:
@@ -243,6 +247,8 @@ def _read(model: Any, config: Any, model_type: str) -> Trace:
         kind = _kind(module)
         tree[path] = kind
         owned = sum(p.numel() for p in module.parameters(recurse=False))
+        for name, p in module.named_parameters(recurse=False):
+            shapes[f"{path}.{name}"] = tuple(int(x) for x in p.shape)
         if owned:
             params[path] = owned
         if kind == LINEAR:
@@ -293,6 +299,7 @@ def _read(model: Any, config: Any, model_type: str) -> Trace:
         experts=tuple(experts),
         peft_moe=peft_moe if peft_moe in PEFT_MOE_NAMES and experts else None,
         supports_sdpa=bool(getattr(type(model), "_supports_sdpa", True)),
+        param_shapes=shapes,
     )
 
 

@@ -77,7 +77,8 @@ def trainable_bytes(m: ModelConfig, t: TrainerConfig) -> int:
 def trainable_params(m: ModelConfig, t: TrainerConfig) -> int:
     if t.finetuning == "full":
         return count_params(m).total
-    return lora_params(m, t.lora.rank or 0, t.lora.targets, t.framework)
+    lora = t.lora
+    return lora_params(m, lora.rank or 0, lora.targets, t.framework, lora.target_parameters)
 
 
 def weight_bytes(m: ModelConfig, t: TrainerConfig) -> int:

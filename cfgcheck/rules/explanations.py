@@ -895,8 +895,20 @@ EXPLANATIONS: dict[str, Explanation] = {
         "transformers 5 stores each layer's experts as fused 3D parameters (`MixtralExperts."
         "gate_up_proj`), not `nn.Linear`: PEFT's `target_modules` silently adapts only the "
         "attention (and shared-expert) linears.",
-        "Adapt the experts with PEFT's `target_parameters` in the training script, or accept "
-        "attention-only LoRA.",
+        "Adapt the experts with `trainer.lora.target_parameters` (PEFT's `target_parameters`), "
+        "or accept attention-only LoRA.",
+    ),
+    "lora-target-parameter-unknown": E(
+        "error",
+        "Every entry of `trainer.lora.target_parameters` matches a parameter of the model, and "
+        "the LoRA dropout is 0 with them.",
+        "PEFT adapts a parameter whose full name ends with `.` + the entry (`7.mlp.experts."
+        "gate_up_proj`: layer 7's fused experts); an entry matching nothing is dropped silently, "
+        "or only warned about (`target_parameters=[...] were set but no parameter was "
+        "matched.`), so fewer adapters train than asked. `lora.ParamWrapper` raises with "
+        "`lora_dropout != 0`.",
+        "Name the model's parameters (layer indices within `num_hidden_layers`), and set "
+        "`trainer.lora.dropout=0`.",
     ),
     "attention-unsupported": E(
         "error",

@@ -37,7 +37,7 @@ from cfgcheck.memory.modules import (
     suffix_index,
     traced,
 )
-from cfgcheck.memory.params import is_all_linear
+from cfgcheck.memory.params import is_all_linear, matched_parameters
 from cfgcheck.memory.traced import PEFT_MOE_FUSED, PEFT_MOE_NAMES
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.model import ModelConfig
@@ -268,7 +268,9 @@ def lora_target_experts(cfg: RunConfig) -> Iterator[Problem]:
             )
         return
     mlp = is_all_linear(targets) or any(set(roles_of(x)) & _MLP_ROLES for x in targets)
-    if not mlp:
+    if not mlp or any(
+        len(s) == 3 for s in matched_parameters(tr, t.lora.target_parameters).values()
+    ):
         return
     yield Problem(
         "warning",
@@ -277,6 +279,6 @@ def lora_target_experts(cfg: RunConfig) -> Iterator[Problem]:
         f"parameters in transformers, not nn.Linear, and PEFT converts no target name to them "
         f"for {tr.model_type}: trainer.lora.targets trains only the attention (and any "
         f"shared-expert or dense MLP) linears",
-        f"to adapt the experts use PEFT's target_parameters (e.g. {inner}.gate_up_proj, "
-        f"{inner}.down_proj) in the training script, or accept attention-only LoRA",
+        f"to adapt the experts set trainer.lora.target_parameters (PEFT's target_parameters, "
+        f"e.g. [{inner}.gate_up_proj,{inner}.down_proj]), or accept attention-only LoRA",
     )

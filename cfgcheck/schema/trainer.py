@@ -35,6 +35,14 @@ class LoraConfig(Section):
         "c_attn, c_proj, c_fc; plus embed_tokens / lm_head. [all-linear]: every linear but "
         "the lm_head. With framework=litgpt: query, key, value, projection, mlp, head.",
     )
+    target_parameters: list[str] = Field(
+        default_factory=list,
+        description="Parameters (not modules) that get adapters, as PEFT's LoraConfig "
+        "target_parameters matches them: a parameter's full name equals the entry or ends "
+        "with '.' + the entry, e.g. 7.mlp.experts.gate_up_proj (layer 7's fused experts) or "
+        "mlp.experts.down_proj (every layer's). PEFT wraps each in lora.ParamWrapper: rank r "
+        "per expert. framework=hf only.",
+    )
 
 
 class OffloadConfig(Section):

@@ -274,6 +274,15 @@ def build(b: Builder) -> None:
                 "lora_target_modules",
                 [targets] if isinstance(targets, str) else targets,
             )
+        # lora_target_parameters: str | list[str] (src/axolotl/utils/schemas/peft.py), a string
+        # taken as a one-name list by the LoRA config builder, then LoraConfig(target_parameters)
+        if n.is_set("lora_target_parameters"):
+            params = n.get("lora_target_parameters")
+            b.from_key(
+                "trainer.lora.target_parameters",
+                "lora_target_parameters",
+                [params] if isinstance(params, str) else params,
+            )
 
     # bf16 'auto' -> True on a bf16 GPU (resolve_dtype in config/__init__.py); the model is
     # then loaded in bf16 (torch_dtype), as LitGPT's bf16-true.

@@ -213,6 +213,16 @@ def _trainer(b: Builder, run: TrlRun) -> None:
                 "",
                 lambda v: [v] if isinstance(v, str) else v,
             )
+        # ModelConfig.lora_target_parameters (trl/trainer/model_config.py 1.16), handed to
+        # LoraConfig(target_parameters=...) by get_peft_config (trl/trainer/utils.py)
+        if n.is_set("lora_target_parameters"):
+            b.take(
+                "trainer.lora.target_parameters",
+                "lora_target_parameters",
+                None,
+                "",
+                lambda v: [v] if isinstance(v, str) else v,
+            )
     else:
         b.default("trainer.finetuning", "full", f"{MODEL} use_peft=False")
     ds = deepspeed.load(n)

@@ -217,6 +217,14 @@ def _peft(b: Builder, unsloth: bool) -> None:
         )
     elif unsloth_peft:
         b.default("trainer.lora.targets", UNSLOTH_TARGETS, f"{UNSLOTH_PEFT} target_modules")
+    if n.is_set("peft.target_parameters"):
+        b.take(
+            "trainer.lora.target_parameters",
+            "peft.target_parameters",
+            None,
+            "",
+            lambda v: [v] if isinstance(v, str) else list(v),
+        )
     if unsloth_peft:
         gc = (
             n.get("peft.use_gradient_checkpointing", "unsloth")

@@ -299,6 +299,7 @@ def collect(program: Program) -> Collected:
     lora_keys: dict[str, int | None] = {
         "r": None,
         "target_modules": None,
+        "target_parameters": None,
         "lora_alpha": None,
         "lora_dropout": None,
     }

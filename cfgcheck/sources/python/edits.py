@@ -38,6 +38,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "trainer.lora.rank": ("peft.r",),
     "trainer.lora.alpha": ("peft.lora_alpha",),
     "trainer.lora.targets": ("peft.target_modules",),
+    "trainer.lora.target_parameters": ("peft.target_parameters",),
     "data.padding": ("tokenize.padding",),
     "data.truncation": ("tokenize.truncation",),
     "data.max_length": ("tokenize.max_length",),
