@@ -287,7 +287,7 @@ def _traced_adapted(
     block), the lm_head, the embeddings."""
     every = is_all_linear(targets)
     per_rank, params = _moe_param_adapters(tr, targets)
-    more, names = _explicit_param_adapters(tr, parameters)
+    more, names = _explicit_param_adapters(tr, parameters, params)
     per_rank, params = per_rank + more, params | names
     converted = PEFT_MOE_NAMES.get(tr.peft_moe or "", {})
     if every and converted:  # PEFT resolves all-linear to leaf names, then converts
@@ -360,20 +360,25 @@ def unmatched_parameters(tr: Trace, names: Sequence[str]) -> list[str]:
     return [t for t in names if not matched_parameters(tr, [t])]
 
 
-def _explicit_param_adapters(tr: Trace, parameters: tuple[str, ...]) -> tuple[int, frozenset[str]]:
+def _explicit_param_adapters(
+    tr: Trace, parameters: tuple[str, ...], converted: frozenset[str] = frozenset()
+) -> tuple[int, frozenset[str]]:
     """LoRA parameters per unit of rank of PEFT's ``target_parameters``: ``lora.ParamWrapper``
     (peft/tuners/lora/layer.py 0.21 ``ParamWrapper.update_layer``) gives a parameter of shape
     ``(E, a, b)`` ``lora_A`` of ``(r * E, in)`` and ``lora_B`` of ``(out, r * E)`` with
     ``{in, out} = {a, b}``: ``r * E * (a + b)`` (a 2D parameter ``E = 1``), at the rank as
     given (no doubling: that is the conversion of transformers-4 names only). Checked with
-    get_peft_model on a tiny gpt-oss (tests/test_lora_target_parameters.py). Also the short
-    names the activation model keys on (``gate_up_proj``, ``down_proj``, ``gate.weight``)."""
+    get_peft_model on tiny gpt-oss and Qwen3-MoE models (tests/test_lora_target_parameters.py).
+    A parameter the conversion of ``target_modules`` already adapts (``converted``: PEFT adds
+    those names to the same set, peft/utils/transformers_weight_conversion.py, and wraps each
+    parameter once) is not counted twice. Also the short names the activation model keys on
+    (``gate_up_proj``, ``down_proj``, ``gate.weight``)."""
     if not parameters:
         return 0, frozenset()
     total, names = 0, set()
     for key, shape in matched_parameters(tr, parameters).items():
-        if len(shape) < 2:
-            continue  # ParamWrapper refuses a bias; the rule says so
+        if len(shape) < 2 or matches_parameter(key, sorted(converted)):
+            continue  # a 1D parameter (a bias) is not modelled
         experts = shape[0] if len(shape) == 3 else 1
         total += experts * (shape[-2] + shape[-1])
         module, _, param = key.rpartition(".")
