@@ -246,7 +246,7 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         # the probabilities (a new tensor, unless that was a 16-bit copy of an fp32 softmax)
         copy = softmax_fp32 and p == 2
         scores += a * (1 + (0 if copy else p)) if kernel == "eager" else 0
-    fixed = _norm_fixed(m) * n_norms + _expert_lora_weights(m, t, s)
+    fixed = _norm_fixed(m) * n_norms + _expert_share(m, t, _expert_lora_weights(m, t, s))
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
 
 
@@ -258,6 +258,20 @@ def _expert_params_adapted(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
     # target_parameters adapting a few layers only are counted in every MoE layer (the safe
     # side: the activation model is one representative layer)
     return adapted_modules(m, t.lora.targets, t.framework, t.lora.target_parameters).param_names
+
+
+def _expert_share(m: ModelConfig, t: TrainerConfig, per_layer: int) -> int:
+    """``per_layer`` bytes of the expert LoRA terms, as the average over the MoE layers when
+    ``target_parameters`` adapt some of them only and every layer keeps its activations (no
+    checkpointing: the layers' sum is then exact). With checkpointing the recomputed layer
+    may be an adapted one: counted whole (the safe side)."""
+    if not per_layer or t.gradient_checkpointing or t.finetuning == "full":
+        return per_layer
+    tr = traced(m)
+    adapted = adapted_modules(m, t.lora.targets, t.framework, t.lora.target_parameters)
+    if tr is None or adapted.param_layers is None or not tr.experts:
+        return per_layer
+    return -(-per_layer * adapted.param_layers // len(tr.experts))
 
 
 def _expert_lora_weights(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
@@ -451,8 +465,9 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
         if full
         else (_expert_params_adapted(m, t))
     )
-    total += k * x * h if "gate_up_proj" in names else 0
-    total += x * _routed_width(m) if "down_proj" in names else 0
+    kept = k * x * h if "gate_up_proj" in names else 0
+    kept += x * _routed_width(m) if "down_proj" in names else 0
+    total += kept if full else _expert_share(m, t, kept)
     if not full and "gate.weight" in names:
         total += latent.router_bytes(m, True) - latent.router_bytes(m, False) or p * h
     return total

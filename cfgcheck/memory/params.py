@@ -193,6 +193,8 @@ class Adapted:
     # trainable parameters per rank unit, and the parameter names adapted
     param_adapters: int = 0
     param_names: frozenset[str] = frozenset()
+    # the MoE layers whose expert parameters are adapted (None: every one)
+    param_layers: int | None = None
 
     @property
     def embedding(self) -> bool:
@@ -288,6 +290,7 @@ def _traced_adapted(
     every = is_all_linear(targets)
     per_rank, params = _moe_param_adapters(tr, targets)
     more, names = _explicit_param_adapters(tr, parameters, params)
+    layers = None if params else _expert_layers(tr, parameters)
     per_rank, params = per_rank + more, params | names
     converted = PEFT_MOE_NAMES.get(tr.peft_moe or "", {})
     if every and converted:  # PEFT resolves all-linear to leaf names, then converts
@@ -317,7 +320,7 @@ def _traced_adapted(
         for path, kind in tr.tree.items()
         if kind == EMBEDDING and not every and matches_any(path, wanted)
     )
-    return Adapted(tuple(picked), head, rows, per_rank, params)
+    return Adapted(tuple(picked), head, rows, per_rank, params, layers)
 
 
 def _moe_param_adapters(tr: Trace, targets: list[str]) -> tuple[int, frozenset[str]]:
@@ -385,6 +388,17 @@ def _explicit_param_adapters(
         leaf = module.rpartition(".")[2]
         names.add(param if len(shape) == 3 else f"{'gate' if leaf == 'router' else leaf}.{param}")
     return total, frozenset(names)
+
+
+def _expert_layers(tr: Trace, parameters: tuple[str, ...]) -> int:
+    """The MoE layers in which ``target_parameters`` adapt a fused expert parameter."""
+    hit = {
+        e.path
+        for e in tr.experts
+        for k in matched_parameters(tr, parameters)
+        if k.startswith(e.path + ".")
+    }
+    return len(hit)
 
 
 def lora_params(
