@@ -165,11 +165,12 @@ def _pieces(total: int, row: int, limit: int = 1 << 30) -> list[int]:
 
 def layer_tensors(
     m: ModelConfig, t: TrainerConfig, masked: bool, tokens: int, seq: int
-) -> list[int]:
+) -> tuple[list[int], slice]:
     """One layer's saved bytes (:func:`layer_activations`) as the tensors that hold them: the
     attention probabilities (eager: the fp32 softmax output, then its 16-bit copy), the MLP's
     intermediate-size tensors (gate, activation, up, and the down projection's input when it
-    is kept), then hidden-size rows, the rest as one tensor."""
+    is kept), then hidden-size rows, the rest as one tensor (a negative size: a tensor made
+    and freed). The slice picks the MLP's tensors among the kept (positive) ones."""
     s = stack(m, t)
     la = layer_activations(m, t, masked)
     out: list[int] = []
@@ -188,13 +189,14 @@ def layer_tensors(
     gated = m.mlp in ("swiglu", "geglu")
     mlp = _pieces(la.per_token, inter, (3 if gated else 1) + kept)
     rest = mlp.pop() if mlp and mlp[-1] != inter else 0
+    mlp_kept = slice(len(out), len(out) + len(mlp))
     out += [x * tokens for x in mlp]
     if not kept:
         out.append(-inter * tokens)  # made and freed
     out += [x * tokens for x in _pieces(rest, s.residual * m.n_embd)]
     if la.per_layer:
         out.append(la.per_layer)
-    return out
+    return out, mlp_kept
 
 
 def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2) -> list[Event]:
@@ -221,7 +223,16 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
         ev.alloc(8 * tokens)
     ev.reset()
     masked = sdpa_masked(m, d, t, s, seq)
-    pieces = layer_tensors(m, t, masked, tokens, seq)
+    pieces, mlp_kept = layer_tensors(m, t, masked, tokens, seq)
+    gated = m.mlp in ("swiglu", "geglu")
+    # each MLP linear's parameters (weight, bias) as offsets in a layer's parameters, the last
+    # linear first: the order autograd reaches them
+    mlp_offsets: list[list[int]] = []
+    offset = 0
+    for x in block_linears(m):
+        if {"gate_proj", "up_proj", "down_proj"} & set(x.roles):
+            mlp_offsets.insert(0, list(range(offset, offset + 1 + x.bias)))
+        offset += 1 + x.bias
     row = res * m.n_embd * tokens
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     norm_tmp = 4 * m.n_embd * tokens if m.norm == "rmsnorm" else 0
@@ -245,6 +256,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             # forward
             hidden = ev.alloc(row)
             saved: list[list[int]] = []
+            mlp_ids: list[list[int]] = []  # the MLP's saved tensors, per layer
             for _ in range(m.n_layer):
                 if ckpt:  # nothing is saved: each op's output goes once its consumer ran
                     _transient_forward(ev, m, p, tokens, n_norms)
@@ -252,6 +264,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 else:
                     ids = _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
                 saved.append(ids)
+                mlp_ids.append([] if ckpt else ids[mlp_kept])
             head, later = _final_norm(ev, m, t, tokens)
             logits = ev.alloc(p * v * tokens)
             up = ev.alloc(4 * v * tokens)
@@ -275,22 +288,35 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.free(g_logits, *head)
             for i in reversed(range(m.n_layer)):
                 if ckpt:
-                    saved[i] += _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
-                # the MLP's gradients (intermediate size), then each norm's fp32 backward
-                tmp = [ev.alloc(p * m.mlp_width * tokens) for _ in range(2)]
-                ev.free(*tmp)
+                    ids = _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
+                    saved[i] += ids
+                    mlp_ids[i] = ids[mlp_kept]
+                # the MLP's backward as autograd runs it, its weights' gradients made while
+                # its intermediate-size tensors are live (:func:`_mlp_backward`); then each
+                # norm's fp32 backward and the other parameters' gradients
+                first = 1 + i * per_layer_params
+                mlp_grads = [
+                    [(param_ids[first + j], params[first + j][1] * master) for j in js]
+                    for js in mlp_offsets
+                ]
+                g_mlp = _mlp_backward(
+                    ev, grads, mlp_grads if full else [], mlp_ids[i], p * m.mlp_width * tokens,
+                    p * m.n_embd * tokens, gated,
+                )  # fmt: skip
                 for _ in range(n_norms):
                     tmp = [ev.alloc(4 * m.n_embd * tokens) for _ in range(3)]
                     ev.free(*tmp)
+                ev.free(g_mlp)
                 if full:
-                    first = 1 + i * per_layer_params
-                    for j in range(first, first + per_layer_params):
-                        _grad(ev, grads, param_ids[j], params[j][1] * master)
+                    done = {first + j for js in mlp_offsets for j in js}
+                    for j in reversed(range(first, first + per_layer_params)):
+                        if j not in done:
+                            _grad(ev, grads, param_ids[j], params[j][1] * master)
                 else:
                     n_adapters = len(trainable) // max(1, m.n_layer)
                     for pid, nb in trainable[i * n_adapters : (i + 1) * n_adapters]:
                         _grad(ev, grads, pid, nb)
-                ev.free(*saved[i])
+                ev.free(*(x for x in saved[i] if x not in mlp_ids[i]))
                 new = ev.alloc(p * m.n_embd * tokens)
                 ev.free(g_hidden)
                 g_hidden = new
@@ -443,6 +469,69 @@ def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: 
             ev.free(second, x)
         res = ev.alloc(row)  # the residual sum
         ev.free(out, res)
+
+
+def _mlp_backward(
+    ev: Seq,
+    grads: dict[int, int],
+    lin_grads: list[list[tuple[int, int]]],
+    ids: list[int],
+    inter: int,
+    row: int,
+    gated: bool,
+) -> int:
+    """The MLP's backward as autograd runs it, for its saved tensors ``ids`` (gated: gate,
+    activation, up, and the down projection's input when kept; else the up projection's
+    output, and the activation's when kept) and its linears' parameter gradients
+    ``lin_grads`` (the down projection first; empty when nothing on them trains). Each node
+    runs as soon as its gradient is complete and releases its saved tensors right after
+    (pytorch/pytorch torch/csrc/autograd/engine.cpp at 26a39059ec58: ``evaluate_function`` ->
+    ``call_function``, then ``fn.release_variables()`` without ``retain_graph``; the ready
+    queue of a device is a priority queue ordered by ``sequence_nr``, the node made last in the
+    forward first, ``CompareNodeTaskTime``); so a projection's weight gradient is made while
+    the MLP's intermediate-size tensors and gradients are still live (``MmBackward0`` makes
+    ``mat2``'s gradient, the weight's, before ``self``'s, as the CPU trace of the step shows):
+    down projection (its weight's gradient, its input's, the product freed), the product's
+    ``MulBackward0`` (two intermediate-size gradients; the activation and up freed), the up
+    projection, the activation's backward (the gate freed), the gate projection, the two
+    input gradients summed. Under checkpointing the recomputation stops at the last tensor
+    the backward needs, the product (torch/utils/checkpoint.py ``_StopRecomputationError``,
+    non-reentrant ``early_stop``): the same tensors. Returns the input gradient's id (freed
+    by the caller after the norm's backward)."""
+    own = list(ids)
+    lin = [*lin_grads, [], [], []]
+
+    def take(k: int) -> list[int]:
+        return [own[k]] if k < len(own) else []
+
+    for pid, nb in lin[0]:
+        _grad(ev, grads, pid, nb)
+    g_down = ev.alloc(inter)  # the down projection's input gradient
+    if gated:
+        ev.free(*take(3))  # the product
+        g_act, g_up = ev.alloc(inter), ev.alloc(inter)
+        ev.free(*take(1), *take(2), g_down)
+        for pid, nb in lin[1]:
+            _grad(ev, grads, pid, nb)
+        g_in = ev.alloc(row)
+        ev.free(g_up)
+        g_gate = ev.alloc(inter)  # the activation's backward
+        ev.free(*take(0), g_act)
+        for pid, nb in lin[2]:
+            _grad(ev, grads, pid, nb)
+        g_in2 = ev.alloc(row)
+        ev.free(g_gate)
+        total = ev.alloc(row)
+        ev.free(g_in, g_in2)
+        return total
+    ev.free(*take(1))  # the activation's output
+    g_act = ev.alloc(inter)  # the activation's backward
+    ev.free(*take(0), g_down)
+    for pid, nb in lin[1]:
+        _grad(ev, grads, pid, nb)
+    g_in = ev.alloc(row)
+    ev.free(g_act)
+    return g_in
 
 
 def _grad(ev: Seq, grads: dict[int, int], param: int, nbytes: int) -> None:
