@@ -509,7 +509,7 @@ def _mlp_backward(
     g_down = ev.alloc(inter)  # the down projection's input gradient
     if gated:
         ev.free(*take(3))  # the product
-        g_act, g_up = ev.alloc(inter), ev.alloc(inter)
+        g_up, g_act = ev.alloc(inter), ev.alloc(inter)  # ``other``'s first, as traced
         ev.free(*take(1), *take(2), g_down)
         for pid, nb in lin[1]:
             _grad(ev, grads, pid, nb)
