@@ -18,9 +18,11 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   upcast and log-softmax, the upcast, the logits and the unsaved norm output freed when the
   loss is returned (transformers' ``ForCausalLMLoss``);
 * backward: the NLL and log-softmax gradients (fp32), the 16-bit logits gradient, the
-  lm_head's gradient, then per layer in reverse (recomputed first under checkpointing) two
-  intermediate-size gradient temporaries, the layer's parameter gradients, its saved tensors
-  freed, the hidden-state gradient handed on; the embedding's gradient last (tied: summed out
+  lm_head's gradient, then per layer in reverse (recomputed first under checkpointing) the
+  MLP's backward node by node as autograd runs it (:func:`_mlp_backward`: each projection's
+  weight gradient made while the intermediate-size tensors are live, each node's saved
+  tensors freed after it), the norms' fp32 backward, the other parameters' gradients, the
+  rest of the saved tensors freed, the hidden-state gradient handed on; the embedding's gradient last (tied: summed out
   of place with the lm_head's, ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after
   the first micro-batch each gradient is a new tensor added into ``.grad`` and freed
   (``AccumulateGrad::accumulateGrad``);
@@ -483,21 +485,25 @@ def _mlp_backward(
     """The MLP's backward as autograd runs it, for its saved tensors ``ids`` (gated: gate,
     activation, up, and the down projection's input when kept; else the up projection's
     output, and the activation's when kept) and its linears' parameter gradients
-    ``lin_grads`` (the down projection first; empty when nothing on them trains). Each node
-    runs as soon as its gradient is complete and releases its saved tensors right after
-    (pytorch/pytorch torch/csrc/autograd/engine.cpp at 26a39059ec58: ``evaluate_function`` ->
-    ``call_function``, then ``fn.release_variables()`` without ``retain_graph``; the ready
-    queue of a device is a priority queue ordered by ``sequence_nr``, the node made last in the
-    forward first, ``CompareNodeTaskTime``); so a projection's weight gradient is made while
-    the MLP's intermediate-size tensors and gradients are still live (``MmBackward0`` makes
-    ``mat2``'s gradient, the weight's, before ``self``'s, as the CPU trace of the step shows):
-    down projection (its weight's gradient, its input's, the product freed), the product's
-    ``MulBackward0`` (two intermediate-size gradients; the activation and up freed), the up
+    ``lin_grads`` (the down projection first; empty when nothing on them trains).
+
+    Autograd runs a node once its gradient is complete, the node made last in the forward
+    first (``ReadyQueue::CompareNodeTaskTime``: the higher ``sequence_nr``,
+    torch/csrc/autograd/engine.h), and releases the node's saved tensors right after it ran
+    (``Engine::evaluate_function``: ``call_function``, then ``fn.release_variables()`` unless
+    ``keep_graph_``, torch/csrc/autograd/engine.cpp; e.g. ``MulBackward0::release_variables``
+    resets ``self_`` and ``other_``, generated ``Functions.h``); torch 2.13.0, git
+    cf30153c4c13, as installed and traced. So each projection's weight gradient is made while
+    the MLP's intermediate-size tensors and gradients are still live, not after the layer:
+    the down projection (``MmBackward0``: its weight's gradient, then its input's, as the
+    step's CPU trace shows; the product freed), the product's ``MulBackward0`` (two
+    intermediate-size gradients, ``other``'s first; the activation and up freed), the up
     projection, the activation's backward (the gate freed), the gate projection, the two
-    input gradients summed. Under checkpointing the recomputation stops at the last tensor
-    the backward needs, the product (torch/utils/checkpoint.py ``_StopRecomputationError``,
-    non-reentrant ``early_stop``): the same tensors. Returns the input gradient's id (freed
-    by the caller after the norm's backward)."""
+    input gradients summed. Under checkpointing the recomputation stops once it has made the
+    last tensor the original forward saved (torch/utils/checkpoint.py
+    ``_recomputation_hook``, ``_StopRecomputationError`` with ``early_stop``, the default of
+    non-reentrant checkpointing): the MLP's product, so the same tensors are live. Returns the
+    input gradient's id (freed by the caller after the norm's backward)."""
     own = list(ids)
     lin = [*lin_grads, [], [], []]
 
@@ -509,7 +515,7 @@ def _mlp_backward(
     g_down = ev.alloc(inter)  # the down projection's input gradient
     if gated:
         ev.free(*take(3))  # the product
-        g_up, g_act = ev.alloc(inter), ev.alloc(inter)  # ``other``'s first, as traced
+        g_up, g_act = ev.alloc(inter), ev.alloc(inter)
         ev.free(*take(1), *take(2), g_down)
         for pid, nb in lin[1]:
             _grad(ev, grads, pid, nb)
