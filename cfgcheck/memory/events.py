@@ -22,9 +22,10 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   MLP's backward node by node as autograd runs it (:func:`_mlp_backward`: each projection's
   weight gradient made while the intermediate-size tensors are live, each node's saved
   tensors freed after it), the norms' fp32 backward, the other parameters' gradients, the
-  rest of the saved tensors freed, the hidden-state gradient handed on; the embedding's gradient last (tied: summed out
-  of place with the lm_head's, ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after
-  the first micro-batch each gradient is a new tensor added into ``.grad`` and freed
+  rest of the saved tensors freed, the hidden-state gradient handed on; the embedding's
+  gradient last (tied: summed out of place with the lm_head's,
+  ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after the first micro-batch
+  each gradient is a new tensor added into ``.grad`` and freed
   (``AccumulateGrad::accumulateGrad``);
 * cuBLAS's workspace (:func:`blas_workspace`) after the first matmul of the forward and of
   the backward (two threads), cuBLASLt's after the forward's first biased linear, kept;
@@ -168,11 +169,13 @@ def _pieces(total: int, row: int, limit: int = 1 << 30) -> list[int]:
 def layer_tensors(
     m: ModelConfig, t: TrainerConfig, masked: bool, tokens: int, seq: int
 ) -> tuple[list[int], slice]:
-    """One layer's saved bytes (:func:`layer_activations`) as the tensors that hold them: the
-    attention probabilities (eager: the fp32 softmax output, then its 16-bit copy), the MLP's
-    intermediate-size tensors (gate, activation, up, and the down projection's input when it
-    is kept), then hidden-size rows, the rest as one tensor (a negative size: a tensor made
-    and freed). The slice picks the MLP's tensors among the kept (positive) ones."""
+    """One layer's saved bytes (:func:`layer_activations`) as the tensors that hold them, in
+    the order the layer's forward makes them: the attention probabilities (eager: the fp32
+    softmax output, then its 16-bit copy), hidden-size rows (the norms' and the attention's
+    tensors, made before the MLP runs; transformers' ``LlamaDecoderLayer.forward``), the
+    rest of them as one tensor, then the MLP's intermediate-size tensors (gate, activation,
+    up, and the down projection's input when it is kept; a negative size: a tensor made and
+    freed). The slice picks the MLP's tensors among the kept (positive) ones."""
     s = stack(m, t)
     la = layer_activations(m, t, masked)
     out: list[int] = []
@@ -191,11 +194,11 @@ def layer_tensors(
     gated = m.mlp in ("swiglu", "geglu")
     mlp = _pieces(la.per_token, inter, (3 if gated else 1) + kept)
     rest = mlp.pop() if mlp and mlp[-1] != inter else 0
+    out += [x * tokens for x in _pieces(rest, s.residual * m.n_embd)]
     mlp_kept = slice(len(out), len(out) + len(mlp))
     out += [x * tokens for x in mlp]
     if not kept:
         out.append(-inter * tokens)  # made and freed
-    out += [x * tokens for x in _pieces(rest, s.residual * m.n_embd)]
     if la.per_layer:
         out.append(la.per_layer)
     return out, mlp_kept
