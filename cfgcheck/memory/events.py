@@ -242,6 +242,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     norm_tmp = 4 * m.n_embd * tokens if m.norm == "rmsnorm" else 0
     ckpt = t.gradient_checkpointing
+    # how an RMSNorm runs: fp32 weights need no fp32 copy; Gemma multiplies in fp32 first
+    norm_kind = "fp32" if res == 4 else ("gemma" if s.norm_out == 4 else "llama")
     ckpt_layer = checkpoint_bytes(m, t, tokens) // max(1, m.n_layer)
     v = m.head_rows
     states: list[int] = []
@@ -264,7 +266,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             mlp_ids: list[list[int]] = []  # the MLP's saved tensors, per layer
             for _ in range(m.n_layer):
                 if ckpt:  # nothing is saved: each op's output goes once its consumer ran
-                    _transient_forward(ev, m, p, tokens, n_norms)
+                    _transient_forward(ev, m, p, tokens, n_norms, norm_kind)
                     ids = [ev.alloc(ckpt_layer)]
                 else:
                     ids = _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
@@ -439,22 +441,26 @@ def _final_norm(
     return kept, later
 
 
-def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: int) -> None:
+def _transient_forward(
+    ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: int, norm_kind: str
+) -> None:
     """A layer's forward under non-reentrant checkpointing (torch/utils/checkpoint.py: the
     saved-tensor hooks keep no tensor): what is live at once is the working set of the ops,
-    as transformers' ``LlamaDecoderLayer`` runs them: a norm's fp32 temporaries, its output;
-    the attention's output and projection; the residual sum; then the MLP (gated: gate, its
-    activation, up, their product) and the down projection."""
+    as transformers' ``LlamaDecoderLayer`` runs them: each sub-block's norm op by op
+    (:func:`_rms_norm`), its output; the attention's output and projection; the residual sum;
+    then the MLP (gated: gate, its activation, up, their product) and the down projection."""
     row = act * m.n_embd * tokens
     inter = act * m.mlp_width * tokens
-    norm_tmp = 4 * m.n_embd * tokens
     gated = m.mlp in ("swiglu", "geglu")
     for block in range(2):
-        for _ in range(n_norms if block == 0 and m.norm == "rmsnorm" else 0):
-            a = ev.alloc(norm_tmp)
-            b = ev.alloc(norm_tmp)
-            ev.free(a, b)
-        x = ev.alloc(row)
+        # the norms before the sub-block (post-norms, Gemma 2, counted with them)
+        k = n_norms - n_norms // 2 if block == 0 else n_norms // 2
+        if m.norm == "rmsnorm" and k:
+            for _ in range(k - 1):
+                ev.free(_rms_norm(ev, norm_kind, m.n_embd * tokens, row))
+            x = _rms_norm(ev, norm_kind, m.n_embd * tokens, row)
+        else:
+            x = ev.alloc(row)
         if block == 0:  # attention: its output, then the o projection
             y = ev.alloc(row)
             ev.matmul("forward")
@@ -474,6 +480,32 @@ def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: 
             ev.free(second, x)
         res = ev.alloc(row)  # the residual sum
         ev.free(out, res)
+
+
+def _rms_norm(ev: Seq, kind: str, h: int, row: int) -> int:
+    """An RMSNorm whose outputs nothing saves (a checkpointed forward), op by op as the CPU
+    trace of the step shows it: transformers' ``LlamaRMSNorm`` makes ``x.to(float32)``,
+    ``pow(2)`` (freed after ``mean``), ``x * rsqrt(variance)`` (the copy freed), its cast back,
+    ``weight * ...`` (the cast and the fp32 product freed); ``GemmaRMSNorm`` multiplies the
+    fp32 product by ``1 + weight.float()`` before the cast; with fp32 weights there is no
+    copy and no cast. Returns the output's id (``row`` bytes)."""
+    copy = [] if kind == "fp32" else [ev.alloc(4 * h)]
+    ev.free(ev.alloc(4 * h))  # pow(2)
+    normed = ev.alloc(4 * h)  # x * rsqrt(variance)
+    ev.free(*copy)
+    if kind == "gemma":
+        prod = ev.alloc(4 * h)  # * (1 + weight.float())
+        ev.free(normed)
+        out = ev.alloc(row)  # the cast back
+        ev.free(prod)
+    elif kind == "fp32":
+        out = ev.alloc(row)  # weight * normed
+        ev.free(normed)
+    else:
+        cast = ev.alloc(row)  # the cast back (the compute dtype)
+        out = ev.alloc(row)  # weight * cast
+        ev.free(cast, normed)
+    return out
 
 
 def _mlp_backward(
