@@ -350,3 +350,66 @@ def test_a_biased_linear_takes_a_cublaslt_workspace_in_the_forward() -> None:
         return sum(1 for i, n in ev if n == size and i not in freed)
 
     assert kept(biased, 2**20) == kept(plain, 2**20) + 1
+
+
+def _live_at(ev: list[tuple[int, int]], size: int, of: int) -> list[int]:
+    """For each allocation of ``size`` bytes, how many tensors of ``of`` bytes are live; only
+    those made while one is (the backward's, not the optimizer's)."""
+    live: dict[int, int] = {}
+    count = 0
+    out = []
+    for i, n in ev:
+        if n > 0:
+            if n == size and count:
+                out.append(count)
+            live[i] = n
+            count += n == of
+        elif n == FREE or n == -1:
+            count -= live.pop(i, 0) == of
+    return out
+
+
+@pytest.mark.tracer
+@pytest.mark.parametrize("ckpt", [True, False])
+def test_the_mlp_weight_gradients_are_made_as_autograd_makes_them(ckpt: bool) -> None:
+    """Autograd runs the MLP's backward node by node and frees each node's saved tensors after
+    it (torch/csrc/autograd/engine.cpp ``evaluate_function``), so each projection's weight
+    gradient is made while some of the layer's intermediate-size tensors and gradients are
+    live: the generated sequence has as many live at each weight gradient as the traced step
+    (recomputed under checkpointing)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.alloc_tracer import traced_step
+
+    torch.set_num_threads(1)
+    m = ModelConfig(
+        name="llama-tiny",
+        block_size=256,
+        vocab_size=1000,
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_query_groups=2,
+        head_size=16,
+        intermediate_size=160,
+    )
+    d = DataConfig(max_seq_length=24)
+    t = TrainerConfig(
+        micro_batch_size=2,
+        precision="bf16-true",
+        optimizer="adamw",
+        gradient_checkpointing=ckpt,
+        finetuning="full",
+        attention="sdpa",
+    )
+    weight, inter = 160 * 64 * 2, 2 * 24 * 160 * 2  # bf16: an MLP weight, 2 x 24 tokens
+    spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = traced_step(spec, steps=1, record=True)
+    n = sum(1 for op in r.event_ops if op.startswith("setup"))
+    traced = _live_at(r.events[n:], weight, inter)
+    ev = _flat(step_events(m, d, t, steps=1))
+    generated = _live_at(ev[ev.index((0, RESET)) + 1 :], weight, inter)
+    assert len(traced) == 3 * m.n_layer  # down, up, gate per layer
+    assert traced == generated

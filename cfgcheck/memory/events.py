@@ -18,11 +18,14 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   upcast and log-softmax, the upcast, the logits and the unsaved norm output freed when the
   loss is returned (transformers' ``ForCausalLMLoss``);
 * backward: the NLL and log-softmax gradients (fp32), the 16-bit logits gradient, the
-  lm_head's gradient, then per layer in reverse (recomputed first under checkpointing) two
-  intermediate-size gradient temporaries, the layer's parameter gradients, its saved tensors
-  freed, the hidden-state gradient handed on; the embedding's gradient last (tied: summed out
-  of place with the lm_head's, ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after
-  the first micro-batch each gradient is a new tensor added into ``.grad`` and freed
+  lm_head's gradient, then per layer in reverse (recomputed first under checkpointing) the
+  MLP's backward node by node as autograd runs it (:func:`_mlp_backward`: each projection's
+  weight gradient made while the intermediate-size tensors are live, each node's saved
+  tensors freed after it), the norms' fp32 backward, the other parameters' gradients, the
+  rest of the saved tensors freed, the hidden-state gradient handed on; the embedding's
+  gradient last (tied: summed out of place with the lm_head's,
+  ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after the first micro-batch
+  each gradient is a new tensor added into ``.grad`` and freed
   (``AccumulateGrad::accumulateGrad``);
 * cuBLAS's workspace (:func:`blas_workspace`) after the first matmul of the forward and of
   the backward (two threads), cuBLASLt's after the forward's first biased linear, kept;
@@ -165,11 +168,14 @@ def _pieces(total: int, row: int, limit: int = 1 << 30) -> list[int]:
 
 def layer_tensors(
     m: ModelConfig, t: TrainerConfig, masked: bool, tokens: int, seq: int
-) -> list[int]:
-    """One layer's saved bytes (:func:`layer_activations`) as the tensors that hold them: the
-    attention probabilities (eager: the fp32 softmax output, then its 16-bit copy), the MLP's
-    intermediate-size tensors (gate, activation, up, and the down projection's input when it
-    is kept), then hidden-size rows, the rest as one tensor."""
+) -> tuple[list[int], slice]:
+    """One layer's saved bytes (:func:`layer_activations`) as the tensors that hold them, in
+    the order the layer's forward makes them: the attention probabilities (eager: the fp32
+    softmax output, then its 16-bit copy), hidden-size rows (the norms' and the attention's
+    tensors, made before the MLP runs; transformers' ``LlamaDecoderLayer.forward``), the
+    rest of them as one tensor, then the MLP's intermediate-size tensors (gate, activation,
+    up, and the down projection's input when it is kept; a negative size: a tensor made and
+    freed). The slice picks the MLP's tensors among the kept (positive) ones."""
     s = stack(m, t)
     la = layer_activations(m, t, masked)
     out: list[int] = []
@@ -188,13 +194,14 @@ def layer_tensors(
     gated = m.mlp in ("swiglu", "geglu")
     mlp = _pieces(la.per_token, inter, (3 if gated else 1) + kept)
     rest = mlp.pop() if mlp and mlp[-1] != inter else 0
+    out += [x * tokens for x in _pieces(rest, s.residual * m.n_embd)]
+    mlp_kept = slice(len(out), len(out) + len(mlp))
     out += [x * tokens for x in mlp]
     if not kept:
         out.append(-inter * tokens)  # made and freed
-    out += [x * tokens for x in _pieces(rest, s.residual * m.n_embd)]
     if la.per_layer:
         out.append(la.per_layer)
-    return out
+    return out, mlp_kept
 
 
 def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2) -> list[Event]:
@@ -221,11 +228,22 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
         ev.alloc(8 * tokens)
     ev.reset()
     masked = sdpa_masked(m, d, t, s, seq)
-    pieces = layer_tensors(m, t, masked, tokens, seq)
+    pieces, mlp_kept = layer_tensors(m, t, masked, tokens, seq)
+    gated = m.mlp in ("swiglu", "geglu")
+    # each MLP linear's parameters (weight, bias) as offsets in a layer's parameters, the last
+    # linear first: the order autograd reaches them
+    mlp_offsets: list[list[int]] = []
+    offset = 0
+    for x in block_linears(m):
+        if {"gate_proj", "up_proj", "down_proj"} & set(x.roles):
+            mlp_offsets.insert(0, list(range(offset, offset + 1 + x.bias)))
+        offset += 1 + x.bias
     row = res * m.n_embd * tokens
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     norm_tmp = 4 * m.n_embd * tokens if m.norm == "rmsnorm" else 0
     ckpt = t.gradient_checkpointing
+    # how an RMSNorm runs: fp32 weights need no fp32 copy; Gemma multiplies in fp32 first
+    norm_kind = "fp32" if res == 4 else ("gemma" if s.norm_out == 4 else "llama")
     ckpt_layer = checkpoint_bytes(m, t, tokens) // max(1, m.n_layer)
     v = m.head_rows
     states: list[int] = []
@@ -245,13 +263,15 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             # forward
             hidden = ev.alloc(row)
             saved: list[list[int]] = []
+            mlp_ids: list[list[int]] = []  # the MLP's saved tensors, per layer
             for _ in range(m.n_layer):
                 if ckpt:  # nothing is saved: each op's output goes once its consumer ran
-                    _transient_forward(ev, m, p, tokens, n_norms)
+                    _transient_forward(ev, m, p, tokens, n_norms, norm_kind)
                     ids = [ev.alloc(ckpt_layer)]
                 else:
                     ids = _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
                 saved.append(ids)
+                mlp_ids.append([] if ckpt else ids[mlp_kept])
             head, later = _final_norm(ev, m, t, tokens)
             logits = ev.alloc(p * v * tokens)
             up = ev.alloc(4 * v * tokens)
@@ -275,22 +295,35 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.free(g_logits, *head)
             for i in reversed(range(m.n_layer)):
                 if ckpt:
-                    saved[i] += _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
-                # the MLP's gradients (intermediate size), then each norm's fp32 backward
-                tmp = [ev.alloc(p * m.mlp_width * tokens) for _ in range(2)]
-                ev.free(*tmp)
+                    ids = _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
+                    saved[i] += ids
+                    mlp_ids[i] = ids[mlp_kept]
+                # the MLP's backward as autograd runs it, its weights' gradients made while
+                # its intermediate-size tensors are live (:func:`_mlp_backward`); then each
+                # norm's fp32 backward and the other parameters' gradients
+                first = 1 + i * per_layer_params
+                mlp_grads = [
+                    [(param_ids[first + j], params[first + j][1] * master) for j in js]
+                    for js in mlp_offsets
+                ]
+                g_mlp = _mlp_backward(
+                    ev, grads, mlp_grads if full else [], mlp_ids[i], p * m.mlp_width * tokens,
+                    p * m.n_embd * tokens, gated,
+                )  # fmt: skip
                 for _ in range(n_norms):
                     tmp = [ev.alloc(4 * m.n_embd * tokens) for _ in range(3)]
                     ev.free(*tmp)
+                ev.free(g_mlp)
                 if full:
-                    first = 1 + i * per_layer_params
-                    for j in range(first, first + per_layer_params):
-                        _grad(ev, grads, param_ids[j], params[j][1] * master)
+                    done = {first + j for js in mlp_offsets for j in js}
+                    for j in reversed(range(first, first + per_layer_params)):
+                        if j not in done:
+                            _grad(ev, grads, param_ids[j], params[j][1] * master)
                 else:
                     n_adapters = len(trainable) // max(1, m.n_layer)
                     for pid, nb in trainable[i * n_adapters : (i + 1) * n_adapters]:
                         _grad(ev, grads, pid, nb)
-                ev.free(*saved[i])
+                ev.free(*(x for x in saved[i] if x not in mlp_ids[i]))
                 new = ev.alloc(p * m.n_embd * tokens)
                 ev.free(g_hidden)
                 g_hidden = new
@@ -408,22 +441,26 @@ def _final_norm(
     return kept, later
 
 
-def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: int) -> None:
+def _transient_forward(
+    ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: int, norm_kind: str
+) -> None:
     """A layer's forward under non-reentrant checkpointing (torch/utils/checkpoint.py: the
     saved-tensor hooks keep no tensor): what is live at once is the working set of the ops,
-    as transformers' ``LlamaDecoderLayer`` runs them: a norm's fp32 temporaries, its output;
-    the attention's output and projection; the residual sum; then the MLP (gated: gate, its
-    activation, up, their product) and the down projection."""
+    as transformers' ``LlamaDecoderLayer`` runs them: each sub-block's norm op by op
+    (:func:`_rms_norm`), its output; the attention's output and projection; the residual sum;
+    then the MLP (gated: gate, its activation, up, their product) and the down projection."""
     row = act * m.n_embd * tokens
     inter = act * m.mlp_width * tokens
-    norm_tmp = 4 * m.n_embd * tokens
     gated = m.mlp in ("swiglu", "geglu")
     for block in range(2):
-        for _ in range(n_norms if block == 0 and m.norm == "rmsnorm" else 0):
-            a = ev.alloc(norm_tmp)
-            b = ev.alloc(norm_tmp)
-            ev.free(a, b)
-        x = ev.alloc(row)
+        # the norms before the sub-block (post-norms, Gemma 2, counted with them)
+        k = n_norms - n_norms // 2 if block == 0 else n_norms // 2
+        if m.norm == "rmsnorm" and k:
+            for _ in range(k - 1):
+                ev.free(_rms_norm(ev, norm_kind, m.n_embd * tokens, row))
+            x = _rms_norm(ev, norm_kind, m.n_embd * tokens, row)
+        else:
+            x = ev.alloc(row)
         if block == 0:  # attention: its output, then the o projection
             y = ev.alloc(row)
             ev.matmul("forward")
@@ -443,6 +480,99 @@ def _transient_forward(ev: Seq, m: ModelConfig, act: int, tokens: int, n_norms: 
             ev.free(second, x)
         res = ev.alloc(row)  # the residual sum
         ev.free(out, res)
+
+
+def _rms_norm(ev: Seq, kind: str, h: int, row: int) -> int:
+    """An RMSNorm whose outputs nothing saves (a checkpointed forward), op by op as the CPU
+    trace of the step shows it: transformers' ``LlamaRMSNorm`` makes ``x.to(float32)``,
+    ``pow(2)`` (freed after ``mean``), ``x * rsqrt(variance)`` (the copy freed), its cast back,
+    ``weight * ...`` (the cast and the fp32 product freed); ``GemmaRMSNorm`` multiplies the
+    fp32 product by ``1 + weight.float()`` before the cast; with fp32 weights there is no
+    copy and no cast. Returns the output's id (``row`` bytes)."""
+    copy = [] if kind == "fp32" else [ev.alloc(4 * h)]
+    ev.free(ev.alloc(4 * h))  # pow(2)
+    normed = ev.alloc(4 * h)  # x * rsqrt(variance)
+    ev.free(*copy)
+    if kind == "gemma":
+        prod = ev.alloc(4 * h)  # * (1 + weight.float())
+        ev.free(normed)
+        out = ev.alloc(row)  # the cast back
+        ev.free(prod)
+    elif kind == "fp32":
+        out = ev.alloc(row)  # weight * normed
+        ev.free(normed)
+    else:
+        cast = ev.alloc(row)  # the cast back (the compute dtype)
+        out = ev.alloc(row)  # weight * cast
+        ev.free(cast, normed)
+    return out
+
+
+def _mlp_backward(
+    ev: Seq,
+    grads: dict[int, int],
+    lin_grads: list[list[tuple[int, int]]],
+    ids: list[int],
+    inter: int,
+    row: int,
+    gated: bool,
+) -> int:
+    """The MLP's backward as autograd runs it, for its saved tensors ``ids`` (gated: gate,
+    activation, up, and the down projection's input when kept; else the up projection's
+    output, and the activation's when kept) and its linears' parameter gradients
+    ``lin_grads`` (the down projection first; empty when nothing on them trains).
+
+    Autograd runs a node once its gradient is complete, the node made last in the forward
+    first (``ReadyQueue::CompareNodeTaskTime``: the higher ``sequence_nr``,
+    torch/csrc/autograd/engine.h), and releases the node's saved tensors right after it ran
+    (``Engine::evaluate_function``: ``call_function``, then ``fn.release_variables()`` unless
+    ``keep_graph_``, torch/csrc/autograd/engine.cpp; e.g. ``MulBackward0::release_variables``
+    resets ``self_`` and ``other_``, generated ``Functions.h``); torch 2.13.0, git
+    cf30153c4c13, as installed and traced. So each projection's weight gradient is made while
+    the MLP's intermediate-size tensors and gradients are still live, not after the layer:
+    the down projection (``MmBackward0``: its weight's gradient, then its input's, as the
+    step's CPU trace shows; the product freed), the product's ``MulBackward0`` (two
+    intermediate-size gradients, ``other``'s first; the activation and up freed), the up
+    projection, the activation's backward (the gate freed), the gate projection, the two
+    input gradients summed. Under checkpointing the recomputation stops once it has made the
+    last tensor the original forward saved (torch/utils/checkpoint.py
+    ``_recomputation_hook``, ``_StopRecomputationError`` with ``early_stop``, the default of
+    non-reentrant checkpointing): the MLP's product, so the same tensors are live. Returns the
+    input gradient's id (freed by the caller after the norm's backward)."""
+    own = list(ids)
+    lin = [*lin_grads, [], [], []]
+
+    def take(k: int) -> list[int]:
+        return [own[k]] if k < len(own) else []
+
+    for pid, nb in lin[0]:
+        _grad(ev, grads, pid, nb)
+    g_down = ev.alloc(inter)  # the down projection's input gradient
+    if gated:
+        ev.free(*take(3))  # the product
+        g_up, g_act = ev.alloc(inter), ev.alloc(inter)
+        ev.free(*take(1), *take(2), g_down)
+        for pid, nb in lin[1]:
+            _grad(ev, grads, pid, nb)
+        g_in = ev.alloc(row)
+        ev.free(g_up)
+        g_gate = ev.alloc(inter)  # the activation's backward
+        ev.free(*take(0), g_act)
+        for pid, nb in lin[2]:
+            _grad(ev, grads, pid, nb)
+        g_in2 = ev.alloc(row)
+        ev.free(g_gate)
+        total = ev.alloc(row)
+        ev.free(g_in, g_in2)
+        return total
+    ev.free(*take(1))  # the activation's output
+    g_act = ev.alloc(inter)  # the activation's backward
+    ev.free(*take(0), g_down)
+    for pid, nb in lin[1]:
+        _grad(ev, grads, pid, nb)
+    g_in = ev.alloc(row)
+    ev.free(g_act)
+    return g_in
 
 
 def _grad(ev: Seq, grads: dict[int, int], param: int, nbytes: int) -> None:
