@@ -35,6 +35,22 @@ MID = dict(
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def _tiny_llama(intermediate_size: int = 160, **kw: Any) -> ModelConfig:
+    """The tiny Llama the traced tests build with transformers (2 layers, 64 wide)."""
+    return ModelConfig(
+        name="llama-tiny",
+        block_size=256,
+        vocab_size=1000,
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_query_groups=2,
+        head_size=16,
+        intermediate_size=intermediate_size,
+        **kw,
+    )
+
+
 def _cfg(finetuning: str, ckpt: bool, **kw: Any) -> tuple[ModelConfig, DataConfig, TrainerConfig]:
     t = TrainerConfig(
         micro_batch_size=2,
@@ -204,18 +220,7 @@ def test_the_embedding_gradients_are_those_of_the_traced_step(tied: bool) -> Non
     from tests.alloc_tracer import traced_step
 
     torch.set_num_threads(1)
-    m = ModelConfig(
-        name="llama-tiny",
-        block_size=256,
-        vocab_size=1000,
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        n_query_groups=2,
-        head_size=16,
-        intermediate_size=128,
-        tie_embeddings=tied,
-    )
+    m = _tiny_llama(128, tie_embeddings=tied)
     t = TrainerConfig(
         micro_batch_size=2,
         precision="bf16-true",
@@ -270,17 +275,7 @@ def test_a_checkpointed_forward_holds_only_its_working_set() -> None:
     from tests.alloc_tracer import traced_step
 
     torch.set_num_threads(1)
-    m = ModelConfig(
-        name="llama-tiny",
-        block_size=256,
-        vocab_size=1000,
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        n_query_groups=2,
-        head_size=16,
-        intermediate_size=160,
-    )
+    m = _tiny_llama()
     d = DataConfig(max_seq_length=24)
     inter = 2 * 160 * 2 * 24  # bf16, 2 rows of 24 tokens
     most = {}
@@ -382,17 +377,7 @@ def test_the_mlp_weight_gradients_are_made_as_autograd_makes_them(ckpt: bool) ->
     from tests.alloc_tracer import traced_step
 
     torch.set_num_threads(1)
-    m = ModelConfig(
-        name="llama-tiny",
-        block_size=256,
-        vocab_size=1000,
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        n_query_groups=2,
-        head_size=16,
-        intermediate_size=160,
-    )
+    m = _tiny_llama()
     d = DataConfig(max_seq_length=24)
     t = TrainerConfig(
         micro_batch_size=2,

@@ -267,22 +267,16 @@ def build(b: Builder) -> None:
         b.take("trainer.lora.dropout", "lora_dropout", 0.0, f"{PEFT} lora_dropout=0.0", float)
         if n.get("lora_target_linear"):
             b.from_key("trainer.lora.targets", "lora_target_linear", ["all-linear"])
-        elif n.is_set("lora_target_modules"):
-            targets = n.get("lora_target_modules")
-            b.from_key(
-                "trainer.lora.targets",
-                "lora_target_modules",
-                [targets] if isinstance(targets, str) else targets,
-            )
-        # lora_target_parameters: str | list[str] (src/axolotl/utils/schemas/peft.py), a string
-        # taken as a one-name list by the LoRA config builder, then LoraConfig(target_parameters)
-        if n.is_set("lora_target_parameters"):
-            params = n.get("lora_target_parameters")
-            b.from_key(
-                "trainer.lora.target_parameters",
-                "lora_target_parameters",
-                [params] if isinstance(params, str) else params,
-            )
+        # lora_target_modules / lora_target_parameters: str | list[str]
+        # (src/axolotl/utils/schemas/peft.py), a string taken as a one-name list by the LoRA
+        # config builder, then LoraConfig(target_modules / target_parameters)
+        names = {"lora_target_parameters": "trainer.lora.target_parameters"}
+        if not n.get("lora_target_linear"):
+            names = {"lora_target_modules": "trainer.lora.targets", **names}
+        for key, field in names.items():
+            if n.is_set(key):
+                value = n.get(key)
+                b.from_key(field, key, [value] if isinstance(value, str) else value)
 
     # bf16 'auto' -> True on a bf16 GPU (resolve_dtype in config/__init__.py); the model is
     # then loaded in bf16 (torch_dtype), as LitGPT's bf16-true.
