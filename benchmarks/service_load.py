@@ -167,41 +167,56 @@ def answering(port: int, workers: int) -> set[int]:
     return pids
 
 
+class Valid:
+    """Valid clients' requests: each one's latency, and how many failed (not a 200 with
+    findings, or no answer)."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.errors = 0
+
+    async def send(
+        self, client: Any, url: str, make_body: Callable[[], dict[str, Any]], end: float
+    ) -> None:
+        """Post ``make_body()`` from ``client`` in a loop until ``end`` (perf_counter)."""
+        import httpx
+
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            try:
+                r = await client.post(url, json=make_body())
+                ok = r.status_code == 200 and "findings" in r.json()
+            except httpx.HTTPError:
+                ok = False
+            self.latencies.append(time.perf_counter() - start)
+            self.errors += not ok
+
+    def stats(self, elapsed: float) -> dict[str, Any]:
+        """Requests, rate, p50/p99 ms (NaN when none was answered) and errors."""
+        lat = sorted(self.latencies)
+        return {
+            "requests": len(lat),
+            "rps": len(lat) / elapsed,
+            "p50": statistics.median(lat) * 1000 if lat else float("nan"),
+            "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000 if lat else float("nan"),
+            "errors": self.errors,
+        }
+
+
 async def load(
     url: str, make_body: Callable[[], dict[str, Any]], clients: int, duration: float
 ) -> dict[str, Any]:
-    import httpx
 
-    latencies: list[float] = []
-    errors = 0
+    valid = Valid()
     async with contextlib.AsyncExitStack() as stack:
         each = [await stack.enter_async_context(client_at(address(0, i))) for i in range(clients)]
         await each[0].post(url, json=make_body())  # warm-up: imports, first composition
         end = time.perf_counter() + duration
 
-        async def one_client(client: httpx.AsyncClient) -> None:
-            nonlocal errors
-            while time.perf_counter() < end:
-                start = time.perf_counter()
-                try:
-                    r = await client.post(url, json=make_body())
-                    ok = r.status_code == 200 and "findings" in r.json()
-                except httpx.HTTPError:
-                    ok = False
-                latencies.append(time.perf_counter() - start)
-                errors += not ok
-
         began = time.perf_counter()
-        await asyncio.gather(*(one_client(c) for c in each))
+        await asyncio.gather(*(valid.send(c, url, make_body, end) for c in each))
         elapsed = time.perf_counter() - began
-    latencies.sort()
-    return {
-        "requests": len(latencies),
-        "rps": len(latencies) / elapsed,
-        "p50": statistics.median(latencies) * 1000,
-        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-        "errors": errors,
-    }
+    return valid.stats(elapsed)
 
 
 def attack_bodies() -> dict[str, tuple[bytes, str]]:
@@ -236,26 +251,13 @@ async def adversarial(
     """Valid clients and attackers at once; latency and errors of the valid requests."""
     import httpx
 
-    latencies: list[float] = []
-    errors = 0
+    good = Valid()
     answered: dict[str, int] = {}
     async with contextlib.AsyncExitStack() as stack:
         each = [await stack.enter_async_context(client_at(address(0, i))) for i in range(clients)]
         await each[0].post(url, json=valid)  # warm-up
         end = time.perf_counter() + duration
         payloads = list(attacks.values())
-
-        async def good(client: httpx.AsyncClient) -> None:
-            nonlocal errors
-            while time.perf_counter() < end:
-                start = time.perf_counter()
-                try:
-                    r = await client.post(url, json=valid)
-                    ok = r.status_code == 200 and "findings" in r.json()
-                except httpx.HTTPError:
-                    ok = False
-                latencies.append(time.perf_counter() - start)
-                errors += not ok
 
         async def bad(offset: int, client: httpx.AsyncClient) -> None:
             for i in itertools.count(offset):
@@ -271,19 +273,12 @@ async def adversarial(
 
         began = time.perf_counter()
         await asyncio.gather(
-            *(good(c) for c in each[attackers:]),
+            *(good.send(c, url, lambda: valid, end) for c in each[attackers:]),
             *(bad(i, c) for i, c in enumerate(each[:attackers])),
         )
         elapsed = time.perf_counter() - began
-    latencies.sort()
     return {
-        "requests": len(latencies),
-        "rps": len(latencies) / elapsed,
-        "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
-        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
-        if latencies
-        else float("nan"),
-        "errors": errors,
+        **good.stats(elapsed),
         "attacks": answered,
     }
 
@@ -385,8 +380,7 @@ async def attacked(
 
     import httpx
 
-    latencies: list[float] = []
-    errors = 0
+    good = Valid()
     answered: dict[str, int] = {}
     leaked = False
     parts = urlsplit(url)
@@ -433,18 +427,6 @@ async def attacked(
                 await goods[0].post(url, json=valid)
         end = time.perf_counter() + duration
 
-        async def good(client: httpx.AsyncClient) -> None:
-            nonlocal errors
-            while time.perf_counter() < end:
-                start = time.perf_counter()
-                try:
-                    r = await client.post(url, json=valid)
-                    ok = r.status_code == 200 and "findings" in r.json()
-                except httpx.HTTPError:
-                    ok = False
-                latencies.append(time.perf_counter() - start)
-                errors += not ok
-
         async def bad(offset: int, client: httpx.AsyncClient) -> None:
             nonlocal leaked
             for i in itertools.count(offset):
@@ -465,17 +447,13 @@ async def attacked(
                 answered[key] = answered.get(key, 0) + 1
 
         began = time.perf_counter()
-        await asyncio.gather(*(good(c) for c in goods), *(bad(i, c) for i, c in enumerate(bads)))
+        await asyncio.gather(
+            *(good.send(c, url, lambda: valid, end) for c in goods),
+            *(bad(i, c) for i, c in enumerate(bads)),
+        )
         elapsed = time.perf_counter() - began
-    latencies.sort()
     return {
-        "requests": len(latencies),
-        "rps": len(latencies) / elapsed,
-        "p50": statistics.median(latencies) * 1000 if latencies else float("nan"),
-        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
-        if latencies
-        else float("nan"),
-        "errors": errors,
+        **good.stats(elapsed),
         "attacks": answered,
         "leaked": leaked,
     }
