@@ -3,10 +3,9 @@ local Hugging Face caches, never downloaded.
 
 Two caches are looked in, in this order:
 
-1. the Hub cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``)
-   that ``huggingface_hub`` fills: ``datasets--ORG--NAME/refs/main`` names the revision whose
-   files lie in ``snapshots/<revision>/`` (huggingface_hub ``file_download.py``
-   ``_get_pointer_path`` / ``_cache_commit_hash_for_specific_revision``, links to ``blobs/``).
+1. the Hub cache that ``huggingface_hub`` fills (:mod:`cfgcheck.hfcache`):
+   ``datasets--ORG--NAME/refs/main`` names the revision whose files lie in
+   ``snapshots/<revision>/`` (the newest snapshot when there is no ``refs/main``).
    The files of the split are chosen as ``datasets`` chooses them: the README's ``configs``
    (``config_name``, ``data_files`` with a ``split`` and ``path`` patterns) when it has them,
    else the file or folder names carrying a split keyword (``datasets/data_files.py``
@@ -27,6 +26,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cfgcheck.hfcache import cached_snapshot, hf_home, hub_cache_dir
+
 # datasets/data_files.py (datasets 5.2): the words that name a split in a file or folder name,
 # and the characters around them.
 SPLIT_KEYWORDS = {
@@ -44,28 +45,11 @@ class NotCached(LookupError):
     """The dataset is not in the local caches: the message says where it was looked for."""
 
 
-def hub_cache() -> Path:
-    """huggingface_hub's cache folder (constants.py: HF_HUB_CACHE, HF_HOME)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HUGGINGFACE_HUB_CACHE"):  # the older name huggingface_hub still reads
-        return Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser()
-    return _home() / "hub"
-
-
 def datasets_cache() -> Path:
     """The ``datasets`` library's cache folder (datasets/config.py: HF_DATASETS_CACHE)."""
     if os.environ.get("HF_DATASETS_CACHE"):
         return Path(os.environ["HF_DATASETS_CACHE"]).expanduser()
-    return _home() / "datasets"
-
-
-def _home() -> Path:
-    home = os.environ.get("HF_HOME")
-    if home:
-        return Path(home).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "huggingface"
+    return hf_home() / "datasets"
 
 
 def is_hub_id(name: str) -> bool:
@@ -76,7 +60,7 @@ def is_hub_id(name: str) -> bool:
 def cached_files(repo: str, config: str | None = None, split: str = "train") -> list[Path]:
     """The local files of ``split`` of the Hub dataset ``repo``; :class:`NotCached` when no
     cache holds it, naming the folders looked in."""
-    snapshot = _snapshot(repo)
+    snapshot = cached_snapshot(repo, "dataset", newest=True)
     if snapshot is not None:
         files = snapshot_files(snapshot, config, split)
         if files:
@@ -87,24 +71,8 @@ def cached_files(repo: str, config: str | None = None, split: str = "train") -> 
     what = f"{repo}" + (f" (config {config})" if config else "") + f", split {split}"
     raise NotCached(
         f"the Hub dataset {what} is not in the local Hugging Face cache "
-        f"({hub_cache()}, {datasets_cache()}), and cfgcheck never downloads"
+        f"({hub_cache_dir()}, {datasets_cache()}), and cfgcheck never downloads"
     )
-
-
-def _snapshot(repo: str) -> Path | None:
-    folder = hub_cache() / ("datasets--" + repo.replace("/", "--"))
-    try:
-        revision = (folder / "refs" / "main").read_text(encoding="utf-8")[:100].strip()
-    except (OSError, UnicodeDecodeError):
-        revision = ""
-    snapshots = folder / "snapshots"
-    if revision and (snapshots / revision).is_dir():
-        return snapshots / revision
-    try:  # no refs/main (a pinned revision was downloaded): the newest snapshot
-        found = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime)
-    except OSError:
-        return None
-    return found[-1] if found else None
 
 
 def snapshot_files(root: Path, config: str | None, split: str) -> list[Path]:

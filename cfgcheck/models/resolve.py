@@ -7,9 +7,7 @@ Resolution never downloads. In order:
 2. a Hub id (``ORG/NAME``) found in the local Hugging Face cache, laid out as huggingface_hub
    writes it (``huggingface_hub/file_download.py``, ``try_to_load_from_cache``):
    ``<cache>/models--ORG--NAME/refs/main`` holds the commit whose folder
-   ``snapshots/<commit>/`` holds the files; ``<cache>`` is ``HF_HUB_CACHE``, else
-   ``HUGGINGFACE_HUB_CACHE``, else ``HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``
-   (default ``~/.cache``) as in ``huggingface_hub/constants.py``;
+   ``snapshots/<commit>/`` holds the files (:mod:`cfgcheck.hfcache`);
 3. a name or Hub id of cfgcheck's preset registry (:mod:`cfgcheck.models.presets`).
 
 Anything else is a :class:`ModelFolderError` naming what to provide.
@@ -17,7 +15,6 @@ Anything else is a :class:`ModelFolderError` naming what to provide.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -25,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from cfgcheck.hfcache import cached_snapshot, hub_cache_dir
 from cfgcheck.models.files import ModelFolderError, read_json, read_yaml
 from cfgcheck.models.hf import Value, hf_model, special_token_ids
 from cfgcheck.models.litgpt import litgpt_model
@@ -44,7 +42,6 @@ _HUB_ID = re.compile(r"^[\w.-]{1,96}/[\w.-]{1,96}$")
 # A Hub id without an organisation (gpt2, gpt2-xl, bert-base-uncased: the Hub's first models,
 # cached by huggingface_hub as models--gpt2): looked up in the cache only.
 _LEGACY_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 @dataclass(frozen=True)
@@ -77,34 +74,6 @@ class ModelSource:
 
     def line(self, value: Value) -> int | None:
         return self.lines.get(value.key) if value.default_of is None else None
-
-
-def hub_cache_dir() -> Path:
-    """The Hugging Face Hub cache directory, as huggingface_hub/constants.py computes it."""
-    env = os.environ
-    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    if hub:
-        return Path(os.path.expandvars(hub)).expanduser()
-    home = env.get("HF_HOME") or str(
-        Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
-    )
-    return Path(os.path.expandvars(home)).expanduser() / "hub"
-
-
-def cached_snapshot(hub_id: str, cache: Path | None = None) -> Path | None:
-    """The snapshot folder of ``hub_id``'s ``main`` revision in the local cache, if any."""
-    repo = (cache or hub_cache_dir()) / ("models--" + hub_id.replace("/", "--"))
-    ref = repo / "refs" / "main"
-    from cfgcheck.safeio import UnsafeInput, read_bytes
-
-    try:  # bounded, regular files only: a FIFO named refs/main is never opened
-        commit = read_bytes(ref, 4096).decode("ascii", errors="replace").strip()
-    except (OSError, UnsafeInput):
-        return None
-    if not _COMMIT.match(commit):
-        return None
-    snapshot = repo / "snapshots" / commit
-    return snapshot if snapshot.is_dir() else None
 
 
 def resolve_pretrained(ref: str) -> ModelSource:

@@ -238,3 +238,16 @@ def test_a_config_from_the_network_looks_at_no_folder(tmp_path: Path) -> None:
     doc = parse_document("model_name_or_path: x/y\ndataset_name: mydata\n", "x")
     data: dict[str, Any] = load_document(doc, "trl").config.get("data", {})
     assert "paths" not in data and "hub_dataset" not in data
+
+
+def test_a_fifo_named_refs_main_is_never_opened(caches: tuple[Path, Path]) -> None:
+    """``refs/main`` is read like every file (bounded, regular files only): a FIFO there would
+    block an open() for good; the snapshot is then the newest one in the folder."""
+    import os
+
+    hub, _ = caches
+    snapshot = hub_repo(hub, "org/fifo", {"data/train.jsonl": jsonl(rows("fifo", 2))})
+    ref = hub / "datasets--org--fifo" / "refs" / "main"
+    ref.unlink()
+    os.mkfifo(ref)
+    assert cached_files("org/fifo") == [snapshot / "data" / "train.jsonl"]

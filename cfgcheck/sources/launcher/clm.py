@@ -148,7 +148,7 @@ def _json(path: Path) -> dict[str, Any] | None:
 def _folder(n: LaunchConfig, ref: Any) -> Path | None:
     """The local folder ``ref`` names (relative to where the script runs), or its Hub-cache
     snapshot."""
-    from cfgcheck.models.resolve import cached_snapshot
+    from cfgcheck.hfcache import cached_snapshot
 
     if not isinstance(ref, str) or not ref:
         return None

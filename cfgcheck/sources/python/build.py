@@ -125,7 +125,7 @@ def _has_tokenizer_files(ref: object) -> bool:
     """``ref`` is a folder or a cached Hub snapshot, whose tokenizer cfgcheck reads."""
     from pathlib import Path
 
-    from cfgcheck.models.resolve import cached_snapshot
+    from cfgcheck.hfcache import cached_snapshot
 
     if not isinstance(ref, str):
         return False

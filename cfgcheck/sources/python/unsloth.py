@@ -50,8 +50,8 @@ def model_ref(name: str) -> str:
     """The first of :func:`candidates` that cfgcheck resolves, else ``name``."""
     from pathlib import Path
 
+    from cfgcheck.hfcache import cached_snapshot
     from cfgcheck.models.presets import find_preset
-    from cfgcheck.models.resolve import cached_snapshot
 
     for candidate in candidates(name):
         try:
