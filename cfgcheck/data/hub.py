@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import itertools
 import os
 import re
 from pathlib import Path
@@ -75,19 +76,25 @@ def cached_files(repo: str, config: str | None = None, split: str = "train") -> 
     )
 
 
-def snapshot_files(root: Path, config: str | None, split: str) -> list[Path]:
-    """The data files of ``split`` (and ``config``) below ``root``, as ``datasets`` picks
-    them from a repository's files."""
+def data_files(root: Path) -> list[str]:
+    """The data files below ``root`` (relative POSIX paths, sorted), as ``datasets`` lists a
+    repository or a local folder: hidden files and folders skipped, links followed (a
+    snapshot's files link to ``blobs/``). At most :data:`MAX_FILES` entries are looked at."""
     from cfgcheck.data.records import _is_data_file
 
     listed = []
-    for i, path in enumerate(sorted(root.rglob("*"))):
-        if i > MAX_FILES:
-            break
+    for path in itertools.islice(root.rglob("*"), MAX_FILES + 1):
         rel = path.relative_to(root).as_posix()
         hidden = any(part.startswith(".") for part in rel.split("/"))
-        if not hidden and _is_data_file(path) and path.is_file():  # links to blobs/ followed
+        if not hidden and _is_data_file(path) and path.is_file():
             listed.append(rel)
+    return sorted(listed)
+
+
+def snapshot_files(root: Path, config: str | None, split: str) -> list[Path]:
+    """The data files of ``split`` (and ``config``) below ``root``, as ``datasets`` picks
+    them from a repository's files."""
+    listed = data_files(root)
     configs = _readme_configs(root)
     if configs:
         chosen = _config(configs, config)

@@ -15,7 +15,6 @@ came over the network (no file on disk) names no local folder: nothing is looked
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def dataset_files(b: Builder, key: str, name: str, split: str) -> bool:
     """``name`` (at native ``key``): a local folder's files of ``split`` as ``data.paths``
     (False: it is local, nothing more to set), else a Hub id as ``data.hub_dataset`` (True);
     False for anything else. One line and exit 2 for a folder outside the project."""
-    from cfgcheck.data.hub import MAX_FILES, is_hub_id, split_of
+    from cfgcheck.data.hub import data_files, is_hub_id, split_of
 
     n = b.native
     where = n.loc(key)
@@ -61,13 +60,7 @@ def dataset_files(b: Builder, key: str, name: str, split: str) -> bool:
                 "working directory and the config's folder"
             )
     if local.is_dir():
-        from cfgcheck.data.records import _is_data_file
-
-        listed = sorted(
-            itertools.islice((p for p in local.rglob("*") if _is_data_file(p)), MAX_FILES)
-        )
-        rel = [p.relative_to(local).as_posix() for p in listed if p.is_file()]
-        chosen = split_of(rel, split)
+        chosen = split_of(data_files(local), split)
         if chosen:
             b.from_key("data.paths", key, [os.path.join(name, r) for r in chosen])
         return False
