@@ -182,3 +182,21 @@ def test_expert_targets_stop_the_experts_warning_and_count_in_memory() -> None:
     # fp32 adapters (the peak is in the forward: no gradients yet), two fp32 AdamW states
     assert part(with_, "adapters") - part(without, "adapters") == 4 * extra
     assert part(with_, "optimizer_states") - part(without, "optimizer_states") == 2 * 4 * extra
+
+
+@pytest.mark.parametrize("framework", ["litgpt", "torchtune"])
+def test_target_parameters_outside_peft_are_refused(framework: str) -> None:
+    """Only PEFT has target_parameters: torchtune's LoRA builder raises on the keyword (the
+    real builder, torchtune 0.6.1), LitGPT's lora.Config has no such field (litgpt/lora.py).
+    cfgcheck refuses the list instead of silently counting no adapter; without it, clean."""
+    m = tiny(TINY["qwen3_moe"])
+    cfg = run_config(m, ["q_proj"], PARAMS["every-layer"])
+    cfg["trainer"]["framework"] = framework
+    if framework == "torchtune":
+        builders = pytest.importorskip("torchtune.models.llama3_2")
+        with pytest.raises(TypeError, match="target_parameters"):
+            builders.lora_llama3_2_1b(["q_proj"], target_parameters=PARAMS["every-layer"])
+    found = errors(cfg)
+    assert len(found) == 1 and f"framework={framework} has no such setting" in found[0]
+    cfg["trainer"]["lora"]["target_parameters"] = []
+    assert not errors(cfg)

@@ -900,15 +900,16 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "lora-target-parameter-unknown": E(
         "error",
-        "Every entry of `trainer.lora.target_parameters` matches a parameter of the model, and "
-        "the LoRA dropout is 0 with them.",
+        "Every entry of `trainer.lora.target_parameters` matches a parameter of the model, the "
+        "LoRA dropout is 0 with them, and the framework is PEFT's (`trainer.framework=hf`).",
         "PEFT adapts a parameter whose full name ends with `.` + the entry (`7.mlp.experts."
         "gate_up_proj`: layer 7's fused experts); an entry matching nothing is dropped silently, "
         "or only warned about (`target_parameters=[...] were set but no parameter was "
         "matched.`), so fewer adapters train than asked. `lora.ParamWrapper` raises with "
-        "`lora_dropout != 0`.",
+        "`lora_dropout != 0`. LitGPT and torchtune have no `target_parameters`: nothing "
+        "would be adapted.",
         "Name the model's parameters (layer indices within `num_hidden_layers`), and set "
-        "`trainer.lora.dropout=0`.",
+        "`trainer.lora.dropout=0`; outside PEFT, adapt the MLP instead (LitGPT `lora_mlp`).",
     ),
     "attention-unsupported": E(
         "error",

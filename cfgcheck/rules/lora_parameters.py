@@ -14,6 +14,13 @@ target_parameters=[...] were set but no parameter was matched.``, and with no
 gpt-oss and Qwen3-MoE models, tests/test_lora_target_parameters.py). Each matched parameter is
 wrapped in ``lora.ParamWrapper`` (``peft/tuners/lora/layer.py``), which raises ``ValueError:
 lora.ParamWrapper does not work with lora_dropout != 0.``
+
+Only PEFT has ``target_parameters``. LitGPT's LoRA is switched per module group (``litgpt/lora.py``
+``Config``: ``lora_query`` ... ``lora_mlp``, ``lora_head``; Lightning-AI/litgpt at 26857050), and
+torchtune's LoRA builders take ``lora_attn_modules`` / ``apply_lora_to_mlp`` /
+``apply_lora_to_output`` (``torchtune/models/*/_component_builders.py``, 0.6.1): a
+``target_parameters`` list with ``trainer.framework=litgpt`` or ``torchtune`` adapts nothing
+(torchtune's builder raises ``TypeError`` on the keyword), so it is refused rather than counted.
 """
 
 from __future__ import annotations
@@ -35,12 +42,36 @@ def _suggest(names: list[str], shapes: list[str]) -> str:
     return ", ".join(inner[:4]) or ", ".join(shapes[:4])
 
 
+_EXPERTS_BY_FRAMEWORK = {
+    "litgpt": "LitGPT adapts a MoE's experts with its MLP switch (trainer.lora.targets=[mlp], "
+    "lora_mlp: litgpt/lora.py LLaMAMoE)",
+    "torchtune": "torchtune 0.6's LoRA builders adapt linear modules only (lora_attn_modules, "
+    "apply_lora_to_mlp, apply_lora_to_output)",
+}
+
+
+def _not_peft(framework: str) -> Problem:
+    """``target_parameters`` with a framework that has no such setting."""
+    return Problem(
+        "error",
+        (PATH, "trainer.framework"),
+        f"{PATH} is PEFT's LoraConfig(target_parameters=...); trainer.framework={framework} "
+        f"has no such setting, so no parameter would get an adapter (the memory estimate counts "
+        f"none): {_EXPERTS_BY_FRAMEWORK.get(framework, '')}",
+        f"drop {PATH}, or set trainer.framework=hf for a PEFT run",
+        fixes=(Fix((f"{PATH}=[]",), "no parameter adapters"),),
+    )
+
+
 @rule("lora-target-parameter-unknown", requires=("model", "trainer"))
 def lora_target_parameter_unknown(cfg: RunConfig) -> Iterator[Problem]:
     """Entries of ``trainer.lora.target_parameters`` that match no parameter of the model."""
     m, t = cfg.model, cfg.trainer
     wanted = list(t.lora.target_parameters)
-    if not wanted or t.finetuning == "full" or t.framework != "hf":
+    if not wanted or t.finetuning == "full":
+        return
+    if t.framework != "hf":
+        yield _not_peft(t.framework)
         return
     tr = traced(m)
     if tr is None:
