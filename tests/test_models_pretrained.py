@@ -433,6 +433,18 @@ def test_cli_unknown_id_exits_2_with_one_line() -> None:
     assert r.stderr.count("\n") == 1 and "model.pretrained=nobody/no-such-model" in r.stderr
 
 
+def test_cli_unbuildable_architecture_is_one_line(tmp_path: Path) -> None:
+    """A Mamba config is built on the meta device (which imports torchao where the frameworks
+    extra installed it, and torchao logs each CUDA-only extension it cannot load): stderr is
+    the one line that says what to do, nothing of the libraries' import-time logging."""
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "mamba", "hidden_size": 64, "vocab_size": 100, "num_hidden_layers": 2}'
+    )
+    r = run_cfgcheck("check", "~model", f"+model.pretrained={tmp_path}")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "write the model section by hand" in r.stderr, r.stderr
+
+
 def _line(folder: Path, key: str) -> int:
     lines = (folder / "config.json").read_text().splitlines()
     return next(i for i, text in enumerate(lines, 1) if text.strip().startswith(f'"{key}"'))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from cfgcheck.memory.modules import ARCHITECTURES, architecture_of
+from cfgcheck.quiet import quiet_imports
 from cfgcheck.schema.model import ModelConfig
 
 
@@ -154,6 +155,6 @@ def meta_param_count(m: ModelConfig) -> int:
         from transformers import AutoModelForCausalLM
     except ImportError as e:  # pragma: no cover
         raise ImportError("install cfgcheck[torch,transformers] for the meta-device count") from e
-    with torch.device("meta"):
+    with torch.device("meta"), quiet_imports():
         model = AutoModelForCausalLM.from_config(hf_config(m))  # type: ignore[no-untyped-call]
     return int(sum(p.numel() for p in model.parameters()))

@@ -2,17 +2,17 @@
 transformers model built from its ``config.json`` on the meta device (no weights, no download,
 never ``trust_remote_code``).
 
-The shapes layer of :mod:`cfgcheck.memory`: it imports nothing of cfgcheck but the schema, and
-torch / transformers only when a trace is asked for. A trace holds, per module path of
-``model.named_modules()``: its kind (what PEFT's LoRA can wrap: ``nn.Linear`` and
-transformers' ``Conv1D`` are linears, ``nn.Embedding`` embeddings; PEFT refuses everything
+The shapes layer of :mod:`cfgcheck.memory`: it imports nothing of cfgcheck but the schema and
+:mod:`cfgcheck.quiet`, and torch / transformers only when a trace is asked for. A trace holds,
+per module path of ``model.named_modules()``: its kind (what PEFT's LoRA can wrap: ``nn.Linear``
+and transformers' ``Conv1D`` are linears, ``nn.Embedding`` embeddings; PEFT refuses everything
 else, ``peft/tuners/lora/model.py`` ``_create_new_module``), the linears' in/out features and
 bias, the parameters it owns, and the mixture-of-experts facts: transformers 5 stores the routed
 experts of every MoE family as fused 3D parameters of one ``*Experts`` module
-(``models/mixtral/modeling_mixtral.py`` ``MixtralExperts``: ``gate_up_proj`` of
-``(num_experts, 2 * intermediate, hidden)`` and ``down_proj``; the same in qwen2_moe, qwen3_moe,
-deepseek_v2/v3, gpt_oss, olmoe, llama4), and each token runs ``top_k`` of them (the router's
-``top_k``, ``config.num_experts_per_tok``).
+(``models/mixtral/modeling_mixtral.py`` ``MixtralExperts``: ``gate_up_proj`` of ``(num_experts,
+2 * intermediate, hidden)`` and ``down_proj``; the same in qwen2_moe, qwen3_moe, deepseek_v2/v3,
+gpt_oss, olmoe, llama4), and each token runs ``top_k`` of them (the router's ``top_k``,
+``config.num_experts_per_tok``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
+
+from cfgcheck.quiet import quiet_imports
 
 # Module kinds: what PEFT's LoRA can wrap ("linear", "embedding") and what it refuses.
 LINEAR, EMBEDDING, NORM, OTHER = "linear", "embedding", "norm", "other"
@@ -171,7 +173,7 @@ def _trace(key: str) -> Trace:
         if _bad_id(config, "pad_token_id"):  # a pad id past a config's own vocabulary
             config.pad_token_id = None
         _bounded(config, model_type)
-        with torch.device("meta"):
+        with torch.device("meta"), quiet_imports():
             model: Any = _auto_class(transformers, data).from_config(config)
     except TraceError:
         raise
