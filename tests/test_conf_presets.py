@@ -71,6 +71,12 @@ def test_required_presets_ship() -> None:
     assert set(PAIRS) <= set(MODEL_PRESETS)
 
 
+def test_every_tokenizer_preset_is_paired_with_a_model() -> None:
+    """demo-bpe aside (no model's tokenizer), each tokenizer preset is checked with a model."""
+    shipped = {p.stem for p in (CONF / "tokenizer").glob("*.yaml")} - {"demo-bpe"}
+    assert shipped == {tokenizer for tokenizer, _ in PAIRS.values()}
+
+
 @pytest.mark.parametrize("name", MODEL_PRESETS)
 def test_model_preset_is_valid_and_links_its_source(name: str) -> None:
     model = ModelConfig.model_validate(load(CONF / "model" / f"{name}.yaml"))
