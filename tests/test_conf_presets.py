@@ -56,6 +56,8 @@ PAIRS = {
         [f"model.vocab_size={GEMMA3_LEN}", f"model.padded_vocab_size={GEMMA3_LEN}"],
     ),
     "olmo-2-7b": ("olmo-2", []),
+    # SmolLM3 was pretrained with Llama-3.2's tokenizer (see conf/tokenizer/llama-3.yaml).
+    "smollm3-3b": ("llama-3", []),
 }
 
 TOKENIZER_RULES = {"vocab-mismatch", "special-token-out-of-range", "pad-token-missing"}
