@@ -58,6 +58,7 @@ PAIRS = {
     "olmo-2-7b": ("olmo-2", []),
     # SmolLM3 was pretrained with Llama-3.2's tokenizer (see conf/tokenizer/llama-3.yaml).
     "smollm3-3b": ("llama-3", []),
+    "phi-4": ("phi-4", []),
 }
 
 TOKENIZER_RULES = {"vocab-mismatch", "special-token-out-of-range", "pad-token-missing"}
