@@ -16,6 +16,8 @@ MODEL_PRESETS = sorted(
     p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != MODEL_FOLDER_OPTION
 )
 
+GEMMA3_LEN = 262145  # Gemma 3's 262144 SentencePiece pieces + <image_soft_token>
+
 # Each model with its own tokenizer preset, and the fix its pairing needs, if any.
 PAIRS = {
     "tinyllama-1.1b": ("llama-2", []),
@@ -41,6 +43,22 @@ PAIRS = {
     "smollm2-135m": ("smollm2", []),
     "smollm2-360m": ("smollm2", []),
     "smollm2-1.7b": ("smollm2", []),
+    "mixtral-8x7b": ("mistral", []),
+    "qwen3-30b-a3b": ("qwen3", []),
+    "llama-3.3-70b": ("llama-3.1-instruct", []),
+    "gpt-oss-20b": ("gpt-oss", []),
+    "gemma-3-4b": ("gemma-3", []),
+    "gemma-3-12b": ("gemma-3", []),
+    # gemma-3-1b's 262144 rows stop one short of its tokenizer's <image_soft_token> (262144):
+    # the pairing needs the embedding resized to len(tokenizer).
+    "gemma-3-1b": (
+        "gemma-3",
+        [f"model.vocab_size={GEMMA3_LEN}", f"model.padded_vocab_size={GEMMA3_LEN}"],
+    ),
+    "olmo-2-7b": ("olmo-2", []),
+    # SmolLM3 was pretrained with Llama-3.2's tokenizer (see conf/tokenizer/llama-3.yaml).
+    "smollm3-3b": ("llama-3", []),
+    "phi-4": ("phi-4", []),
 }
 
 TOKENIZER_RULES = {"vocab-mismatch", "special-token-out-of-range", "pad-token-missing"}
@@ -54,6 +72,12 @@ def load(path: Path) -> dict[str, object]:
 
 def test_required_presets_ship() -> None:
     assert set(PAIRS) <= set(MODEL_PRESETS)
+
+
+def test_every_tokenizer_preset_is_paired_with_a_model() -> None:
+    """demo-bpe aside (no model's tokenizer), each tokenizer preset is checked with a model."""
+    shipped = {p.stem for p in (CONF / "tokenizer").glob("*.yaml")} - {"demo-bpe"}
+    assert shipped == {tokenizer for tokenizer, _ in PAIRS.values()}
 
 
 @pytest.mark.parametrize("name", MODEL_PRESETS)
@@ -77,9 +101,39 @@ def test_model_with_its_tokenizer_has_no_tokenizer_errors(name: str) -> None:
     assert [f for f in result.errors if f.rule in TOKENIZER_RULES] == []
 
 
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_model_vocab_size_is_its_tokenizer_length(name: str) -> None:
+    """cfgcheck/models/presets.py's convention: a model preset's vocab_size is len(tokenizer) of
+    the tokenizer it was published with (the rows may be more), so a LoRA run on the pair finds no
+    other-tokenizer error."""
+    tokenizer, fix = PAIRS[name]
+    model = ModelConfig.model_validate(load(CONF / "model" / f"{name}.yaml"))
+    size = load(CONF / "tokenizer" / f"{tokenizer}.yaml").get("vocab_size")
+    assert isinstance(size, int)
+    resized = [int(f.split("=")[1]) for f in fix if f.startswith("model.vocab_size=")]
+    if resized:  # the pairing's fix builds the embedding for the tokenizer
+        assert resized == [size] and model.rows < size
+    else:
+        assert model.vocab_size == size and size <= model.rows
+
+
 def test_phi2_without_a_pad_token_is_flagged() -> None:
     result = check(CONF, "config", ["model=phi-2", "tokenizer=phi-2"])
     assert [f.rule for f in result.errors] == ["pad-token-missing"]
+
+
+def test_gemma3_1b_with_its_published_tokenizer_is_flagged() -> None:
+    """Gemma 3's tokenizer adds <image_soft_token> at 262144 (len 262145), past the 1B's 262144
+    embedding rows: a text spelling the token encodes to id 262144 and the lookup fails (the
+    mechanism tests/crash/test_crash_vocab.py reproduces on a real embedding). The 4B and 12B
+    have 262208 rows and pass."""
+    result = check(CONF, "config", ["model=gemma-3-1b", "tokenizer=gemma-3"])
+    (finding,) = result.errors
+    assert finding.rule == "vocab-mismatch"
+    assert f"{GEMMA3_LEN} tokens" in finding.message and "262144 embedding rows" in finding.message
+    assert (f"model.vocab_size={GEMMA3_LEN}", f"model.padded_vocab_size={GEMMA3_LEN}") in [
+        fix.overrides for fix in finding.fixes
+    ]
 
 
 @pytest.mark.parametrize("group", ["tokenizer", "data", "trainer"])

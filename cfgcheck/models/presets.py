@@ -707,14 +707,15 @@ _add(
     "32 experts of width 2880, 4 per token; layers 0, 2, 4, ... attend through a 128-token window;"
     " attention sinks; 20.9B parameters, 4.2B active (3.6B without the input embedding, as OpenAI "
     "counts). The released checkpoint stores experts in MXFP4; no target name reaches its fused "
-    "experts in PEFT.",
+    "experts in PEFT. len(tokenizer) 200019 (o200k_harmony: 199998 BPE tokens and 21 special, "
+    "199998-200018) of 201088 embedding rows.",
     name="gpt-oss-20b",
     source=_hf("openai/gpt-oss-20b"),
     n_embd=2880,
     n_head=64,
     n_layer=24,
     padded_vocab_size=201088,
-    vocab_size=201088,
+    vocab_size=200019,
     block_size=131072,
     n_query_groups=8,
     head_size=64,
@@ -776,7 +777,8 @@ _add(
 _add(
     ("google/gemma-3-1b-it", "google/gemma-3-1b-pt", "unsloth/gemma-3-1b-it"),
     "Five local layers (512-token window) for every global one; q/k norms; four norms per layer; "
-    "262k vocabulary, tied lm_head.",
+    "262k vocabulary, tied lm_head. Its tokenizer's <image_soft_token> (id 262144, len(tokenizer) "
+    "262145) is one past the 262144 rows: a text that spells it crashes the embedding.",
     name="gemma-3-1b",
     source=_hf("google/gemma-3-1b-it"),
     n_embd=1152,
@@ -817,14 +819,16 @@ _add(
 _add(
     ("google/gemma-3-4b-it", "google/gemma-3-4b-pt", "unsloth/gemma-3-4b-it"),
     "Gemma3ForConditionalGeneration: the language model under text_config and a SigLIP vision "
-    "tower (counted: 4.3B parameters); five local layers (1024-token window) for every global one.",
+    "tower (counted: 4.3B parameters); five local layers (1024-token window) for every global one. "
+    "len(tokenizer) 262145 (<image_soft_token> 262144 included) of 262208 rows: the conversion "
+    "adds 64 rows.",
     name="gemma-3-4b",
     source=_hf("google/gemma-3-4b-it"),
     n_embd=2560,
     n_head=8,
     n_layer=34,
     padded_vocab_size=262208,
-    vocab_size=262208,
+    vocab_size=262145,
     block_size=131072,
     n_query_groups=4,
     head_size=256,
@@ -868,14 +872,15 @@ _add(
 _add(
     ("google/gemma-3-12b-it", "google/gemma-3-12b-pt", "unsloth/gemma-3-12b-it"),
     "Gemma3ForConditionalGeneration (language model and SigLIP vision tower, 12.2B parameters); "
-    "five local layers (1024-token window) for every global one.",
+    "five local layers (1024-token window) for every global one. len(tokenizer) 262145 of 262208 "
+    "rows, as for gemma-3-4b.",
     name="gemma-3-12b",
     source=_hf("google/gemma-3-12b-it"),
     n_embd=3840,
     n_head=16,
     n_layer=48,
     padded_vocab_size=262208,
-    vocab_size=262208,
+    vocab_size=262145,
     block_size=131072,
     n_query_groups=8,
     head_size=256,
