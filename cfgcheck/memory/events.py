@@ -118,7 +118,13 @@ class Seq:
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
-    no offload."""
+    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`)."""
+    from cfgcheck.memory.events_kbit import kbit_covered
+
+    return kbit_covered(m, t) or _dense_covered(m, t)
+
+
+def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return (
         t.framework == "hf"
         and t.quantization == "none"
@@ -206,6 +212,10 @@ def layer_tensors(
 
 def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2) -> list[Event]:
     """Build, reset, then ``steps`` optimizer steps (see the module docstring)."""
+    from cfgcheck.memory.events_kbit import kbit_covered, kbit_step_events
+
+    if kbit_covered(m, t):
+        return kbit_step_events(m, d, t, steps)
     s = stack(m, t)
     seq = Pipeline.from_data(d).memory_length()  # as estimate.sequence_length
     b = t.micro_batch_size
