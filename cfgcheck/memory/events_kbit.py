@@ -50,6 +50,7 @@ GEMM_4BIT_CUSTOM_MAX_M = 1536  # bitsandbytes backends/cuda/ops.py ``_gemm_4bit_
 BLOCK = 64  # ``bnb_4bit_quant_storage`` blocks (QuantState.blocksize)
 NESTED_BLOCK = 256  # double quantization's state2 blocksize
 OPT_BLOCK = 256  # bitsandbytes' blockwise 8-bit optimizer states
+ATTN_IN = ("q_proj", "k_proj", "v_proj")  # the linears on the layer's (normed) input
 
 
 def kbit_covered(m: ModelConfig, t: TrainerConfig) -> bool:
@@ -102,6 +103,7 @@ class Ctx:
     lora: dict[str, tuple[int, int]]  # adapted linear -> (lora_A, lora_B) parameter ids
     grads: dict[int, int]
     recomputing: bool = False
+    input_grad: bool = True  # the layer's input needs its gradient
 
     def a(self, n: int) -> int:
         return self.ev.alloc(n)
@@ -219,21 +221,21 @@ def rotary_backward(c: Ctx, n: int, g: int) -> int:
     return out
 
 
-def rms_norm_backward(c: Ctx, h: int, g: int, x: int) -> int:
-    """``LlamaRMSNorm``'s backward (fp32, frozen weight) for the gradient ``g`` (freed) and the
-    saved input ``x`` (released): the op order of the CPU trace."""
+def rms_norm_backward(c: Ctx, h: int, g: int, x: int, res: int | None = None) -> int:
+    """``LlamaRMSNorm``'s backward (fp32, frozen weight) for the gradient ``g`` (freed), the
+    saved input ``x`` (released) and ``res``, the gradient the input already has (the
+    residual's), as the CPU trace runs it: ``g * weight``; ``x * rsqrt``'s backward (the
+    input's first gradient, summed into ``res``); ``mean`` and ``pow``'s backward; the sum."""
     R = 4 * c.tokens * h
     first = c.a(R)  # grad * weight
     c.f(g)
-    a, b = c.a(R), c.a(R)
-    c.f(b, a)
-    div, pw = c.a(R), c.a(R)
-    m1, m2 = c.a(R), c.a(R)
-    c.f(m1, pw, div)
-    if x:
-        c.f(x)
+    a, b = c.a(R), c.a(R)  # grad * rsqrt, grad * x (summed into rsqrt's gradient)
+    c.f(b, first)
+    total = accumulate(c, res, a, R)
+    div, pw, m1, m2 = c.a(R), c.a(R), c.a(R), c.a(R)
+    c.f(m1, pw, div, *([x] if x else []))
     out = c.a(R)
-    c.f(m2, first)
+    c.f(total, m2)
     return out
 
 
@@ -266,6 +268,9 @@ def linear_backward(
         g_la = c.a(4 * T * c.rank)
         c.f(la, scaled)
         _grad(c.ev, c.grads, a_id, 4 * x.n_in * c.rank)
+        if not c.input_grad and x.name in ATTN_IN:
+            c.f(*saved[:-1], g_la)
+            return buf
         g_d = c.a(4 * T * x.n_in)
         if c.dropout:
             d, mask = saved[0], saved[1]
@@ -276,6 +281,10 @@ def linear_backward(
             c.f(g_la)
             g_x = g_d
         buf = accumulate(c, buf, g_x, 4 * T * x.n_in)
+    if not c.input_grad and x.name in ATTN_IN:  # the base's output needs no gradient
+        if own:
+            c.f(g)
+        return buf
     gc = c.a(2 * T * x.n_out)  # the gradient cast to the compute dtype
     if own:
         c.f(g)
@@ -388,7 +397,7 @@ def layer_forward(c: Ctx, L: Layout, keep: bool, stop: bool = False) -> tuple[in
     return h2, sv
 
 
-def layer_backward(c: Ctx, L: Layout, g_out: int, x: int, sv: Saved | None) -> int:
+def layer_backward(c: Ctx, L: Layout, g_out: int, x: int, sv: Saved | None) -> int | None:
     """The layer's backward for the gradient of its output ``g_out`` (freed) and its input
     ``x`` (released with norm 1's backward); ``sv`` None: checkpointed, recomputed (early
     stop) where the first saved tensor is unpacked. Returns the input's gradient."""
@@ -422,7 +431,7 @@ def layer_backward(c: Ctx, L: Layout, g_out: int, x: int, sv: Saved | None) -> i
     buf = linear_backward(c, L.lin["gate_proj"], g_g, True, s.lin["gate_proj"], buf)
     if s.n2:
         c.f(s.n2)
-    g_h1 = accumulate(c, g_out, rms_norm_backward(c, L.h, buf, s.h1), R)
+    g_h1 = rms_norm_backward(c, L.h, buf, s.h1, g_out)
     g_att = linear_backward(c, L.lin["o_proj"], g_h1, False, s.lin["o_proj"], None)
     gq, gk, gv = c.a(L.q), c.a(L.q), c.a(L.q)  # sdpa's backward
     c.f(s.att, s.kr, s.qe, s.vr, *([s.mask] if s.mask else []), g_att)
@@ -441,8 +450,11 @@ def layer_backward(c: Ctx, L: Layout, g_out: int, x: int, sv: Saved | None) -> i
         buf = linear_backward(c, L.lin[name], contiguous, True, s.lin[name], buf)
     if s.n1:
         c.f(s.n1)
+    if not c.input_grad:
+        c.f(*([buf] if buf else []), g_h1)
+        return 0
     assert buf is not None
-    return accumulate(c, g_h1, rms_norm_backward(c, L.h, buf, x), R)
+    return rms_norm_backward(c, L.h, buf, x, g_h1)
 
 
 def kbit_step_events(
@@ -533,8 +545,11 @@ def kbit_step_events(
             g = rms_norm_backward(c, h, g, inputs[-1])
             for i in reversed(range(m.n_layer)):
                 c.lora = loras[i]
-                g = layer_backward(c, L, g, inputs[i], saved[i])
-            ev.free(g)
+                # the embedding's output: a leaf that needs its gradient under checkpointing
+                # (``enable_input_require_grads``), held to the end; else none flows into it
+                c.input_grad = i > 0 or ckpt
+                g = layer_backward(c, L, g, inputs[i] if i else 0, saved[i])
+            ev.free(*([g] if g else []), hidden)
             if micro == 1:
                 ev.mark((0, END))
                 ev.next_id = start
@@ -543,7 +558,7 @@ def kbit_step_events(
             _optimizer_states(ev, t, trainable)
         if t.optimizer == "adamw":
             ev.free(*[ev.alloc(nb) for _, nb in trainable])  # _foreach_sqrt(exp_avg_sqs)
-        ev.free(*grads.values())  # zero_grad(set_to_none=True)
+        ev.free(*(grads[i] for i, _ in trainable if i in grads))  # zero_grad, in param order
     return ev.events
 
 
