@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfgcheck.memory.allocsim import END, REPEAT, Event
-from cfgcheck.memory.events import BLAS_LT_WORKSPACE, Seq, _grad, blas_workspace
+from cfgcheck.memory.events import BLAS_LT_WORKSPACE, Seq, blas_workspace
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.memory.stack import FOUR_BIT, sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
@@ -79,6 +79,12 @@ def kbit_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and t.offload.optimizer == "none"
         and t.offload.params == "none"
         and (t.lora.rank or 0) > 0
+        # without checkpointing the first layer's input needs no gradient: generated where an
+        # attention input projection is adapted (the gradient then reaches the rest)
+        and (
+            t.gradient_checkpointing
+            or bool({"q_proj", "k_proj", "v_proj"} & adapted_modules(m, t.lora.targets, t.framework).names)
+        )
     )
 
 
@@ -239,6 +245,16 @@ def rms_norm_backward(c: Ctx, h: int, g: int, x: int, res: int | None = None) ->
     return out
 
 
+def weight_grad(c: Ctx, param: int, nbytes: int) -> list[int]:
+    """A LoRA weight's gradient: the first one becomes ``.grad``; later ones (accumulation)
+    are added into it by the ``AccumulateGrad`` node, which runs after the node that made them
+    released its tensors: returned, for the caller to free then."""
+    if param not in c.grads:
+        c.grads[param] = c.a(nbytes)
+        return []
+    return [c.a(nbytes)]
+
+
 def accumulate(c: Ctx, buf: int | None, g: int, n: int) -> int:
     """A second gradient of one tensor, summed out of place into autograd's input buffer
     (torch/csrc/autograd/input_buffer.cpp ``accumulate``)."""
@@ -251,39 +267,43 @@ def accumulate(c: Ctx, buf: int | None, g: int, n: int) -> int:
 
 def linear_backward(
     c: Ctx, x: Linear, g: int, own: bool, saved: list[int], buf: int | None,
-    recompute: object = None,
-) -> int:  # fmt: skip
+    recompute: object = None, release: int = 0, need_input: bool = True,
+) -> int | None:  # fmt: skip
     """The backward of :func:`linear_forward` for the output gradient ``g`` (freed here when
     ``own``), its ``saved`` tensors released node by node, into the input's gradient ``buf``.
     ``recompute``: a callable run where the LoRA branch first unpacks a saved tensor (a
-    checkpointed layer's recomputation); it returns the saved tensors."""
+    checkpointed layer's recomputation); it returns the saved tensors. ``release``: the input
+    a LoRA without dropout keeps, released after its ``lora_A`` (the last node holding it).
+    ``need_input``: False when the input needs no gradient (only the adapter's weights)."""
     T = c.tokens
     if x.adapted:
         scaled = c.a(4 * T * x.n_out)  # grad * scaling
+        if own and not need_input:  # no base branch: its last use
+            c.f(g)
         if callable(recompute):
             saved = recompute()
         la = saved[-1]
         a_id, b_id = c.lora[x.name]
-        _grad(c.ev, c.grads, b_id, 4 * c.rank * x.n_out)
+        tmp = weight_grad(c, b_id, 4 * c.rank * x.n_out)
         g_la = c.a(4 * T * c.rank)
-        c.f(la, scaled)
-        _grad(c.ev, c.grads, a_id, 4 * x.n_in * c.rank)
-        if not c.input_grad and x.name in ATTN_IN:
-            c.f(*saved[:-1], g_la)
+        c.f(la, scaled, *tmp)
+        tmp = weight_grad(c, a_id, 4 * x.n_in * c.rank)
+        kept = [*([release] if release else []), *saved[:-1]]  # lora_A's input (and mask)
+        if not need_input:
+            c.f(*kept, g_la, *tmp)
             return buf
         g_d = c.a(4 * T * x.n_in)
         if c.dropout:
-            d, mask = saved[0], saved[1]
-            c.f(d, g_la)
+            c.f(kept[0], g_la, *tmp)
             g_x = c.a(4 * T * x.n_in)  # native_dropout_backward
-            c.f(mask, g_d)
-        else:
-            c.f(g_la)
+            c.f(kept[1], g_d)
+            tmp = []
+        else:  # g_d goes into the input's buffer before AccumulateGrad runs
+            c.f(*kept, g_la)
             g_x = g_d
         buf = accumulate(c, buf, g_x, 4 * T * x.n_in)
-    if not c.input_grad and x.name in ATTN_IN:  # the base's output needs no gradient
-        if own:
-            c.f(g)
+        c.f(*tmp)
+    if not need_input:  # the base's output needs no gradient
         return buf
     gc = c.a(2 * T * x.n_out)  # the gradient cast to the compute dtype
     if own:
@@ -417,41 +437,65 @@ def layer_backward(c: Ctx, L: Layout, g_out: int, x: int, sv: Saved | None) -> i
         down_saved = sv.lin["down_proj"]
     else:
         rc, down_saved = (recompute if down.adapted else None), []
-    g_p = linear_backward(c, down, g_out, False, down_saved, None, rc)
+    def last(names: tuple[str, ...], saved_input: int) -> dict[str, int]:
+        """The saved input goes with the last (in backward order) adapter holding it."""
+        holders = [n for n in names if L.lin[n].adapted]
+        return {holders[-1]: saved_input} if holders and saved_input else {}
+
+    p_release = sv.p if sv is not None else 0  # recomputed: known after the recomputation
+    g_p = linear_backward(c, down, g_out, False, down_saved, None, rc, p_release)
     if not held:
         recompute()
     s = held[0]
-    if s.p:
+    if sv is None and s.p:  # recomputed at the down adapter's backward: released there too
         c.f(s.p)
     g_u, g_act = c.a(L.inter), c.a(L.inter)  # MulBackward
     c.f(s.act, s.u, g_p)
-    buf = linear_backward(c, L.lin["up_proj"], g_u, True, s.lin["up_proj"], None)
+    rel = last(("up_proj", "gate_proj"), s.n2)
+    buf = linear_backward(
+        c, L.lin["up_proj"], g_u, True, s.lin["up_proj"], None, release=rel.get("up_proj", 0)
+    )
     g_g = c.a(L.inter)  # silu's backward
     c.f(s.g, g_act)
-    buf = linear_backward(c, L.lin["gate_proj"], g_g, True, s.lin["gate_proj"], buf)
-    if s.n2:
-        c.f(s.n2)
+    buf = linear_backward(
+        c, L.lin["gate_proj"], g_g, True, s.lin["gate_proj"], buf,
+        release=rel.get("gate_proj", 0),
+    )  # fmt: skip
     g_h1 = rms_norm_backward(c, L.h, buf, s.h1, g_out)
-    g_att = linear_backward(c, L.lin["o_proj"], g_h1, False, s.lin["o_proj"], None)
+    # without an input gradient the residual's gradient has no other use
+    g_att = linear_backward(c, L.lin["o_proj"], g_h1, not c.input_grad, s.lin["o_proj"], None)
+    # the projections whose output needs a gradient: all, unless the layer's input needs
+    # none (the first layer without checkpointing): then only the adapted ones
+    need = {n: c.input_grad or L.lin[n].adapted for n in ATTN_IN}
     gq, gk, gv = c.a(L.q), c.a(L.q), c.a(L.q)  # sdpa's backward
-    c.f(s.att, s.kr, s.qe, s.vr, *([s.mask] if s.mask else []), g_att)
+    unused = [g for g, n in ((gq, "q_proj"), (gk, "k_proj"), (gv, "v_proj")) if not need[n]]
+    c.f(s.att, s.kr, s.qe, s.vr, *([s.mask] if s.mask else []), g_att, *unused)
     if L.repeat:  # repeat_kv's backward: the heads summed
-        gk2 = c.a(L.kv)
-        c.f(gk)
-        gv2 = c.a(L.kv)
-        c.f(gv)
-        gk, gv = gk2, gv2
-    gk = rotary_backward(c, L.kv, gk)
-    gq = rotary_backward(c, L.q, gq)
+        if need["k_proj"]:
+            gk2 = c.a(L.kv)
+            c.f(gk)
+            gk = gk2
+        if need["v_proj"]:
+            gv2 = c.a(L.kv)
+            c.f(gv)
+            gv = gv2
+    if need["k_proj"]:
+        gk = rotary_backward(c, L.kv, gk)
+    if need["q_proj"]:
+        gq = rotary_backward(c, L.q, gq)
     buf = None
+    rel = last(("v_proj", "k_proj", "q_proj"), s.n1)
     for name, g, n in (("v_proj", gv, L.kv), ("k_proj", gk, L.kv), ("q_proj", gq, L.q)):
+        if not need[name]:
+            continue
         contiguous = c.a(n)  # the view's backward of a transposed gradient
         c.f(g)
-        buf = linear_backward(c, L.lin[name], contiguous, True, s.lin[name], buf)
-    if s.n1:
-        c.f(s.n1)
+        buf = linear_backward(
+            c, L.lin[name], contiguous, True, s.lin[name], buf, release=rel.get(name, 0),
+            need_input=c.input_grad,
+        )  # fmt: skip
     if not c.input_grad:
-        c.f(*([buf] if buf else []), g_h1)
+        c.f(*([buf] if buf else []))
         return 0
     assert buf is not None
     return rms_norm_backward(c, L.h, buf, x, g_h1)
@@ -533,6 +577,8 @@ def kbit_step_events(
                 saved.append(None if ckpt else sv)
                 inputs.append(out)
             normed = rms_norm(c, h)
+            if not ckpt:  # nothing saves the embedding's output: LlamaModel.forward returns
+                ev.free(hidden)
             logits = ev.alloc(4 * v * T)  # fp32 head: logits.float() is the same tensor
             logp = ev.alloc(4 * v * T)
             ev.free(normed, logits)
@@ -549,7 +595,7 @@ def kbit_step_events(
                 # (``enable_input_require_grads``), held to the end; else none flows into it
                 c.input_grad = i > 0 or ckpt
                 g = layer_backward(c, L, g, inputs[i] if i else 0, saved[i])
-            ev.free(*([g] if g else []), hidden)
+            ev.free(*([g] if g else []), *([hidden] if ckpt else []))
             if micro == 1:
                 ev.mark((0, END))
                 ev.next_id = start
