@@ -163,10 +163,12 @@ def linear_forward(c: Ctx, x: Linear, keep: bool, stop: bool = False) -> tuple[i
     saved: list[int] = []
     if c.dropout:
         d, mask = c.a(4 * T * x.n_in), c.a(T * x.n_in)  # native_dropout: output, 1-byte mask
-        if not keep:
+        # the mask is kept for the input's gradient only
+        grad_in = c.input_grad or x.name not in ATTN_IN
+        if not (keep and grad_in):
             c.f(mask)
         la = c.a(4 * T * c.rank)
-        saved += [d, mask] if keep else []
+        saved += ([d, mask] if grad_in else [d]) if keep else []
         if not keep:
             c.f(d)
     else:
@@ -272,7 +274,7 @@ def linear_backward(
     """The backward of :func:`linear_forward` for the output gradient ``g`` (freed here when
     ``own``), its ``saved`` tensors released node by node, into the input's gradient ``buf``.
     ``recompute``: a callable run where the LoRA branch first unpacks a saved tensor (a
-    checkpointed layer's recomputation); it returns the saved tensors. ``release``: the input
+    checkpointed layer's recomputation); it returns the saved tensors and the kept input. ``release``: the input
     a LoRA without dropout keeps, released after its ``lora_A`` (the last node holding it).
     ``need_input``: False when the input needs no gradient (only the adapter's weights)."""
     T = c.tokens
@@ -281,7 +283,7 @@ def linear_backward(
         if own and not need_input:  # no base branch: its last use
             c.f(g)
         if callable(recompute):
-            saved = recompute()
+            saved, release = recompute()
         la = saved[-1]
         a_id, b_id = c.lora[x.name]
         tmp = weight_grad(c, b_id, 4 * c.rank * x.n_out)
@@ -395,18 +397,21 @@ def layer_forward(c: Ctx, L: Layout, keep: bool, stop: bool = False) -> tuple[in
     if not keep:
         c.f(g)
     u, sv.lin["up_proj"] = linear_forward(c, L.lin["up_proj"], keep)
+    down = L.lin["down_proj"]
+    mlp_in = _keeps_input(c, L, "gate_proj", "up_proj")
+    if stop and not down.adapted:
+        # MulBackward's inputs were the last saved, packed before the product is made
+        sv.h1, sv.n2, sv.g, sv.act, sv.u = h1, n2 if mlp_in else 0, g, act, u
+        sv.lin["down_proj"] = []
+        c.f(*([] if mlp_in else [n2]))
+        return 0, sv
     p = c.a(L.inter)
     if not keep:
         c.f(act, u)
-    mlp_in = _keeps_input(c, L, "gate_proj", "up_proj")
     down_in = _keeps_input(c, L, "down_proj")
     if keep:
         sv.h1, sv.n2, sv.g, sv.act, sv.u = h1, n2 if mlp_in else 0, g, act, u
         sv.p = p if down_in else 0
-    down = L.lin["down_proj"]
-    if stop and not down.adapted:  # MulBackward's tensors were the last saved
-        c.f(p, *([] if mlp_in else [n2]))
-        return 0, sv
     dn, sv.lin["down_proj"] = linear_forward(c, down, keep, stop)
     if stop:
         c.f(*([] if down_in else [p]), *([] if mlp_in else [n2]))
@@ -424,12 +429,12 @@ def layer_backward(c: Ctx, L: Layout, g_out: int, x: int, sv: Saved | None) -> i
     R = 4 * c.tokens * L.h
     held: list[Saved] = [sv] if sv is not None else []
 
-    def recompute() -> list[int]:
+    def recompute() -> tuple[list[int], int]:
         c.recomputing = True
         _, s = layer_forward(c, L, keep=True, stop=True)
         c.recomputing = False
         held.append(s)
-        return s.lin["down_proj"]
+        return s.lin["down_proj"], s.p
 
     down = L.lin["down_proj"]
     if sv is not None:
@@ -447,8 +452,6 @@ def layer_backward(c: Ctx, L: Layout, g_out: int, x: int, sv: Saved | None) -> i
     if not held:
         recompute()
     s = held[0]
-    if sv is None and s.p:  # recomputed at the down adapter's backward: released there too
-        c.f(s.p)
     g_u, g_act = c.a(L.inter), c.a(L.inter)  # MulBackward
     c.f(s.act, s.u, g_p)
     rel = last(("up_proj", "gate_proj"), s.n2)
@@ -573,6 +576,7 @@ def kbit_step_events(
             inputs, saved = [hidden], []
             for i in range(m.n_layer):
                 c.lora = loras[i]
+                c.input_grad = i > 0 or ckpt  # see the backward below
                 out, sv = layer_forward(c, L, keep=not ckpt)
                 saved.append(None if ckpt else sv)
                 inputs.append(out)
