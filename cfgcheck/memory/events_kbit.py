@@ -524,18 +524,7 @@ def kbit_step_events(
         x.name: Linear(x.name, x.in_features, x.out_features, x.name in adapted)
         for x in block_linears(m)
     }
-    # the build: fp32 embedding, each layer's 4-bit linears and fp32 norms, the final norm,
-    # the lm_head (fp32, frozen) when untied; then the adapters, layer by layer
-    ev.alloc(4 * m.rows * h)
-    for _ in range(m.n_layer):
-        for x in block_linears(m):
-            for nb in quantized_tensors(x.in_features * x.out_features, t.quantization):
-                ev.alloc(nb)
-        ev.alloc(4 * h)
-        ev.alloc(4 * h)
-    ev.alloc(4 * h)
-    if count_params(m).lm_head:
-        ev.alloc(4 * m.head_rows * h)
+    load_quantized(ev, m, t.quantization)
     loras: list[dict[str, tuple[int, int]]] = []
     trainable: list[tuple[int, int]] = []
     for _ in range(m.n_layer):
@@ -610,6 +599,58 @@ def kbit_step_events(
             ev.free(*[ev.alloc(nb) for _, nb in trainable])  # _foreach_sqrt(exp_avg_sqs)
         ev.free(*(grads[i] for i, _ in trainable if i in grads))  # zero_grad, in param order
     return ev.events
+
+
+def load_quantized(ev: Seq, m: ModelConfig, quant: str) -> None:
+    """The model as gpu_measure.py loads it onto the GPU: transformers 5's loader
+    (core_model_loading.py ``convert_and_load_state_dict_in_model``: synchronous with
+    on-the-fly quantization, keys in ``dot_natural_key`` order: lm_head, embedding, layer by
+    layer, each layer's keys sorted, the final norm) materializes each bf16 tensor on the
+    device; a 4-bit linear's is quantized (``Bnb4bitQuantize`` -> ``Params4bit._quantize`` ->
+    ``quantize_4bit``: the fp32 absmax, the packed weight, the code; double quantization then
+    ``absmax.mean()``, ``absmax - offset``, ``quantize_blockwise``'s absmax and uint8 output,
+    the temporaries and the fp32 absmax freed) and the bf16 tensor freed. Then
+    ``prepare_model_for_kbit_training`` casts each other parameter to fp32 in parameter order
+    (``param.data = param.data.to(torch.float32)``: the fp32 copy, the bf16 one freed)."""
+    h = m.n_embd
+    linears = {x.path: x.in_features * x.out_features for x in block_linears(m)}
+    bf16: dict[str, int] = {}  # the unquantized parameters: name -> id
+    maps = False
+
+    def plain(name: str, n: int) -> None:
+        bf16[name] = ev.alloc(2 * n)
+
+    if count_params(m).lm_head:
+        plain("lm_head", m.head_rows * h)
+    plain("embed", m.rows * h)
+    for i in range(m.n_layer):
+        for key in sorted([*linears, "input_layernorm", "post_attention_layernorm"]):
+            if key not in linears:
+                plain(f"{i}.{key}", h)
+                continue
+            n = linears[key]
+            w = ev.alloc(2 * n)
+            blocks = -(-n // BLOCK)
+            absmax = ev.alloc(4 * blocks)
+            ev.alloc((n + 1) // 2)
+            ev.alloc(4 * 16)  # get_4bit_type's code
+            if quant == "nf4-dq":
+                ev.alloc(4)  # offset
+                tmp = ev.alloc(4 * blocks)
+                if not maps:  # quantize_blockwise's dynamic map, once per device
+                    maps = True
+                    ev.alloc(4 * 256)
+                ev.alloc(4 * -(-blocks // NESTED_BLOCK))
+                ev.alloc(blocks)
+                ev.free(tmp, absmax)
+            ev.free(w)
+    plain("norm", h)
+    order = ["embed"]
+    order += [f"{i}.{k}" for i in range(m.n_layer) for k in ("input_layernorm", "post_attention_layernorm")]
+    order += ["norm", *(["lm_head"] if "lm_head" in bf16 else [])]
+    for name in order:
+        ev.alloc({"embed": 4 * m.rows * h, "lm_head": 4 * m.head_rows * h}.get(name, 4 * h))
+        ev.free(bf16[name])
 
 
 def _optimizer_states(ev: Seq, t: TrainerConfig, trainable: list[tuple[int, int]]) -> None:
