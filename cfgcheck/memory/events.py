@@ -39,7 +39,9 @@ sequence instead (at the H100 rows' full size on meta tensors: their allocated p
 byte), tests/test_memory_events.py checks this sequence's simulated figures against that
 trace, and benchmarks/allocator_sequence_diff.py shows where the two first part. Covered:
 transformers, dense models, 16/32-bit weights, full or LoRA, with or without checkpointing,
-AdamW / SGD; :func:`step_events` returns None otherwise.
+AdamW / SGD, the full loss or Liger's fused one (:mod:`cfgcheck.memory.events_liger`); QLoRA
+on Llama-like models is generated op by op by :mod:`cfgcheck.memory.events_kbit`
+(:func:`step_events` hands it over); :func:`covered` says which runs have a sequence.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.events import Seq, blas_workspace
 from cfgcheck.memory.kbit_layer import Layout, layer_backward, layer_forward
 from cfgcheck.memory.kbit_ops import (
+    ATTN_IN,
     BLOCK,
     NESTED_BLOCK,
     Ctx,
@@ -57,21 +58,31 @@ GEMM_4BIT_CUSTOM_MAX_M = 1536  # bitsandbytes backends/cuda/ops.py ``_gemm_4bit_
 OPT_BLOCK = 256  # bitsandbytes' blockwise 8-bit optimizer states
 
 
+LLAMA_LINEARS = frozenset(
+    {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+)
+
+
 def kbit_covered(m: ModelConfig, t: TrainerConfig) -> bool:
-    """QLoRA on a Llama-like decoder (RMSNorm, gated MLP, no biases, sdpa) as gpu_measure.py
-    runs it: transformers + PEFT + bitsandbytes, one GPU."""
-    return (
+    """QLoRA on a Llama-like decoder (RMSNorm, gated MLP with separate projections, no biases,
+    full rotary, sdpa, a causal LM head) as gpu_measure.py runs it: transformers + PEFT +
+    bitsandbytes, one GPU, adapters on the block's linears only."""
+    if not (
         t.framework == "hf"
         and t.quantization in FOUR_BIT
         and t.finetuning in ("qlora", "lora")
         and t.precision == "bf16-true"
-        and not m.weight_format
-        and not (m.n_expert or 0)
+        and (t.lora.rank or 0) > 0
+        and m.head == "causal_lm"
+        and not (m.weight_format or m.hf_config or m.n_expert)
         and m.norm == "rmsnorm"
         and m.mlp == "swiglu"
-        and not any(x.bias for x in block_linears(m))
+        and m.rotary_fraction == 1.0
+        and not (m.norm_qk or m.attention_logit_softcapping or m.final_logit_softcapping)
         and not (m.shared_attention_norm or m.post_attention_norm or m.post_mlp_norm)
         and not m.parallel_residual
+        and {x.name for x in block_linears(m)} == LLAMA_LINEARS
+        and not any(x.bias for x in block_linears(m))
         and t.attention == "sdpa"
         and t.devices * t.num_nodes == 1
         and t.optimizer in ("adamw", "sgd", "adamw_8bit", "paged_adamw_8bit")
@@ -82,17 +93,14 @@ def kbit_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and not t.reference_model
         and t.offload.optimizer == "none"
         and t.offload.params == "none"
-        and (t.lora.rank or 0) > 0
-        # without checkpointing the first layer's input needs no gradient: generated where an
-        # attention input projection is adapted (the gradient then reaches the rest)
-        and (
-            t.gradient_checkpointing
-            or bool(
-                {"q_proj", "k_proj", "v_proj"}
-                & adapted_modules(m, t.lora.targets, t.framework).names
-            )
-        )
-    )
+    ):
+        return False
+    adapted = adapted_modules(m, t.lora.targets, t.framework)
+    if adapted.lm_head or adapted.embedding_rows or adapted.param_adapters:
+        return False
+    # without checkpointing the first layer's input needs no gradient: generated where an
+    # attention input projection is adapted (the gradient then reaches the rest)
+    return t.gradient_checkpointing or bool(set(ATTN_IN) & adapted.names)
 
 
 def quantized_tensors(n: int, quant: str) -> list[int]:
