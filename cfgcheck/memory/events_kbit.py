@@ -103,18 +103,6 @@ def kbit_covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return t.gradient_checkpointing or bool(set(ATTN_IN) & adapted.names)
 
 
-def quantized_tensors(n: int, quant: str) -> list[int]:
-    """Bytes of a 4-bit weight of ``n`` elements as bitsandbytes stores it (``Params4bit``,
-    functional.py ``quantize_4bit``): the packed uint8 weight, the absmax (fp32 per block of
-    64; double quantization: uint8, with its own fp32 absmax per 256 and a 256-entry code),
-    and the 16-entry code."""
-    blocks = -(-n // BLOCK)
-    packed = (n + 1) // 2
-    if quant == "nf4-dq":
-        return [packed, blocks, 4 * -(-blocks // NESTED_BLOCK), 4 * 256, 4 * 16]
-    return [packed, 4 * blocks, 4 * 16]
-
-
 def kbit_step_events(
     m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2, cuda: bool = True
 ) -> list[Event]:
