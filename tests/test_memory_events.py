@@ -110,7 +110,7 @@ def test_events_are_well_formed(finetuning: str, ckpt: bool, accum: int) -> None
 def test_uncovered_settings_are_not_simulated() -> None:
     m, d, t = _cfg("lora", False)
     assert covered(m, t)
-    q = t.model_copy(update={"quantization": "nf4", "finetuning": "qlora"})
+    q = t.model_copy(update={"quantization": "int8", "finetuning": "qlora"})  # 4-bit: events_kbit
     assert not covered(m, q) and simulate_step(m, d, q) is None
 
 

@@ -39,7 +39,9 @@ sequence instead (at the H100 rows' full size on meta tensors: their allocated p
 byte), tests/test_memory_events.py checks this sequence's simulated figures against that
 trace, and benchmarks/allocator_sequence_diff.py shows where the two first part. Covered:
 transformers, dense models, 16/32-bit weights, full or LoRA, with or without checkpointing,
-AdamW / SGD; :func:`step_events` returns None otherwise.
+AdamW / SGD, the full loss or Liger's fused one (:mod:`cfgcheck.memory.events_liger`); QLoRA
+on Llama-like models is generated op by op by :mod:`cfgcheck.memory.events_kbit`
+(:func:`step_events` hands it over); :func:`covered` says which runs have a sequence.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from cfgcheck.memory import weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
 from cfgcheck.memory.devices import lookup
+from cfgcheck.memory.events_liger import covered_fused, fused_loss
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
@@ -118,7 +121,13 @@ class Seq:
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
-    no offload."""
+    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`)."""
+    from cfgcheck.memory.events_kbit import kbit_covered
+
+    return kbit_covered(m, t) or _dense_covered(m, t)
+
+
+def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return (
         t.framework == "hf"
         and t.quantization == "none"
@@ -126,7 +135,7 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and not (m.n_expert or 0)
         and t.devices * t.num_nodes == 1
         and t.optimizer in ("adamw", "sgd")
-        and t.loss_chunking == "none"
+        and (t.loss_chunking == "none" or covered_fused(m, t))
         and not t.precision.endswith("-mixed")
         and t.sequences_per_sample == 1
         and t.context_parallel == 1
@@ -206,6 +215,10 @@ def layer_tensors(
 
 def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2) -> list[Event]:
     """Build, reset, then ``steps`` optimizer steps (see the module docstring)."""
+    from cfgcheck.memory.events_kbit import kbit_covered, kbit_step_events
+
+    if kbit_covered(m, t):
+        return kbit_step_events(m, d, t, steps)
     s = stack(m, t)
     seq = Pipeline.from_data(d).memory_length()  # as estimate.sequence_length
     b = t.micro_batch_size
@@ -245,7 +258,6 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     # how an RMSNorm runs: fp32 weights need no fp32 copy; Gemma multiplies in fp32 first
     norm_kind = "fp32" if res == 4 else ("gemma" if s.norm_out == 4 else "llama")
     ckpt_layer = checkpoint_bytes(m, t, tokens) // max(1, m.n_layer)
-    v = m.head_rows
     states: list[int] = []
     per_layer_params = (len(params) - 2 - (1 if count_params(m).lm_head else 0)) // max(
         1, m.n_layer
@@ -273,26 +285,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 saved.append(ids)
                 mlp_ids.append([] if ckpt else ids[mlp_kept])
             head, later = _final_norm(ev, m, t, tokens)
-            logits = ev.alloc(p * v * tokens)
-            up = ev.alloc(4 * v * tokens)
-            logp = ev.alloc(4 * v * tokens)
-            ev.free(up, *later, logits)  # the loss is returned: the upcast and the output object go
-            # backward
-            g_nll = ev.alloc(4 * v * tokens)
-            g_ls = ev.alloc(4 * v * tokens)
-            ev.free(g_nll, logp)
-            g_logits = ev.alloc(p * v * tokens)
-            ev.free(g_ls)
             tied = full and m.tie_embeddings and not count_params(m).lm_head
-            if full and count_params(m).lm_head:
-                _grad(ev, grads, param_ids[-1], v * m.n_embd * master)
-                ev.matmul("backward")  # the lm_head's weight gradient: the first matmul
-            elif tied:  # the shared weight's first gradient waits in autograd's input buffer
-                head_grad = ev.alloc(v * m.n_embd * master)
-                ev.matmul("backward")
-            g_hidden = ev.alloc(p * m.n_embd * tokens)
-            ev.matmul("backward")
-            ev.free(g_logits, *head)
+            if t.loss_chunking == "fused":  # Liger's: no logits (events_liger.py)
+                g_hidden = fused_loss(ev, m, t, tokens, later)
+                ev.matmul("backward")  # the backward's first matmul comes later: moved here
+                ev.free(*head)
+            else:
+                g_hidden, head_grad = _loss(ev, m, t, tokens, later, head, grads, param_ids)
             for i in reversed(range(m.n_layer)):
                 if ckpt:
                     ids = _layer_forward(ev, pieces, n_norms, norm_tmp, p * m.n_embd * tokens)
@@ -361,6 +360,47 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
         ev.free(*grads.values())  # zero_grad(set_to_none=True)
     del states
     return ev.events
+
+
+def _loss(
+    ev: Seq,
+    m: ModelConfig,
+    t: TrainerConfig,
+    tokens: int,
+    later: list[int],
+    head: list[int],
+    grads: dict[int, int],
+    param_ids: list[int],
+) -> tuple[int, int]:
+    """The logits, their fp32 upcast and log-softmax, the loss's backward, the lm_head's
+    gradients: returns the final norm output's gradient and, tied, the shared weight's first
+    gradient (waiting in autograd's input buffer; 0 otherwise)."""
+    s = stack(m, t)
+    p, v = s.act, m.head_rows
+    master = weights.master_bytes(t)
+    full = t.finetuning == "full"
+    head_grad = 0
+    logits = ev.alloc(p * v * tokens)
+    up = ev.alloc(4 * v * tokens)
+    logp = ev.alloc(4 * v * tokens)
+    ev.free(up, *later, logits)  # the loss is returned: the upcast and the output object go
+    # backward
+    g_nll = ev.alloc(4 * v * tokens)
+    g_ls = ev.alloc(4 * v * tokens)
+    ev.free(g_nll, logp)
+    g_logits = ev.alloc(p * v * tokens)
+    ev.free(g_ls)
+    tied = full and m.tie_embeddings and not count_params(m).lm_head
+    if full and count_params(m).lm_head:
+        _grad(ev, grads, param_ids[-1], v * m.n_embd * master)
+        ev.matmul("backward")  # the lm_head's weight gradient: the first matmul
+    elif tied:  # the shared weight's first gradient waits in autograd's input buffer
+        head_grad = ev.alloc(v * m.n_embd * master)
+        ev.matmul("backward")
+    g_hidden = ev.alloc(p * m.n_embd * tokens)
+    ev.matmul("backward")
+    ev.free(g_logits, *head)
+    return g_hidden, head_grad
 
 
 def _layer_forward(ev: Seq, pieces: list[int], n_norms: int, norm_tmp: int, row: int) -> list[int]:
