@@ -143,7 +143,8 @@ def main(ids: list[str]) -> int:
     from benchmarks.memory_calibration import DATA, load
     from cfgcheck import check
     from cfgcheck.memory.allocsim import simulate
-    from cfgcheck.memory.events import blas_workspace, covered, step_events
+    from cfgcheck.memory.event_seq import blas_workspace
+    from cfgcheck.memory.events import covered, step_events
     from tests.alloc_tracer import cuda_events, traced_step
 
     runs = {r["id"]: r for r in json.loads((DATA / "runs.json").read_text())}

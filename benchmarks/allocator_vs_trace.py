@@ -22,7 +22,8 @@ def main() -> int:
     import torch
 
     from cfgcheck.memory.allocsim import simulate
-    from cfgcheck.memory.events import blas_workspace, step_events
+    from cfgcheck.memory.event_seq import blas_workspace
+    from cfgcheck.memory.events import step_events
     from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
     from tests.alloc_tracer import cuda_events, traced_step
 

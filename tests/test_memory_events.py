@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, simulate
-from cfgcheck.memory.events import blas_workspace, covered, step_events
+from cfgcheck.memory.event_seq import blas_workspace
+from cfgcheck.memory.events import covered, step_events
 from cfgcheck.memory.simulated import simulate_step
 from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
 from cfgcheck.schema.gpu import GpuConfig

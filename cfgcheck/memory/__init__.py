@@ -15,7 +15,9 @@ included, and checks :data:`LAYERS`):
    ``recompute`` the recomputed layer's largest moment under QLoRA;
    ``allocsim`` the caching allocator, whose settings ``allocconf`` reads at layer 0);
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
-   allocation events that ``allocsim`` replays (``events``);
+   allocation events that ``allocsim`` replays (``events``; ``events_kbit`` with ``kbit_layer``
+   and ``kbit_ops`` for QLoRA, ``events_liger`` for Liger's fused loss, all built with
+   ``event_seq``);
 4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``; ``simulated``
    the simulation's figures next to it).
 """
@@ -46,7 +48,12 @@ LAYERS: dict[str, int] = {
     "rl": 2,
     "tiled": 2,
     "allocsim": 2,
+    "event_seq": 3,
     "events": 3,
+    "events_kbit": 3,
+    "events_liger": 3,
+    "kbit_layer": 3,
+    "kbit_ops": 3,
     "simulated": 4,
     "estimate": 3,
     "verdict": 4,

@@ -27,8 +27,9 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   ``torch/csrc/autograd/input_buffer.cpp`` ``accumulate``); after the first micro-batch
   each gradient is a new tensor added into ``.grad`` and freed
   (``AccumulateGrad::accumulateGrad``);
-* cuBLAS's workspace (:func:`blas_workspace`) after the first matmul of the forward and of
-  the backward (two threads), cuBLASLt's after the forward's first biased linear, kept;
+* cuBLAS's workspace (:func:`~cfgcheck.memory.event_seq.blas_workspace`) after the first
+  matmul of the forward and of the backward (two threads), cuBLASLt's after the forward's
+  first biased linear, kept;
 * the optimizer step: on the first step the states (``zeros_like`` per parameter), then the
   foreach temporaries (:func:`cfgcheck.memory.weights.optimizer_step_bytes`, one list);
   ``zero_grad`` frees the gradients.
@@ -46,12 +47,10 @@ on Llama-like models is generated op by op by :mod:`cfgcheck.memory.events_kbit`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from cfgcheck.memory import weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
-from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
-from cfgcheck.memory.devices import lookup
+from cfgcheck.memory.allocsim import END, REPEAT, Event
+from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace
 from cfgcheck.memory.events_liger import covered_fused, fused_loss
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
@@ -59,64 +58,6 @@ from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
-
-# cuBLAS's workspace, one per (handle, stream) and a handle per thread, taken from the caching
-# allocator when a thread first runs a matmul and never given back (pytorch/pytorch
-# aten/src/ATen/cuda/CublasHandlePool.cpp at 26a39059ec58: ``getCurrentCUDABlasHandle`` ->
-# ``setWorkspaceForHandle`` -> ``getNewWorkspace``, ``CUDACachingAllocator::get()->allocate(
-# getChosenWorkspaceSize())``; ``parseChosenWorkspaceSize``: "":4096:2:16:8 default, 32MiB for
-# Hopper"", ``CUBLAS_WORKSPACE_CONFIG`` unset). The forward runs on the Python thread, the
-# backward on autograd's device thread (``torch/csrc/autograd/engine.cpp``): two workspaces.
-BLAS_WORKSPACE_SM90 = 4096 * 8 * 1024
-BLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
-# a linear with a bias runs ``addmm`` through cuBLASLt (aten/src/ATen/native/cuda/Blas.cpp
-# ``addmm_out_cuda_impl``, ``useLtInterface`` -> ``gemm_and_bias``), which takes its own
-# workspace the same way (``getCUDABlasLtWorkspace``: ``parseCUDABlasLtWorkspaceSize``,
-# "default size in KiB" 1024, at most the cuBLAS one); its backward runs plain matmuls
-BLAS_LT_WORKSPACE = 1024 * 1024
-
-
-def blas_workspace(t: TrainerConfig) -> int:
-    """The cuBLAS workspace of the run's GPU: 32 MiB on sm90 (H100, H200), 8 MiB + 128 KiB on
-    the others; a GPU not named (or not known) gets the larger one."""
-    spec = lookup(t.gpu.name) if t.gpu is not None and t.gpu.name else None
-    if spec is not None and spec.capability is not None and spec.capability != (9, 0):
-        return BLAS_WORKSPACE
-    return BLAS_WORKSPACE_SM90
-
-
-@dataclass
-class Seq:
-    events: list[Event] = field(default_factory=list)
-    next_id: int = 1
-    workspace: int = 0  # cuBLAS's workspace per thread (blas_workspace)
-    lt_workspace: int = 0  # cuBLASLt's, taken by the forward's first biased linear
-    threads: set[str] = field(default_factory=set)  # the threads that hold one
-
-    def alloc(self, size: int) -> int:
-        i = self.next_id
-        self.next_id += 1
-        if size > 0:
-            self.events.append((i, size))
-        return i
-
-    def free(self, *ids: int) -> None:
-        self.events.extend((i, FREE) for i in ids)
-
-    def reset(self) -> None:
-        self.events.append((0, RESET))
-
-    def mark(self, event: Event) -> None:
-        self.events.append(event)
-
-    def matmul(self, thread: str) -> None:
-        """A matmul's output was just allocated on ``thread`` ("forward" or "backward"): its
-        first one takes that thread's cuBLAS workspace (kept to the end)."""
-        if thread not in self.threads:
-            self.threads.add(thread)
-            self.alloc(self.workspace)
-            if thread == "forward":
-                self.alloc(self.lt_workspace)
 
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:

@@ -36,7 +36,7 @@ The mechanisms, per source:
 from __future__ import annotations
 
 from cfgcheck.memory.allocsim import END, REPEAT, Event
-from cfgcheck.memory.events import Seq, blas_workspace
+from cfgcheck.memory.event_seq import Seq, blas_workspace
 from cfgcheck.memory.kbit_layer import Layout, layer_backward, layer_forward
 from cfgcheck.memory.kbit_ops import (
     ATTN_IN,

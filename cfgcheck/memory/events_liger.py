@@ -37,7 +37,7 @@ from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
 if TYPE_CHECKING:  # events.py imports this module
-    from cfgcheck.memory.events import Seq
+    from cfgcheck.memory.event_seq import Seq
 
 CHUNK_MEM_CONST = 1  # fused_linear_cross_entropy.py ``_CHUNK_MEM_CONST``
 

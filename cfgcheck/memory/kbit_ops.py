@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from cfgcheck.memory.events import Seq
+from cfgcheck.memory.event_seq import Seq
 
 BLOCK = 64  # ``bnb_4bit_quant_storage`` blocks (QuantState.blocksize)
 NESTED_BLOCK = 256  # double quantization's state2 blocksize
