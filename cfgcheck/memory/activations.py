@@ -373,6 +373,8 @@ def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
     """What the MLP keeps between its projections, per token (a mixture-of-experts' routed
     part in the experts' dtype, :attr:`Stack.experts`)."""
     n = 3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved
+    if llama4.every_expert(m):  # the shared expert; llama4.moe_bytes counts the experts
+        return n * s.act * llama4.shared_width(m)
     routed = _routed_width(m)
     # gpt-oss's clamped SwiGLU keeps six expert widths per routed token (gpt_oss.py)
     n_routed = gpt_oss.ROUTED_SAVED if gpt_oss.is_gpt_oss(m) else n
@@ -427,6 +429,8 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int, seq: 
     s, h = stack(m, t), m.n_embd
     if gpt_oss.is_gpt_oss(m):
         return _gpt_oss_recompute_bytes(m, t, s, tokens, seq)
+    if llama4.every_expert(m):  # every token through every expert (llama4.py)
+        return llama4.recompute_bytes(m, s, t.finetuning == "full", tokens)
     total = 2 * k * _weighted_bytes(m, s) * h
     full = t.finetuning == "full"
     total += 0 if full else k * s.experts * h  # the routed copies
@@ -638,8 +642,7 @@ def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> i
     k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
     if not m.n_expert:
         mlp = k * s.act * m.mlp_width * tokens
-    elif llama4.every_expert(m):  # every token through every expert (llama4.py)
-        mlp = llama4.backward_bytes(m, s) * tokens
+    # Llama 4: counted with the recomputation's moments (dispatch_backward_bytes)
     # gpt-oss: the largest moment is in the recomputation itself (dispatch_backward_bytes)
     return max(mlp, post_norm_backward_bytes(m, t, tokens))
 
@@ -844,7 +847,7 @@ def attention_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: i
     s = stack(m, t)
     if s.framework == "hf" and llama4.every_expert(m):
         # the last MoE layer at its experts' second bmm; its shared expert not yet run
-        later = 3 * s.act * (m.mlp_width - _routed_width(m)) + head_activations(m, t)
+        later = 3 * s.act * llama4.shared_width(m) + head_activations(m, t)
         full = t.finetuning == "full"
         return max(0, (llama4.forward_bytes(m, s, full) - later) * batch * seq)
     if s.framework != "hf" or not gpt_oss.is_gpt_oss(m) or attention(m, t) != "eager":
@@ -860,6 +863,8 @@ def _mask_kinds(m: ModelConfig, seq: int) -> int:
     full layers and the window is shorter than the sequence (``causal_mask_mapping``:
     ``create_causal_mask`` and ``create_sliding_window_causal_mask``, e.g.
     models/gpt_oss/modeling_gpt_oss.py ``GptOssModel.forward``)."""
+    if llama4.every_expert(m):
+        return llama4.mask_kinds(m, seq)
     window = m.sliding_window_size
     sliding = 0 < m.n_sliding_layers < m.n_layer
     return 2 if window is not None and window < seq and sliding else 1
