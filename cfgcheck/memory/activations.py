@@ -422,7 +422,8 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int, seq: 
     (``hidden_states[perm // top_k]``, saved only when the experts train) and the MoE input
     (the norm's output, saved by the router only when it trains on the same dtype)
     (CPU-traced, tests/test_memory_tracer_moe.py). gpt-oss (``seq``: the sequence length)
-    peaks elsewhere in the recomputation: :func:`_gpt_oss_recompute_bytes`."""
+    and Llama 4 peak elsewhere in the recomputation, their moments counted here whole
+    (:func:`_gpt_oss_recompute_bytes`, :func:`llama4.recompute_bytes`)."""
     k = m.n_expert_per_token
     if not m.n_expert or not k or not t.gradient_checkpointing:
         return 0
@@ -642,8 +643,7 @@ def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> i
     k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
     if not m.n_expert:
         mlp = k * s.act * m.mlp_width * tokens
-    # Llama 4: counted with the recomputation's moments (dispatch_backward_bytes)
-    # gpt-oss: the largest moment is in the recomputation itself (dispatch_backward_bytes)
+    # gpt-oss and Llama 4 peak in the recomputation itself: dispatch_backward_bytes
     return max(mlp, post_norm_backward_bytes(m, t, tokens))
 
 

@@ -59,7 +59,7 @@ def shared_width(m: ModelConfig) -> int:
 def mask_kinds(m: ModelConfig, seq: int) -> int:
     """Masks ``Llama4TextModel.forward`` builds: one per layer type present, the chunked one
     only where a chunk is shorter than the sequence (else it is the causal mask)."""
-    cfg = text_config(m.hf_config)
+    cfg = text_config(m.hf_config or {})
     types = cfg.get("layer_types")
     chunk = cfg.get("attention_chunk_size")
     kinds = set(types) if isinstance(types, list) else set()
