@@ -260,6 +260,14 @@ def _expert_params_adapted(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
     return adapted_modules(m, t.lora.targets, t.framework, t.lora.target_parameters).param_names
 
 
+def _experts_trained(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
+    """The expert and router parameters that need a gradient: all of them in full
+    fine-tuning, else those PEFT's ``ParamWrapper`` adapts."""
+    if t.finetuning == "full":
+        return frozenset({"gate_up_proj", "down_proj", "gate.weight"})
+    return _expert_params_adapted(m, t)
+
+
 def _expert_share(m: ModelConfig, t: TrainerConfig, per_layer: int) -> int:
     """``per_layer`` bytes of the expert LoRA terms, as the average over the MoE layers when
     ``target_parameters`` adapt some of them only and every layer keeps its activations (no
@@ -274,13 +282,16 @@ def _expert_share(m: ModelConfig, t: TrainerConfig, per_layer: int) -> int:
     return -(-per_layer * adapted.param_layers // len(tr.experts))
 
 
-def _expert_lora_weights(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
+def _expert_lora_weights(
+    m: ModelConfig, t: TrainerConfig, s: Stack, only: frozenset[str] | None = None
+) -> int:
     """Per MoE layer: PEFT's ``ParamWrapper`` runs the experts with a parametrization
     ``W + scaling * lora_B @ lora_A`` (peft/tuners/lora/layer.py 0.21 ``_activate_lora``,
     ``_LoraFactorsProxy.forward``: ``torch.baddbmm``), a new tensor the size of the whole
     adapted expert parameter, in the weights' dtype, which the grouped matmul keeps for its
-    input gradient (CPU-traced on DeepSeek-V2)."""
+    input gradient (CPU-traced on DeepSeek-V2). ``only``: those of these parameters."""
     names = _expert_params_adapted(m, t)
+    names = names if only is None else names & only
     tr = traced(m)
     if not names or tr is None or not tr.experts:
         return 0
@@ -362,6 +373,8 @@ def _mlp_bytes(m: ModelConfig, s: Stack) -> int:
     """What the MLP keeps between its projections, per token (a mixture-of-experts' routed
     part in the experts' dtype, :attr:`Stack.experts`)."""
     n = 3 if m.mlp in ("swiglu", "geglu") else s.gelu_saved
+    if llama4.every_expert(m):  # the shared expert; llama4.moe_bytes counts the experts
+        return n * s.act * llama4.shared_width(m)
     routed = _routed_width(m)
     # gpt-oss's clamped SwiGLU keeps six expert widths per routed token (gpt_oss.py)
     n_routed = gpt_oss.ROUTED_SAVED if gpt_oss.is_gpt_oss(m) else n
@@ -396,7 +409,7 @@ def _weighted_bytes(m: ModelConfig, s: Stack) -> int:
     return max(s.experts, weights)
 
 
-def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
+def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int, seq: int = 0) -> int:
     """Gradient checkpointing of a mixture-of-experts layer: backward reaches the layer at
     the experts' output and recomputes the layer when it first needs a saved tensor, the
     un-permutation's indices (``weighted_out[inv_perm]`` in ``grouped_mm_experts_forward``,
@@ -408,11 +421,17 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> in
     The forward's locals are alive too where nothing saves them: the routed copies
     (``hidden_states[perm // top_k]``, saved only when the experts train) and the MoE input
     (the norm's output, saved by the router only when it trains on the same dtype)
-    (CPU-traced, tests/test_memory_tracer_moe.py)."""
+    (CPU-traced, tests/test_memory_tracer_moe.py). gpt-oss (``seq``: the sequence length)
+    and Llama 4 peak elsewhere in the recomputation, their moments counted here whole
+    (:func:`_gpt_oss_recompute_bytes`, :func:`llama4.recompute_bytes`)."""
     k = m.n_expert_per_token
     if not m.n_expert or not k or not t.gradient_checkpointing:
         return 0
     s, h = stack(m, t), m.n_embd
+    if gpt_oss.is_gpt_oss(m):
+        return _gpt_oss_recompute_bytes(m, t, s, tokens, seq)
+    if llama4.every_expert(m):  # every token through every expert (llama4.py)
+        return llama4.recompute_bytes(m, s, t.finetuning == "full", tokens)
     total = 2 * k * _weighted_bytes(m, s) * h
     full = t.finetuning == "full"
     total += 0 if full else k * s.experts * h  # the routed copies
@@ -421,6 +440,29 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> in
     kept = full and (s.residual == s.act or latent.router_bytes(m, full) > 0)
     total += 0 if kept else s.residual * h
     return total * tokens
+
+
+def _gpt_oss_recompute_bytes(
+    m: ModelConfig, t: TrainerConfig, s: Stack, tokens: int, seq: int
+) -> int:
+    """gpt-oss's recomputed layer beyond its saved tensors and two hidden-size gradients, at
+    the larger of its moments (gpt_oss.py): inside the experts (their bias gathers and the
+    locals no linear saves) or at the attention's softmax, where what the layer saves after
+    the attention (the second norm, the router, the experts; PEFT's parametrized expert
+    weights) is not made yet and the incoming gradient is already expanded to the experts."""
+    k = m.n_expert_per_token or 0
+    trained = _experts_trained(m, t)
+    down = _expert_lora_weights(m, t, s, frozenset({"down_proj"}) & trained)
+    width, weighted = _routed_width(m) // max(k, 1), _weighted_bytes(m, s)
+    experts = gpt_oss.recompute_bytes(m, s, tokens, trained, weighted, width, down)
+    if attention(m, t) != "eager" or not seq:
+        return experts
+    full = t.finetuning == "full"
+    later = (_norm_bytes(m, s, full) + _mlp_bytes(m, s) + _router_bytes(m, t, s)) * tokens
+    later += _expert_lora_weights(m, t, s)
+    expanded = k * weighted * m.n_embd * tokens
+    softmax = gpt_oss.recompute_attention_bytes(m, s, tokens, seq) + expanded - later
+    return max(experts, softmax)
 
 
 def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
@@ -460,11 +502,7 @@ def _router_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     # the experts' inputs, kept when their weights train (full fine-tuning, or PEFT's
     # ParamWrapper on them: a parametrized weight requires grad): the routed copies for
     # gate_up_proj, the down projection's input; the router's input for its weight
-    names = (
-        frozenset({"gate_up_proj", "down_proj", "gate.weight"})
-        if full
-        else (_expert_params_adapted(m, t))
-    )
+    names = _experts_trained(m, t)
     kept = k * x * h if "gate_up_proj" in names else 0
     kept += x * _routed_width(m) if "down_proj" in names else 0
     total += kept if full else _expert_share(m, t, kept)
@@ -605,12 +643,7 @@ def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> i
     k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
     if not m.n_expert:
         mlp = k * s.act * m.mlp_width * tokens
-    elif llama4.every_expert(m):  # every token through every expert (llama4.py)
-        mlp = llama4.backward_bytes(m, s) * tokens
-    elif gpt_oss.is_gpt_oss(m):
-        # the clamped SwiGLU's backward (gpt_oss.py): three routed, expert-wide gradients at
-        # once, beyond the dispatch moment's (CPU-traced: -10 % under without, LoRA)
-        mlp = k * s.experts * _routed_width(m) * tokens
+    # gpt-oss and Llama 4 peak in the recomputation itself: dispatch_backward_bytes
     return max(mlp, post_norm_backward_bytes(m, t, tokens))
 
 
@@ -634,7 +667,8 @@ def post_norm_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> i
 def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bool) -> int:
     """Gradient checkpointing with a materialised attention mask, per sequence of ``seq``
     tokens (multiply by the batch): transformers builds the (batch, 1, seq, seq) mask once per
-    forward (masking_utils ``sdpa_mask``: boolean; ``eager_mask``: the compute dtype) and
+    forward (masking_utils ``sdpa_mask``: boolean; ``eager_mask``: the embeddings' dtype,
+    ``create_causal_mask``'s ``dtype = inputs_embeds.dtype``, fp32 under autocast) and
     hands it to every decoder layer; a checkpointed layer keeps its inputs for the
     recomputation (torch.utils.checkpoint), so the mask lives until the first layer's backward
     (CPU-traced). flash-attention gets no 4D mask; LitGPT passes none in training."""
@@ -646,7 +680,7 @@ def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bo
     kernel = attention(m, t)
     if kernel == "sdpa":
         return kinds * seq * seq
-    return kinds * stack(m, t).act * seq * seq if kernel == "eager" else 0
+    return kinds * stack(m, t).residual * seq * seq if kernel == "eager" else 0
 
 
 def head_activations(m: ModelConfig, t: TrainerConfig) -> int:
@@ -813,7 +847,7 @@ def attention_forward_bytes(m: ModelConfig, t: TrainerConfig, batch: int, seq: i
     s = stack(m, t)
     if s.framework == "hf" and llama4.every_expert(m):
         # the last MoE layer at its experts' second bmm; its shared expert not yet run
-        later = 3 * s.act * (m.mlp_width - _routed_width(m)) + head_activations(m, t)
+        later = 3 * s.act * llama4.shared_width(m) + head_activations(m, t)
         full = t.finetuning == "full"
         return max(0, (llama4.forward_bytes(m, s, full) - later) * batch * seq)
     if s.framework != "hf" or not gpt_oss.is_gpt_oss(m) or attention(m, t) != "eager":
@@ -829,6 +863,8 @@ def _mask_kinds(m: ModelConfig, seq: int) -> int:
     full layers and the window is shorter than the sequence (``causal_mask_mapping``:
     ``create_causal_mask`` and ``create_sliding_window_causal_mask``, e.g.
     models/gpt_oss/modeling_gpt_oss.py ``GptOssModel.forward``)."""
+    if llama4.every_expert(m):
+        return llama4.mask_kinds(m, seq)
     window = m.sliding_window_size
     sliding = 0 < m.n_sliding_layers < m.n_layer
     return 2 if window is not None and window < seq and sliding else 1

@@ -378,7 +378,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         # only the recomputed layer's 16-bit weight casts are alive (the forward's are freed
         # with its discarded activations; the recomputation casts again under autocast)
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
-        hidden_grads += act.dispatch_backward_bytes(m, t, tokens)  # MoE: routed gradients
+        hidden_grads += act.dispatch_backward_bytes(m, t, tokens, seq)  # MoE: routed gradients
         hidden_grads += b * act.checkpoint_mask_bytes(m, t, seq, masked)  # a layer input
         hidden_grads += moment.extra  # the layer's backward (or 4-bit: see recompute.py)
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
