@@ -103,6 +103,33 @@ def test_foreach_adamw_step_builds_one_parameter_sized_list() -> None:
     assert 5 * n <= peak.bytes <= 5 * n + 64  # p, grad, exp_avg, exp_avg_sq, sqrt; step scalars
 
 
+def test_index_backward_fills_its_zeros_in_place_as_without_the_tracer() -> None:
+    """autograd's ``index_backward`` accumulates into ``grad.new_zeros(...)`` in place, except
+    under a dispatch mode, where it runs an out-of-place ``index_put`` (a copy CUDA never
+    allocates: tests/alloc_tracer.py ``AllocTracer._index_backward``). The mixture-of-experts
+    layers' un-permutation (``weighted_out[inv_perm]``) runs it in every backward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(1024, 64, requires_grad=True)
+    idx = torch.randperm(1024)
+    g = torch.randn(1024, 64)
+    n = 1024 * 64 * 4
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        x[idx].backward(g)  # no dispatch mode: what a CUDA run allocates
+    made = {e.name: e.cpu_memory_usage for e in prof.events()}
+    assert made["aten::new_zeros"] == n and made["aten::_index_put_impl_"] == 0
+    x.grad = None
+
+    def step() -> None:
+        x[idx].backward(g)
+
+    peak = traced(step, keep=[x, idx, g])
+    # x, idx, g, the indexed copy and the gradient (the zeros, filled in place)
+    assert peak.bytes == 4 * n + idx.numel() * 8
+    assert torch.equal(x.grad[idx], g)
+
+
 # --- the differential test ----------------------------------------------------------------------
 
 SEEDS = range(24)
