@@ -230,9 +230,10 @@ def test_gpt_oss_step_matches_the_trace(
     """gpt-oss (cfgcheck/memory/gpt_oss.py): eager attention with sinks softmaxed in the
     scores' dtype, sliding and full layers (two masks), the top-k router, the clamped SwiGLU
     of biased experts. Before these terms the estimate was +12 % to +35 % over in bf16-true
-    and -8 % to -26 % under in bf16-mixed; now within the MoE tolerance, and over by up to
-    12 % for checkpointed full fine-tuning (the recomputation counts the layer's gradients,
-    on the safe side)."""
+    and -8 % to -26 % under in bf16-mixed; now within the MoE tolerance. Checkpointed full
+    fine-tuning peaks in the last layer's recomputation, with only the lm_head's and the final
+    norm's gradients (+2.8 % / +3.1 %; +11.3 % when the layer's and the embedding's were
+    counted)."""
     import torch
 
     from cfgcheck.models.generic import generic_model
@@ -256,7 +257,7 @@ def test_gpt_oss_step_matches_the_trace(
         c = compare(run)
     label = f"gpt_oss {finetuning} {checkpointing} {precision}: {100 * c.error:+.1f}%"
     print(label)
-    over = 0.12 if checkpointing and finetuning == "full" else OVER
+    over = OVER
     # LoRA on the experts (target_parameters), on both layers or on one: within the tolerance
     # without checkpointing (-1.6 % to +1.0 %); with checkpointing over by up to 8.4 % (the
     # recomputed layer counted with its parametrized copies, on the safe side, as for MLA's
@@ -433,8 +434,13 @@ def test_llama4_step_matches_the_trace(
     expert (``hidden_states.repeat(n_expert, 1)`` weighted by sigmoid scores, ``torch.bmm``
     over all experts), so the routed activations scale with ``num_local_experts``: counted as
     top-k routing the estimate was 33 % to 50 % under this trace. Now -5.8 % (LoRA,
-    checkpointed, under autocast) to +12.3 % (full, checkpointed: the recomputation counts the
-    layer's gradients, on the safe side), inside the 25 % margin every MoE states."""
+    checkpointed, under autocast) to +9.2 % (full, checkpointed, bf16-true), inside the 25 %
+    margin every MoE states: a wider bound than the other families', measured, for the every-
+    expert layer's own terms (llama4.py: +6.0 % full without checkpointing, -3.1 % / +9.2 %
+    full checkpointed under autocast / bf16-true), not for the gradients: those alive at the
+    recomputation match the trace byte for byte (the layers' after the recomputed one, the
+    lm_head's and the final norm's; +12.3 % when the recomputed layer's and the embedding's
+    were counted too, recompute.backward_front)."""
     import torch
 
     from cfgcheck.models.generic import generic_model
@@ -455,4 +461,4 @@ def test_llama4_step_matches_the_trace(
         c = compare(run)
     label = f"llama4 {finetuning} {checkpointing} {precision}: {100 * c.error:+.1f}%"
     print(label)
-    assert -0.07 <= c.error <= 0.13, label
+    assert -0.07 <= c.error <= 0.10, label

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfgcheck.memory import activations as act
+from cfgcheck.memory import mla as latent
 from cfgcheck.memory import sharding, weights
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params, norm_params
 from cfgcheck.memory.stack import FOUR_BIT, quantized, stack
@@ -193,7 +194,11 @@ def backward_front(
     rest = max(0, grads - n * per_layer - late_bytes)  # the lm_head's and the final norm's
     every, kinds = masks
     first = Front(rest + own, ckpts, every)  # recomputing the last layer, first in backward
-    last = Front(rest + (n - 1) * per_layer + own, ckpts // n, every // max(kinds, 1))
+    # the other end: the first layer, or the first mixture-of-experts layer after DeepSeek's
+    # dense ones (their recomputation is a dense layer's, smaller: mla.dense_layers)
+    lead = min(latent.dense_layers(m), n - 1) if m.n_expert else 0
+    masks_left = every // max(kinds, 1) if lead == 0 else every
+    last = Front(rest + (n - 1 - lead) * per_layer + own, ckpts * (lead + 1) // n, masks_left)
     return max(first, last, key=lambda f: f.gradients + f.checkpoints + f.masks)
 
 
