@@ -1,4 +1,5 @@
-"""The recomputed layer's largest moment under QLoRA as transformers + PEFT + bitsandbytes run it.
+"""The recomputed layer's largest moment (QLoRA as transformers + PEFT + bitsandbytes run it,
+full fine-tuning) and what the rest of a checkpointed backward holds beside it.
 
 Gradient checkpointing recomputes one layer at a time in backward; the estimate counts that
 layer's saved tensors (:func:`activations.layer_activations`) and, on top, what its backward
@@ -35,6 +36,11 @@ In each, the block's first norm's saved input is the layer's checkpoint itself (
 ``LlamaRMSNorm.forward``'s ``hidden_states.to(torch.float32)`` returns its input), which the
 layer term counts once more. Blocks that end in a norm (OLMo 2, Gemma 2/3), mixtures of experts,
 non-gated MLPs and int8 keep the dense terms (not traced here).
+
+Full fine-tuning changes what is alive around the recomputed layer: which gradients exist and
+which of its saved tensors its backward has released (:func:`full_finetuning_moments`,
+:func:`backward_front`; docs/memory.md, "The backward front of checkpointed full
+fine-tuning").
 """
 
 from __future__ import annotations
@@ -118,10 +124,14 @@ def full_finetuning_moments(
     m: ModelConfig, t: TrainerConfig, tokens: int, dequant: int
 ) -> list[Moment] | None:
     """The recomputed dense layer's largest moments under full fine-tuning, with what its own
-    backward has done by then (:ref:`the backward front <backward-front>` in docs/memory.md;
-    CPU-traced on Llama, Granite, SmolLM3, Cohere, OLMo 2 and Gemma 3): autograd runs a node's
-    ``AccumulateGrad`` as soon as its gradient is ready, so a weight's gradient exists from the
-    moment its linear's backward has run, and that node has released the input it saved.
+    backward has done by then (docs/memory.md, "The backward front of checkpointed full
+    fine-tuning"; CPU-traced on Llama, Granite, SmolLM3, Cohere, OLMo 2 and Gemma 3): autograd
+    runs a node's ``AccumulateGrad`` as soon as its gradient is ready (its sequence number is
+    ``UINT64_MAX``, first in the ready queue: torch/csrc/autograd/engine.h
+    ``ReadyQueue::CompareNodeTaskTime``, node.h "NOTE [ Sequence Number]"), so a weight's
+    gradient exists from the moment its linear's backward has run, and that node has released
+    the tensors it saved (the recomputed ones are handed over once:
+    torch/utils/checkpoint.py ``_checkpoint_hook.unpack_hook``, ``holder.handles[gid] = None``).
 
     * **the MLP's backward** (``MulBackward`` with three intermediate-size tensors, as in
       :func:`activations.recompute_backward_bytes`): the down projection's backward has run,
