@@ -194,7 +194,8 @@ def backward_front(
     the final norm, of the layers after ``i``, and ``own`` bytes of layer ``i``'s (those made
     before its largest moment, :func:`full_finetuning_moments`). The token embedding's gradient
     is not among them: ``EmbeddingBackward`` is the graph's oldest node and runs after the
-    first layer's backward; a tied embedding's is the lm_head's, made first. ``grads``: all
+    first layer's backward; a tied embedding's lm_head part, made first, waits that long in its
+    ``AccumulateGrad`` node's input buffer (the same bytes, counted). ``grads``: all
     gradients per GPU; ``per_layer``: one layer's; ``masks``: the bytes of the masks of every
     kind and their number of kinds (sliding and full layers: the first layer uses one)."""
     n = max(m.n_layer, 1)
