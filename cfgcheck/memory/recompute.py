@@ -209,7 +209,9 @@ def backward_front(
     # dense ones (their recomputation is a dense layer's, smaller: mla.dense_layers)
     lead = min(latent.dense_layers(m), n - 1) if m.n_expert else 0
     masks_left = every // max(kinds, 1) if lead == 0 else every
-    last = Front(rest + (n - 1 - lead) * per_layer + own, ckpts * (lead + 1) // n, masks_left)
+    # one layer's input (activation offloading keeps two on the GPU: activations.checkpoint_bytes)
+    one = ckpts // (min(n, 2) if t.activation_offloading else n)
+    last = Front(rest + (n - 1 - lead) * per_layer + own, min(ckpts, one * (lead + 1)), masks_left)
     return max(first, last, key=lambda f: f.gradients + f.checkpoints + f.masks)
 
 
