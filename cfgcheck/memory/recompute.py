@@ -225,5 +225,5 @@ def recompute_moment(m: ModelConfig, t: TrainerConfig, tokens: int, dequant: int
         moments = full_finetuning_moments(m, t, tokens, dequant)
     if moments is None:
         return Moment("backward", act.recompute_backward_bytes(m, t, tokens), dequant)
-    per_param = weights.trainable_bytes(m, t) // sharding.divisors(t).gradients
-    return max(moments, key=lambda x: x.extra + x.dequant + x.own * per_param)
+    per_param, div = weights.trainable_bytes(m, t), sharding.divisors(t).gradients
+    return max(moments, key=lambda x: x.extra + x.dequant + x.own * per_param // div)
