@@ -136,8 +136,9 @@ def full_finetuning_moments(
     * **the MLP's backward** (``MulBackward`` with three intermediate-size tensors, as in
       :func:`activations.recompute_backward_bytes`): the down projection's backward has run,
       its weight's (and bias's) gradient exists and its saved input, which the layer term
-      counts, is freed; a block ending in a norm has run that norm's backward too (its weight's
-      gradient made, the normalized tensor it saved freed);
+      counts, is freed (under autocast its weight's 16-bit cast too); a block ending in a
+      norm has run that norm's backward too (its weight's gradient made, the normalized tensor
+      it saved freed);
     * **the post-MLP norm's backward** (OLMo 2, Gemma 2/3: the block's first backward op,
       :func:`activations.post_norm_backward_bytes`): only that norm's weight gradient exists,
       and the normalized tensor its ``mul`` saved is freed.
@@ -156,6 +157,8 @@ def full_finetuning_moments(
     k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
     mlp = k * s.act * m.mlp_width * tokens
     freed = s.act * down.in_features * tokens  # the down projection's saved input
+    if weights.autocast_layer_bytes(m, t):  # and its weight's 16-bit cast (autocast)
+        freed += 2 * down.in_features * down.out_features
     post = act.post_norm_backward_bytes(m, t, tokens)
     post_own = norm_params(m) if post else 0
     # the normalized tensor a trained RMSNorm weight multiplies (activations._norm_bytes);
