@@ -70,6 +70,7 @@ class AllocTracer(TorchDispatchMode):
         self.record = False
         self.events: list[tuple[int, int]] = []
         self.event_ops: list[str] = []
+        self._last: tuple[str, int | None] = ("", None)  # the last op and its output's storage
 
     # -- bookkeeping ------------------------------------------------------------------------
     def _free(self, key: int, _ref: object) -> None:
@@ -144,8 +145,14 @@ class AllocTracer(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        out = func(*args, **(kwargs or {}))
         name = str(func.overloadpacket.__name__)
+        if self._index_backward(func, args, kwargs):
+            # autograd's index_backward fills its zeros in place outside a dispatch mode
+            out = torch.ops.aten._index_put_impl_(*args[:3], accumulate=True, unsafe=True)
+        else:
+            out = func(*args, **(kwargs or {}))
+        made = out.untyped_storage()._cdata if isinstance(out, torch.Tensor) else None
+        self._last = (name, made)  # no reference kept: it would delay the free
         for t in tree_flatten(out)[0]:
             self.track(t, name)
         if name.endswith("_") or "out" in (kwargs or {}):  # in place: a storage may grow
@@ -153,6 +160,31 @@ class AllocTracer(TorchDispatchMode):
                 if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata in self.live:
                     self.track(t, name)
         return out
+
+    def _index_backward(self, func: Any, args: tuple[Any, ...], kwargs: Any) -> bool:
+        """Whether ``func`` is the out-of-place ``index_put`` autograd's ``index_backward`` runs
+        only under a dispatch mode: ``index_backward(grad.new_zeros(...), indices, grad)``
+        (tools/autograd/derivatives.yaml, ``index.Tensor``) accumulates into its zeros in place
+        (``at::_index_put_impl_``) unless ``areAnyTensorSubclassLike`` is true, which it is
+        whenever a ``TorchDispatchMode`` is active (ATen/TensorSubclassLikeUtils.h
+        ``isTensorSubclassLike``: ``if (c10::impl::dispatch_mode_enabled()) return true``), so
+        a trace would count a copy CUDA never allocates (torch.profiler, no mode: the
+        ``new_zeros`` and nothing for ``_index_put_impl_``). Recognised by its shape: an
+        accumulating ``index_put`` run by the autograd engine whose target the previous op
+        made with ``new_zeros``."""
+        if func is not torch.ops.aten.index_put.default:
+            return False
+        if torch._C._current_graph_task_id() == -1:  # not inside autograd's backward
+            return False
+        accumulate = (kwargs or {}).get("accumulate", args[3] if len(args) > 3 else False)
+        op, made = self._last
+        target = args[0]
+        return (
+            bool(accumulate)
+            and op == "new_zeros"
+            and isinstance(target, torch.Tensor)
+            and made == target.untyped_storage()._cdata
+        )
 
 
 def _round(n: int) -> int:

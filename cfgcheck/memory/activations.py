@@ -432,13 +432,21 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int, seq: 
         return _gpt_oss_recompute_bytes(m, t, s, tokens, seq)
     if llama4.every_expert(m):  # every token through every expert (llama4.py)
         return llama4.recompute_bytes(m, s, t.finetuning == "full", tokens)
-    total = 2 * k * _weighted_bytes(m, s) * h
+    routed = k * _weighted_bytes(m, s) * h
+    total = 2 * routed
     full = t.finetuning == "full"
     total += 0 if full else k * s.experts * h  # the routed copies
     # the MoE input; DeepSeek's router keeps it (or its fp32 copy) and its shared experts'
     # linears keep it (or their casts) whenever they train (mla.py)
     kept = full and (s.residual == s.act or latent.router_bytes(m, full) > 0)
     total += 0 if kept else s.residual * h
+    # then the layer's own backward: ``IndexBackward`` of the un-permutation accumulates the
+    # expanded gradient into ``grad.new_zeros(...)`` in place (derivatives.yaml
+    # ``index.Tensor``, FunctionsManual.cpp ``index_backward``), and the routing weights'
+    # ``MulBackward`` holds that gradient, the experts' output gradient and the product with
+    # ``proj_out`` summed into the weights' gradient: three routed tensors, the forward's
+    # locals gone with the recomputation (CPU-traced on Mixtral, full: -4 % without it)
+    total = max(total, 3 * routed)
     return total * tokens
 
 

@@ -37,7 +37,7 @@ from cfgcheck.memory import (
 )
 from cfgcheck.memory.allocator import rounding_bytes
 from cfgcheck.memory.params import ParamCount, count_params
-from cfgcheck.memory.recompute import recompute_moment
+from cfgcheck.memory.recompute import backward_front, recompute_moment
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, stack
 from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
@@ -362,6 +362,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         dequant = moment.dequant
         ckpts = act.checkpoint_bytes(m, t, tokens)
         held_grads, held_ckpts = grads, ckpts
+        masks = b * act.checkpoint_mask_bytes(m, t, seq, masked)  # layer inputs
         if (
             t.finetuning == "full"
             and t.gradient_accumulation_steps == 1
@@ -374,12 +375,16 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
                 div.gradients,
                 ep.trainable // max(m.n_layer, 1) * mb,
             )
-            held_grads, held_ckpts = _backward_front(m, ckpts, grads, layer_grads)
+            own = moment.own * mb // div.gradients  # the recomputed layer's, made by then
+            front = backward_front(
+                m, t, grads, layer_grads, own, ckpts, (masks, act._mask_kinds(m, seq))
+            )
+            held_grads, held_ckpts, masks = front.gradients, front.checkpoints, front.masks
         # only the recomputed layer's 16-bit weight casts are alive (the forward's are freed
         # with its discarded activations; the recomputation casts again under autocast)
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
         hidden_grads += act.dispatch_backward_bytes(m, t, tokens, seq)  # MoE: routed gradients
-        hidden_grads += b * act.checkpoint_mask_bytes(m, t, seq, masked)  # a layer input
+        hidden_grads += masks
         hidden_grads += moment.extra  # the layer's backward (or 4-bit: see recompute.py)
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
@@ -493,22 +498,6 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         ),
         processes_per_node=t.devices,
     )
-
-
-def _backward_front(m: ModelConfig, ckpts: int, grads: int, per_layer: int) -> tuple[int, int]:
-    """Gradients and layer checkpoints alive while a layer is recomputed, full fine-tuning
-    without accumulation: backward runs from the last layer to the first, each layer's
-    gradients appear as it is done and its checkpoint is freed, so recomputing layer ``i``
-    holds ``i + 1`` checkpoints and the gradients of the layers after it (and its own), the
-    lm_head's and the final norm's. That sum is linear in ``i``: the larger of its two ends
-    (all checkpoints with the first layer's gradients, or one checkpoint with all of them;
-    the embedding's gradient, which comes last, is counted on the safe side). ``per_layer``:
-    one layer's gradient bytes per GPU."""
-    n = m.n_layer
-    rest = max(0, grads - n * per_layer)
-    first = (rest + per_layer, ckpts)  # recomputing the last layer, first in backward
-    last = (grads, ckpts // n)  # recomputing the first layer, last in backward
-    return max(first, last, key=sum)
 
 
 def _weights_note(m: ModelConfig, t: TrainerConfig, upcast: bool) -> str:

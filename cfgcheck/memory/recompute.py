@@ -1,4 +1,5 @@
-"""The recomputed layer's largest moment under QLoRA as transformers + PEFT + bitsandbytes run it.
+"""The recomputed layer's largest moment (QLoRA as transformers + PEFT + bitsandbytes run it,
+full fine-tuning) and what the rest of a checkpointed backward holds beside it.
 
 Gradient checkpointing recomputes one layer at a time in backward; the estimate counts that
 layer's saved tensors (:func:`activations.layer_activations`) and, on top, what its backward
@@ -35,6 +36,11 @@ In each, the block's first norm's saved input is the layer's checkpoint itself (
 ``LlamaRMSNorm.forward``'s ``hidden_states.to(torch.float32)`` returns its input), which the
 layer term counts once more. Blocks that end in a norm (OLMo 2, Gemma 2/3), mixtures of experts,
 non-gated MLPs and int8 keep the dense terms (not traced here).
+
+Full fine-tuning changes what is alive around the recomputed layer: which gradients exist and
+which of its saved tensors its backward has released (:func:`full_finetuning_moments`,
+:func:`backward_front`; docs/memory.md, "The backward front of checkpointed full
+fine-tuning").
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfgcheck.memory import activations as act
-from cfgcheck.memory.params import adapted_modules, block_linears
+from cfgcheck.memory import mla as latent
+from cfgcheck.memory import sharding, weights
+from cfgcheck.memory.params import adapted_modules, block_linears, count_params, norm_params
 from cfgcheck.memory.stack import FOUR_BIT, quantized, stack
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -51,11 +59,14 @@ from cfgcheck.schema.trainer import TrainerConfig
 @dataclass(frozen=True)
 class Moment:
     """Bytes the recomputed layer holds beyond its counted saved tensors and the two
-    hidden-size gradients, and the bitsandbytes buffers alive at that moment."""
+    hidden-size gradients (less what it has released by then), the bitsandbytes buffers alive
+    at that moment, and the parameters of that layer whose gradients exist by then (full
+    fine-tuning: :func:`full_finetuning_moments`)."""
 
     name: str
     extra: int
     dequant: int
+    own: int = 0
 
 
 def fourbit_moments(
@@ -109,11 +120,113 @@ def fourbit_moments(
     ]
 
 
+def full_finetuning_moments(
+    m: ModelConfig, t: TrainerConfig, tokens: int, dequant: int
+) -> list[Moment] | None:
+    """The recomputed dense layer's largest moments under full fine-tuning, with what its own
+    backward has done by then (docs/memory.md, "The backward front of checkpointed full
+    fine-tuning"; CPU-traced on Llama, Granite, SmolLM3, Cohere, OLMo 2 and Gemma 3): autograd
+    runs a node's ``AccumulateGrad`` as soon as its gradient is ready (its sequence number is
+    ``UINT64_MAX``, first in the ready queue: torch/csrc/autograd/engine.h
+    ``ReadyQueue::CompareNodeTaskTime``, node.h "NOTE [ Sequence Number]"), so a weight's
+    gradient exists from the moment its linear's backward has run, and that node has released
+    the tensors it saved (the recomputed ones are handed over once:
+    torch/utils/checkpoint.py ``_checkpoint_hook.unpack_hook``, ``holder.handles[gid] = None``).
+
+    * **the MLP's backward** (``MulBackward`` with three intermediate-size tensors, as in
+      :func:`activations.recompute_backward_bytes`): the down projection's backward has run,
+      its weight's (and bias's) gradient exists and its saved input, which the layer term
+      counts, is freed (under autocast its weight's 16-bit cast too); a block ending in a
+      norm has run that norm's backward too (its weight's gradient made, the normalized tensor
+      it saved freed);
+    * **the post-MLP norm's backward** (OLMo 2, Gemma 2/3: the block's first backward op,
+      :func:`activations.post_norm_backward_bytes`): only that norm's weight gradient exists,
+      and the normalized tensor its ``mul`` saved is freed.
+
+    None where the other moments apply: LoRA (no weight gradients in the layer), mixtures of
+    experts (their largest moment is the dispatch inside the recomputation or the experts'
+    backward, before any of the layer's gradients is accumulated: traced on Mixtral, Qwen3-MoE,
+    OLMoE, gpt-oss, Llama 4)."""
+    if t.finetuning != "full" or not t.gradient_checkpointing or m.n_expert:
+        return None
+    downs = [x for x in block_linears(m) if x.source == "mlp_act"]
+    if len(downs) != 1:
+        return None
+    down = downs[0]
+    s = stack(m, t)
+    k = 3 if m.mlp in ("swiglu", "geglu") or s.gelu_saved > 1 else 2
+    mlp = k * s.act * m.mlp_width * tokens
+    freed = s.act * down.in_features * tokens  # the down projection's saved input
+    if weights.autocast_layer_bytes(m, t):  # and its weight's 16-bit cast (autocast)
+        freed += 2 * down.in_features * down.out_features
+    post = act.post_norm_backward_bytes(m, t, tokens)
+    post_own = norm_params(m) if post else 0
+    # the normalized tensor a trained RMSNorm weight multiplies (activations._norm_bytes);
+    # LayerNorm's weight gradient comes from its own saved input and statistics
+    post_freed = s.norm_out * m.n_embd * tokens if post and m.norm != "layernorm" else 0
+    moments = [Moment("MLP backward", mlp - freed - post_freed, dequant, down.params + post_own)]
+    if post:
+        moments.append(Moment("post-MLP norm backward", post - post_freed, dequant, post_own))
+    return moments
+
+
+@dataclass(frozen=True)
+class Front:
+    """Gradients, layer checkpoints and attention masks alive while a layer is recomputed."""
+
+    gradients: int
+    checkpoints: int
+    masks: int
+
+
+def backward_front(
+    m: ModelConfig,
+    t: TrainerConfig,
+    grads: int,
+    per_layer: int,
+    own: int,
+    ckpts: int,
+    masks: tuple[int, int],
+) -> Front:
+    """Full fine-tuning without accumulation: what the backward holds besides the recomputed
+    layer, at the larger of the two ends of the backward (the sum is linear in the layer's
+    index). Backward runs from the last layer to the first; each layer's gradients appear as
+    its backward runs (``AccumulateGrad`` first in autograd's ready queue) and its checkpoint is
+    freed when its last node has run. Recomputing layer ``i`` therefore holds ``i + 1``
+    checkpoints, the masks of the kinds layers ``0..i`` use, the gradients of the lm_head and
+    the final norm, of the layers after ``i``, and ``own`` bytes of layer ``i``'s (those made
+    before its largest moment, :func:`full_finetuning_moments`). The token embedding's gradient
+    is not among them: ``EmbeddingBackward`` is the graph's oldest node and runs after the
+    first layer's backward; a tied embedding's lm_head part, made first, waits that long in its
+    ``AccumulateGrad`` node's input buffer (the same bytes, counted). ``grads``: all
+    gradients per GPU; ``per_layer``: one layer's; ``masks``: the bytes of the masks of every
+    kind and their number of kinds (sliding and full layers: the first layer uses one)."""
+    n = max(m.n_layer, 1)
+    pc = count_params(m)
+    late = pc.position_embedding + (pc.embedding if pc.lm_head else 0)
+    late_bytes = late * weights.trainable_bytes(m, t) // sharding.divisors(t).gradients
+    rest = max(0, grads - n * per_layer - late_bytes)  # the lm_head's and the final norm's
+    every, kinds = masks
+    first = Front(rest + own, ckpts, every)  # recomputing the last layer, first in backward
+    # the other end: the first layer, or the first mixture-of-experts layer after DeepSeek's
+    # dense ones (their recomputation is a dense layer's, smaller: mla.dense_layers)
+    lead = min(latent.dense_layers(m), n - 1) if m.n_expert else 0
+    masks_left = every // max(kinds, 1) if lead == 0 else every
+    # one layer's input (activation offloading keeps two on the GPU: activations.checkpoint_bytes)
+    one = ckpts // (min(n, 2) if t.activation_offloading else n)
+    last = Front(rest + (n - 1 - lead) * per_layer + own, min(ckpts, one * (lead + 1)), masks_left)
+    return max(first, last, key=lambda f: f.gradients + f.checkpoints + f.masks)
+
+
 def recompute_moment(m: ModelConfig, t: TrainerConfig, tokens: int, dequant: int) -> Moment:
     """What the recomputed layer adds to its saved tensors and two hidden-size gradients at its
-    largest moment: the 4-bit moments where they apply, else the dense MLP (or post-norm)
-    backward with the bitsandbytes buffers on top (:func:`activations.recompute_backward_bytes`)."""
+    largest moment: the 4-bit moments where they apply, the full fine-tuning moments of a
+    dense layer (:func:`full_finetuning_moments`), else the dense MLP (or post-norm) backward
+    with the bitsandbytes buffers on top (:func:`activations.recompute_backward_bytes`)."""
     moments = fourbit_moments(m, t, tokens, dequant)
     if moments is None:
+        moments = full_finetuning_moments(m, t, tokens, dequant)
+    if moments is None:
         return Moment("backward", act.recompute_backward_bytes(m, t, tokens), dequant)
-    return max(moments, key=lambda x: x.extra + x.dequant)
+    per_param, div = weights.trainable_bytes(m, t), sharding.divisors(t).gradients
+    return max(moments, key=lambda x: x.extra + x.dequant + x.own * per_param // div)
