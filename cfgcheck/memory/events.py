@@ -160,10 +160,12 @@ def _param_tensors(m: ModelConfig) -> list[tuple[str, int]]:
 def _untied_head_at_build(ev: Seq, m: ModelConfig, master: int) -> None:
     """The lm_head weight a tied model makes and drops while it is built: ``XForCausalLM.
     __init__`` makes ``nn.Linear(hidden, vocab)`` (its weight allocated and initialised on the
-    build's device), then ``post_init`` ties ``lm_head.weight`` to the embedding's and the
-    first weight is freed, its segment kept in the allocator's cache and counted in the reserved
-    figure that ``reset_peak_memory_stats`` keeps (transformers ``modeling_utils``
-    ``tie_weights``; traced on CPU in tests/test_memory_events.py). This is gpu_measure.py's
+    build's device; transformers 5.24 ``models/llama/modeling_llama.py:422``,
+    ``models/gemma/modeling_gemma.py:443``), then ``post_init`` -> ``init_weights`` ->
+    ``tie_weights`` sets the embedding's parameter in its place (``modeling_utils.py:2624``
+    ``setattr(parent, name, source_param)``) and the first weight is freed, its segment kept in
+    the allocator's cache and counted in the reserved figure that ``reset_peak_memory_stats``
+    keeps (traced on CPU in tests/test_memory_events.py). This is gpu_measure.py's
     build, ``AutoModelForCausalLM.from_config`` under ``torch.device("cuda")``; a
     ``from_pretrained`` load ties the weights before they are materialised and makes no such
     tensor (its reserved figure is at most this weight lower)."""
