@@ -369,7 +369,8 @@ def traced_step(
     if t.get("quantization", "none") == "none":
         # the build is traced too: what it frees stays in the CUDA allocator's cache, so in
         # the reserved figure gpu_measure.py's reset keeps (e.g. the lm_head weight that
-        # nn.Linear makes before transformers ties it to the embedding; see build_transients)
+        # nn.Linear makes before transformers ties it to the embedding, which
+        # cfgcheck/memory/events.py _untied_head_at_build generates)
         with tracer:
             model = build(m, t, gm)
     else:  # bitsandbytes' CPU quantization is not traced: only what the build keeps is counted
