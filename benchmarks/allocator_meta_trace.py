@@ -66,7 +66,7 @@ def install_meta_tracing() -> None:
                 old = 0
             elif self.record:
                 self.events.append((key, -1))
-                self.event_ops.append("free")
+                self.event_ops.append("setup:free" if self.phase == "setup" else "free")
             if self.record:
                 self.events.append((key, n))
                 self.event_ops.append(f"{self.phase}:{op}")

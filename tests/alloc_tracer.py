@@ -82,7 +82,7 @@ class AllocTracer(TorchDispatchMode):
             self.current_rounded -= _round(n)
             if self.record:
                 self.events.append((key, -1))
-                self.event_ops.append("free")
+                self.event_ops.append("setup:free" if self.phase == "setup" else "free")
 
     def track(self, t: object, op: str = "") -> None:
         """Count the storage of ``t`` (a tensor) if it is new or has grown."""
@@ -106,7 +106,7 @@ class AllocTracer(TorchDispatchMode):
             old = 0
         elif self.record:  # a storage that grows: freed and allocated again
             self.events.append((key, -1))
-            self.event_ops.append("free")
+            self.event_ops.append("setup:free" if self.phase == "setup" else "free")
         if self.record:
             self.events.append((key, n))
             self.event_ops.append(f"{self.phase}:{op}")
@@ -396,7 +396,17 @@ def traced_step(
     ``cuda_dropout_masks``: LoRA dropouts keep CUDA's 1-byte masks (:func:`cuda_dropout`)."""
     m, t, d = spec["model"], spec["trainer"], spec["data"]
     gm = gpu_measure()
-    model = build(m, t, gm)
+    tracer = AllocTracer(snapshot)
+    tracer.record = record
+    if t.get("quantization", "none") == "none":
+        # the build is traced too: what it frees stays in the CUDA allocator's cache, so in
+        # the reserved figure gpu_measure.py's reset keeps (e.g. the lm_head weight that
+        # nn.Linear makes before transformers ties it to the embedding, which
+        # cfgcheck/memory/events.py _untied_head_at_build generates)
+        with tracer:
+            model = build(m, t, gm)
+    else:  # bitsandbytes' CPU quantization is not traced: only what the build keeps is counted
+        model = build(m, t, gm)
     if cuda_dropout_masks:
         cuda_dropout(model)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -404,8 +414,6 @@ def traced_step(
     kwargs = batch(m, t, d)
     accum = t["gradient_accumulation_steps"]
     autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(t["precision"])
-    tracer = AllocTracer(snapshot)
-    tracer.record = record
     tracer.track_all(
         [list(model.parameters()), list(model.buffers()), quant_state_tensors(model), kwargs]
     )

@@ -97,13 +97,15 @@ def test_a_tight_capacity_takes_the_free_and_retry_path() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run_id", ["tl-full-b4", "tl-lora-ckpt-b16-s2048"])
+@pytest.mark.parametrize("run_id", ["tl-full-b4", "tl-lora-ckpt-b16-s2048", "gemma-full-ckpt-b2"])
 def test_the_real_op_sequence_at_full_size_gives_the_h100_peaks(run_id: str) -> None:
     """GPU truth: gpu_measure.py's loop on meta tensors at the H100 run's full size
     (benchmarks/allocator_meta_trace.py), with cuBLAS's two workspaces where CUDA takes them
     (``cuda_events``), replayed through the simulator: ``max_memory_allocated()`` of the H100
     run to the byte, ``max_memory_reserved()`` within 1 % (benchmarks/calibration/h100.jsonl).
-    Without the workspaces the allocated peak is 64 MiB short on every such run."""
+    Without the workspaces the allocated peak is 64 MiB short on every such run; Gemma-2B full
+    fine-tuning is 6.2 % under in reserved without the build traced (the lm_head weight that
+    its build frees stays cached: tests/alloc_tracer.py ``traced_step``)."""
     import subprocess
     import sys
 

@@ -7,7 +7,8 @@ segments, each with its real size and lifetime, in the order gpu_measure.py's lo
 steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=True)``):
 
 * the build: every parameter tensor (module order: embedding, each layer's linears and norms,
-  final norm, lm_head), then PEFT's fp32 adapters, then the batch;
+  final norm, lm_head), a tied model's first lm_head weight made and freed
+  (:func:`_untied_head_at_build`), then PEFT's fp32 adapters, then the batch;
 * forward: the embedding output, then per layer the tensors autograd saves
   (:func:`cfgcheck.memory.activations.layer_activations`, cut into tensors of one hidden-size
   row per token, the rest as one tensor), each RMSNorm's fp32 temporaries, the down
@@ -106,6 +107,22 @@ def _param_tensors(m: ModelConfig) -> list[tuple[str, int]]:
     return full
 
 
+def _untied_head_at_build(ev: Seq, m: ModelConfig, master: int) -> None:
+    """The lm_head weight a tied model makes and drops while it is built: ``XForCausalLM.
+    __init__`` makes ``nn.Linear(hidden, vocab)`` (its weight allocated and initialised on the
+    build's device; transformers 5.24 ``models/llama/modeling_llama.py:422``,
+    ``models/gemma/modeling_gemma.py:443``), then ``post_init`` -> ``init_weights`` ->
+    ``tie_weights`` sets the embedding's parameter in its place (``modeling_utils.py:2624``
+    ``setattr(parent, name, source_param)``) and the first weight is freed, its segment kept in
+    the allocator's cache and counted in the reserved figure that ``reset_peak_memory_stats``
+    keeps (traced on CPU in tests/test_memory_events.py). This is gpu_measure.py's
+    build, ``AutoModelForCausalLM.from_config`` under ``torch.device("cuda")``; a
+    ``from_pretrained`` load ties the weights before they are materialised and makes no such
+    tensor (its reserved figure is at most this weight lower)."""
+    if m.tie_embeddings and m.head == "causal_lm" and not count_params(m).lm_head:
+        ev.free(ev.alloc(m.head_rows * m.n_embd * master))
+
+
 def _pieces(total: int, row: int, limit: int = 1 << 30) -> list[int]:
     """``total`` bytes as up to ``limit`` tensors of ``row`` bytes, the rest as one more."""
     if row <= 0 or total <= 0:
@@ -172,6 +189,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     # the build
     params = _param_tensors(m)
     param_ids = [ev.alloc(n * master) for _, n in params]
+    _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
     if not full:
         for numel, count in weights.trainable_tensors(m, t):
