@@ -27,6 +27,7 @@ from typing import Any
 from cfgcheck.memory import activations as act
 from cfgcheck.memory import (
     allocator,
+    attention_backward,
     coverage,
     expert_parallel,
     offload,
@@ -338,6 +339,8 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         fwd_logits, loss_note = attention_fwd, f"{loss_note}; the last layer's eager attention"
     if not t.gradient_checkpointing and loss_phase == "forward":  # the last layer's backward
         backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
+        # or, with eager attention, its softmax's backward (attention_backward.py)
+        backward = max(backward, attention_backward.last_layer_extra(m, t, b, seq, masked))
         # by then the lm_head's backward has made its gradient
         head_grad = 0
         if t.finetuning == "full" and t.gradient_accumulation_steps == 1:
@@ -379,8 +382,13 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         # with its discarded activations; the recomputation casts again under autocast)
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
         hidden_grads += act.dispatch_backward_bytes(m, t, tokens)  # MoE: routed gradients
-        hidden_grads += b * act.checkpoint_mask_bytes(m, t, seq, masked)  # a layer input
+        mask = b * act.checkpoint_mask_bytes(m, t, seq, masked)
+        hidden_grads += mask  # a layer input
         hidden_grads += moment.extra  # the layer's backward (or 4-bit: see recompute.py)
+        # eager attention: the layer at its softmax's backward, its MLP released by then
+        eager = attention_backward.recompute_extra(m, t, b, seq, masked)
+        if eager is not None:
+            hidden_grads = max(hidden_grads, mask + eager)
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [
