@@ -462,18 +462,42 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> in
     The forward's locals are alive too where nothing saves them: the routed copies
     (``hidden_states[perm // top_k]``, saved only when the experts train) and the MoE input
     (the norm's output, saved by the router only when it trains on the same dtype)
-    (CPU-traced, tests/test_memory_tracer_moe.py)."""
+    (CPU-traced, tests/test_memory_tracer_moe.py). The weighting's backward, after the
+    recomputation, holds three routed tensors instead (the larger counts). DeepSeek's shared
+    experts are not alive at either (:func:`mla.shared_experts_last`)."""
     k = m.n_expert_per_token
     if not m.n_expert or not k or not t.gradient_checkpointing:
         return 0
     s, h = stack(m, t), m.n_embd
-    total = 2 * k * _weighted_bytes(m, s) * h
+    weighted = k * _weighted_bytes(m, s) * h
+    total = 2 * weighted
     full = t.finetuning == "full"
-    total += 0 if full else k * s.experts * h  # the routed copies
+    # the routed copies, unless the experts' gate_up keeps them (trained, or PEFT's
+    # ParamWrapper on it: :func:`_router_bytes` counts them then)
+    copies_kept = full or "gate_up_proj" in _expert_params_adapted(m, t)
+    total += 0 if copies_kept else k * s.experts * h
     # the MoE input; DeepSeek's router keeps it (or its fp32 copy) and its shared experts'
     # linears keep it (or their casts) whenever they train (mla.py)
     kept = full and (s.residual == s.act or latent.router_bytes(m, full) > 0)
     total += 0 if kept else s.residual * h
+    # the weighting's backward, once the recomputation's locals are gone: ``MulBackward`` of
+    # ``proj_out * sample_weights_g`` makes the gradients of both factors (the weights' before
+    # autograd's ``sum_to`` reduces it to one per routed token) while the weighted outputs'
+    # gradient (index's backward of the un-permutation) is alive: three routed tensors
+    total = max(total, 3 * weighted)
+    if latent.shared_experts_last(m):
+        # DeepSeek's shared experts run after the routed ones (mla.py): at this moment their
+        # saved tensors are released (their backward ran first) or not yet recomputed; their
+        # own backward (three expert-wide gradients, the 16-bit gradient of their output) is
+        # the other moment
+        shared = m.mlp_width - _routed_width(m)
+        saved = 3 * s.act * shared
+        if full:  # what their trained linears keep: the down projection's input, and each
+            # gate/up's own 16-bit cast of an fp32 input (their shared input is kept anyway)
+            for lin in block_linears(m):
+                cast = lin.source == "mlp_in" and s.linear_cast and s.residual != s.act
+                saved += s.act * lin.in_features if lin.source == "mlp_act" or cast else 0
+        total = max(total - saved, 3 * s.act * shared + s.act * h)
     return total * tokens
 
 
