@@ -484,7 +484,8 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> in
     # ``proj_out * sample_weights_g`` makes the gradients of both factors (the weights' before
     # autograd's ``sum_to`` reduces it to one per routed token) while the weighted outputs'
     # gradient (index's backward of the un-permutation) is alive: three routed tensors
-    total = max(total, 3 * weighted)
+    if not (llama4.every_expert(m) or gpt_oss.is_gpt_oss(m)):  # not grouped_mm (llama4.py);
+        total = max(total, 3 * weighted)  # gpt-oss's moments: gpt_oss.py
     if latent.shared_experts_last(m):
         # DeepSeek's shared experts run after the routed ones (mla.py): at this moment their
         # saved tensors are released (their backward ran first) or not yet recomputed; their
@@ -681,6 +682,8 @@ def checkpoint_norm_input(m: ModelConfig, t: TrainerConfig) -> int:
     s = stack(m, t)
     if not t.gradient_checkpointing or s.framework != "hf" or m.norm != "rmsnorm":
         return 0
+    if gpt_oss.is_gpt_oss(m) or llama4.every_expert(m):  # their recomputed layers' moments
+        return 0  # are modelled in gpt_oss.py / llama4.py
     tr = traced(m)
     if tr is not None and not any(p.endswith(".input_layernorm") for p in tr.tree):
         return 0
