@@ -12,7 +12,8 @@ included, and checks :data:`LAYERS`):
 2. terms: one mechanism each (``weights``, ``activations``, ``sharding``, ``offload``,
    ``expert_parallel``, ``mla`` (DeepSeek's latent attention), ``gpt_oss``, ``llama4``,
    ``allocator``, ``coverage``; ``rl`` for preference/RL terms, ``tiled`` for tiled MLPs,
-   ``recompute`` the recomputed layer's largest moment under QLoRA;
+   ``recompute`` the recomputed layer's largest moment under QLoRA, ``attention_backward``
+   eager attention's softmax backward;
    ``allocsim`` the caching allocator, whose settings ``allocconf`` reads at layer 0);
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
    allocation events that ``allocsim`` replays (``events``; ``events_kbit`` with ``kbit_layer``
@@ -37,6 +38,7 @@ LAYERS: dict[str, int] = {
     "weights": 2,
     "activations": 2,
     "recompute": 2,
+    "attention_backward": 2,
     "sharding": 2,
     "offload": 2,
     "expert_parallel": 2,
