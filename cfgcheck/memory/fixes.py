@@ -16,7 +16,7 @@ from itertools import combinations
 from typing import Any
 
 from cfgcheck.memory.estimate import MemoryEstimate, estimate
-from cfgcheck.memory.verdict import verdict
+from cfgcheck.memory.verdict import decide
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -168,11 +168,13 @@ def fixes(
     def evaluate(changes: list[Change]) -> list[MemoryFix]:
         found = []
         for c in changes:
-            e = estimate(m, d, t.model_copy(update=c.update))
+            changed = t.model_copy(update=c.update)
+            e = estimate(m, d, changed)
             total = on_gpu(e)
             if total >= base:
                 continue
-            fits = budget is None or verdict(e, budget) == "fits"
+            # the verdict `check` gives the fixed run (the simulation's where it covers it)
+            fits = budget is None or decide(m, d, changed, budget, e).verdict == "fits"
             found.append(MemoryFix(c.overrides, c.summary, total, base - total, fits))
         return found
 
