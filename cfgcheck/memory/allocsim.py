@@ -239,13 +239,36 @@ class CachingAllocator:
         block.allocated = False
         self.allocated -= block.size
         pool = self.small if block.small else self.large
+        keys, blocks = pool.keys, pool.blocks
         prev = block.prev
         if prev is not None and not prev.allocated:
-            self._try_merge(block, prev, pool)
+            if prev.mapped:  # try_merge_blocks with the block before, inline
+                k = prev.size << 64 | prev.addr
+                del keys[bisect_left(keys, k)]
+                del blocks[k]
+                block.addr = prev.addr
+                block.prev = before = prev.prev
+                if before is not None:
+                    before.next = block
+                block.size += prev.size
+            else:
+                self._try_merge(block, prev, pool)
         nxt = block.next  # unchanged by a merge with ``prev``
         if nxt is not None and not nxt.allocated:
-            self._try_merge(block, nxt, pool)
-        pool.insert(block)
+            if nxt.mapped:  # and with the block after
+                k = nxt.size << 64 | nxt.addr
+                del keys[bisect_left(keys, k)]
+                del blocks[k]
+                block.next = after = nxt.next
+                if after is not None:
+                    after.prev = block
+                block.size += nxt.size
+            else:
+                self._try_merge(block, nxt, pool)
+        block.gc_base = pool.free_calls  # insert_into_blocks
+        k = block.size << 64 | block.addr
+        insort(keys, k)
+        blocks[k] = block
 
     def result(self) -> SimResult:
         return SimResult(
@@ -592,12 +615,59 @@ def _run(
     top: bool,
 ) -> int:  # fmt: skip
     """Replay ``events[start:stop]``; at the top level stop at a REPEAT and return its index
-    (``stop`` when there is none)."""
+    (``stop`` when there is none). Without expandable segments or garbage collection the
+    found-block path of :meth:`CachingAllocator.malloc` runs here, inline (the same steps)."""
     malloc, free, pop = a.malloc, a.free, live.pop
+    plain = a._plain
+    small, large = a.small, a.large
+    mss = a.conf.max_split_size
+    mnsr = a.conf.max_non_split_rounding
     for k in range(start, stop):
         ident, size = events[k]
         if size >= 0:
-            got = malloc(size)
+            if not plain:
+                got = malloc(size)
+                if got is not None:
+                    live[ident] = got
+                continue
+            size = K_MIN_BLOCK if size < K_MIN_BLOCK else -(-size // K_MIN_BLOCK) * K_MIN_BLOCK
+            is_small = size <= K_SMALL_SIZE
+            pool = small if is_small else large
+            keys = pool.keys
+            i = bisect_left(keys, size << 64)
+            if i != len(keys):
+                key = keys[i]
+                blocks = pool.blocks
+                b = blocks[key]
+                bsize = b.size
+                if bsize < (mss if size < mss else size + mnsr):
+                    del keys[i]
+                    del blocks[key]
+                    remaining = bsize - size
+                    if (
+                        remaining >= K_MIN_BLOCK
+                        if is_small
+                        else size < mss and remaining > K_SMALL_SIZE
+                    ):
+                        addr = b.addr + size
+                        rest = Block(remaining, addr, is_small)
+                        nxt = b.next
+                        rest.prev, rest.next = b, nxt
+                        if nxt is not None:
+                            nxt.prev = rest
+                        b.next = rest
+                        b.size = bsize = size
+                        rest.gc_base = pool.free_calls
+                        key = remaining << 64 | addr
+                        insort(keys, key)
+                        blocks[key] = rest
+                    b.allocated = True
+                    a.allocated += bsize
+                    if a.allocated > a.peak_allocated:
+                        a.peak_allocated = a.allocated
+                    live[ident] = b
+                    continue
+            got = a._no_free_block(pool, size)
             if got is not None:
                 live[ident] = got
         elif size == FREE:

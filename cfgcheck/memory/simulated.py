@@ -61,40 +61,49 @@ def alloc_conf(t: TrainerConfig) -> AllocConf:
     return parse_alloc_conf(t.cuda_alloc_conf) if t.cuda_alloc_conf else AllocConf()
 
 
-def _key(m: ModelConfig, d: DataConfig, t: TrainerConfig, accumulation: bool = False) -> Hashable:
+Keys = tuple[Hashable, Hashable | None]
+
+
+def _keys(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Keys:
     """The step's content key: what the estimate's key holds (every trainer field it reads)
-    and the cuBLAS workspace, the one thing of ``trainer.gpu`` the events read. With
-    ``accumulation``, the key of every ``gradient_accumulation_steps`` >= 2 (the events differ
-    only in the count of the repeated micro-batch)."""
-    trainer = tuple(
-        (k, "repeated" if accumulation and k == "gradient_accumulation_steps" else frozen(v))
-        for k in type(t).model_fields
-        if k not in UNREAD_TRAINER_FIELDS
-        for v in (getattr(t, k),)
-    )
-    return ("simulation", frozen(m), frozen(d), type(t), trainer, blas_workspace(t))
+    and the cuBLAS workspace, the one thing of ``trainer.gpu`` the events read; then the key
+    of every ``gradient_accumulation_steps`` >= 2 (the events differ only in the count of the
+    repeated micro-batch), None below."""
+    trainer = [
+        (k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in UNREAD_TRAINER_FIELDS
+    ]
+    head = ("simulation", frozen(m), frozen(d), type(t))
+    exact = (*head, tuple(trainer), blas_workspace(t))
+    if t.gradient_accumulation_steps < 2:
+        return exact, None
+    shared = [(k, "repeated" if k == "gradient_accumulation_steps" else v) for k, v in trainer]
+    return exact, (*head, tuple(shared), blas_workspace(t))
 
 
 def _replay(
-    m: ModelConfig, d: DataConfig, t: TrainerConfig, conf: AllocConf, capacity: int | None
+    m: ModelConfig,
+    d: DataConfig,
+    t: TrainerConfig,
+    conf: AllocConf,
+    capacity: int | None,
+    keys: Keys | None,
 ) -> tuple[int, SimResult]:
-    """(events, replay) of the step on ``capacity``, cached. A replay whose repeated
-    micro-batch reached a repetition that changed nothing after k repetitions is the replay of
-    every accumulation of more than k steps (:func:`cfgcheck.memory.allocsim.replay`): a sweep
-    over micro batches that keeps the global batch shares it."""
+    """(events, replay) of the step on ``capacity``, cached under ``keys`` (None: uncached). A
+    replay whose repeated micro-batch reached a repetition that changed nothing after k
+    repetitions is the replay of every accumulation of more than k steps
+    (:func:`cfgcheck.memory.allocsim.replay`): a sweep over micro batches that keeps the
+    global batch shares it."""
 
     def run() -> tuple[int, SimResult, int | None]:
         ev = step_events(m, d, t)
         r, needed = replay(ev, conf, capacity)
         return len(ev), r, needed
 
-    try:
-        key = (_key(m, d, t), capacity)
-    except Unkeyable:
+    if keys is None:
         n, r, _ = run()
         return n, r
     accum = t.gradient_accumulation_steps
-    shared = (_key(m, d, t, accumulation=True), capacity) if accum >= 2 else None
+    shared = None if keys[1] is None else (keys[1], capacity)
 
     def compute() -> tuple[int, SimResult]:
         if shared is not None:
@@ -106,7 +115,7 @@ def _replay(
             ESTIMATES.get_or(shared, lambda: (n, r, needed))
         return n, r
 
-    found: tuple[int, SimResult] = ESTIMATES.get_or(key, compute)
+    found: tuple[int, SimResult] = ESTIMATES.get_or((keys[0], capacity), compute)
     return found
 
 
@@ -116,7 +125,11 @@ def _replays(
     """(events, the replay with no memory limit, the replay on ``capacity`` bytes). The
     replays are cached, not the events (a megabyte each)."""
     conf = alloc_conf(t)
-    n, free = _replay(m, d, t, conf, None)
+    try:
+        keys: Keys | None = _keys(m, d, t)
+    except Unkeyable:
+        keys = None
+    n, free = _replay(m, d, t, conf, None, keys)
     if capacity is None:
         return n, free, free
     if (
@@ -130,7 +143,7 @@ def _replays(
         # the same. (Expandable segments size their address space by the GPU, and a memory
         # fraction turns garbage collection on: those replay again.)
         return n, free, free
-    return n, free, _replay(m, d, t, conf, capacity)[1]
+    return n, free, _replay(m, d, t, conf, capacity, keys)[1]
 
 
 def simulate_step(

@@ -85,6 +85,17 @@ class Decision:
         return f"verdict on the estimate: {self.why}"
 
 
+def may_fit(est: MemoryEstimate, capacity: int) -> bool:
+    """Whether "fits" is still possible before any replay: the simulated device peak is at
+    least the estimate's allocated peak plus what lies outside the allocator (the replayed
+    sequence's allocated peak is above the estimate's: it adds cuBLAS's workspaces, which the
+    estimate counts in the context; tests/test_memory_sim_verdict.py), so when that with the
+    stated margin is over the GPU, neither figure can say "fits"."""
+    est = est.with_vllm(capacity)
+    floor = est.allocated_bytes + outside_bytes(est)
+    return int(floor * (1 + est.margin)) <= capacity
+
+
 def decide(
     m: ModelConfig,
     d: DataConfig,
