@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from cfgcheck.memory.allocsim import AllocConf, SimResult, parse_alloc_conf, replay
 from cfgcheck.memory.estimate import UNREAD_TRAINER_FIELDS
-from cfgcheck.memory.events import blas_workspace, covered, step_events
+from cfgcheck.memory.events import covered, step_events
 from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
@@ -66,18 +66,17 @@ Keys = tuple[Hashable, Hashable | None]
 
 def _keys(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Keys:
     """The step's content key: what the estimate's key holds (every trainer field it reads)
-    and the cuBLAS workspace, the one thing of ``trainer.gpu`` the events read; then the key
-    of every ``gradient_accumulation_steps`` >= 2 (the events differ only in the count of the
+    and ``trainer.gpu`` (the events read the cuBLAS workspace of the GPU); then the key of
+    every ``gradient_accumulation_steps`` >= 2 (the events differ only in the count of the
     repeated micro-batch), None below."""
-    trainer = [
-        (k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in UNREAD_TRAINER_FIELDS
-    ]
+    unread = UNREAD_TRAINER_FIELDS - {"gpu"}
+    trainer = [(k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in unread]
     head = ("simulation", frozen(m), frozen(d), type(t))
-    exact = (*head, tuple(trainer), blas_workspace(t))
+    exact = (*head, tuple(trainer))
     if t.gradient_accumulation_steps < 2:
         return exact, None
     shared = [(k, "repeated" if k == "gradient_accumulation_steps" else v) for k, v in trainer]
-    return exact, (*head, tuple(shared), blas_workspace(t))
+    return exact, (*head, tuple(shared))
 
 
 def _replay(
