@@ -25,7 +25,9 @@ from tests.test_cold_start import probe
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_preset_traces", REPO / "scripts/gen_preset_traces.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_preset_traces", REPO / "scripts/gen_preset_traces.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -101,9 +103,10 @@ def test_shipped_trace_equals_a_fresh_meta_build(name: str) -> None:
     assert ours is not None
     if trace_cache.minor(ours) != trace_cache.minor(entry["transformers"]):
         pytest.skip(f"shipped from transformers {entry['transformers']}, not used with {ours}")
-    assert GEN.render(GEN.entry(name, key)) == (
-        trace_cache.SHIPPED / trace_cache.shipped_name(key)
-    ).read_bytes(), "run python scripts/gen_preset_traces.py"
+    assert (
+        GEN.render(GEN.entry(name, key))
+        == (trace_cache.SHIPPED / trace_cache.shipped_name(key)).read_bytes()
+    ), "run python scripts/gen_preset_traces.py"
 
 
 def test_shipped_traces_stand_in_only_for_the_same_minor_release(
@@ -126,9 +129,7 @@ def test_shipped_traces_stand_in_only_for_the_same_minor_release(
 
 
 @requires("torch", "transformers")
-def test_disk_round_trip_equals_a_fresh_trace(
-    cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_disk_round_trip_equals_a_fresh_trace(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fresh = trace(TINY_MOE)
     assert fresh.experts and fresh.peft_moe == "mixtral"
     stored = json.loads(_entry(cache).read_text())

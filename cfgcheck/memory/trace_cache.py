@@ -106,9 +106,9 @@ def shipped(key: str) -> dict[str, Any] | None:
     if entry is None or entry.get("key") != key or not isinstance(entry.get("transformers"), str):
         return None
     ours = installed("transformers")
-    if ours is not None and installed("torch") is not None:
-        if minor(ours) != minor(entry["transformers"]):
-            return None
+    buildable = ours is not None and installed("torch") is not None
+    if buildable and minor(str(ours)) != minor(entry["transformers"]):
+        return None
     trace = entry.get("trace")
     return trace if isinstance(trace, dict) else None
 
