@@ -237,8 +237,8 @@ def test_a_trace_kept_under_one_transformers_is_not_read_without_it(
     from tests.model_folders import write_config
 
     folder = write_config(tmp_path / "m", TINY_MOE)
-    assert resolve_pretrained(str(folder))  # traced and kept on disk
-    assert len(list(cache.glob("*.json"))) == 1
+    assert resolve_pretrained(str(folder))  # traced and read, both kept on disk
+    assert len(list(cache.glob("*.json"))) == 2
     traced._trace.cache_clear()
     _read_folder.cache_clear()  # the folder read again, not remembered by this process
     for name in ("transformers", "transformers.models.auto.configuration_auto"):
@@ -311,3 +311,49 @@ def test_output_is_the_same_with_the_shipped_trace_without_transformers_and_buil
     for out in shipped:
         rc, text = out.split("\n", 1)
         assert rc in ("0", "1") and json.loads(text)  # real verdicts, not load errors
+
+
+# -- a model folder of such a family ----------------------------------------------------------
+
+
+@requires("torch", "transformers")
+def test_a_model_folder_checked_again_imports_neither_and_reads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Qwen3-30B-A3B's published config.json as ``model.pretrained``: the first check builds
+    it on the meta device, a repeated one reads the trace and the folder's reading from the
+    disk cache, with the output of a check that caches nothing."""
+    from tests.model_folders import write_config
+    from tests.model_folders_recent import RECENT
+
+    folder = write_config(tmp_path / "qwen3-moe", RECENT["Qwen/Qwen3-30B-A3B"])
+    args = ("check", "--format", "json", "~model", f"+model.pretrained={folder}", "tokenizer=qwen3")
+    monkeypatch.setenv("CFGCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    first, out = probe(*args)
+    assert "torch" in first["heavy"] and first["rc"] in (0, 1)
+    assert len(list((tmp_path / "cache" / "traces").glob("*.json"))) == 2  # trace, reading
+    again, out_again = probe(*args)
+    assert again == {"rc": first["rc"], "heavy": []}
+    monkeypatch.setenv("CFGCHECK_NO_CACHE", "1")
+    built, out_built = probe(*args)
+    assert built["rc"] == first["rc"] and "torch" in built["heavy"]  # nothing cached: built
+    assert out == out_again == out_built and json.loads(out)["findings"] is not None
+
+
+@requires("torch", "transformers")
+def test_a_folder_reading_round_trips(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cfgcheck.models import generic
+    from tests.model_folders_recent import RECENT
+
+    configs = (TINY_MOE, RECENT["google/gemma-3-4b-it"])
+    fresh = [generic.generic_model(config, "config.json", "llama") for config in configs]
+    traced._trace.cache_clear()
+
+    def no_reading(*args: Any) -> None:
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(generic, "_generic_model", no_reading)
+    for config, first in zip(configs, fresh, strict=True):
+        kept = generic.generic_model(config, "config.json", "llama")
+        assert list(kept.items()) == list(first.items())
+    assert len(list(cache.glob("*.json"))) == 4

@@ -42,6 +42,7 @@ import importlib.util
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,16 +114,19 @@ def shipped(key: str) -> dict[str, Any] | None:
     return trace if isinstance(trace, dict) else None
 
 
-def disk_key(key: str) -> str:
-    """sha256 over everything a trace depends on."""
+def disk_key(key: str, code: Sequence[Path] = ()) -> str:
+    """sha256 over everything a trace depends on (and the bytes of ``code``, the modules that
+    read a cached value other than a trace)."""
     h = hashlib.sha256()
-    try:
-        code = hashlib.sha256(_TRACED_PY.read_bytes()).hexdigest()
-    except OSError:  # pragma: no cover - a zipped install: the package version stands for it
-        from cfgcheck import __version__ as code
+    for path in (_TRACED_PY, *code):
+        try:
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+        except OSError:  # pragma: no cover - a zipped install: the version stands for it
+            from cfgcheck import __version__
+
+            h.update(__version__.encode())
     for part in (
         f"format={FORMAT}",
-        f"traced={code}",
         f"transformers={installed('transformers')}",
         f"torch={installed('torch')}",
         key,
@@ -131,17 +135,19 @@ def disk_key(key: str) -> str:
     return h.hexdigest()
 
 
-def _entry_path(key: str) -> Path | None:
+def _entry_path(key: str, code: Sequence[Path]) -> Path | None:
     where = trace_dir()
-    return None if where is None else where / f"{disk_key(key)}.json"
+    return None if where is None else where / f"{disk_key(key, code)}.json"
 
 
-def load(key: str) -> dict[str, Any] | None:
-    """The trace stored for ``key`` (shipped, else on disk), as JSON data; None: a miss."""
-    hit = shipped(key)
+def load(key: str, kind: str = "trace", code: Sequence[Path] = ()) -> dict[str, Any] | None:
+    """The trace stored for ``key`` (shipped, else on disk), as JSON data; None: a miss.
+    ``kind``/``code``: another value derived from a trace (a model folder's reading) and the
+    modules that compute it, kept on disk only."""
+    hit = shipped(key) if kind == "trace" else None
     if hit is not None:
         return hit
-    path = _entry_path(key)
+    path = _entry_path(key, code)
     if path is None:
         return None
     from cfgcheck.safeio import Limits, UnsafeInput, decode, load_json_text, read_bytes
@@ -154,20 +160,20 @@ def load(key: str) -> dict[str, Any] | None:
         return None
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != key:
         return None
-    trace = entry.get("trace")
-    if not isinstance(trace, dict):
+    value = entry.get(kind)
+    if not isinstance(value, dict):
         return None
     with contextlib.suppress(OSError):
         os.utime(path)  # most recently used: kept by _prune
-    return trace
+    return value
 
 
-def store(key: str, trace: dict[str, Any]) -> None:
-    """Keep ``trace`` on disk for ``key`` (nothing when the cache is off or the disk refuses)."""
-    path = _entry_path(key)
+def store(key: str, value: dict[str, Any], kind: str = "trace", code: Sequence[Path] = ()) -> None:
+    """Keep ``value`` on disk for ``key`` (nothing when the cache is off or the disk refuses)."""
+    path = _entry_path(key, code)
     if path is None:
         return
-    text = json.dumps({"format": FORMAT, "key": key, "trace": trace}, separators=(",", ":"))
+    text = json.dumps({"format": FORMAT, "key": key, kind: value}, separators=(",", ":"))
     if len(text.encode()) > MAX_ENTRY_BYTES:
         return  # never read back: not written
     try:
