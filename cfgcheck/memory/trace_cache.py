@@ -25,7 +25,10 @@ this order:
    keeps the :data:`MAX_ENTRIES` most recently used, and an entry is read through
    :mod:`cfgcheck.safeio` (a regular file of at most :data:`MAX_ENTRY_BYTES`, bounded JSON):
    an entry that is unreadable, too large, malformed, of another key or ill-typed is ignored
-   and rewritten. File names are hashes: nothing a config says chooses a path.
+   and rewritten. File names are hashes: nothing a config says chooses a path. The same
+   store keeps a model folder's reading (:func:`cfgcheck.models.generic.generic_model`, the
+   values transformers' config class gives), keyed by the whole ``config.json`` and the bytes
+   of the modules that read it, so a folder read before imports nothing heavy either.
 
 The HTTP service does not use the on-disk cache (:func:`use_disk`), as it does not use the
 composition cache: a request's config must not write into the server account's cache.
