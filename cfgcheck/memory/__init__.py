@@ -5,6 +5,7 @@ never in a cycle (tests/test_memory_layering.py reads every import, function-lev
 included, and checks :data:`LAYERS`):
 
 0. shapes: what the model is (``traced`` reads a transformers model on the meta device,
+   ``trace_cache`` keeps its traces across processes,
    ``modules`` the linears and norms of a block, ``params`` the parameter counts,
    ``hf_shapes`` the transformers config of a shape) and the GPUs (``devices``);
 1. stack: whose conventions run the config (``stack``: dtypes, what a framework keeps,
@@ -29,6 +30,7 @@ from cfgcheck.memory.params import ParamCount, count_params
 # module (under cfgcheck.memory) -> layer; a new module must be declared here
 LAYERS: dict[str, int] = {
     "traced": 0,
+    "trace_cache": 0,
     "modules": 0,
     "params": 0,
     "hf_shapes": 0,
