@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cfgcheck.memory import weights
+from cfgcheck.memory import layer_ops, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
 from cfgcheck.memory.devices import lookup
@@ -250,6 +250,16 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     per_layer_params = (len(params) - 2 - (1 if count_params(m).lm_head else 0)) // max(
         1, m.n_layer
     )
+    # the Llama layout op by op (cfgcheck/memory/layer_ops.py)
+    ops = None
+    if layer_ops.exact(m, d, t):
+        ops = layer_ops.Ops(
+            ev.alloc, ev.free, ev.matmul, p=p, b=b, s=seq, h=m.n_embd * tokens,
+            q=m.n_head * m.head_size * tokens, kv=m.n_query_groups * m.head_size * tokens,
+            inter=m.mlp_width * tokens, head_dim=m.head_size, n_head=m.n_head, vocab=v,
+            mask=masked,
+        )  # fmt: skip
+        sizes = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
     for step in range(steps):
         grads: dict[int, int] = {}
         accum = t.gradient_accumulation_steps
@@ -260,6 +270,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             if micro == 1:
                 ev.mark((accum - 1, REPEAT))
                 start = ev.next_id
+            if ops is not None:
+                ops.grads = grads
+                layer_ops.micro_batch(ops, sizes)
+                if micro == 1:
+                    ev.mark((0, END))
+                    ev.next_id = start
+                continue
             # forward
             hidden = ev.alloc(row)
             saved: list[list[int]] = []
