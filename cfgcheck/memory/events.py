@@ -374,8 +374,11 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             states = [ev.alloc(nb) for _, nb in trainable for _ in range(per)]
         if t.optimizer == "adamw":
             tmp = [ev.alloc(nb) for _, nb in trainable]  # _foreach_sqrt(exp_avg_sqs)
-            ev.free(*tmp)
-        ev.free(*grads.values())  # zero_grad(set_to_none=True)
+            # the list goes when ``_multi_tensor_adamw`` returns: CPython's ``list_dealloc``
+            # drops its items last first (Objects/listobject.c)
+            ev.free(*reversed(tmp))
+        # zero_grad(set_to_none=True): the parameters in their group's order
+        ev.free(*(grads[pid] for pid, _ in trainable if pid in grads))
     del states
     return ev.events
 
