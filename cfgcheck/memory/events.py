@@ -219,7 +219,21 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     params = _param_tensors(m)
     param_ids = [ev.alloc(n * master) for _, n in params]
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
-    if not full:
+    exact = layer_ops.exact(m, d, t)
+    adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
+    if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
+        kinds = layer_ops.kinds(m, t) or {}
+        for _ in range(m.n_layer):
+            per: dict[str, tuple[tuple[int, int], ...]] = {}
+            for x in block_linears(m):
+                per[x.name] = ()
+                if kinds[x.name] == "lora":
+                    r = t.lora.rank or 0
+                    sizes = (r * x.in_features * s.adapter, x.out_features * r * s.adapter)
+                    per[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
+                    trainable += per[x.name]
+            adapters.append(per)
+    elif not full:
         for numel, count in weights.trainable_tensors(m, t):
             for _ in range(count):
                 nb = numel * s.adapter
@@ -252,14 +266,31 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     )
     # the Llama layout op by op (cfgcheck/memory/layer_ops.py)
     ops = None
-    if layer_ops.exact(m, d, t):
+    if exact:
         ops = layer_ops.Ops(
             ev.alloc, ev.free, ev.matmul, p=p, b=b, s=seq, h=m.n_embd * tokens,
             q=m.n_head * m.head_size * tokens, kv=m.n_query_groups * m.head_size * tokens,
             inter=m.mlp_width * tokens, head_dim=m.head_size, n_head=m.n_head, vocab=v,
-            mask=masked,
+            mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
+            dropout=bool(t.lora.dropout),
         )  # fmt: skip
-        sizes = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
+        sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
+        frozen = (0, 0)
+        layer_w = []
+        for i in range(m.n_layer):
+            first = 1 + i * per_layer_params
+            if full:
+                names = [*layer_ops.LINEARS, "input_layernorm", "post_attention_layernorm"]
+                layer_w.append({x: (sized[first + j],) for j, x in enumerate(names)})
+            else:
+                norms = {"input_layernorm": (frozen,), "post_attention_layernorm": (frozen,)}
+                layer_w.append({**adapters[i], **norms})
+        exact_w = layer_ops.Weights(
+            layer_w,
+            sized[-2] if full else frozen,
+            sized[-1] if full else None,
+            sized[0] if full else None,
+        )
     for step in range(steps):
         grads: dict[int, int] = {}
         accum = t.gradient_accumulation_steps
@@ -272,7 +303,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                layer_ops.micro_batch(ops, sizes)
+                layer_ops.micro_batch(ops, exact_w)
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start

@@ -3,9 +3,11 @@ backward allocate, with its size, in the order the CUDA caching allocator sees t
 of :mod:`cfgcheck.memory.allocsim`, called from :func:`cfgcheck.memory.events.step_events`).
 
 Covered (:func:`exact`): transformers' ``LlamaForCausalLM`` layout (RMSNorm, SwiGLU MLP, rotary
-on every head dimension, no biases, an untied lm_head), full fine-tuning in 16 or 32-bit
-weights, SDPA, no checkpointing. The sources, as installed and traced (transformers 5.24
-``models/llama/modeling_llama.py``, torch 2.13.0 ``torch/csrc/autograd``):
+on every head dimension, no biases, an untied lm_head), SDPA, no checkpointing; full
+fine-tuning in 16 or 32-bit weights, or PEFT LoRA (fp32 adapters on 16-bit weights) on any of
+the block's linears in every layer. The sources, as installed and traced (transformers 5.24
+``models/llama/modeling_llama.py``, peft ``tuners/lora/layer.py``, torch 2.13.0
+``torch/csrc/autograd``):
 
 * ``LlamaRMSNorm.forward``: ``hidden_states.to(torch.float32)`` (a copy for 16-bit weights,
   the tensor itself in fp32), ``variance = hidden_states.pow(2).mean(-1, keepdim=True)``,
@@ -21,6 +23,13 @@ weights, SDPA, no checkpointing. The sources, as installed and traced (transform
   and the layer's input (the caller's ``hidden_states``) go when the layer returns, unless an
   fp32 norm saved them;
 * ``LlamaMLP``: ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``;
+* PEFT's ``Linear.forward``: ``result = self.base_layer(x)``, ``x =
+  self._cast_input_dtype(x, lora_A.weight.dtype)`` (an fp32 copy), ``result = result +
+  lora_B(lora_A(dropout(x))) * scaling`` (fp32, by type promotion), ``result.to(dtype)``;
+  CUDA's dropout keeps a one-byte mask (``native_dropout``); a frozen linear keeps nothing
+  (``MmBackward0`` saves ``self`` for ``mat2``'s gradient only), so a frozen norm's output
+  goes once its linears ran, and with a frozen embedding the first layer's input norm and
+  its q, k, v inputs have no gradient at all (nothing saved, their backward not run);
 * the backward: autograd runs the ready node made last in the forward first
   (``ReadyQueue::CompareNodeTaskTime``, ``engine.h``), AccumulateGrad right after the node
   that made the gradient (its ``sequence_nr`` is ``UINT64_MAX``); each node allocates its
@@ -41,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cfgcheck.memory.params import block_linears, count_params
+from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -53,7 +62,9 @@ Free = Callable[..., None]
 @dataclass
 class Ops:
     """The event sink (:class:`cfgcheck.memory.events.Seq`'s alloc and free) and the sizes of
-    one micro-batch; ``grads`` maps a parameter's id to its ``.grad``'s id."""
+    one micro-batch; ``grads`` maps a parameter's id to its ``.grad``'s id; ``kinds`` says of
+    each block linear whether its weight trains (``full``), a LoRA adapter does (``lora``) or
+    nothing (``frozen``)."""
 
     alloc: Alloc
     free: Free
@@ -69,6 +80,9 @@ class Ops:
     n_head: int
     vocab: int
     mask: bool  # SDPA gets a boolean mask (made an additive bias per call)
+    kinds: dict[str, str] = field(default_factory=dict)
+    rank: int = 0
+    dropout: bool = False  # the adapters' dropout (p > 0), else ``nn.Identity``
     grads: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -79,6 +93,10 @@ class Ops:
     def gqa(self) -> bool:
         return self.q != self.kv
 
+    @property
+    def full(self) -> bool:
+        return all(k == "full" for k in self.kinds.values())
+
     def grad(self, param: int, g: int) -> None:
         """AccumulateGrad: the first gradient becomes ``.grad``, the next ones are added into it
         and freed."""
@@ -88,18 +106,38 @@ class Ops:
             self.grads[param] = g
 
 
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
+    """Each block linear's kind (see :class:`Ops`), or None where this module does not
+    generate the run (see the module docstring)."""
+    if t.finetuning == "full":
+        return dict.fromkeys(LINEARS, "full")
+    if t.finetuning != "lora" or t.lora.target_parameters or t.precision not in (
+        "bf16-true",
+        "16-true",
+    ):
+        return None
+    adapted = adapted_modules(m, t.lora.targets, t.framework)
+    if adapted.lm_head or adapted.embedding_rows:
+        return None
+    if any(n not in (0, m.n_layer) for _, n in adapted.linears):
+        return None  # adapters on some layers only
+    names = {x.name for x, n in adapted.linears if n}
+    return {x: "lora" if x in names else "frozen" for x in LINEARS}
+
+
 def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
     """The settings this module generates op by op (see the module docstring)."""
     linears = block_linears(m)
     return (
-        t.finetuning == "full"
-        and not t.gradient_checkpointing
+        not t.gradient_checkpointing
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true", "32-true")
         and m.norm == "rmsnorm"
         and m.mlp == "swiglu"
-        and [x.name for x in linears]
-        == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        and tuple(x.name for x in linears) == LINEARS
         and not any(x.bias for x in linears)
         and not m.shared_attention_norm
         and not m.post_attention_norm
@@ -110,21 +148,24 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
         and bool(count_params(m).lm_head)
         and "gemma" not in m.name.lower()
         and m.sliding_window_size is None
+        and kinds(m, t) is not None
     )
 
 
 @dataclass
 class Norm:
-    """What an RMSNorm keeps for its backward."""
+    """What an RMSNorm keeps for its backward (nothing when its input has no gradient)."""
 
     x: int  # the fp32 input (a copy for 16-bit weights, the input itself in fp32)
     rsqrt: int
-    normed: int  # the input of the weight's multiplication (cast back for 16-bit weights)
+    normed: int | None  # the weight's multiplication's input, kept when the weight trains
     out: int
+    graph: bool = True
 
 
-def norm_forward(o: Ops, x: int) -> Norm:
-    """``LlamaRMSNorm`` with a trained weight."""
+def norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
+    """``LlamaRMSNorm``; its weight trains with full fine-tuning. ``graph``: its input has a
+    gradient (else autograd keeps nothing and each temporary goes when Python drops it)."""
     h4, small = 4 * o.h, 4 * o.tokens
     c = o.alloc(h4) if o.p != 4 else x  # hidden_states.to(torch.float32)
     pw = o.alloc(h4)  # pow(2)
@@ -134,15 +175,28 @@ def norm_forward(o: Ops, x: int) -> Norm:
     r = o.alloc(small)
     o.free(add)
     n = o.alloc(h4)  # hidden_states * rsqrt
+    if not graph:  # the rsqrt and the fp32 copy go as the names are rebound
+        o.free(r)
+        if c != x:
+            o.free(c)
+    trains = o.full
+    normed: int | None = None
     if o.p != 4:
-        normed = o.alloc(o.p * o.h)  # .to(input_dtype), kept for the weight's gradient
+        cast = o.alloc(o.p * o.h)  # .to(input_dtype)
         out = o.alloc(o.p * o.h)
+        if trains:
+            normed = cast
+        else:
+            o.free(cast)
         o.free(n)
     else:
-        normed = n
         out = o.alloc(h4)
+        if trains:
+            normed = n
+        else:
+            o.free(n)
     o.free(mean)
-    return Norm(c, r, normed, out)
+    return Norm(c, r, normed, out, graph)
 
 
 def norm_backward(
@@ -152,13 +206,16 @@ def norm_backward(
     gradient added into ``buf`` (what its input's node holds already, or None). Returns the
     input's gradient (the buffer)."""
     h4, small, row = 4 * o.h, 4 * o.tokens, o.p * o.h
-    # MulBackward0 of weight * normed: normed's gradient (g * weight), the weight's (g * normed,
-    # summed); then g and normed go
+    # MulBackward0 of weight * normed: normed's gradient (g * weight), and when the weight
+    # trains its own (g * normed, summed); then g and normed go
     gn = o.alloc(row)
-    tmp = o.alloc(row)
-    wg = o.alloc(weight[1])
-    o.free(tmp, g, nm.normed)
-    o.grad(weight[0], wg)
+    if nm.normed is not None:
+        tmp = o.alloc(row)
+        wg = o.alloc(weight[1])
+        o.free(tmp, g, nm.normed)
+        o.grad(weight[0], wg)
+    else:
+        o.free(g)
     if o.p != 4:  # ToCopyBackward0: the gradient back to fp32
         g32 = o.alloc(h4)
         o.free(gn)
@@ -187,11 +244,117 @@ def norm_backward(
     return gx
 
 
-def _add(o: Ops, size: int, old: int, new: int) -> int:
-    """``InputBuffer::add`` out of place: the sum, then the two gradients go."""
+def _add(o: Ops, size: int, old: int | None, new: int) -> int:
+    """``InputBuffer::add`` out of place: the sum, then the two gradients go (the new one
+    alone when the buffer was empty)."""
+    if old is None:
+        return new
     s = o.alloc(size)
     o.free(old, new)
     return s
+
+
+@dataclass
+class Adapter:
+    """What a LoRA linear keeps: the dropout's output (lora_A's input), its mask, lora_A's
+    output (lora_B's input)."""
+
+    x: int
+    mask: int | None
+    a: int
+
+
+def _linear_forward(o: Ops, kind: str, nin: int, nout: int, graph: bool) -> tuple[int, Adapter | None]:
+    """A block linear's forward (``graph``: its input has a gradient); returns its output and
+    a LoRA adapter's saved tensors."""
+    out = o.alloc(o.p * nout)
+    o.matmul("forward")  # the forward's first matmul: its thread's cuBLAS workspace
+    if kind != "lora":
+        return out, None
+    xc = o.alloc(4 * nin)  # _cast_input_dtype(x, float32)
+    mask = None
+    x = xc
+    if o.dropout:  # native_dropout: the output and a bool mask (kept when x has a gradient)
+        x = o.alloc(4 * nin)
+        mask = o.alloc(nin)
+        if not graph:
+            o.free(mask)
+            mask = None
+    a = o.alloc(4 * o.rank * o.tokens)
+    bb = o.alloc(4 * nout)
+    mul = o.alloc(4 * nout)  # * scaling
+    o.free(bb)
+    add = o.alloc(4 * nout)  # result + ..., fp32
+    o.free(mul, out)
+    res = o.alloc(o.p * nout)  # result.to(torch_result_dtype)
+    o.free(add)
+    if o.dropout:
+        o.free(xc)
+    return res, Adapter(x, mask, a)
+
+
+def _linear_backward(
+    o: Ops,
+    kind: str,
+    g: int,
+    free_g: bool,
+    nin: int,
+    nout: int,
+    saved: Adapter | None,
+    buf: int | None,
+    release: tuple[int, ...],
+    w: tuple[tuple[int, int], ...],
+    graph: bool,
+) -> int | None:
+    """A block linear's backward for the gradient ``g`` of its output (``free_g``: nothing else
+    holds it); its input's gradient added into ``buf``; ``release``: the saved input when this
+    is its last node; ``w``: (id, bytes) of the weight (full) or of lora_A and lora_B."""
+    if kind == "full":
+        dw = o.alloc(w[0][1])
+        gin = o.alloc(o.p * nin)
+        if free_g:
+            o.free(g)
+        o.free(*release)
+        buf = _add(o, o.p * nin, buf, gin)
+        o.grad(w[0][0], dw)
+        return buf
+    if kind == "frozen":
+        if not graph:
+            return buf
+        gin = o.alloc(o.p * nin)
+        if free_g:
+            o.free(g)
+        return _add(o, o.p * nin, buf, gin)
+    assert saved is not None
+    g32 = o.alloc(4 * nout)  # ToCopyBackward0 of the result's cast
+    if free_g:
+        o.free(g)
+    gb = o.alloc(o.p * nout) if graph else None  # AddBackward0: the base's, cast back
+    m = o.alloc(4 * nout)  # MulBackward0 (scaling)
+    o.free(g32)
+    db = o.alloc(4 * nout // o.tokens * o.rank)  # lora_B's weight: out x rank
+    ga = o.alloc(4 * o.rank * o.tokens)
+    o.free(m, saved.a)
+    o.grad(w[1][0], db)
+    da = o.alloc(4 * o.rank * nin // o.tokens)
+    if not graph:
+        o.free(ga, saved.x)
+        o.grad(w[0][0], da)
+        return buf
+    gd = o.alloc(4 * nin)
+    o.free(ga, saved.x)
+    o.grad(w[0][0], da)
+    if saved.mask is not None:  # NativeDropoutBackward0
+        gm = o.alloc(4 * nin)
+        o.free(gd, saved.mask)
+        gd = gm
+    gx = o.alloc(o.p * nin)  # ToCopyBackward0 of the fp32 copy
+    o.free(gd)
+    buf = _add(o, o.p * nin, buf, gx)
+    assert gb is not None
+    gbx = o.alloc(o.p * nin)  # the frozen base's MmBackward0
+    o.free(gb)
+    return _add(o, o.p * nin, buf, gbx)
 
 
 def _rope_forward(o: Ops, size: int) -> int:
@@ -245,16 +408,29 @@ class Layer:
     up: int
     prod: int
     out: int
+    adapters: dict[str, Adapter]
+    graph: bool  # the layer's input has a gradient
 
 
-def layer_forward(o: Ops, x: int, free_input: bool) -> Layer:
+def layer_forward(o: Ops, x: int, free_input: bool, graph: bool) -> Layer:
     """``LlamaDecoderLayer.forward`` with the module's ops; ``free_input``: the caller drops its
-    reference to ``x`` when the layer returns (not the embedding output)."""
+    reference to ``x`` when the layer returns (not the embedding output); ``graph``: ``x``
+    has a gradient."""
     row, qb, kvb = o.p * o.h, o.p * o.q, o.p * o.kv
-    n1 = norm_forward(o, x)
-    qm = o.alloc(qb)
-    o.matmul("forward")
-    km, vm = o.alloc(kvb), o.alloc(kvb)
+    kd = o.kinds
+    hd = o.h
+    ad: dict[str, Adapter] = {}
+
+    def linear(name: str, nin: int, nout: int, g: bool) -> int:
+        out, saved = _linear_forward(o, kd[name], nin, nout, g)
+        if saved is not None:
+            ad[name] = saved
+        return out
+
+    n1 = norm_forward(o, x, graph)
+    qm = linear("q_proj", hd, o.q, graph)
+    km = linear("k_proj", hd, o.kv, graph)
+    vm = linear("v_proj", hd, o.kv, graph)
     q = _rope_forward(o, qb)
     k = _rope_forward(o, kvb)
     o.free(qm, km)
@@ -266,90 +442,124 @@ def layer_forward(o: Ops, x: int, free_input: bool) -> Layer:
         o.free(nt)
     attn = o.alloc(qb)
     lse = o.alloc(4 * o.b * o.n_head * -(-o.s // 32) * 32)  # fp32, rows padded to 32
-    out = o.alloc(row)  # o_proj
+    out = linear("o_proj", o.q, hd, True)
     if o.gqa:
         o.free(k, vm)
+    if not o.full:  # nothing kept the norm's output: it goes when self_attn returns
+        o.free(n1.out)
     r1 = o.alloc(row)
     o.free(out)
     n2 = norm_forward(o, r1)
     ib = o.p * o.inter
-    gate = o.alloc(ib)
+    gate = linear("gate_proj", hd, o.inter, True)
     act = o.alloc(ib)
-    up = o.alloc(ib)
+    up = linear("up_proj", hd, o.inter, True)
     prod = o.alloc(ib)
-    down = o.alloc(row)
+    down = linear("down_proj", o.inter, hd, True)
+    if kd["down_proj"] != "full":
+        o.free(prod)
+    if not o.full:
+        o.free(n2.out)
     r2 = o.alloc(row)
     o.free(down)
     if o.p != 4:  # the fp32 norms keep their inputs themselves
         o.free(r1)
         if free_input:
             o.free(x)
-    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2)
+    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph)
 
 
 def layer_backward(
-    o: Ops, g: int, lay: Layer, w: list[int], wb: list[int], tables: tuple[int, int] | None
-) -> int:
-    """The layer's backward for the gradient ``g`` of its output; ``w``: the ids of its
-    parameters (q, k, v, o, gate, up, down, input norm, post norm), ``wb`` their bytes.
-    Returns the gradient of the layer's input."""
+    o: Ops,
+    g: int,
+    lay: Layer,
+    w: dict[str, tuple[tuple[int, int], ...]],
+    tables: tuple[int, int] | None,
+) -> int | None:
+    """The layer's backward for the gradient ``g`` of its output; ``w``: (id, bytes) of each
+    linear's trained tensors (the weight, or lora_A and lora_B) and of the two norms'
+    weights (``input_layernorm``, ``post_attention_layernorm``). Returns the gradient of the
+    layer's input (None when it has none)."""
     row, ib, qb, kvb = o.p * o.h, o.p * o.inter, o.p * o.q, o.p * o.kv
+    kd, ad, hd = o.kinds, lay.adapters, o.h
+
+    def linear(
+        name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None,
+        release: tuple[int, ...] = (), graph: bool = True,
+    ) -> int | None:  # fmt: skip
+        return _linear_backward(
+            o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
+        )
+
+    full = kd["down_proj"] == "full"
     # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
-    dw = o.alloc(wb[6])
-    gp = o.alloc(ib)
-    o.free(lay.prod)
-    o.grad(w[6], dw)
+    gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
+    assert gp is not None
     gu, ga = o.alloc(ib), o.alloc(ib)  # MulBackward0: other's gradient, then self's
     o.free(gp, lay.up, lay.act)
-    dw = o.alloc(wb[5])
-    gx1 = o.alloc(row)
-    o.free(gu)
-    o.grad(w[5], dw)
+    gx = linear("up_proj", gu, True, hd, o.inter, None)
     gg = o.alloc(ib)  # SiluBackward0
     o.free(ga, lay.gate)
-    dw = o.alloc(wb[4])
-    gx2 = o.alloc(row)
-    o.free(gg, lay.norm2.out)
-    gx = _add(o, row, gx1, gx2)  # the output into its buffer, then AccumulateGrad runs
-    o.grad(w[4], dw)
+    gate_full = kd["gate_proj"] == "full"
+    gx = linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
+    assert gx is not None
     # the post-attention norm; its input's buffer holds g (the residual's path)
-    s = norm_backward(o, gx, lay.norm2, (w[8], wb[8]), g)
-    # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q
-    dw = o.alloc(wb[3])
-    go = o.alloc(qb)
-    o.grad(w[3], dw)
-    dq, dk, dv = o.alloc(qb), o.alloc(qb if o.gqa else kvb), o.alloc(qb if o.gqa else kvb)
+    s = norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q;
+    # without a gradient on the layer's input only o_proj holds s
+    go = linear("o_proj", s, not lay.graph, o.q, hd, None)
+    assert go is not None
+    need = {x: lay.graph or kd[x + "_proj"] != "frozen" for x in "qkv"}
+    grads = {x: o.alloc(qb if o.gqa or x == "q" else kvb) for x in "qkv"}
+    o.free(*(grads[x] for x in "qkv" if not need[x]))  # outputs nobody asked for
     o.free(go)
     if lay.bias is not None:
         o.free(lay.bias)
     o.free(lay.k, lay.q, lay.v, lay.lse, lay.attn)
     if o.gqa:
-        sv = o.alloc(kvb)
-        o.free(dv)
-        sk = o.alloc(kvb)
-        o.free(dk)
-        dv, dk = sv, sk
-    dk = _rope_backward(o, dk, kvb, None)
-    dq = _rope_backward(o, dq, qb, tables)
+        for x in "vk":
+            if need[x]:
+                sm = o.alloc(kvb)
+                o.free(grads[x])
+                grads[x] = sm
+    if need["k"]:
+        grads["k"] = _rope_backward(o, grads["k"], kvb, None)
+    grads["q"] = _rope_backward(o, grads["q"], qb, tables)
     total: int | None = None
-    for grad_out, size, j in ((dv, kvb, 2), (dk, kvb, 1), (dq, qb, 0)):
+    for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
+        if not need[x]:
+            continue
         c = o.alloc(size)  # the transposed gradient made contiguous for the view
-        o.free(grad_out)
-        dw = o.alloc(wb[j])
-        gin = o.alloc(row)
-        o.free(c)
-        if j == 0:
-            o.free(lay.norm1.out)
-        total = gin if total is None else _add(o, row, total, gin)
-        o.grad(w[j], dw)
+        o.free(grads[x])
+        name = x + "_proj"
+        last = (lay.norm1.out,) if x == "q" and kd[name] == "full" else ()
+        nout = o.q if x == "q" else o.kv
+        total = linear(name, c, True, hd, nout, total, last, lay.graph)
+    if not lay.graph:
+        return None
     assert total is not None
-    return norm_backward(o, total, lay.norm1, (w[7], wb[7]), s)
+    return norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
 
 
-def micro_batch(o: Ops, params: list[tuple[int, int]]) -> None:
+Param = tuple[int, int]  # (id, bytes)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The trained tensors a micro-batch makes gradients for, as (id, bytes): per layer each
+    linear's (its weight, or lora_A and lora_B, or nothing) and the two norms' weights (used
+    when they train); the final norm's, the lm_head's and the embedding's (None when
+    frozen)."""
+
+    layers: list[dict[str, tuple[Param, ...]]]
+    final_norm: Param
+    head: Param | None
+    embedding: Param | None
+
+
+def micro_batch(o: Ops, w: Weights) -> None:
     """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
-    ``backward()``). ``params``: (id, bytes) of every parameter in module order (embedding;
-    per layer q, k, v, o, gate, up, down, the two norms; the final norm; the lm_head)."""
+    ``backward()``)."""
     row = o.p * o.h
     emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
     mask = None
@@ -376,11 +586,11 @@ def micro_batch(o: Ops, params: list[tuple[int, int]]) -> None:
         cos, sin = cos16, sin16
     else:
         o.free(freqs, cat)
-    n_layer = (len(params) - 3) // 9
     layers: list[Layer] = []
     x = emb
-    for i in range(n_layer):
-        layers.append(layer_forward(o, x, free_input=i > 0))
+    graph = w.embedding is not None  # the embedding trains: its output has a gradient
+    for i in range(len(w.layers)):
+        layers.append(layer_forward(o, x, free_input=i > 0, graph=graph or i > 0))
         x = layers[-1].out
     final = norm_forward(o, x)
     if o.p != 4:  # LlamaModel returns: the last hidden state and the embedding output go
@@ -394,6 +604,8 @@ def micro_batch(o: Ops, params: list[tuple[int, int]]) -> None:
     logp = o.alloc(4 * v)
     if up != logits:
         o.free(up)
+    if w.head is None:  # a frozen lm_head keeps not its input
+        o.free(final.out)
     o.free(logits)  # the output object goes: only the loss is kept
     # backward: nll_loss, log_softmax, the cast back, the lm_head
     g_nll = o.alloc(4 * v)
@@ -403,17 +615,22 @@ def micro_batch(o: Ops, params: list[tuple[int, int]]) -> None:
     if o.p != 4:
         g_logits = o.alloc(o.p * v)
         o.free(g_ls)
-    dw = o.alloc(params[-1][1])
-    o.matmul("backward")  # the backward's first matmul: its thread's cuBLAS workspace
-    gx = o.alloc(row)
-    o.free(g_logits, final.out)
-    o.grad(params[-1][0], dw)
-    g = norm_backward(o, gx, final, params[-2], None)
-    for i in reversed(range(n_layer)):
-        first = 1 + 9 * i
-        w = [pid for pid, _ in params[first : first + 9]]
-        wb = [nb for _, nb in params[first : first + 9]]
-        g = layer_backward(o, g, layers[i], w, wb, (cos, sin) if i == 0 else None)
-    dw = o.alloc(params[0][1])  # embedding_dense_backward
-    o.free(g)
-    o.grad(params[0][0], dw)
+    if w.head is not None:
+        dw = o.alloc(w.head[1])
+        o.matmul("backward")  # the backward's first matmul: its thread's cuBLAS workspace
+        gx = o.alloc(row)
+        o.free(g_logits, final.out)
+        o.grad(w.head[0], dw)
+    else:
+        gx = o.alloc(row)
+        o.matmul("backward")
+        o.free(g_logits)
+    g: int | None = norm_backward(o, gx, final, w.final_norm, None)
+    for i in reversed(range(len(layers))):
+        assert g is not None
+        g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
+    if w.embedding is not None:
+        assert g is not None
+        dw = o.alloc(w.embedding[1])  # embedding_dense_backward
+        o.free(g)
+        o.grad(w.embedding[0], dw)
