@@ -272,7 +272,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             q=m.n_head * m.head_size * tokens, kv=m.n_query_groups * m.head_size * tokens,
             inter=m.mlp_width * tokens, head_dim=m.head_size, n_head=m.n_head, vocab=v,
             mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
-            dropout=bool(t.lora.dropout),
+            dropout=bool(t.lora.dropout), packed=d.collator == "packed",
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)

@@ -80,6 +80,7 @@ class Ops:
     n_head: int
     vocab: int
     mask: bool  # SDPA gets a boolean mask (made an additive bias per call)
+    packed: bool = False  # the batch carries position_ids (packed rows)
     kinds: dict[str, str] = field(default_factory=dict)
     rank: int = 0
     dropout: bool = False  # the adapters' dropout (p > 0), else ``nn.Identity``
@@ -529,8 +530,11 @@ def layer_backward(
     for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
         if not need[x]:
             continue
-        c = o.alloc(size)  # the transposed gradient made contiguous for the view
-        o.free(grads[x])
+        c = grads[x]
+        if x != "v" or o.gqa:  # the transposed gradient made contiguous for the view; the
+            # kernel's own v gradient has the input's strides (no copy)
+            c = o.alloc(size)
+            o.free(grads[x])
         name = x + "_proj"
         last = (lay.norm1.out,) if x == "q" and kd[name] == "full" else ()
         nout = o.q if x == "q" else o.kv
@@ -563,15 +567,25 @@ def micro_batch(o: Ops, w: Weights) -> None:
     row = o.p * o.h
     emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
     mask = None
-    if o.mask:  # masking_utils' sdpa_mask: the causal and padding masks and-ed, bool
-        le = o.alloc(o.s * o.s)
-        both = o.alloc(o.s * o.s)
+    bss = o.b * o.s * o.s
+    if o.mask and o.packed:  # masking_utils: causal and the packed sequences' mask, per row
+        le = o.alloc(bss)
+        causal = o.alloc(bss)
         o.free(le)
-        mask = o.alloc(o.b * o.s * o.s)
-        o.free(both)
+        same = o.alloc(bss)  # packed_sequence_mask_function: same sequence index
+        mask = o.alloc(bss)
+        o.free(same, causal)
+    elif o.mask:  # sdpa_mask: the causal mask of the sequence and-ed with the padding's
+        le = o.alloc(o.s * o.s)
+        causal = o.alloc(o.s * o.s)
+        o.free(le)
+        mask = o.alloc(bss)
+        o.free(causal)
     # LlamaRotaryEmbedding: fp32 frequencies, cat, cos and sin (times attention_scaling),
-    # cast to the compute dtype; kept by every rotary multiplication
-    hd = o.tokens * o.head_dim
+    # cast to the compute dtype; kept by every rotary multiplication. Without position_ids
+    # LlamaModel makes them for one row (``arange(...).unsqueeze(0)``, modeling_llama.py
+    # lines 379-380), broadcast over the batch
+    hd = (o.tokens if o.packed else o.s) * o.head_dim
     freqs = o.alloc(4 * hd // 2)
     cat = o.alloc(4 * hd)
     tmp = o.alloc(4 * hd)
