@@ -224,15 +224,15 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
         kinds = layer_ops.kinds(m, t) or {}
         for _ in range(m.n_layer):
-            per: dict[str, tuple[tuple[int, int], ...]] = {}
+            made: dict[str, tuple[tuple[int, int], ...]] = {}
             for x in block_linears(m):
-                per[x.name] = ()
+                made[x.name] = ()
                 if kinds[x.name] == "lora":
                     r = t.lora.rank or 0
                     sizes = (r * x.in_features * s.adapter, x.out_features * r * s.adapter)
-                    per[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
-                    trainable += per[x.name]
-            adapters.append(per)
+                    made[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
+                    trainable += made[x.name]
+            adapters.append(made)
     elif not full:
         for numel, count in weights.trainable_tensors(m, t):
             for _ in range(count):
@@ -267,16 +267,17 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     # the Llama layout op by op (cfgcheck/memory/layer_ops.py)
     ops = None
     if exact:
+        hs = m.head_size or m.n_embd // m.n_head
         ops = layer_ops.Ops(
             ev.alloc, ev.free, ev.matmul, p=p, b=b, s=seq, h=m.n_embd * tokens,
-            q=m.n_head * m.head_size * tokens, kv=m.n_query_groups * m.head_size * tokens,
-            inter=m.mlp_width * tokens, head_dim=m.head_size, n_head=m.n_head, vocab=v,
+            q=m.n_head * hs * tokens, kv=(m.n_query_groups or m.n_head) * hs * tokens,
+            inter=m.mlp_width * tokens, head_dim=hs, n_head=m.n_head, vocab=v,
             mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)
-        layer_w = []
+        layer_w: list[dict[str, tuple[tuple[int, int], ...]]] = []
         for i in range(m.n_layer):
             first = 1 + i * per_layer_params
             if full:

@@ -5,9 +5,9 @@ of :mod:`cfgcheck.memory.allocsim`, called from :func:`cfgcheck.memory.events.st
 Covered (:func:`exact`): transformers' ``LlamaForCausalLM`` layout (RMSNorm, SwiGLU MLP, rotary
 on every head dimension, no biases, an untied lm_head), SDPA, no checkpointing; full
 fine-tuning in 16 or 32-bit weights, or PEFT LoRA (fp32 adapters on 16-bit weights) on any of
-the block's linears in every layer. The sources, as installed and traced (transformers 5.24
-``models/llama/modeling_llama.py``, peft ``tuners/lora/layer.py``, torch 2.13.0
-``torch/csrc/autograd``):
+the block's linears in every layer, q_proj among them. The sources, as installed and traced
+(transformers 5.24 ``models/llama/modeling_llama.py``, peft ``tuners/lora/layer.py``, torch
+2.13.0 ``torch/csrc/autograd``):
 
 * ``LlamaRMSNorm.forward``: ``hidden_states.to(torch.float32)`` (a copy for 16-bit weights,
   the tensor itself in fp32), ``variance = hidden_states.pow(2).mean(-1, keepdim=True)``,
@@ -115,9 +115,14 @@ def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
     generate the run (see the module docstring)."""
     if t.finetuning == "full":
         return dict.fromkeys(LINEARS, "full")
-    if t.finetuning != "lora" or t.lora.target_parameters or t.precision not in (
-        "bf16-true",
-        "16-true",
+    if (
+        t.finetuning != "lora"
+        or t.lora.target_parameters
+        or t.precision
+        not in (
+            "bf16-true",
+            "16-true",
+        )
     ):
         return None
     adapted = adapted_modules(m, t.lora.targets, t.framework)
@@ -126,6 +131,8 @@ def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
     if any(n not in (0, m.n_layer) for _, n in adapted.linears):
         return None  # adapters on some layers only
     names = {x.name for x, n in adapted.linears if n}
+    if "q_proj" not in names:  # without it the first layer's attention has no gradient
+        return None
     return {x: "lora" if x in names else "frozen" for x in LINEARS}
 
 
@@ -200,9 +207,7 @@ def norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
     return Norm(c, r, normed, out, graph)
 
 
-def norm_backward(
-    o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | None
-) -> int:
+def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | None) -> int:
     """The backward of :func:`norm_forward` for the incoming gradient ``g``, the norm's input
     gradient added into ``buf`` (what its input's node holds already, or None). Returns the
     input's gradient (the buffer)."""
@@ -265,7 +270,9 @@ class Adapter:
     a: int
 
 
-def _linear_forward(o: Ops, kind: str, nin: int, nout: int, graph: bool) -> tuple[int, Adapter | None]:
+def _linear_forward(
+    o: Ops, kind: str, nin: int, nout: int, graph: bool
+) -> tuple[int, Adapter | None]:
     """A block linear's forward (``graph``: its input has a gradient); returns its output and
     a LoRA adapter's saved tensors."""
     out = o.alloc(o.p * nout)
@@ -481,7 +488,7 @@ def layer_backward(
     linear's trained tensors (the weight, or lora_A and lora_B) and of the two norms'
     weights (``input_layernorm``, ``post_attention_layernorm``). Returns the gradient of the
     layer's input (None when it has none)."""
-    row, ib, qb, kvb = o.p * o.h, o.p * o.inter, o.p * o.q, o.p * o.kv
+    ib, qb, kvb = o.p * o.inter, o.p * o.q, o.p * o.kv
     kd, ad, hd = o.kinds, lay.adapters, o.h
 
     def linear(
