@@ -141,6 +141,7 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
     linears = block_linears(m)
     return (
         not t.gradient_checkpointing
+        and t.loss_chunking == "none"
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true", "32-true")
         and m.norm == "rmsnorm"
