@@ -59,6 +59,8 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "lora-q-mlp": ({}, {"lora": {"rank": 16, "alpha": 16.0, "dropout": 0.05, "targets": MLP}}, {}),
     "lora-packed": ({}, {}, {"collator": "packed"}),
     "lora-mha": ({"n_query_groups": 16, "n_head": 16, "head_size": 128}, {}, {}),
+    # Mistral: a sliding window (4096, gpu_measure.py's) no shorter than the sequence
+    "lora-mistral-window": ({"name": "mistral-wide", "sliding_window_size": 4096}, {}, {}),
 }
 
 

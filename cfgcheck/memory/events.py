@@ -274,6 +274,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             inter=m.mlp_width * tokens, head_dim=hs, n_head=m.n_head, vocab=v,
             mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
+            window=m.sliding_window_size is not None,
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -81,6 +82,7 @@ class Ops:
     vocab: int
     mask: bool  # SDPA gets a boolean mask (made an additive bias per call)
     packed: bool = False  # the batch carries position_ids (packed rows)
+    window: bool = False  # the config has a sliding window (Mistral), not shorter than s
     kinds: dict[str, str] = field(default_factory=dict)
     rank: int = 0
     dropout: bool = False  # the adapters' dropout (p > 0), else ``nn.Identity``
@@ -156,7 +158,13 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
         and not m.tie_embeddings
         and bool(count_params(m).lm_head)
         and "gemma" not in m.name.lower()
-        and m.sliding_window_size is None
+        and (
+            m.sliding_window_size is None
+            or (
+                m.sliding_window_size >= Pipeline.from_data(d).memory_length()
+                and d.collator != "packed"
+            )
+        )
         and kinds(m, t) is not None
     )
 
@@ -583,10 +591,21 @@ def micro_batch(o: Ops, w: Weights) -> None:
         same = o.alloc(bss)  # packed_sequence_mask_function: same sequence index
         mask = o.alloc(bss)
         o.free(same, causal)
-    elif o.mask:  # sdpa_mask: the causal mask of the sequence and-ed with the padding's
-        le = o.alloc(o.s * o.s)
-        causal = o.alloc(o.s * o.s)
-        o.free(le)
+    elif o.mask:  # sdpa_mask: and_masks(causal, padding), each and a new bool tensor
+        ss = o.s * o.s
+        if o.window:  # the causal function is and_masks(sliding_window_overlay, causal)
+            gt = o.alloc(ss)
+            inner = o.alloc(ss)
+            o.free(gt)
+            le = o.alloc(ss)
+            both = o.alloc(ss)
+            o.free(le, inner)
+            causal = o.alloc(ss)
+            o.free(both)
+        else:
+            le = o.alloc(ss)
+            causal = o.alloc(ss)
+            o.free(le)
         mask = o.alloc(bss)
         o.free(causal)
     # LlamaRotaryEmbedding: fp32 frequencies, cat, cos and sin (times attention_scaling),
