@@ -118,3 +118,24 @@ def test_what_is_not_generated_op_by_op() -> None:
     # LoRA without q_proj: the first layer's attention has no gradient (not generated)
     lora = t.lora.model_copy(update={"targets": ["down_proj"]})
     assert not layer_ops.exact(m, d, t.model_copy(update={"finetuning": "lora", "lora": lora}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_id", ["tl-full-b4", "tl-full-fp32-b4", "tl-lora-all-r8-b4"])
+def test_the_h100_rows_sequence_is_the_traced_one(run_id: str) -> None:
+    """The H100 calibration rows at their full size (22 layers, benchmarks/calibration/
+    runs.json): the generated sequence is the real one above 1 MiB."""
+    import subprocess
+    import sys
+
+    from tests.alloc_tracer import ROOT
+
+    out = subprocess.run(
+        [sys.executable, "benchmarks/allocator_sequence_diff.py", run_id, "--min-mib", "1.01"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    assert "equal" in out, out
