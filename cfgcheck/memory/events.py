@@ -33,10 +33,14 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   foreach temporaries (:func:`cfgcheck.memory.weights.optimizer_step_bytes`, one list);
   ``zero_grad`` frees the gradients.
 
-The per-op sequence (rotary tables, norm statistics, every autograd temporary) is not
-generated: tests/test_allocsim_traced.py runs the simulator on the trace of the real op
-sequence instead (at the H100 rows' full size on meta tensors: their allocated peak to the
-byte), tests/test_memory_events.py checks this sequence's simulated figures against that
+For transformers' Llama layout without checkpointing (:func:`cfgcheck.memory.layer_ops.exact`:
+full fine-tuning in 16/32-bit weights or LoRA with q_proj) each micro-batch is generated op
+by op by :mod:`cfgcheck.memory.layer_ops` (the mask, rotary tables, norm statistics, every
+autograd temporary above; equal to the traced sequence above 1 MiB, tests/test_layer_ops.py).
+Elsewhere the per-op sequence is not generated: tests/test_allocsim_traced.py runs the
+simulator on the trace of the real op sequence instead (at the H100 rows' full size on meta
+tensors: their allocated peak to the byte), tests/test_memory_events.py checks this
+sequence's simulated figures against that
 trace, and benchmarks/allocator_sequence_diff.py shows where the two first part. Covered:
 transformers, dense models, 16/32-bit weights, full or LoRA, with or without checkpointing,
 AdamW / SGD; :func:`step_events` returns None otherwise.
