@@ -1,5 +1,5 @@
-"""The generated event sequence of the Llama layout (cfgcheck/memory/layer_ops.py) equals the
-real one, tensor by tensor, for every setting it generates.
+"""The generated event sequence of the Llama layout (cfgcheck/memory/layer_ops.py and
+llama_step.py) equals the real one, tensor by tensor, for every setting it generates.
 
 The real sequence is gpu_measure.py's loop traced op by op (tests/alloc_tracer.py,
 ``record=True``) on meta tensors at TinyLlama's width (benchmarks/allocator_meta_trace.py:

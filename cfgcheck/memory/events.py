@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cfgcheck.memory import layer_ops, weights
+from cfgcheck.memory import layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
 from cfgcheck.memory.devices import lookup
@@ -291,7 +291,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             else:
                 norms = {"input_layernorm": (frozen,), "post_attention_layernorm": (frozen,)}
                 layer_w.append({**adapters[i], **norms})
-        exact_w = layer_ops.Weights(
+        exact_w = llama_step.Weights(
             layer_w,
             sized[-2] if full else frozen,
             sized[-1] if full else None,
@@ -309,7 +309,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                layer_ops.micro_batch(ops, exact_w)
+                llama_step.micro_batch(ops, exact_w)
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start
