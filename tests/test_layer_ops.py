@@ -61,6 +61,8 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "lora-mha": ({"n_query_groups": 16, "n_head": 16, "head_size": 128}, {}, {}),
     # Mistral: a sliding window (4096, gpu_measure.py's) no shorter than the sequence
     "lora-mistral-window": ({"name": "mistral-wide", "sliding_window_size": 4096}, {}, {}),
+    # Qwen2: q, k, v biases (addmm, cuBLASLt's workspace), tied embeddings
+    "lora-qwen2": ({"name": "qwen2-wide", "attn_bias": True, "tie_embeddings": True}, {}, {}),
 }
 
 

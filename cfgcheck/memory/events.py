@@ -54,6 +54,7 @@ from cfgcheck.memory import layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, FREE, REPEAT, RESET, Event
 from cfgcheck.memory.devices import lookup
+from cfgcheck.memory.modules import architecture_of
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
@@ -279,6 +280,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
+            mask_first=architecture_of(m) == "qwen2",
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)

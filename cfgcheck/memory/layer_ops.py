@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cfgcheck.memory.modules import architecture_of
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
@@ -85,6 +86,9 @@ class Ops:
     mask: bool  # SDPA gets a boolean mask (made an additive bias per call)
     packed: bool = False  # the batch carries position_ids (packed rows)
     window: bool = False  # the config has a sliding window (Mistral), not shorter than s
+    # the model's forward keeps the embedding output in a dict of mask arguments, cleared
+    # after the masks (Qwen2Model.forward's ``mask_kwargs``, LlamaModel's has none)
+    mask_first: bool = False
     kinds: dict[str, str] = field(default_factory=dict)
     rank: int = 0
     dropout: bool = False  # the adapters' dropout (p > 0), else ``nn.Identity``
@@ -143,6 +147,7 @@ def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
 def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
     """The settings this module generates op by op (see the module docstring)."""
     linears = block_linears(m)
+    full = t.finetuning == "full"
     return (
         not t.gradient_checkpointing
         and t.loss_chunking == "none"
@@ -151,15 +156,15 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
         and m.norm == "rmsnorm"
         and m.mlp == "swiglu"
         and tuple(x.name for x in linears) == LINEARS
-        and not any(x.bias for x in linears)
+        # q, k, v biases (Qwen2: ``addmm``) only on frozen weights (LoRA)
+        and not any(x.bias and (full or x.name not in LINEARS[:3]) for x in linears)
         and not m.shared_attention_norm
         and not m.post_attention_norm
         and not m.post_mlp_norm
         and not m.parallel_residual
         and (m.rotary_fraction or 1.0) == 1.0
-        and not m.tie_embeddings
-        and bool(count_params(m).lm_head)
-        and "gemma" not in m.name.lower()
+        and (not full or (not m.tie_embeddings and bool(count_params(m).lm_head)))
+        and architecture_of(m) in ("llama", "mistral", "qwen2")
         and (
             m.sliding_window_size is None
             or (

@@ -246,8 +246,15 @@ def micro_batch(o: Ops, w: Weights) -> None:
         layers.append(layer_forward(o, x, free_input=i > 0, graph=graph or i > 0))
         x = layers[-1].out
     final = norm_forward(o, x)
-    if o.p != 4:  # LlamaModel returns: the last hidden state and the embedding output go
-        o.free(x, emb)
+    if o.p != 4:  # the last hidden state goes as the name is rebound
+        o.free(x)
+    # LlamaModel returns: its locals go in their order, the embedding output (an argument)
+    # before the mask; in Qwen2Model the mask's arguments hold the embedding output
+    if o.mask_first and mask is not None:
+        o.free(mask)
+        mask = None
+    if o.p != 4:
+        o.free(emb)
     if mask is not None:
         o.free(mask)
     # the lm_head, then ForCausalLMLoss: logits.float(), cross_entropy (log_softmax, nll)
