@@ -2,11 +2,13 @@
 backward allocate, with its size, in the order the CUDA caching allocator sees them (the input
 of :mod:`cfgcheck.memory.allocsim`, called from :func:`cfgcheck.memory.events.step_events`).
 
-Covered (:func:`exact`): transformers' ``LlamaForCausalLM`` layout (RMSNorm, SwiGLU MLP, rotary
-on every head dimension, no biases, an untied lm_head), SDPA, no checkpointing; full
-fine-tuning in 16 or 32-bit weights, or PEFT LoRA (fp32 adapters on 16-bit weights) on any of
-the block's linears in every layer, q_proj among them. The sources, as installed and traced
-(transformers 5.24 ``models/llama/modeling_llama.py``, peft ``tuners/lora/layer.py``, torch
+Covered (:func:`exact`): transformers' Llama, Mistral (a sliding window no shorter than the
+sequence) and Qwen2 layouts (RMSNorm, SwiGLU MLP, rotary on every head dimension), SDPA, no
+checkpointing; full fine-tuning in 16 or 32-bit weights without biases and with an untied
+lm_head, or PEFT LoRA (fp32 adapters on 16-bit weights; Qwen2's q, k, v biases and tied
+embeddings allowed) on any of the block's linears in every layer, q_proj among them. The
+sources, as installed and traced (transformers 5.24 ``models/llama/modeling_llama.py``,
+``models/qwen2/modeling_qwen2.py``, ``masking_utils.py``, peft ``tuners/lora/layer.py``, torch
 2.13.0 ``torch/csrc/autograd``):
 
 * ``LlamaRMSNorm.forward``: ``hidden_states.to(torch.float32)`` (a copy for 16-bit weights,
