@@ -53,6 +53,7 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "full-bf16": ({}, {"finetuning": "full"}, {}),
     "full-fp32": ({}, {"finetuning": "full", "precision": "32-true"}, {}),
     "full-accum1": ({}, {"finetuning": "full", "gradient_accumulation_steps": 1}, {}),
+    "full-sgd": ({}, {"finetuning": "full", "optimizer": "sgd"}, {}),
     "lora-all": ({}, {"lora": {"rank": 8, "alpha": 16.0, "dropout": 0.05, "targets": ALL}}, {}),
     "lora-qv": ({}, {}, {}),
     "lora-qv-no-dropout": ({}, {"lora": NO_DROPOUT}, {}),
