@@ -34,6 +34,8 @@ import statistics
 import sys
 import warnings
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,23 @@ def install_meta_tracing() -> None:
 
     at.build = meta_build
     at.batch = lambda m, t, d: {k: v.to("meta") for k, v in batch(m, t, d).items()}
+
+
+@contextmanager
+def meta_tracing() -> Iterator[None]:
+    """:func:`install_meta_tracing` for the length of a block (tests): what it replaced is
+    put back after it."""
+    import torch.nn.functional as F
+
+    import tests.alloc_tracer as at
+
+    saved = (F.scaled_dot_product_attention, F.dropout, at.AllocTracer, at.build, at.batch)
+    install_meta_tracing()
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention, F.dropout = saved[0], saved[1]  # type: ignore[assignment]
+        at.AllocTracer, at.build, at.batch = saved[2], saved[3], saved[4]  # type: ignore[misc]
 
 
 def main(ids: list[str]) -> int:

@@ -6,7 +6,9 @@ The real sequence is gpu_measure.py's loop at the H100 run's full size on meta t
 (benchmarks/allocator_meta_trace.py), as the CUDA allocator sees it (cuBLAS's workspaces,
 tests/alloc_tracer.py ``cuda_events``). Both are reduced to the allocations (+MiB) and frees
 (-MiB) of tensors of at least ``--min-mib`` MiB, and ``R`` where the peaks are reset; the
-first index where they differ is printed with the events around it. Needs torch,
+first index where they differ (:func:`first_difference`) is printed with the events around
+it. ``--min-mib 1.01``: the large pool (``kSmallSize``, 1 MiB), which
+cfgcheck/memory/layer_ops.py generates op by op. Needs torch,
 transformers, peft.
 
     python benchmarks/allocator_sequence_diff.py RUN_ID [--min-mib 40]
@@ -55,6 +57,25 @@ def reduced(events: list[tuple[int, int]], threshold: int) -> list[float | str]:
     return out
 
 
+def first_difference(gen: list[float | str], real: list[float | str]) -> int | None:
+    """Where the step's events (after the reset) first differ, None when the sequences are
+    equal. The build is compared as a multiset: the tracer registers the built tensors in
+    ``model.parameters()`` order (PEFT's adapters beside their base weights), while the GPU
+    allocates them as they are made (the model, then PEFT's adapters in module order). The
+    frees that follow the second step in the trace (the model and the optimizer torn down
+    when the traced function returns) are not part of the step."""
+    gi, ri = gen.index("R"), real.index("R")
+    if sorted(map(str, gen[:gi])) != sorted(map(str, real[:ri])):
+        return 0
+    g, r = gen[gi + 1 :], real[ri + 1 :]
+    i = 0
+    while i < min(len(g), len(r)) and g[i] == r[i]:
+        i += 1
+    if i == len(g) and all(isinstance(x, float) and x < 0 for x in r[i:]):
+        return None
+    return gi + 1 + i
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run")
@@ -81,13 +102,12 @@ def main(argv: list[str]) -> int:
         cuda_events(traced_step(spec, record=True), blas_workspace(cfg.trainer)), threshold
     )
     gen = reduced(step_events(cfg.model, cfg.data, cfg.trainer), threshold)
-    i = 0
-    while i < min(len(gen), len(real)) and gen[i] == real[i]:
-        i += 1
+    at = first_difference(gen, real)
     print(f"events of tensors >= {args.min_mib:g} MiB: generated {len(gen):,}, real {len(real):,}")
-    if i == len(gen) == len(real):
-        print("equal")
+    if at is None:
+        print("equal (the build as a multiset, the two steps in order)")
         return 0
+    i = at
     print(f"first difference at {i:,} (MiB, - a free, R the peaks reset):")
     print("generated:", " ".join(map(str, gen[max(0, i - 5) : i + 20])))
     print("real:     ", " ".join(map(str, real[max(0, i - 5) : i + 20])))

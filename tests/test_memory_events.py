@@ -3,9 +3,10 @@
 First its shape: every free refers to a live allocation, two steps, the optimizer states made
 once. Then against the real step: on a llama of MiB-sized tensors, gpu_measure.py's loop is
 traced op by op on CPU (tests/alloc_tracer.py, ``record=True``) and both sequences go through
-the allocator simulation; the generated sequence is coarser (the tensors that decide segments,
-not every op), so the test bounds the difference of the simulated figures instead of asking
-the sequences to be equal (they are not: see docs/memory.md, "Allocator simulation").
+the allocator simulation; outside the Llama layout without checkpointing the generated sequence is
+coarser (the tensors that decide segments, not every op), so the test bounds the difference
+of the simulated figures instead of asking the sequences to be equal (where they are equal:
+tests/test_layer_ops.py; docs/memory.md, "Allocator simulation").
 """
 
 from __future__ import annotations

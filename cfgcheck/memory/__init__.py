@@ -19,7 +19,7 @@ included, and checks :data:`LAYERS`):
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
    allocation events that ``allocsim`` replays (``events``; ``events_kbit`` with ``kbit_layer``
    and ``kbit_ops`` for QLoRA, ``events_liger`` for Liger's fused loss, all built with
-   ``event_seq``);
+   ``event_seq``; ``layer_ops`` and ``llama_step`` for the Llama layout op by op);
 4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``; ``simulated``
    the simulation's figures next to it).
 """
@@ -58,6 +58,8 @@ LAYERS: dict[str, int] = {
     "events_liger": 3,
     "kbit_layer": 3,
     "kbit_ops": 3,
+    "layer_ops": 3,
+    "llama_step": 3,
     "simulated": 4,
     "estimate": 3,
     "verdict": 4,

@@ -35,10 +35,14 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   foreach temporaries (:func:`cfgcheck.memory.weights.optimizer_step_bytes`, one list);
   ``zero_grad`` frees the gradients.
 
-The per-op sequence (rotary tables, norm statistics, every autograd temporary) is not
-generated: tests/test_allocsim_traced.py runs the simulator on the trace of the real op
-sequence instead (at the H100 rows' full size on meta tensors: their allocated peak to the
-byte), tests/test_memory_events.py checks this sequence's simulated figures against that
+For transformers' Llama layout without checkpointing (:func:`cfgcheck.memory.layer_ops.exact`:
+full fine-tuning in 16/32-bit weights or LoRA with q_proj) each micro-batch is generated op
+by op by :mod:`cfgcheck.memory.layer_ops` (the mask, rotary tables, norm statistics, every
+autograd temporary above; equal to the traced sequence above 1 MiB, tests/test_layer_ops.py).
+Elsewhere the per-op sequence is not generated: tests/test_allocsim_traced.py runs the
+simulator on the trace of the real op sequence instead (at the H100 rows' full size on meta
+tensors: their allocated peak to the byte), tests/test_memory_events.py checks this
+sequence's simulated figures against that
 trace, and benchmarks/allocator_sequence_diff.py shows where the two first part. Covered:
 transformers, dense models, 16/32-bit weights, full or LoRA, with or without checkpointing,
 AdamW / SGD, the full loss or Liger's fused one (:mod:`cfgcheck.memory.events_liger`); QLoRA
@@ -48,11 +52,12 @@ on Llama-like models is generated op by op by :mod:`cfgcheck.memory.events_kbit`
 
 from __future__ import annotations
 
-from cfgcheck.memory import weights
+from cfgcheck.memory import layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace
 from cfgcheck.memory.events_liger import covered_fused, fused_loss
+from cfgcheck.memory.modules import architecture_of
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.memory.stack import sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
@@ -191,7 +196,21 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     param_ids = [ev.alloc(n * master) for _, n in params]
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
-    if not full:
+    exact = layer_ops.exact(m, d, t)
+    adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
+    if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
+        kinds = layer_ops.kinds(m, t) or {}
+        for _ in range(m.n_layer):
+            made: dict[str, tuple[tuple[int, int], ...]] = {}
+            for x in block_linears(m):
+                made[x.name] = ()
+                if kinds[x.name] == "lora":
+                    r = t.lora.rank or 0
+                    sizes = (r * x.in_features * s.adapter, x.out_features * r * s.adapter)
+                    made[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
+                    trainable += made[x.name]
+            adapters.append(made)
+    elif not full:
         for numel, count in weights.trainable_tensors(m, t):
             for _ in range(count):
                 nb = numel * s.adapter
@@ -221,6 +240,36 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     per_layer_params = (len(params) - 2 - (1 if count_params(m).lm_head else 0)) // max(
         1, m.n_layer
     )
+    # the Llama layout op by op (cfgcheck/memory/layer_ops.py)
+    ops = None
+    if exact:
+        hs = m.head_size or m.n_embd // m.n_head
+        ops = layer_ops.Ops(
+            ev.alloc, ev.free, ev.matmul, p=p, b=b, s=seq, h=m.n_embd * tokens,
+            q=m.n_head * hs * tokens, kv=(m.n_query_groups or m.n_head) * hs * tokens,
+            inter=m.mlp_width * tokens, head_dim=hs, n_head=m.n_head, vocab=m.head_rows,
+            mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
+            dropout=bool(t.lora.dropout), packed=d.collator == "packed",
+            window=m.sliding_window_size is not None,
+            mask_first=architecture_of(m) == "qwen2",
+        )  # fmt: skip
+        sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
+        frozen = (0, 0)
+        layer_w: list[dict[str, tuple[tuple[int, int], ...]]] = []
+        for i in range(m.n_layer):
+            first = 1 + i * per_layer_params
+            if full:
+                names = [*layer_ops.LINEARS, "input_layernorm", "post_attention_layernorm"]
+                layer_w.append({x: (sized[first + j],) for j, x in enumerate(names)})
+            else:
+                norms = {"input_layernorm": (frozen,), "post_attention_layernorm": (frozen,)}
+                layer_w.append({**adapters[i], **norms})
+        exact_w = llama_step.Weights(
+            layer_w,
+            sized[-2] if full else frozen,
+            sized[-1] if full else None,
+            sized[0] if full else None,
+        )
     for step in range(steps):
         grads: dict[int, int] = {}
         accum = t.gradient_accumulation_steps
@@ -231,6 +280,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             if micro == 1:
                 ev.mark((accum - 1, REPEAT))
                 start = ev.next_id
+            if ops is not None:
+                ops.grads = grads
+                llama_step.micro_batch(ops, exact_w)
+                if micro == 1:
+                    ev.mark((0, END))
+                    ev.next_id = start
+                continue
             # forward
             hidden = ev.alloc(row)
             saved: list[list[int]] = []
@@ -315,8 +371,11 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             states = [ev.alloc(nb) for _, nb in trainable for _ in range(per)]
         if t.optimizer == "adamw":
             tmp = [ev.alloc(nb) for _, nb in trainable]  # _foreach_sqrt(exp_avg_sqs)
-            ev.free(*tmp)
-        ev.free(*grads.values())  # zero_grad(set_to_none=True)
+            # the list goes when ``_multi_tensor_adamw`` returns: CPython's ``list_dealloc``
+            # drops its items last first (Objects/listobject.c)
+            ev.free(*reversed(tmp))
+        # zero_grad(set_to_none=True): the parameters in their group's order
+        ev.free(*(grads[pid] for pid, _ in trainable if pid in grads))
     del states
     return ev.events
 

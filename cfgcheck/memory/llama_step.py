@@ -1,0 +1,296 @@
+"""A Llama decoder layer and a whole micro-batch op by op, from the modules' ops of
+:mod:`cfgcheck.memory.layer_ops` (whose docstring has the sources): the allocations and frees
+of ``model(**batch).loss`` and its ``backward()`` in the order the CUDA caching allocator
+sees them (called from :func:`cfgcheck.memory.events.step_events`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cfgcheck.memory.layer_ops import (
+    Adapter,
+    Norm,
+    Ops,
+    linear_backward,
+    linear_forward,
+    norm_backward,
+    norm_forward,
+    rope_backward,
+    rope_forward,
+)
+
+
+@dataclass
+class Layer:
+    """A layer's tensors kept for the backward."""
+
+    norm1: Norm
+    norm2: Norm
+    q: int  # the rotary q (kept by the kernel)
+    k: int  # the kernel's k and v (repeat_kv's copies with GQA)
+    v: int
+    bias: int | None
+    attn: int
+    lse: int
+    gate: int
+    act: int
+    up: int
+    prod: int
+    out: int
+    adapters: dict[str, Adapter]
+    graph: bool  # the layer's input has a gradient
+
+
+def layer_forward(o: Ops, x: int, free_input: bool, graph: bool) -> Layer:
+    """``LlamaDecoderLayer.forward`` with the module's ops; ``free_input``: the caller drops its
+    reference to ``x`` when the layer returns (not the embedding output); ``graph``: ``x``
+    has a gradient."""
+    row, qb, kvb = o.p * o.h, o.p * o.q, o.p * o.kv
+    kd = o.kinds
+    hd = o.h
+    ad: dict[str, Adapter] = {}
+
+    def linear(name: str, nin: int, nout: int, g: bool) -> int:
+        out, saved = linear_forward(o, kd[name], nin, nout, g)
+        if saved is not None:
+            ad[name] = saved
+        return out
+
+    n1 = norm_forward(o, x, graph)
+    qm = linear("q_proj", hd, o.q, graph)
+    km = linear("k_proj", hd, o.kv, graph)
+    vm = linear("v_proj", hd, o.kv, graph)
+    q = rope_forward(o, qb)
+    k = rope_forward(o, kvb)
+    o.free(qm, km)
+    kk, vv = (o.alloc(qb), o.alloc(qb)) if o.gqa else (k, vm)  # repeat_kv
+    bias = None
+    if o.mask:  # the boolean mask as an additive bias: where(mask.logical_not(), -inf, 0)
+        nt = o.alloc(o.b * o.s * o.s)
+        bias = o.alloc(o.p * o.b * o.s * o.s)
+        o.free(nt)
+    attn = o.alloc(qb)
+    lse = o.alloc(4 * o.b * o.n_head * -(-o.s // 32) * 32)  # fp32, rows padded to 32
+    out = linear("o_proj", o.q, hd, True)
+    if o.gqa:
+        o.free(k, vm)
+    if not o.full:  # nothing kept the norm's output: it goes when self_attn returns
+        o.free(n1.out)
+    r1 = o.alloc(row)
+    o.free(out)
+    n2 = norm_forward(o, r1)
+    ib = o.p * o.inter
+    gate = linear("gate_proj", hd, o.inter, True)
+    act = o.alloc(ib)
+    up = linear("up_proj", hd, o.inter, True)
+    prod = o.alloc(ib)
+    down = linear("down_proj", o.inter, hd, True)
+    if kd["down_proj"] != "full":
+        o.free(prod)
+    if not o.full:
+        o.free(n2.out)
+    r2 = o.alloc(row)
+    o.free(down)
+    if o.p != 4:  # the fp32 norms keep their inputs themselves
+        o.free(r1)
+        if free_input:
+            o.free(x)
+    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph)
+
+
+def layer_backward(
+    o: Ops,
+    g: int,
+    lay: Layer,
+    w: dict[str, tuple[tuple[int, int], ...]],
+    tables: tuple[int, int] | None,
+) -> int | None:
+    """The layer's backward for the gradient ``g`` of its output; ``w``: (id, bytes) of each
+    linear's trained tensors (the weight, or lora_A and lora_B) and of the two norms'
+    weights (``input_layernorm``, ``post_attention_layernorm``). Returns the gradient of the
+    layer's input (None when it has none)."""
+    ib, qb, kvb = o.p * o.inter, o.p * o.q, o.p * o.kv
+    kd, ad, hd = o.kinds, lay.adapters, o.h
+
+    def linear(
+        name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None,
+        release: tuple[int, ...] = (), graph: bool = True,
+    ) -> int | None:  # fmt: skip
+        return linear_backward(
+            o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
+        )
+
+    full = kd["down_proj"] == "full"
+    # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
+    gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
+    assert gp is not None
+    gu, ga = o.alloc(ib), o.alloc(ib)  # MulBackward0: other's gradient, then self's
+    o.free(gp, lay.up, lay.act)
+    gx = linear("up_proj", gu, True, hd, o.inter, None)
+    gg = o.alloc(ib)  # SiluBackward0
+    o.free(ga, lay.gate)
+    gate_full = kd["gate_proj"] == "full"
+    gx = linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
+    assert gx is not None
+    # the post-attention norm; its input's buffer holds g (the residual's path)
+    s = norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q;
+    # without a gradient on the layer's input only o_proj holds s
+    go = linear("o_proj", s, not lay.graph, o.q, hd, None)
+    assert go is not None
+    need = {x: lay.graph or kd[x + "_proj"] != "frozen" for x in "qkv"}
+    grads = {x: o.alloc(qb if o.gqa or x == "q" else kvb) for x in "qkv"}
+    o.free(*(grads[x] for x in "qkv" if not need[x]))  # outputs nobody asked for
+    o.free(go)
+    if lay.bias is not None:
+        o.free(lay.bias)
+    o.free(lay.k, lay.q, lay.v, lay.lse, lay.attn)
+    if o.gqa:
+        for x in "vk":
+            if need[x]:
+                sm = o.alloc(kvb)
+                o.free(grads[x])
+                grads[x] = sm
+    if need["k"]:
+        grads["k"] = rope_backward(o, grads["k"], kvb, None)
+    grads["q"] = rope_backward(o, grads["q"], qb, tables)
+    total: int | None = None
+    for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
+        if not need[x]:
+            continue
+        c = grads[x]
+        if x != "v" or o.gqa:  # the transposed gradient made contiguous for the view; the
+            # kernel's own v gradient has the input's strides (no copy)
+            c = o.alloc(size)
+            o.free(grads[x])
+        name = x + "_proj"
+        last = (lay.norm1.out,) if x == "q" and kd[name] == "full" else ()
+        nout = o.q if x == "q" else o.kv
+        total = linear(name, c, True, hd, nout, total, last, lay.graph)
+    if not lay.graph:
+        return None
+    assert total is not None
+    return norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
+
+
+Param = tuple[int, int]  # (id, bytes)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The trained tensors a micro-batch makes gradients for, as (id, bytes): per layer each
+    linear's (its weight, or lora_A and lora_B, or nothing) and the two norms' weights (used
+    when they train); the final norm's, the lm_head's and the embedding's (None when
+    frozen)."""
+
+    layers: list[dict[str, tuple[Param, ...]]]
+    final_norm: Param
+    head: Param | None
+    embedding: Param | None
+
+
+def micro_batch(o: Ops, w: Weights) -> None:
+    """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
+    ``backward()``)."""
+    row = o.p * o.h
+    emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
+    mask = None
+    bss = o.b * o.s * o.s
+    if o.mask and o.packed:  # masking_utils: causal and the packed sequences' mask, per row
+        le = o.alloc(bss)
+        causal = o.alloc(bss)
+        o.free(le)
+        same = o.alloc(bss)  # packed_sequence_mask_function: same sequence index
+        mask = o.alloc(bss)
+        o.free(same, causal)
+    elif o.mask:  # sdpa_mask: and_masks(causal, padding), each and a new bool tensor
+        ss = o.s * o.s
+        if o.window:  # the causal function is and_masks(sliding_window_overlay, causal)
+            gt = o.alloc(ss)
+            inner = o.alloc(ss)
+            o.free(gt)
+            le = o.alloc(ss)
+            both = o.alloc(ss)
+            o.free(le, inner)
+            causal = o.alloc(ss)
+            o.free(both)
+        else:
+            le = o.alloc(ss)
+            causal = o.alloc(ss)
+            o.free(le)
+        mask = o.alloc(bss)
+        o.free(causal)
+    # LlamaRotaryEmbedding: fp32 frequencies, cat, cos and sin (times attention_scaling),
+    # cast to the compute dtype; kept by every rotary multiplication. Without position_ids
+    # LlamaModel makes them for one row (``arange(...).unsqueeze(0)``, modeling_llama.py
+    # lines 379-380), broadcast over the batch
+    hd = (o.tokens if o.packed else o.s) * o.head_dim
+    freqs = o.alloc(4 * hd // 2)
+    cat = o.alloc(4 * hd)
+    tmp = o.alloc(4 * hd)
+    cos = o.alloc(4 * hd)
+    o.free(tmp)
+    tmp = o.alloc(4 * hd)
+    sin = o.alloc(4 * hd)
+    o.free(tmp)
+    if o.p != 4:
+        cos16, sin16 = o.alloc(o.p * hd), o.alloc(o.p * hd)
+        o.free(freqs, cat, cos, sin)
+        cos, sin = cos16, sin16
+    else:
+        o.free(freqs, cat)
+    layers: list[Layer] = []
+    x = emb
+    graph = w.embedding is not None  # the embedding trains: its output has a gradient
+    for i in range(len(w.layers)):
+        layers.append(layer_forward(o, x, free_input=i > 0, graph=graph or i > 0))
+        x = layers[-1].out
+    final = norm_forward(o, x)
+    if o.p != 4:  # the last hidden state goes as the name is rebound
+        o.free(x)
+    # LlamaModel returns: its locals go in their order, the embedding output (an argument)
+    # before the mask; in Qwen2Model the mask's arguments hold the embedding output
+    if o.mask_first and mask is not None:
+        o.free(mask)
+        mask = None
+    if o.p != 4:
+        o.free(emb)
+    if mask is not None:
+        o.free(mask)
+    # the lm_head, then ForCausalLMLoss: logits.float(), cross_entropy (log_softmax, nll)
+    v = o.vocab * o.tokens
+    logits = o.alloc(o.p * v)
+    up = o.alloc(4 * v) if o.p != 4 else logits
+    logp = o.alloc(4 * v)
+    if up != logits:
+        o.free(up)
+    if w.head is None:  # a frozen lm_head keeps not its input
+        o.free(final.out)
+    o.free(logits)  # the output object goes: only the loss is kept
+    # backward: nll_loss, log_softmax, the cast back, the lm_head
+    g_nll = o.alloc(4 * v)
+    g_ls = o.alloc(4 * v)
+    o.free(g_nll, logp)
+    g_logits = g_ls
+    if o.p != 4:
+        g_logits = o.alloc(o.p * v)
+        o.free(g_ls)
+    if w.head is not None:
+        dw = o.alloc(w.head[1])
+        o.matmul("backward")  # the backward's first matmul: its thread's cuBLAS workspace
+        gx = o.alloc(row)
+        o.free(g_logits, final.out)
+        o.grad(w.head[0], dw)
+    else:
+        gx = o.alloc(row)
+        o.matmul("backward")
+        o.free(g_logits)
+    g: int | None = norm_backward(o, gx, final, w.final_norm, None)
+    for i in reversed(range(len(layers))):
+        assert g is not None
+        g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
+    if w.embedding is not None:
+        assert g is not None
+        dw = o.alloc(w.embedding[1])  # embedding_dense_backward
+        o.free(g)
+        o.grad(w.embedding[0], dw)
