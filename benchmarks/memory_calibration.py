@@ -40,6 +40,10 @@ class Row:
     # the allocator simulation (cfgcheck/memory/simulated.py): reserved and device figures,
     # None where its event sequence does not cover the run
     simulated: dict[str, int] | None = None
+    # the verdict on the estimate's pattern-based figure alone (cfgcheck/memory/verdict.py
+    # ``verdict``), for comparison: ``verdicts`` are ``decide``'s, the simulation's where it
+    # covers the run
+    pattern_verdicts: dict[float, str] | None = None
 
     def error(self, key: str) -> float:
         return (self.estimated[key] - self.measured[key]) / self.measured[key]
@@ -49,19 +53,19 @@ class Row:
             return None
         return (self.simulated[key] - self.measured[key]) / self.measured[key]
 
-    def unsafe(self) -> list[float]:
-        """GPU sizes where the estimate says "fits" but the measured peak exceeds the GPU."""
+    def unsafe(self, pattern: bool = False) -> list[float]:
+        """GPU sizes where the verdict is "fits" but the measured peak exceeds the GPU."""
+        verdicts = (self.pattern_verdicts or {}) if pattern else self.verdicts
         return [
-            s
-            for s, v in self.verdicts.items()
-            if v == "fits" and self.measured["device_peak"] > s * GIB
+            s for s, v in verdicts.items() if v == "fits" and self.measured["device_peak"] > s * GIB
         ]
 
-    def false_alarms(self) -> list[float]:
-        """GPU sizes where the estimate says "does not fit" but the measured peak fits."""
+    def false_alarms(self, pattern: bool = False) -> list[float]:
+        """GPU sizes where the verdict is "does not fit" but the measured peak fits."""
+        verdicts = (self.pattern_verdicts or {}) if pattern else self.verdicts
         return [
             s
-            for s, v in self.verdicts.items()
+            for s, v in verdicts.items()
             if v == "does not fit" and self.measured["device_peak"] <= s * GIB
         ]
 
@@ -83,7 +87,7 @@ def evaluate(data: Path = DATA) -> list[Row]:
     from cfgcheck import check
     from cfgcheck.memory.estimate import estimate
     from cfgcheck.memory.simulated import simulate_step
-    from cfgcheck.memory.verdict import verdict
+    from cfgcheck.memory.verdict import decide, verdict
 
     rows = []
     for spec, meas in load(data):
@@ -114,7 +118,11 @@ def evaluate(data: Path = DATA) -> list[Row]:
                     "reserved": est.reserved_bytes,
                     "device_peak": est.total_bytes,
                 },
-                verdicts={s: verdict(est, int(s * GIB)) for s in SIZES_GIB},
+                verdicts={
+                    s: decide(cfg.model, cfg.data, cfg.trainer, int(s * GIB), est).verdict
+                    for s in SIZES_GIB
+                },
+                pattern_verdicts={s: verdict(est, int(s * GIB)) for s in SIZES_GIB},
                 calibrated=not est.uncalibrated,
                 margin=est.margin,
                 simulated=simulated,
@@ -174,23 +182,28 @@ def table(rows: list[Row]) -> str:
                 f"{max(sim):.1%}, most under {under:+.1%}; pattern on the same runs median "
                 f"{statistics.median(pat):.1%}, worst {max(pat):.1%}"
             )
-    lines.append("")
-    lines.append("verdicts over GPU sizes " + ", ".join(f"{s:g}" for s in SIZES_GIB) + " GiB:")
-    counts: dict[str, int] = {}
-    for r in rows:
-        for v in r.verdicts.values():
-            counts[v] = counts.get(v, 0) + 1
-    lines.append("  " + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items())))
-    unsafe = [(r.id, s) for r in rows for s in r.unsafe()]
-    lines.append(
-        f"  unsafe fits (measured peak > GPU, verdict fits): {len(unsafe)}"
-        + ("" if not unsafe else " " + ", ".join(f"{i}@{s:g}" for i, s in unsafe))
-    )
-    alarms = [(r.id, s) for r in rows for s in r.false_alarms()]
-    lines.append(
-        f"  false alarms (measured peak fits, verdict does not fit): {len(alarms)}"
-        + ("" if not alarms else " " + ", ".join(f"{i}@{s:g}" for i, s in alarms))
-    )
+    sizes = ", ".join(f"{s:g}" for s in SIZES_GIB)
+    for pattern, label in (
+        (False, "verdicts (the simulation's where it covers the run, else the estimate's)"),
+        (True, "verdicts on the estimate's pattern-based figure alone"),
+    ):
+        lines.append("")
+        lines.append(f"{label}, over GPU sizes {sizes} GiB:")
+        counts: dict[str, int] = {}
+        for r in rows:
+            for v in ((r.pattern_verdicts or {}) if pattern else r.verdicts).values():
+                counts[v] = counts.get(v, 0) + 1
+        lines.append("  " + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items())))
+        unsafe = [(r.id, s) for r in rows for s in r.unsafe(pattern)]
+        lines.append(
+            f"  unsafe fits (measured peak > GPU, verdict fits): {len(unsafe)}"
+            + ("" if not unsafe else " " + ", ".join(f"{i}@{s:g}" for i, s in unsafe))
+        )
+        alarms = [(r.id, s) for r in rows for s in r.false_alarms(pattern)]
+        lines.append(
+            f"  false alarms (measured peak fits, verdict does not fit): {len(alarms)}"
+            + ("" if not alarms else " " + ", ".join(f"{i}@{s:g}" for i, s in alarms))
+        )
     return "\n".join(lines)
 
 

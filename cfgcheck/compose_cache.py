@@ -53,15 +53,25 @@ _RESOLVER_CALL = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
 _FOREIGN_RESOLVER = re.compile(r"\$\{\s*(?!oc\.)[A-Za-z_][\w.]*\s*:")
 
 
-def cache_dir() -> Path | None:
-    """Where compositions are cached, or ``None`` when caching is off."""
-    if os.environ.get("CFGCHECK_NO_CACHE") or importlib.util.find_spec("hydra_plugins"):
+def cache_root() -> Path | None:
+    """cfgcheck's cache folder (``CFGCHECK_CACHE_DIR``, else ``$XDG_CACHE_HOME/cfgcheck`` or
+    ``~/.cache/cfgcheck``), or ``None`` when ``CFGCHECK_NO_CACHE`` turns caching off. Each
+    cache keeps a subfolder: ``compose/`` here, ``traces/`` (:mod:`cfgcheck.memory.trace_cache`)."""
+    if os.environ.get("CFGCHECK_NO_CACHE"):
         return None
     explicit = os.environ.get("CFGCHECK_CACHE_DIR")
     if explicit:
-        return Path(explicit) / "compose"
+        return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cfgcheck" / "compose"
+    return Path(base) / "cfgcheck"
+
+
+def cache_dir() -> Path | None:
+    """Where compositions are cached, or ``None`` when caching is off."""
+    root = cache_root()
+    if root is None or importlib.util.find_spec("hydra_plugins"):
+        return None
+    return root / "compose"
 
 
 _HYDRA_OWN_NODES = {"hydra", "_dummy_empty_config_.yaml"}

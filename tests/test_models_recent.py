@@ -7,6 +7,7 @@ line and exit 2."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -384,14 +385,16 @@ def test_peft_conversion_tables_are_peft_and_transformers_own() -> None:
 
 
 @pytest.mark.slow
-def test_a_traced_preset_without_transformers_is_one_line_exit_2() -> None:
-    """conf/model/mixtral-8x7b.yaml carries its config.json; without transformers the check
+@pytest.mark.parametrize("edit", [(), ("model.hf_config.num_hidden_layers=2",)])
+def test_a_traced_preset_without_transformers(edit: tuple[str, ...]) -> None:
+    """conf/model/mixtral-8x7b.yaml carries its config.json: without transformers it is checked
+    from its shipped trace (cfgcheck/memory/trace_cache.py); a config no trace was shipped for
     stops with one line naming the extra, exit 2 (never a rule's traceback)."""
     import subprocess
 
     code = (
         "import sys; sys.modules['transformers'] = None; "
-        "sys.argv = ['cfgcheck', 'check', 'model=mixtral-8x7b']; "
+        f"sys.argv = ['cfgcheck', 'check', 'model=mixtral-8x7b', *{list(edit)!r}]; "
         "from cfgcheck.cli import main; raise SystemExit(main())"
     )
     from tests.conftest import REPO
@@ -403,7 +406,12 @@ def test_a_traced_preset_without_transformers_is_one_line_exit_2() -> None:
         timeout=120,
         check=False,
         cwd=REPO,  # the shipped conf/, whatever directory an earlier test left
+        env={**os.environ, "CFGCHECK_NO_CACHE": "1"},
     )
+    if not edit:
+        assert proc.returncode in (0, 1) and "cfgcheck[transformers]" not in proc.stderr
+        assert "Traceback" not in proc.stderr and "mixtral-8x7b" in proc.stdout, proc.stderr
+        return
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cfgcheck[transformers]" in lines[0], proc.stderr

@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
 def _payload(result: Any) -> tuple[dict[str, Any], Any]:
     from cfgcheck.memory import devices
     from cfgcheck.memory.estimate import estimate
-    from cfgcheck.memory.verdict import verdict
+    from cfgcheck.memory.verdict import decide
 
     cfg = result.config
     est = estimate(cfg.model, cfg.data, cfg.trainer)
@@ -45,7 +45,9 @@ def _payload(result: Any) -> tuple[dict[str, Any], Any]:
         "available": None,
         "fits": None,
         "verdict": None,
+        "verdict_basis": None,
     }
+    peak = None
     if avail is not None:
         out["available"] = {
             "gib": round(avail.bytes / GIB, 3),
@@ -53,14 +55,20 @@ def _payload(result: Any) -> tuple[dict[str, Any], Any]:
             "device": avail.device.name,
             "where": avail.where,
         }
-        # "fits" only when the estimate with its stated margin fits (the verdict errs safe);
-        # the figures shown are those on this GPU (a full GPU makes torch free its cache)
-        out["verdict"] = verdict(est, avail.bytes)
+        # the simulation's verdict where it covers the run, else the estimate's; "fits" only
+        # with the stated margin (the verdict errs safe); the estimate's figures shown are
+        # those on this GPU (a full GPU makes torch free its cache)
+        dec = decide(cfg.model, cfg.data, cfg.trainer, avail.bytes, est)
+        out["verdict"] = dec.verdict
+        out["verdict_basis"] = dec.basis
+        out["verdict_note"] = dec.describe()
         est = est.on_gpu(avail.bytes)
         out["estimate"] = est.to_dict()
         out["fits"] = out["verdict"] == "fits"
-        out["share"] = round(est.total_bytes / avail.bytes, 4) if avail.bytes > 0 else None
+        peak = dec.peak if dec.basis == "simulation" else est.total_bytes
+        out["share"] = round(peak / avail.bytes, 4) if avail.bytes > 0 else None
     out["simulation"] = _simulation(cfg, est, None if avail is None else avail.bytes)
+    out["memory"] = _memory(est, out["simulation"])
     return out, (est, avail)
 
 
@@ -68,11 +76,61 @@ def _simulation(cfg: Any, est: Any, available: int | None) -> dict[str, Any] | N
     """The allocator simulation's figures (cfgcheck/memory/simulated.py), on the GPU's
     capacity less the CUDA context when the GPU is known; None where it does not cover the run."""
     from cfgcheck.memory.simulated import simulate_step
+    from cfgcheck.memory.verdict import outside_bytes
 
-    context = est.get("cuda_context") + est.get("paged_states")
-    cap = None if available is None else max(0, available - context)
+    cap = None if available is None else max(0, available - outside_bytes(est))
     sim = simulate_step(cfg.model, cfg.data, cfg.trainer, cap)
     return None if sim is None else sim.to_dict()
+
+
+def _memory(est: Any, sim: dict[str, Any] | None) -> dict[str, Any]:
+    """What the GPU holds at the peak, term by term: torch's allocated and reserved peaks (the
+    simulation's where it covers the run, else the estimate's), their difference, and what
+    no torch counter sees (CUDA context, paged states, expert-parallel buffers)."""
+    from cfgcheck.memory.verdict import outside_bytes
+
+    outside = outside_bytes(est) / GIB
+    if sim is not None:
+        allocated, reserved = sim["allocated_gib"], sim["reserved_gib"]
+    else:
+        allocated, reserved = est.allocated_bytes / GIB, est.reserved_bytes / GIB
+    return {
+        "source": "simulation" if sim is not None else "estimate",
+        "allocated_gib": round(allocated, 3),
+        "reserved_gib": round(reserved, 3),
+        "fragmentation_gib": round(reserved - allocated, 3),
+        "context_gib": round(est.get("cuda_context") / GIB, 3),
+        "outside_gib": round(outside, 3),
+        "device_gib": round(reserved + outside, 3),
+    }
+
+
+def _memory_lines(e: dict[str, Any], mem: dict[str, Any], sim: dict[str, Any] | None) -> list[str]:
+    if sim is not None:
+        source = f"allocator simulation, {sim['events']:,} allocation events"
+        alloc_note = f"torch max_memory_allocated ({source}; estimate {e['allocated_gib']:.2f})"
+        resv_note = f"torch max_memory_reserved ({source}; estimate {e['reserved_gib']:.2f})"
+    else:
+        alloc_note = "torch max_memory_allocated (estimate)"
+        resv_note = (
+            "torch max_memory_reserved (estimate, allocator cache from patterns: "
+            "the allocator simulation does not cover these settings)"
+        )
+    rows = [
+        ("allocated", mem["allocated_gib"], alloc_note),
+        ("reserved", mem["reserved_gib"], resv_note),
+        ("fragmentation", mem["fragmentation_gib"], "reserved - allocated: cached, not in use"),
+        ("CUDA context", mem["context_gib"], "outside torch's counters"),
+    ]
+    other = mem["outside_gib"] - mem["context_gib"]
+    if other > 0.0005:
+        rows.append(("other", other, "paged states / dispatch buffers, outside torch's counters"))
+    device = "reserved + outside torch's counters"
+    if sim is not None and sim["outcome"]:
+        device += f"; on this GPU the step {sim['outcome']}"
+    rows.append(("device peak", mem["device_gib"], device))
+    w = max(len(r[0]) for r in rows)
+    return [f"{name:<{w}}  {gib:6.2f} GiB  {note}" for name, gib, note in rows]
 
 
 def _text(p: dict[str, Any]) -> str:
@@ -93,18 +151,8 @@ def _text(p: dict[str, Any]) -> str:
         f"{e['world_size']} GPU(s), sequence length {e['seq_len']}"
     )
     lines.insert(0, head)
-    lines.append(
-        f"torch max_memory_allocated ~ {e['allocated_gib']:.2f} GiB, "
-        f"max_memory_reserved ~ {e['reserved_gib']:.2f} GiB"
-    )
-    sim = p.get("simulation")
-    if sim is not None:
-        outcome = f"; on this GPU it {sim['outcome']}" if sim["outcome"] else ""
-        lines.append(
-            f"allocator simulation ~ reserved {sim['reserved_gib']:.2f} GiB, allocated "
-            f"{sim['allocated_gib']:.2f} GiB, cache {sim['fragmentation_gib']:.2f} GiB "
-            f"(replayed from {sim['events']:,} allocation events){outcome}"
-        )
+    mem, sim = p["memory"], p.get("simulation")
+    lines += _memory_lines(e, mem, sim)
     host = e.get("host")
     if host:
         parts = ", ".join(
@@ -115,7 +163,10 @@ def _text(p: dict[str, Any]) -> str:
             f"({parts}), {host['per_node_gib']:.2f} GiB per node of "
             f"{host['processes_per_node']} process(es)"
         )
-    margin = f"stated error +/-{e['margin']:.0%}: up to {e['upper_gib']:.2f} GiB"
+    simulated = p.get("verdict_basis") == "simulation" or (p["available"] is None and sim)
+    device = mem["device_gib"] if simulated else e["total_gib"]
+    upper = device * (1 + e["margin"]) if simulated else e["upper_gib"]
+    margin = f"stated error +/-{e['margin']:.0%}: up to {upper:.2f} GiB"
     if not e["calibrated"]:
         margin += " (not calibrated on measured runs: " + ", ".join(e["uncalibrated"]) + ")"
     lines.append(margin)
@@ -126,8 +177,9 @@ def _text(p: dict[str, Any]) -> str:
         verdict = {"fits": "fits", "may not fit": "MAY NOT FIT", "does not fit": "DOES NOT FIT"}[
             p["verdict"]
         ]
+        lines.append(p["verdict_note"])
         lines.append(
-            f"available: {a['gib']:.2f} GiB ({a['where']}): {e['total_gib']:.2f} GiB is "
+            f"available: {a['gib']:.2f} GiB ({a['where']}): {device:.2f} GiB is "
             f"{p['share'] or float('inf'):.0%}, {verdict}"
         )
     return "\n".join(lines)

@@ -5,6 +5,7 @@ never in a cycle (tests/test_memory_layering.py reads every import, function-lev
 included, and checks :data:`LAYERS`):
 
 0. shapes: what the model is (``traced`` reads a transformers model on the meta device,
+   ``trace_cache`` keeps its traces across processes,
    ``modules`` the linears and norms of a block, ``params`` the parameter counts,
    ``hf_shapes`` the transformers config of a shape) and the GPUs (``devices``);
 1. stack: whose conventions run the config (``stack``: dtypes, what a framework keeps,
@@ -12,7 +13,8 @@ included, and checks :data:`LAYERS`):
 2. terms: one mechanism each (``weights``, ``activations``, ``sharding``, ``offload``,
    ``expert_parallel``, ``mla`` (DeepSeek's latent attention), ``gpt_oss``, ``llama4``,
    ``allocator``, ``coverage``; ``rl`` for preference/RL terms, ``tiled`` for tiled MLPs,
-   ``recompute`` the recomputed layer's largest moment under QLoRA;
+   ``recompute`` the recomputed layer's largest moment under QLoRA, ``attention_backward``
+   eager attention's softmax backward;
    ``allocsim`` the caching allocator, whose settings ``allocconf`` reads at layer 0);
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
    allocation events that ``allocsim`` replays (``events``; ``events_kbit`` with ``kbit_layer``
@@ -28,6 +30,7 @@ from cfgcheck.memory.params import ParamCount, count_params
 # module (under cfgcheck.memory) -> layer; a new module must be declared here
 LAYERS: dict[str, int] = {
     "traced": 0,
+    "trace_cache": 0,
     "modules": 0,
     "params": 0,
     "hf_shapes": 0,
@@ -37,6 +40,7 @@ LAYERS: dict[str, int] = {
     "weights": 2,
     "activations": 2,
     "recompute": 2,
+    "attention_backward": 2,
     "sharding": 2,
     "offload": 2,
     "expert_parallel": 2,

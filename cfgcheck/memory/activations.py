@@ -130,6 +130,11 @@ def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]
     return softmax_fp32, rope_cat, arch != "gpt2"
 
 
+def softmax_in_fp32(m: ModelConfig, s: Stack) -> bool:
+    """Eager attention softmaxes in fp32 (:func:`_transformers_attention`)."""
+    return _transformers_attention(m, s)[0]
+
+
 def _gpt2_dropout(m: ModelConfig, s: Stack) -> bool:
     """GPT-2 trains with dropout: transformers' ``GPT2Config`` defaults (and GPT-2's released
     configs) set ``resid_pdrop = embd_pdrop = attn_pdrop = 0.1``, which the model built from
@@ -167,15 +172,22 @@ def _zero_pad_width(m: ModelConfig, adapted: frozenset[str]) -> int:
     return 0 if len(enabled) in (0, 3) else sum(widths[r] for r in enabled)
 
 
-def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> LayerActivations:
+def layer_activations(
+    m: ModelConfig, t: TrainerConfig, masked: bool = True, upto_softmax: bool = False
+) -> LayerActivations:
     """Saved-for-backward bytes of one transformer block, without checkpointing.
 
     ``masked``: the attention kernel gets a mask (see :func:`stack.sdpa_masked`).
+    ``upto_softmax``: only what the block still keeps when backward reaches eager attention's
+    softmax (:mod:`cfgcheck.memory.attention_backward`): the input norm, what the q/k/v (and
+    MLA's latent) projections keep, q, k and the softmax output; not v, the 16-bit copy of the
+    probabilities, the output projection's input, the second norm, the MLP or the router,
+    whose backward has run and released them.
     """
     s = stack(m, t)
     p = s.act
     kernel = attention(m, t)
-    h, a, kv, d, inter = m.n_embd, m.n_head, m.kv_heads, m.head_dim, m.mlp_width
+    h, a, d, inter = m.n_embd, m.n_head, m.head_dim, m.mlp_width
     full = t.finetuning == "full"
     quant = quantized(t)
     adapted = frozenset() if full else adapted_modules(m, t.lora.targets, t.framework).names
@@ -194,6 +206,8 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     qkv_dropout = False  # LitGPT: the fused qkv's one dropout is counted once
     qkv_zero_pad_done = False
     for lin in block_linears(m):
+        if upto_softmax and lin.source != "attn_in":
+            continue
         if x and lin.name in latent.LATENT_INPUTS:
             # MLA's q_b_proj / kv_b_proj read a latent norm's output (its own cast under
             # autocast), kept once by the trained linear or its adapter (mla.py)
@@ -235,21 +249,23 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
     total += sum(width[x] * sizes[x] for x in saved)
     # norms
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
+    n_norms = 1 if upto_softmax else n_norms
     total += _norm_bytes(m, s, full) * n_norms
+    if upto_softmax:
+        core = _attention_core(m, t, s, masked)
+        total += core.per_token - _eager_v_bytes(m, t, s) + _latent_norms(m, s, full)
+        if m.norm_qk:
+            total += _qk_norm_bytes(m, p, full)
+        return LayerActivations(total, _softmax_bytes(m, s), _norm_fixed(m, s) + _qk_fixed(m, s))
     if m.parallel_residual and not m.shared_attention_norm and m.norm == "layernorm":
         # a parallel block's two LayerNorms read the same block input, kept once (GPT-NeoX
         # ``mlp(post_attention_layernorm(hidden_states))``, models/gpt_neox/modeling_gpt_neox.py
         # GPTNeoXLayer.forward; LitGPT's Block ``mlp(norm_2(x))``, litgpt/model.py)
         total -= s.residual * h
-    if m.norm_qk:  # RMSNorm per q and k head: fp32 input and one statistic per head, and
-        # when its weight trains the normalized tensor (in the q/k dtype) that multiplies it
-        stats, normalized = _qk_norm_layout(m, p)
-        centred = 2 if m.norm == "cohere_layernorm" else 1  # see _norm_bytes
-        total += 4 * centred * (a + kv) * d + 4 * stats
-        total += normalized * (a + kv) * d if full else 0
+    if m.norm_qk:
+        total += _qk_norm_bytes(m, p, full)
     core = _attention_core(m, t, s, masked)
-    if x:
-        total += latent.latent_norms(x, p, full)
+    total += _latent_norms(m, s, full)
     total += core.per_token + _mlp_bytes(m, s) + _router_bytes(m, t, s)
     scores = core.attention_scores
     if _gpt2_dropout(m, s):  # masks of the two residual dropouts; eager attention's dropout
@@ -258,9 +274,54 @@ def layer_activations(m: ModelConfig, t: TrainerConfig, masked: bool = True) -> 
         copy = softmax_fp32 and p == 2
         scores += a * (1 + (0 if copy else p)) if kernel == "eager" else 0
     fixed = _norm_fixed(m, s) * n_norms + _expert_share(m, t, _expert_lora_weights(m, t, s))
-    if m.norm_qk and m.norm == "cohere_layernorm":  # the q/k norms' fp32 weight copies
-        fixed += _norm_fixed(m, s) // h * (a + kv) * d
+    fixed += _qk_fixed(m, s)
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
+
+
+def _qk_norm_bytes(m: ModelConfig, p: int, full: bool) -> int:
+    """RMSNorm per q and k head: fp32 input and one statistic per head, and when its weight
+    trains the normalized tensor (in the q/k dtype) that multiplies it; Cohere's q/k
+    ``CohereLayerNorm`` keeps two fp32 centred copies instead of the input (:func:`_norm_bytes`)."""
+    stats, normalized = _qk_norm_layout(m, p)
+    a, kv, d = m.n_head, m.kv_heads, m.head_dim
+    centred = 2 if m.norm == "cohere_layernorm" else 1
+    return 4 * centred * (a + kv) * d + 4 * stats + (normalized * (a + kv) * d if full else 0)
+
+
+def _qk_fixed(m: ModelConfig, s: Stack) -> int:
+    """Cohere's q/k norms' fp32 copies of their 16-bit ``(heads, head_dim)`` weights
+    (:func:`_norm_fixed`); 0 for other q/k norms."""
+    if not (m.norm_qk and m.norm == "cohere_layernorm"):
+        return 0
+    return _norm_fixed(m, s) // m.n_embd * (m.n_head + m.kv_heads) * m.head_dim
+
+
+def _latent_norms(m: ModelConfig, s: Stack, full: bool) -> int:
+    """MLA's q and kv latent norms (mla.py), 0 for other attentions."""
+    x = latent.mla(m)
+    return latent.latent_norms(x, s.act, full) if x else 0
+
+
+def _softmax_bytes(m: ModelConfig, s: Stack) -> int:
+    """Eager attention, per token and key position: the softmax output autograd keeps (fp32,
+    or the compute dtype where transformers softmaxes in it, :func:`_transformers_attention`),
+    and the tanh output of attention-logit soft-capping, which comes before it."""
+    softmax_fp32 = _transformers_attention(m, s)[0]
+    tanh = s.act if m.attention_logit_softcapping else 0
+    return m.n_head * ((4 if softmax_fp32 else s.act) + tanh)
+
+
+def _eager_v_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
+    """Per token, the v that eager attention's second ``matmul`` keeps and its backward
+    releases: transformers' ``repeat_kv`` expands it to every head, or MLA's (mla.py); 0 where
+    it is a view of a fused qkv output that q or k keep too (one row)."""
+    x = latent.mla(m)
+    if x:
+        return latent.eager_v_bytes(x, m.n_head, s.act, t.micro_batch_size == 1)
+    fused = any(len(lin.roles) == 3 for lin in block_linears(m))
+    if s.kv_expanded or (fused and t.micro_batch_size == 1):
+        return 0
+    return s.act * m.n_head * m.head_dim
 
 
 def _expert_params_adapted(m: ModelConfig, t: TrainerConfig) -> frozenset[str]:
@@ -438,7 +499,9 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int, seq: 
     (the norm's output, saved by the router only when it trains on the same dtype)
     (CPU-traced, tests/test_memory_tracer_moe.py). gpt-oss (``seq``: the sequence length)
     and Llama 4 peak elsewhere in the recomputation, their moments counted here whole
-    (:func:`_gpt_oss_recompute_bytes`, :func:`llama4.recompute_bytes`)."""
+    (:func:`_gpt_oss_recompute_bytes`, :func:`llama4.recompute_bytes`). The weighting's
+    backward, after the recomputation, holds three routed tensors instead (the larger counts).
+    DeepSeek's shared experts are not alive at either (:func:`mla.shared_experts_last`)."""
     k = m.n_expert_per_token
     if not m.n_expert or not k or not t.gradient_checkpointing:
         return 0
@@ -450,18 +513,35 @@ def dispatch_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int, seq: 
     routed = k * _weighted_bytes(m, s) * h
     total = 2 * routed
     full = t.finetuning == "full"
-    total += 0 if full else k * s.experts * h  # the routed copies
+    # the routed copies, unless the experts' gate_up keeps them (trained, or PEFT's
+    # ParamWrapper on it: :func:`_router_bytes` counts them then)
+    copies_kept = full or "gate_up_proj" in _expert_params_adapted(m, t)
+    total += 0 if copies_kept else k * s.experts * h
     # the MoE input; DeepSeek's router keeps it (or its fp32 copy) and its shared experts'
     # linears keep it (or their casts) whenever they train (mla.py)
     kept = full and (s.residual == s.act or latent.router_bytes(m, full) > 0)
     total += 0 if kept else s.residual * h
-    # then the layer's own backward: ``IndexBackward`` of the un-permutation accumulates the
-    # expanded gradient into ``grad.new_zeros(...)`` in place (derivatives.yaml
-    # ``index.Tensor``, FunctionsManual.cpp ``index_backward``), and the routing weights'
-    # ``MulBackward`` holds that gradient, the experts' output gradient and the product with
-    # ``proj_out`` summed into the weights' gradient: three routed tensors, the forward's
-    # locals gone with the recomputation (CPU-traced on Mixtral, full: -4 % without it)
+    # then the layer's own backward, once the recomputation's locals are gone:
+    # ``IndexBackward`` of the un-permutation accumulates the expanded gradient into
+    # ``grad.new_zeros(...)`` in place (derivatives.yaml ``index.Tensor``, FunctionsManual.cpp
+    # ``index_backward``), and the routing weights' ``MulBackward`` of ``proj_out *
+    # sample_weights_g`` makes the gradients of both factors (the weights' before autograd's
+    # ``sum_to`` reduces it to one per routed token) while that gradient is alive: three routed
+    # tensors (CPU-traced on Mixtral, full: -4 % without it)
     total = max(total, 3 * routed)
+    if latent.shared_experts_last(m):
+        # DeepSeek's shared experts run after the routed ones (mla.py): at this moment their
+        # saved tensors are released (their backward ran first) or not yet recomputed; their
+        # own backward (three expert-wide gradients, the 16-bit gradient of their output) is
+        # the other moment
+        shared = m.mlp_width - _routed_width(m)
+        saved = 3 * s.act * shared
+        if full:  # what their trained linears keep: the down projection's input, and each
+            # gate/up's own 16-bit cast of an fp32 input (their shared input is kept anyway)
+            for lin in block_linears(m):
+                cast = lin.source == "mlp_in" and s.linear_cast and s.residual != s.act
+                saved += s.act * lin.in_features if lin.source == "mlp_act" or cast else 0
+        total = max(total - saved, 3 * s.act * shared + s.act * h)
     return total * tokens
 
 
@@ -652,13 +732,35 @@ def checkpoint_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
 NORM_BACKWARD_TEMPORARIES = 5
 
 
+def checkpoint_norm_input(m: ModelConfig, t: TrainerConfig) -> int:
+    """Gradient checkpointing, per token: what :func:`layer_activations` counts for the block's
+    first norm that is the checkpoint itself. The recomputed layer's input norm is its first op
+    (``input_layernorm``), and an RMSNorm's ``hidden_states.to(torch.float32)`` returns its
+    input when the residual stream is already fp32 (fp32 weights under autocast, ``32-true``,
+    the QLoRA upcast stream: :mod:`cfgcheck.memory.stack`), so the fp32 input it keeps is the
+    layer input torch.utils.checkpoint keeps (CPU-traced: a tiny Llama or DeepSeek under
+    autocast had no other copy of it alive in the recomputation). transformers' models only;
+    a block without an input norm (OLMo 2) reads its input in the attention."""
+    s = stack(m, t)
+    if not t.gradient_checkpointing or s.framework != "hf" or m.norm != "rmsnorm":
+        return 0
+    if gpt_oss.is_gpt_oss(m) or llama4.every_expert(m):  # their recomputed layers' moments
+        return 0  # are modelled in gpt_oss.py / llama4.py
+    tr = traced(m)
+    if tr is not None and not any(p.endswith(".input_layernorm") for p in tr.tree):
+        return 0
+    return 4 * m.n_embd if s.residual == 4 else 0
+
+
 def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:
     """Gradient checkpointing: what the backward of the recomputed layer holds beyond its
     saved tensors, at the larger of its moments: the MLP's backward (three intermediate-size
     tensors in the kernels' dtype while the gate, activation and up outputs are still kept, as
     in :func:`last_layer_backward_bytes`; dense MLPs) or, for a block ending in a norm, that
-    norm's (:func:`post_norm_backward_bytes`). CPU-traced: without the MLP's, a checkpointed
-    tiny Llama with an MLP 3.5 x the hidden size was 20 % under the trace (LoRA)."""
+    norm's (:func:`post_norm_backward_bytes`), less the first norm's saved input where it is
+    the checkpoint (:func:`checkpoint_norm_input`). CPU-traced: without the MLP's, a
+    checkpointed tiny Llama with an MLP 3.5 x the hidden size was 20 % under the trace (LoRA);
+    with the norm's input counted twice, 4-8 % over under autocast."""
     if not t.gradient_checkpointing:
         return 0
     s = stack(m, t)
@@ -667,7 +769,8 @@ def recompute_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> i
     if not m.n_expert:
         mlp = k * s.act * m.mlp_width * tokens
     # gpt-oss and Llama 4 peak in the recomputation itself: dispatch_backward_bytes
-    return max(mlp, post_norm_backward_bytes(m, t, tokens))
+    own = checkpoint_norm_input(m, t) * tokens  # counted in the layer, kept as its input
+    return max(mlp, post_norm_backward_bytes(m, t, tokens)) - own
 
 
 def post_norm_backward_bytes(m: ModelConfig, t: TrainerConfig, tokens: int) -> int:

@@ -40,6 +40,7 @@ __all__ = [
     "SimResult",
     "allocation_size",
     "parse_alloc_conf",
+    "replay",
     "round_size",
     "simulate",
 ]
@@ -85,34 +86,36 @@ class Block:
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
 
-    def key(self) -> tuple[int, int]:  # BlockComparatorSize: (stream,) size, then address
-        return (self.size, self.addr)
+    def key(self) -> int:
+        """``BlockComparatorSize``: (stream,) size, then address, as one integer (sizes and
+        addresses are below 2**64), whose order is that of the pair and compares faster."""
+        return self.size << 64 | self.addr
 
 
 @dataclass
 class Pool:
-    """``BlockPool``: free mapped blocks by (size, address), unmapped ones by address."""
+    """``BlockPool``: free mapped blocks by (size, address) (:meth:`Block.key`), unmapped ones
+    by address."""
 
     small: bool
-    keys: list[tuple[int, int]] = field(default_factory=list)
-    blocks: dict[tuple[int, int], Block] = field(default_factory=dict)
+    keys: list[int] = field(default_factory=list)
+    blocks: dict[int, Block] = field(default_factory=dict)
     unmapped: dict[int, Block] = field(default_factory=dict)
     free_calls: int = 0  # get_free_blocks_call_count
 
     def insert(self, b: Block) -> None:  # insert_into_blocks (sets gc_count_base)
         b.gc_base = self.free_calls
-        k = b.key()
+        k = b.size << 64 | b.addr
         insort(self.keys, k)
         self.blocks[k] = b
 
     def erase(self, b: Block) -> None:
-        k = b.key()
-        i = bisect_left(self.keys, k)
-        del self.keys[i]
+        k = b.size << 64 | b.addr
+        del self.keys[bisect_left(self.keys, k)]
         del self.blocks[k]
 
     def lower_bound(self, size: int) -> int:
-        return bisect_left(self.keys, (size, -1))
+        return bisect_left(self.keys, size << 64)
 
 
 @dataclass(frozen=True)
@@ -152,31 +155,83 @@ class CachingAllocator:
         self.allowed = (
             int(fraction * capacity) if fraction is not None and capacity is not None else None
         )
+        # malloc and get_free_block: "set_fraction && garbage_collection_threshold() > 0.0"
+        self._gc = self.allowed is not None and self.conf.garbage_collection_threshold > 0.0
+        # no expandable segments, no garbage collection: malloc's found-block path inline
+        self._plain = not self.conf.expandable_segments and not self._gc
 
     # -- the public calls ----------------------------------------------------------------
     def malloc(self, orig: int) -> Block | None:
         """``malloc``: the block handed out, or None on out-of-memory."""
-        size = round_size(orig)
-        pool = self.small if size <= K_SMALL_SIZE else self.large  # get_pool
-        alloc_size = allocation_size(size)
-        gc = self.allowed is not None and self.conf.garbage_collection_threshold > 0.0
-        block = self._get_free_block(pool, size, gc)
+        # round_size, then get_pool
+        size = K_MIN_BLOCK if orig < K_MIN_BLOCK else -(-orig // K_MIN_BLOCK) * K_MIN_BLOCK
+        small = size <= K_SMALL_SIZE
+        pool = self.small if small else self.large
+        if self._plain:
+            # get_free_block and alloc_found_block as below, inline (most requests end here)
+            keys = pool.keys
+            i = bisect_left(keys, size << 64)
+            if i != len(keys):
+                k = keys[i]
+                b = pool.blocks[k]
+                bsize = b.size
+                conf = self.conf
+                mss = conf.max_split_size
+                # "Do not return an oversized block for a large request"; "Allow oversized
+                # block size to be rounded up but within a limit"
+                limit = mss if size < mss else size + conf.max_non_split_rounding
+                if bsize < limit:
+                    del keys[i]
+                    del pool.blocks[k]
+                    remaining = bsize - size
+                    if (
+                        remaining >= K_MIN_BLOCK
+                        if small
+                        else size < mss and remaining > K_SMALL_SIZE
+                    ):
+                        addr = b.addr + size
+                        rest = Block(remaining, addr, small)
+                        nxt = b.next
+                        rest.prev, rest.next = b, nxt
+                        if nxt is not None:
+                            nxt.prev = rest
+                        b.next = rest
+                        b.size = bsize = size
+                        rest.gc_base = pool.free_calls
+                        rk = remaining << 64 | addr
+                        insort(keys, rk)
+                        pool.blocks[rk] = rest
+                    b.allocated = True
+                    self.allocated = allocated = self.allocated + bsize
+                    if allocated > self.peak_allocated:
+                        self.peak_allocated = allocated
+                    return b
+                return self._no_free_block(pool, size)
+            return self._no_free_block(pool, size)
+        block = self._get_free_block(pool, size, self._gc)
         if block is None:
-            if gc:
-                self._garbage_collect()
-            # alloc_block || (release_available_cached_blocks && alloc_block)
-            #   || (release_cached_blocks && alloc_block(isRetry=true))
-            block = self._alloc_block(pool, size, alloc_size)
+            return self._no_free_block(pool, size)
+        return self._alloc_found_block(pool, block, size)
+
+    def _no_free_block(self, pool: Pool, size: int) -> Block | None:
+        """``malloc`` when ``get_free_block`` found nothing: a new segment, else free cache
+        and retry, else out of memory."""
+        alloc_size = allocation_size(size)
+        if self._gc:
+            self._garbage_collect()
+        # alloc_block || (release_available_cached_blocks && alloc_block)
+        #   || (release_cached_blocks && alloc_block(isRetry=true))
+        block = self._alloc_block(pool, size, alloc_size)
+        if block is None:
+            self.retries += 1
+            if self._release_available(pool, size):
+                block = self._alloc_block(pool, size, alloc_size)
             if block is None:
-                self.retries += 1
-                if self._release_available(pool, size):
-                    block = self._alloc_block(pool, size, alloc_size)
-                if block is None:
-                    self._release_cached()
-                    block = self._alloc_block(pool, size, alloc_size)
-            if block is None:
-                self.ooms += 1
-                return None
+                self._release_cached()
+                block = self._alloc_block(pool, size, alloc_size)
+        if block is None:
+            self.ooms += 1
+            return None
         return self._alloc_found_block(pool, block, size)
 
     def free(self, block: Block) -> None:
@@ -184,9 +239,36 @@ class CachingAllocator:
         block.allocated = False
         self.allocated -= block.size
         pool = self.small if block.small else self.large
-        for cand in (block.prev, block.next):
-            self._try_merge(block, cand, pool)
-        pool.insert(block)
+        keys, blocks = pool.keys, pool.blocks
+        prev = block.prev
+        if prev is not None and not prev.allocated:
+            if prev.mapped:  # try_merge_blocks with the block before, inline
+                k = prev.size << 64 | prev.addr
+                del keys[bisect_left(keys, k)]
+                del blocks[k]
+                block.addr = prev.addr
+                block.prev = before = prev.prev
+                if before is not None:
+                    before.next = block
+                block.size += prev.size
+            else:
+                self._try_merge(block, prev, pool)
+        nxt = block.next  # unchanged by a merge with ``prev``
+        if nxt is not None and not nxt.allocated:
+            if nxt.mapped:  # and with the block after
+                k = nxt.size << 64 | nxt.addr
+                del keys[bisect_left(keys, k)]
+                del blocks[k]
+                block.next = after = nxt.next
+                if after is not None:
+                    after.prev = block
+                block.size += nxt.size
+            else:
+                self._try_merge(block, nxt, pool)
+        block.gc_base = pool.free_calls  # insert_into_blocks
+        k = block.size << 64 | block.addr
+        insort(keys, k)
+        blocks[k] = block
 
     def result(self) -> SimResult:
         return SimResult(
@@ -207,19 +289,22 @@ class CachingAllocator:
         """``get_free_block``: best fit (the smallest block >= size, then lowest address)."""
         if gc:
             pool.free_calls += 1  # "Track block reuse interval only when GC is enabled"
-        i = pool.lower_bound(size)
-        if i == len(pool.keys):
+        keys = pool.keys
+        i = bisect_left(keys, size << 64)
+        if i == len(keys):
             return None
-        b = pool.blocks[pool.keys[i]]
+        k = keys[i]
+        b = pool.blocks[k]
         if b.expandable:
             # "for the purposes of best fit we consider its size to be the size it can expand
             # to": skip to a later block whose expandable size is smaller
             j = i + 1
-            while b.expandable and j < len(pool.keys):
-                nxt = pool.blocks[pool.keys[j]]
+            while b.expandable and j < len(keys):
+                nxt = pool.blocks[keys[j]]
                 if _expandable_size(nxt) >= _expandable_size(b):
                     break
-                b, j = nxt, j + 1
+                b, i, j = nxt, j, j + 1
+            k = keys[i]
         mss = self.conf.max_split_size
         # "Do not return an oversized block for a large request"
         if size < mss and b.size >= mss:
@@ -227,7 +312,8 @@ class CachingAllocator:
         # "Allow oversized block size to be rounded up but within a limit"
         if size >= mss and b.size >= size + self.conf.max_non_split_rounding:
             return None
-        pool.erase(b)
+        del keys[i]  # pool.erase(b): b's key is keys[i]
+        del pool.blocks[k]
         return b
 
     def _alloc_block(self, pool: Pool, size: int, alloc_size: int) -> Block | None:
@@ -252,19 +338,19 @@ class CachingAllocator:
         else:
             split = size < self.conf.max_split_size and remaining > K_SMALL_SIZE
         if split:
+            # the block keeps its address and previous neighbour; the rest follows it
             rest = Block(remaining, block.addr + size, pool.small, block.expandable)
-            new = Block(size, block.addr, pool.small, block.expandable)
-            new.prev, new.next = block.prev, rest
-            if block.prev is not None:
-                block.prev.next = new
-            rest.prev, rest.next = new, block.next
-            if block.next is not None:
-                block.next.prev = rest
+            nxt = block.next
+            rest.prev, rest.next = block, nxt
+            if nxt is not None:
+                nxt.prev = rest
+            block.next = rest
+            block.size = size
             pool.insert(rest)
-            block = new
         block.allocated = True
         self.allocated += block.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
         return block
 
     def _try_merge(self, dst: Block, src: Block | None, pool: Pool) -> int:
@@ -492,38 +578,111 @@ def simulate(
     ``(0, RESET)`` resets the peaks, ``(n, REPEAT) ... (0, END)`` repeats a block that frees
     what it allocates (a micro-batch of gradient accumulation). A repetition that leaves the
     allocator as it found it would do so again, with the same peaks: the rest are skipped."""
+    return replay(events, conf, capacity)[0]
+
+
+def replay(
+    events: list[Event], conf: AllocConf | None = None, capacity: int | None = None
+) -> tuple[SimResult, int | None]:
+    """:func:`simulate`, with the repetitions a REPEAT block needed: the result is the same
+    for any count of at least that many (the skipped repetitions change nothing); None when a
+    block ran all its repetitions without reaching that point (then it depends on the count)."""
     a = CachingAllocator(conf, capacity)
     live: dict[int, Block] = {}
-    i = 0
-    while i < len(events):
-        ident, size = events[i]
-        if size == REPEAT:
+    needed: int | None = 0
+    i, n = 0, len(events)
+    while i < n:
+        i = _run(a, live, events, i, n, True)
+        if i < n:  # events[i] is (count, REPEAT)
             j = events.index((0, END), i)
-            block = events[i + 1 : j]
-            for _ in range(ident):
+            count, done = events[i][0], False
+            for rep in range(1, count + 1):
                 before = _state(a)
-                _run(a, live, block)
+                _run(a, live, events, i + 1, j, False)
                 if _state(a) == before:
+                    done = True
+                    if needed is not None:
+                        needed = max(needed, rep)
                     break
+            if not done:
+                needed = None
             i = j + 1
-            continue
-        _run(a, live, events[i : i + 1])
-        i += 1
-    return a.result()
+    return a.result(), needed
 
 
-def _run(a: CachingAllocator, live: dict[int, Block], events: list[Event]) -> None:
-    for ident, size in events:
-        if size == FREE:
-            blk = live.pop(ident, None)
-            if blk is not None:
-                a.free(blk)
-        elif size == RESET:
-            a.reset_peaks()
-        else:
-            got = a.malloc(size)
+def _run(
+    a: CachingAllocator, live: dict[int, Block], events: list[Event], start: int, stop: int,
+    top: bool,
+) -> int:  # fmt: skip
+    """Replay ``events[start:stop]``; at the top level stop at a REPEAT and return its index
+    (``stop`` when there is none). Without expandable segments or garbage collection the
+    found-block path of :meth:`CachingAllocator.malloc` runs here, inline (the same steps)."""
+    malloc, free, pop = a.malloc, a.free, live.pop
+    plain = a._plain
+    small, large = a.small, a.large
+    mss = a.conf.max_split_size
+    mnsr = a.conf.max_non_split_rounding
+    for k in range(start, stop):
+        ident, size = events[k]
+        if size >= 0:
+            if not plain:
+                got = malloc(size)
+                if got is not None:
+                    live[ident] = got
+                continue
+            size = K_MIN_BLOCK if size < K_MIN_BLOCK else -(-size // K_MIN_BLOCK) * K_MIN_BLOCK
+            is_small = size <= K_SMALL_SIZE
+            pool = small if is_small else large
+            keys = pool.keys
+            i = bisect_left(keys, size << 64)
+            if i != len(keys):
+                key = keys[i]
+                blocks = pool.blocks
+                b = blocks[key]
+                bsize = b.size
+                if bsize < (mss if size < mss else size + mnsr):
+                    del keys[i]
+                    del blocks[key]
+                    remaining = bsize - size
+                    if (
+                        remaining >= K_MIN_BLOCK
+                        if is_small
+                        else size < mss and remaining > K_SMALL_SIZE
+                    ):
+                        addr = b.addr + size
+                        rest = Block(remaining, addr, is_small)
+                        nxt = b.next
+                        rest.prev, rest.next = b, nxt
+                        if nxt is not None:
+                            nxt.prev = rest
+                        b.next = rest
+                        b.size = bsize = size
+                        rest.gc_base = pool.free_calls
+                        key = remaining << 64 | addr
+                        insort(keys, key)
+                        blocks[key] = rest
+                    b.allocated = True
+                    a.allocated += bsize
+                    if a.allocated > a.peak_allocated:
+                        a.peak_allocated = a.allocated
+                    live[ident] = b
+                    continue
+            got = a._no_free_block(pool, size)
             if got is not None:
                 live[ident] = got
+        elif size == FREE:
+            blk = pop(ident, None)
+            if blk is not None:
+                free(blk)
+        elif size == RESET:
+            a.reset_peaks()
+        elif size == REPEAT and top:
+            return k
+        else:  # a marker out of place: taken as an allocation, as it always was
+            got = malloc(size)
+            if got is not None:
+                live[ident] = got
+    return stop
 
 
 def _state(a: CachingAllocator) -> tuple[object, ...]:

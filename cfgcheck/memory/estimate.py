@@ -27,6 +27,7 @@ from typing import Any
 from cfgcheck.memory import activations as act
 from cfgcheck.memory import (
     allocator,
+    attention_backward,
     coverage,
     expert_parallel,
     offload,
@@ -37,7 +38,7 @@ from cfgcheck.memory import (
 )
 from cfgcheck.memory.allocator import rounding_bytes
 from cfgcheck.memory.params import ParamCount, count_params
-from cfgcheck.memory.recompute import backward_front, recompute_moment
+from cfgcheck.memory.recompute import backward_front, recompute_moment, softmax_own
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, stack
 from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
@@ -338,6 +339,8 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         fwd_logits, loss_note = attention_fwd, f"{loss_note}; the last layer's eager attention"
     if not t.gradient_checkpointing and loss_phase == "forward":  # the last layer's backward
         backward = act.last_layer_backward_bytes(m, t, tokens) + weights.dequant_bytes(m, t, tokens)
+        # or, with eager attention, its softmax's backward (attention_backward.py)
+        backward = max(backward, attention_backward.last_layer_extra(m, t, b, seq, masked))
         # by then the lm_head's backward has made its gradient
         head_grad = 0
         if t.finetuning == "full" and t.gradient_accumulation_steps == 1:
@@ -363,6 +366,7 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
         ckpts = act.checkpoint_bytes(m, t, tokens)
         held_grads, held_ckpts = grads, ckpts
         masks = b * act.checkpoint_mask_bytes(m, t, seq, masked)  # layer inputs
+        eager_own = 0  # the layer's own gradients made by its softmax's backward, beyond own
         if (
             t.finetuning == "full"
             and t.gradient_accumulation_steps == 1
@@ -380,12 +384,17 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
                 m, t, grads, layer_grads, own, ckpts, (masks, act._mask_kinds(m, seq))
             )
             held_grads, held_ckpts, masks = front.gradients, front.checkpoints, front.masks
+            eager_own = max(0, softmax_own(m) * mb // div.gradients - own)
         # only the recomputed layer's 16-bit weight casts are alive (the forward's are freed
         # with its discarded activations; the recomputation casts again under autocast)
         auto_layer = weights.autocast_layer_bytes(m, t) // div.weights
         hidden_grads += act.dispatch_backward_bytes(m, t, tokens, seq)  # MoE: routed gradients
-        hidden_grads += masks
+        hidden_grads += masks  # layer inputs
         hidden_grads += moment.extra  # the layer's backward (or 4-bit: see recompute.py)
+        # eager attention: the layer at its softmax's backward, its MLP released by then
+        eager = attention_backward.recompute_extra(m, t, b, seq, masked)
+        if eager is not None:
+            hidden_grads = max(hidden_grads, masks + eager + eager_own)
         recompute = auto_layer + held_grads + held_ckpts + layer + dequant + hidden_grads + gather
     step = grads + step_tmp
     base = [

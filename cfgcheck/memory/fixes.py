@@ -16,7 +16,7 @@ from itertools import combinations
 from typing import Any
 
 from cfgcheck.memory.estimate import MemoryEstimate, estimate
-from cfgcheck.memory.verdict import verdict
+from cfgcheck.memory.verdict import decide, may_fit, verdict
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -148,6 +148,7 @@ def fixes(
     t: TrainerConfig,
     budget: int | None = None,
     allowed: Callable[[str], bool] | None = None,
+    exact: bool = True,
 ) -> list[MemoryFix]:
     """Changes that lower the estimate, largest saving first; with ``allowed``, only changes
     whose every override it accepts (the settings the config's format offers).
@@ -155,6 +156,12 @@ def fixes(
     With a ``budget`` (bytes), only changes whose estimate with its margin fits are kept; when
     no single change fits, pairs of changes are tried. Of the smaller micro batches the largest
     that fits is kept (without a budget: the smallest).
+
+    "Fits" is the verdict `check` gives the changed run (:func:`cfgcheck.memory.verdict.decide`,
+    the allocator simulation's where it covers the run). With ``exact=False`` it is the
+    estimate's (:func:`~cfgcheck.memory.verdict.verdict`, no replay): for a caller that checks
+    each fix it offers with the rule itself (the gpu-memory rule's fixes are re-checked by
+    :mod:`cfgcheck.fixcheck`, which drops a fix whose run still does not fit).
     """
 
     # The figures on the GPU (MemoryEstimate.on_gpu), as the gpu-memory finding and `cfgcheck
@@ -165,18 +172,35 @@ def fixes(
     base = on_gpu(estimate(m, d, t))
     singles = [c for c in _changes(t) if allowed is None or all(map(allowed, c.overrides))]
 
-    def evaluate(changes: list[Change]) -> list[MemoryFix]:
+    def family(c: Change) -> str:
+        if c.overrides[0].startswith("trainer.micro_batch_size="):
+            return "micro"
+        return "fsdp" if c.overrides[0] == "trainer.strategy=fsdp" else ""
+
+    def evaluate(changes: list[Change], singles: bool = False) -> list[MemoryFix]:
         found = []
+        done: set[str] = set()  # families whose kept fix is found (below: the first that fits)
         for c in changes:
-            e = estimate(m, d, t.model_copy(update=c.update))
+            if singles and family(c) in done:
+                continue
+            changed = t.model_copy(update=c.update)
+            e = estimate(m, d, changed)
             total = on_gpu(e)
             if total >= base:
                 continue
-            fits = budget is None or verdict(e, budget) == "fits"
+            # the verdict `check` gives the fixed run (the simulation's where it covers it);
+            # no replay for a fix whose allocated peak already rules "fits" out
+            fits = budget is None or (
+                may_fit(e, budget)
+                and (decide(m, d, changed, budget, e).verdict if exact else verdict(e, budget))
+                == "fits"
+            )
             found.append(MemoryFix(c.overrides, c.summary, total, base - total, fits))
+            if fits and budget is not None and family(c):
+                done.add(family(c))
         return found
 
-    found = evaluate(singles)
+    found = evaluate(singles, singles=True)
     if budget is not None:
         found = [f for f in found if f.fits]
         if not found:

@@ -113,13 +113,19 @@ def kernel_bytes(
     q = k = p * n_head * x.qk
     kv_out = p * n_head * (x.nope + x.v)
     if kernel == "eager":
-        v = kv_out if one_row else p * n_head * x.v
+        v = eager_v_bytes(x, n_head, p, one_row)
         scores = n_head * (4 + (p if p == 2 else 0)) if softmax_fp32 else n_head * p
         return q + k + v, scores
     lse = 4 * n_head
     if kernel == "flash":  # v padded to the q head dim, the output as wide
         return q + k + 2 * p * n_head * x.qk + lse, 0
     return q + k + kv_out + p * n_head * x.v + lse, 0
+
+
+def eager_v_bytes(x: Mla, n_head: int, p: int, one_row: bool) -> int:
+    """Per token, what eager attention's second ``matmul`` keeps of v (see the module doc): a
+    copy of the split, or with one row a view of kv_b's whole output."""
+    return p * n_head * ((x.nope + x.v) if one_row else x.v)
 
 
 def router_bytes(m: ModelConfig, full: bool) -> int:
@@ -137,6 +143,16 @@ def router_bytes(m: ModelConfig, full: bool) -> int:
     if v3 and cfg.get("norm_topk_prob", True):
         total += 4  # the denominator
     return total
+
+
+def shared_experts_last(m: ModelConfig) -> bool:
+    """DeepSeek's MoE runs its shared experts after the routed ones
+    (``hidden_states + self.shared_experts(residuals)`` after ``self.experts(...)``,
+    ``DeepseekV3MoE.forward`` l.215-222, ``DeepseekV2MoE.forward`` l.130-137): backward runs
+    theirs first, so at the routed experts' backward their saved tensors are released, and a
+    checkpointed layer's recomputation has not made them yet when it ends the routed experts
+    (CPU-traced: 3 % over with them counted there)."""
+    return m.architecture in ("deepseek_v2", "deepseek_v3") and bool(m.n_expert)
 
 
 def dense_layers(m: ModelConfig) -> int:

@@ -218,6 +218,17 @@ def backward_front(
     return max(first, last, key=lambda f: f.gradients + f.checkpoints + f.masks)
 
 
+def softmax_own(m: ModelConfig) -> int:
+    """Parameters of the recomputed layer whose gradients exist when backward reaches its eager
+    attention's softmax: every one of the block's but the linears that read the attention
+    norm's output (q/k/v and MLA's latent projections run before the softmax, so their
+    backward comes after it) and that norm. The output projection, the MLP or the router and
+    experts, and the second norm have run their backward (``AccumulateGrad`` first in
+    autograd's ready queue, as in :func:`backward_front`)."""
+    before = sum(x.params for x in block_linears(m) if x.source == "attn_in")
+    return max(0, count_params(m).per_block - before - norm_params(m))
+
+
 def recompute_moment(m: ModelConfig, t: TrainerConfig, tokens: int, dequant: int) -> Moment:
     """What the recomputed layer adds to its saved tensors and two hidden-size gradients at its
     largest moment: the 4-bit moments where they apply, the full fine-tuning moments of a

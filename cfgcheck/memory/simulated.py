@@ -2,17 +2,21 @@
 (:mod:`cfgcheck.memory.events`) replayed through PyTorch's caching allocator
 (:mod:`cfgcheck.memory.allocsim`) under the run's ``trainer.cuda_alloc_conf``.
 
-Shown next to the estimate by ``cfgcheck memory``; the verdict stays on the estimate's
-pattern-based reserved figure, which errs safe on every calibrated run where the simulation of
-the coarse event sequence does not yet (docs/memory.md, "Allocator simulation").
+The verdict (:func:`cfgcheck.memory.verdict.decide`) takes its figure from here wherever the
+event sequence covers the run. Results are cached by the sections' contents
+(:mod:`cfgcheck.reuse`), as the estimate is: a sweep that varies what the step does not read
+replays each distinct step once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
-from cfgcheck.memory.allocsim import AllocConf, parse_alloc_conf, simulate
+from cfgcheck.memory.allocsim import AllocConf, SimResult, parse_alloc_conf, replay
+from cfgcheck.memory.estimate import UNREAD_TRAINER_FIELDS
 from cfgcheck.memory.events import covered, step_events
+from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -57,19 +61,100 @@ def alloc_conf(t: TrainerConfig) -> AllocConf:
     return parse_alloc_conf(t.cuda_alloc_conf) if t.cuda_alloc_conf else AllocConf()
 
 
+Keys = tuple[Hashable, Hashable | None]
+
+
+def _keys(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Keys:
+    """The step's content key: what the estimate's key holds (every trainer field it reads)
+    and ``trainer.gpu`` (the events read the cuBLAS workspace of the GPU); then the key of
+    every ``gradient_accumulation_steps`` >= 2 (the events differ only in the count of the
+    repeated micro-batch), None below."""
+    unread = UNREAD_TRAINER_FIELDS - {"gpu"}
+    trainer = [(k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in unread]
+    head = ("simulation", frozen(m), frozen(d), type(t))
+    exact = (*head, tuple(trainer))
+    if t.gradient_accumulation_steps < 2:
+        return exact, None
+    shared = [(k, "repeated" if k == "gradient_accumulation_steps" else v) for k, v in trainer]
+    return exact, (*head, tuple(shared))
+
+
+def _replay(
+    m: ModelConfig,
+    d: DataConfig,
+    t: TrainerConfig,
+    conf: AllocConf,
+    capacity: int | None,
+    keys: Keys | None,
+) -> tuple[int, SimResult]:
+    """(events, replay) of the step on ``capacity``, cached under ``keys`` (None: uncached). A
+    replay whose repeated micro-batch reached a repetition that changed nothing after k
+    repetitions is the replay of every accumulation of more than k steps
+    (:func:`cfgcheck.memory.allocsim.replay`): a sweep over micro batches that keeps the
+    global batch shares it."""
+
+    def run() -> tuple[int, SimResult, int | None]:
+        ev = step_events(m, d, t)
+        r, needed = replay(ev, conf, capacity)
+        return len(ev), r, needed
+
+    if keys is None:
+        n, r, _ = run()
+        return n, r
+    accum = t.gradient_accumulation_steps
+    shared = None if keys[1] is None else (keys[1], capacity)
+
+    def compute() -> tuple[int, SimResult]:
+        if shared is not None:
+            found = ESTIMATES.get(shared)
+            if found is not None and found[2] is not None and accum - 1 >= found[2]:
+                return found[0], found[1]
+        n, r, needed = run()
+        if shared is not None and needed is not None:
+            ESTIMATES.get_or(shared, lambda: (n, r, needed))
+        return n, r
+
+    found: tuple[int, SimResult] = ESTIMATES.get_or((keys[0], capacity), compute)
+    return found
+
+
+def _replays(
+    m: ModelConfig, d: DataConfig, t: TrainerConfig, capacity: int | None
+) -> tuple[int, SimResult, SimResult]:
+    """(events, the replay with no memory limit, the replay on ``capacity`` bytes). The
+    replays are cached, not the events (a megabyte each)."""
+    conf = alloc_conf(t)
+    try:
+        keys: Keys | None = _keys(m, d, t)
+    except Unkeyable:
+        keys = None
+    n, free = _replay(m, d, t, conf, None, keys)
+    if capacity is None:
+        return n, free, free
+    if (
+        free.peak_reserved <= capacity
+        and not conf.expandable_segments
+        and conf.memory_fraction is None
+    ):
+        # The replay on the GPU is the free one: cudaMalloc fails only when reserved + the new
+        # segment > capacity (allocsim ``_alloc_block``), and no segment of the free replay
+        # took reserved above its peak, so every call succeeds and every later decision is
+        # the same. (Expandable segments size their address space by the GPU, and a memory
+        # fraction turns garbage collection on: those replay again.)
+        return n, free, free
+    return n, free, _replay(m, d, t, conf, capacity, keys)[1]
+
+
 def simulate_step(
     m: ModelConfig, d: DataConfig, t: TrainerConfig, capacity: int | None = None
 ) -> Simulation | None:
     """The simulated peaks of two steps with no memory limit, or None where the event sequence
     does not cover the settings (:func:`cfgcheck.memory.events.covered`). ``capacity``: the
-    bytes torch can have (the GPU less the CUDA context): the step is replayed again on it
-    for :meth:`Simulation.outcome` (frees and retries, out of memory)."""
+    bytes torch can have (the GPU less the CUDA context): the step is replayed on it for
+    :meth:`Simulation.outcome` (frees and retries, out of memory)."""
     if not covered(m, t):
         return None
-    ev = step_events(m, d, t)
-    conf = alloc_conf(t)
-    r = simulate(ev, conf)  # the figures: what the step takes with room to spare
-    on_gpu = r if capacity is None else simulate(ev, conf, capacity)  # the path it takes
+    n, free, on_gpu = _replays(m, d, t, capacity)
     return Simulation(
-        r.peak_reserved, r.peak_allocated, len(ev), on_gpu.retries, on_gpu.ooms, capacity
+        free.peak_reserved, free.peak_allocated, n, on_gpu.retries, on_gpu.ooms, capacity
     )

@@ -140,18 +140,96 @@ def text_config(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return nested if isinstance(nested, Mapping) else data
 
 
-def trace(data: Mapping[str, Any]) -> Trace:
-    """The meta-device trace of a config.json mapping (cached by its content)."""
+def trace_key(data: Mapping[str, Any]) -> str:
+    """What a trace of a config.json mapping depends on in it: its shape keys, as JSON."""
     clean = {k: v for k, v in data.items() if k not in _NOT_SHAPE}
     try:
-        key = json.dumps(clean, sort_keys=True, default=str)
+        return json.dumps(clean, sort_keys=True, default=str)
     except (TypeError, ValueError) as e:
         raise TraceError(f"the config cannot be serialized: {e}") from e
-    return _trace(key)
+
+
+def trace(data: Mapping[str, Any]) -> Trace:
+    """The meta-device trace of a config.json mapping, cached by its content: in this process,
+    and across processes by :mod:`cfgcheck.memory.trace_cache` (shipped traces of the presets,
+    then the on-disk cache), so a traced architecture imports neither torch nor transformers."""
+    return _trace(trace_key(data))
 
 
 @lru_cache(maxsize=32)
 def _trace(key: str) -> Trace:
+    from cfgcheck.memory import trace_cache
+
+    kept = trace_cache.load(key)
+    tr = None if kept is None else from_json(kept)
+    if tr is None:
+        tr = build(key)
+        trace_cache.store(key, to_json(tr))
+    return tr
+
+
+def to_json(tr: Trace) -> dict[str, Any]:
+    """A trace as JSON data (:func:`from_json` gives it back, equal and in the same order)."""
+    return {
+        **{f: getattr(tr, f) for f in _SCALARS},
+        "tree": dict(tr.tree),
+        "linears": {p: [x.in_features, x.out_features, x.bias] for p, x in tr.linears.items()},
+        "params": dict(tr.params),
+        "experts": [[e.path, e.n_expert, e.top_k, e.params, e.width] for e in tr.experts],
+        "param_shapes": {p: list(s) for p, s in tr.param_shapes.items()},
+    }
+
+
+_SCALARS = {  # field -> its types in JSON
+    "model_type": (str,),
+    "cls": (str,),
+    "total": (int,),
+    "layers": (str,),
+    "n_layer": (int,),
+    "rows": (int,),
+    "hidden": (int,),
+    "tied": (bool,),
+    "lm_head": (str, type(None)),
+    "peft_moe": (str, type(None)),
+    "supports_sdpa": (bool,),
+}
+
+
+def _ints(values: Any, n: int | None = None) -> bool:
+    ok = isinstance(values, list) and (n is None or len(values) == n)
+    return ok and all(type(v) is int for v in values)
+
+
+def from_json(data: Mapping[str, Any]) -> Trace | None:
+    """The trace :func:`to_json` wrote, or None when ``data`` is not one (a corrupt entry)."""
+    try:
+        if set(data) != {*_SCALARS, "tree", "linears", "params", "experts", "param_shapes"}:
+            return None
+        tree, linears, params = data["tree"], data["linears"], data["params"]
+        experts, shapes = data["experts"], data["param_shapes"]
+        ok = all(type(data[f]) in types for f, types in _SCALARS.items())
+        ok = ok and all(isinstance(v, str) for v in tree.values())
+        ok = ok and all(_ints(x[:2], 2) and type(x[2]) is bool for x in linears.values())
+        ok = ok and all(type(v) is int for v in params.values())
+        ok = ok and all(isinstance(e[0], str) and _ints(e[1:], 4) for e in experts)
+        ok = ok and all(_ints(s) for s in shapes.values())
+        if not ok:
+            return None
+        return Trace(
+            **{f: data[f] for f in _SCALARS},
+            tree=dict(tree),
+            linears={p: TracedLinear(x[0], x[1], x[2]) for p, x in linears.items()},
+            params=dict(params),
+            experts=tuple(Experts(e[0], *e[1:]) for e in experts),
+            param_shapes={p: tuple(s) for p, s in shapes.items()},
+        )
+    except (AttributeError, TypeError, IndexError, KeyError):  # a list where a dict was...
+        return None
+
+
+def build(key: str) -> Trace:
+    """The trace of :func:`trace_key`'s ``key``, read off the model built on the meta device
+    (torch and transformers imported; no cache)."""
     data = json.loads(key)
     model_type = data.get("model_type")
     try:

@@ -9,7 +9,9 @@ estimate and the LoRA-target rule read the exact modules and parameter counts fr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cfgcheck.models.files import ModelFolderError
@@ -22,9 +24,58 @@ _N_EXPERT = ("num_local_experts", "num_experts", "n_routed_experts")
 _TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_topk")
 
 
+# What a reading depends on besides the config and the trace (cfgcheck.memory.trace_cache).
+_CODE = (Path(__file__), Path(__file__).with_name("hf.py"))
+
+
 def generic_model(data: Mapping[str, Any], where: str, known: str) -> dict[str, Value]:
     """cfgcheck ``model`` keys of an architecture transformers builds. Raises
-    :class:`ModelFolderError` (one line, with the way forward) when it cannot."""
+    :class:`ModelFolderError` (one line, with the way forward) when it cannot.
+
+    Kept on disk with the traces (:mod:`cfgcheck.memory.trace_cache`), keyed by the whole
+    config: a folder read before needs neither torch nor transformers' config classes."""
+    from cfgcheck.memory import trace_cache
+
+    try:
+        key = "model-folder:" + json.dumps(data, sort_keys=True)
+    except (TypeError, ValueError):
+        key = None
+    kept = None if key is None else trace_cache.load(key, "reading", _CODE)
+    out = None if kept is None else _from_json(kept, data)
+    if out is None:
+        out = _generic_model(data, where, known)
+        stored = _to_json(out)
+        if key is not None and stored is not None:
+            trace_cache.store(key, stored, "reading", _CODE)
+    return out
+
+
+def _to_json(out: Mapping[str, Value]) -> dict[str, Any] | None:
+    """The reading as JSON data (the config itself left out), or None when a value would not
+    come back the same (a tuple, a float key...)."""
+    data = {k: [v.value, v.key, v.default_of] for k, v in out.items() if k != "hf_config"}
+    try:
+        same = repr(json.loads(json.dumps(data))) == repr(data)
+    except (TypeError, ValueError):
+        return None
+    return data if same and list(out)[-1] == "hf_config" else None
+
+
+def _from_json(kept: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Value] | None:
+    """The reading :func:`_to_json` stored, the config added back; None: not one."""
+    out: dict[str, Value] = {}
+    for name, v in kept.items():
+        ok = isinstance(v, list) and len(v) == 3 and isinstance(v[1], str)
+        if not ok or not isinstance(v[2], str | None):
+            return None
+        out[name] = Value(v[0], v[1], v[2])
+    if "architecture" not in out:
+        return None
+    out["hf_config"] = Value(dict(data), "model_type")
+    return out
+
+
+def _generic_model(data: Mapping[str, Any], where: str, known: str) -> dict[str, Value]:
     from cfgcheck.memory.traced import TraceError, text_config, trace
 
     model_type = data.get("model_type")

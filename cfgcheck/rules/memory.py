@@ -10,7 +10,7 @@ from cfgcheck.fixcheck import expressible_filter
 from cfgcheck.memory import devices, rl
 from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
 from cfgcheck.memory.fixes import fixes
-from cfgcheck.memory.verdict import verdict
+from cfgcheck.memory.verdict import decide
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -33,7 +33,12 @@ def _breakdown(e: MemoryEstimate) -> str:
 
 
 def _fixes(cfg: RunConfig, budget: int) -> tuple[str, tuple[Fix, ...]]:
-    found = fixes(cfg.model, cfg.data, cfg.trainer, budget, allowed=expressible_filter())
+    # candidates by the estimate's verdict (no replay each): every fix offered is then checked
+    # with this rule, the simulation's verdict included (cfgcheck/fixcheck.py drops it if the
+    # fixed run still does not fit)
+    found = fixes(
+        cfg.model, cfg.data, cfg.trainer, budget, allowed=expressible_filter(), exact=False
+    )
     if not found:
         return (
             "no single change or pair of changes fits: use a GPU with more memory "
@@ -90,12 +95,15 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
             "or run on the training machine; `cfgcheck memory` shows the breakdown",
         )
         return
-    v = verdict(est, avail.bytes)
+    dec = decide(cfg.model, cfg.data, cfg.trainer, avail.bytes, est)
+    v = dec.verdict
     if v == "fits":
         return
     cache = est.get("fragmentation")
     est = est.on_gpu(avail.bytes)  # the figures on this GPU, as `cfgcheck memory` shows them
-    share = est.total_bytes / avail.bytes if avail.bytes > 0 else float("inf")
+    simulated = dec.basis == "simulation"
+    peak = dec.peak if simulated else est.total_bytes
+    share = peak / avail.bytes if avail.bytes > 0 else float("inf")
     margin = f"+/-{est.margin:.0%}" + (
         ""
         if not est.uncalibrated
@@ -109,9 +117,19 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
             f": the run fails with CUDA out of memory if a batch's prompts come near that "
             f"length ({rl.prompt_is_worst_case(t)}); shorter prompts may fit"
         )
+    elif v == "does not fit" and simulated:
+        tail = (
+            ": replayed through PyTorch's caching allocator, the step runs out of memory even "
+            "after freeing its cache: the run will fail with CUDA out of memory"
+        )
     elif v == "does not fit":
         tail = ": the run will fail with CUDA out of memory"
-    elif est.get("fragmentation") < cache:
+    elif simulated and dec.retry:
+        tail = (
+            ": replayed through PyTorch's caching allocator, the step completes only by "
+            "freeing its cache and retrying cudaMalloc, so it may not fit"
+        )
+    elif not simulated and est.get("fragmentation") < cache:
         tail = (
             f": only the allocator cache ({_gib(cache)} on a roomier GPU) is over, which torch "
             "frees and retries before it fails, so it may not fit"
@@ -119,12 +137,13 @@ def gpu_memory(cfg: RunConfig) -> Iterator[Problem]:
     else:
         tail = (
             f": with the estimate's stated margin ({margin}) it may need up to "
-            f"{_gib(est.upper_bytes)}, so it may not fit"
+            f"{_gib(dec.upper if simulated else est.upper_bytes)}, so it may not fit"
         )
+    what_peak = "simulated peak" if simulated else "estimated peak"
     yield Problem(
         "error" if v == "does not fit" and not worst else "warning",
         PATHS,
-        f"estimated peak {_gib(est.total_bytes)} per GPU ({what}: {_breakdown(est)}) is "
+        f"{what_peak} {_gib(peak)} per GPU ({what}: {_breakdown(est)}) is "
         f"{share:.0%} of {_gib(avail.bytes)}, the {avail.where}{tail}",
         hint,
         fixes=fix_objs,

@@ -163,6 +163,11 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         # Validation may load tokenizers; nothing it does may reach the network.
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    # A request's model is traced in this process only (and read from the shipped traces),
+    # never written to the server account's on-disk cache (cfgcheck.memory.trace_cache).
+    from cfgcheck.memory.trace_cache import use_disk
+
+    use_disk(False)
     # Imported now, not by the first concurrent requests (see cfgcheck.service.preload).
     from cfgcheck.service.preload import preload
 

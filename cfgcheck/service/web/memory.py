@@ -3,7 +3,7 @@ on every known GPU, and the memory fixes that make the run fit on the chosen one
 
 Every figure comes from :mod:`cfgcheck.memory` as ``cfgcheck memory`` states it: the estimate
 (:func:`~cfgcheck.memory.estimate.estimate`) on the GPU (``MemoryEstimate.on_gpu``), the
-verdict (:func:`~cfgcheck.memory.verdict.verdict`) and the fixes
+verdict (:func:`~cfgcheck.memory.verdict.decide`) and the fixes
 (:func:`~cfgcheck.memory.fixes.fixes`), written in the pasted format's own keys when it is a
 native one (:func:`cfgcheck.sources.native.rewrite`).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from cfgcheck.memory import devices
 from cfgcheck.memory.devices import MIB
 from cfgcheck.memory.estimate import MemoryEstimate, estimate
-from cfgcheck.memory.verdict import Verdict, verdict
+from cfgcheck.memory.verdict import Verdict, decide
 from cfgcheck.schema.run import RunConfig
 
 
@@ -71,13 +71,14 @@ def panel(config: RunConfig, gpu: str, fmt: str | None) -> Panel:
     written in (None: cfgcheck's own keys)."""
     from cfgcheck.memory.fixes import fixes
 
-    base = estimate(config.model, config.data, config.trainer)
+    m, d, t = config.model, config.data, config.trainer
+    base = estimate(m, d, t)
     rows = tuple(
         GpuRow(
             spec.name,
             spec.memory_mib * MIB,
             base.on_gpu(spec.memory_mib * MIB).total_bytes,
-            verdict(base, spec.memory_mib * MIB),
+            decide(m, d, t, spec.memory_mib * MIB, base).verdict,
             spec.note,
         )
         for spec in devices.GPUS
@@ -85,7 +86,7 @@ def panel(config: RunConfig, gpu: str, fmt: str | None) -> Panel:
     name, capacity, where = _chosen(config, gpu)
     if capacity is None:
         return Panel(base, None, None, where, None, rows, ())
-    v = verdict(base, capacity)
+    v = decide(m, d, t, capacity, base).verdict
     found: tuple[FixRow, ...] = ()
     if v != "fits":
         write = _writer(fmt)

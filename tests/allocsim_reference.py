@@ -1,0 +1,535 @@
+"""The caching-allocator simulation as first written (cfgcheck/memory/allocsim.py at 8cad99b):
+plain, one method per C++ function, no shortcut. tests/test_memory_sim_verdict.py replays
+generated steps and random sequences through both and requires every figure to be equal, so
+the faster replay core changes no result. Not imported by cfgcheck.
+
+Every rule follows ``DeviceCachingAllocator`` in pytorch/pytorch
+``c10/cuda/CUDACachingAllocator.cpp`` (commit 001074d25084); see allocsim.py for the
+references.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+
+from cfgcheck.memory.allocconf import (
+    K_LARGE_BUFFER,
+    MIB,
+    NO_LIMIT,
+    AllocConf,
+    AllocConfError,
+    parse_alloc_conf,
+)
+
+__all__ = [
+    "END",
+    "FREE",
+    "MIB",
+    "REPEAT",
+    "RESET",
+    "AllocConf",
+    "AllocConfError",
+    "CachingAllocator",
+    "Event",
+    "SimResult",
+    "allocation_size",
+    "parse_alloc_conf",
+    "round_size",
+    "simulate",
+]
+
+# constants at the top of CUDACachingAllocator.cpp
+K_MIN_BLOCK = 512  # kMinBlockSize: "all sizes are rounded to at least 512 bytes"
+K_SMALL_SIZE = MIB  # kSmallSize: "largest 'small' allocation is 1 MiB"
+K_SMALL_BUFFER = 2 * MIB  # kSmallBuffer: "'small' allocations are packed in 2 MiB blocks"
+# kLargeBuffer (allocconf.K_LARGE_BUFFER): "'large' allocations may be packed in 20 MiB blocks"
+K_MIN_LARGE_ALLOC = 10 * MIB  # kMinLargeAlloc: "allocations between 1 and 10 MiB may use
+# kLargeBuffer"
+K_ROUND_LARGE = 2 * MIB  # kRoundLarge: "round up large allocations to 2 MiB"
+
+
+def round_size(size: int) -> int:
+    """``round_size``: at least kMinBlockSize, then a multiple of it."""
+    if size < K_MIN_BLOCK:
+        return K_MIN_BLOCK
+    return K_MIN_BLOCK * ((size + K_MIN_BLOCK - 1) // K_MIN_BLOCK)
+
+
+def allocation_size(size: int) -> int:
+    """``get_allocation_size``: the cudaMalloc size of a new segment for a ``size`` request."""
+    if size <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if size < K_MIN_LARGE_ALLOC:
+        return K_LARGE_BUFFER
+    return K_ROUND_LARGE * ((size + K_ROUND_LARGE - 1) // K_ROUND_LARGE)
+
+
+@dataclass(eq=False, slots=True)
+class Block:
+    size: int
+    addr: int
+    small: bool
+    expandable: bool = False
+    mapped: bool = True
+    allocated: bool = False
+    prev: Block | None = None
+    next: Block | None = None
+    gc_base: int = 0
+
+    def is_split(self) -> bool:
+        return self.prev is not None or self.next is not None
+
+    def key(self) -> tuple[int, int]:  # BlockComparatorSize: (stream,) size, then address
+        return (self.size, self.addr)
+
+
+@dataclass
+class Pool:
+    """``BlockPool``: free mapped blocks by (size, address), unmapped ones by address."""
+
+    small: bool
+    keys: list[tuple[int, int]] = field(default_factory=list)
+    blocks: dict[tuple[int, int], Block] = field(default_factory=dict)
+    unmapped: dict[int, Block] = field(default_factory=dict)
+    free_calls: int = 0  # get_free_blocks_call_count
+
+    def insert(self, b: Block) -> None:  # insert_into_blocks (sets gc_count_base)
+        b.gc_base = self.free_calls
+        k = b.key()
+        insort(self.keys, k)
+        self.blocks[k] = b
+
+    def erase(self, b: Block) -> None:
+        k = b.key()
+        i = bisect_left(self.keys, k)
+        del self.keys[i]
+        del self.blocks[k]
+
+    def lower_bound(self, size: int) -> int:
+        return bisect_left(self.keys, (size, -1))
+
+
+@dataclass(frozen=True)
+class SimResult:
+    peak_reserved: int
+    peak_allocated: int
+    reserved_at_end: int
+    retries: int  # allocations that needed the cache freed (release_*cached_blocks) first
+    ooms: int  # allocations that failed even then
+    segments: int  # cudaMalloc calls (or expandable maps)
+
+    @property
+    def fragmentation(self) -> int:
+        """Reserved minus allocated peaks: the cache the run holds but does not use."""
+        return self.peak_reserved - self.peak_allocated
+
+
+class CachingAllocator:
+    """``DeviceCachingAllocator`` for one device and one stream. ``capacity``: the bytes
+    cudaMalloc can hand out (the GPU less the CUDA context); ``None`` for unlimited."""
+
+    def __init__(self, conf: AllocConf | None = None, capacity: int | None = None) -> None:
+        self.conf = conf or AllocConf()
+        self.capacity = capacity
+        self.small = Pool(True)
+        self.large = Pool(False)
+        self.reserved = 0  # total_allocated_memory / stats.reserved_bytes
+        self.allocated = 0  # stats.allocated_bytes (rounded block sizes)
+        self.peak_reserved = 0
+        self.peak_allocated = 0
+        self.retries = 0
+        self.ooms = 0
+        self.segments = 0
+        self._next_addr = 1 << 40
+        self._expandable: dict[bool, int] = {}  # pool (small?) -> its segment's base address
+        fraction = self.conf.memory_fraction
+        self.allowed = (
+            int(fraction * capacity) if fraction is not None and capacity is not None else None
+        )
+
+    # -- the public calls ----------------------------------------------------------------
+    def malloc(self, orig: int) -> Block | None:
+        """``malloc``: the block handed out, or None on out-of-memory."""
+        size = round_size(orig)
+        pool = self.small if size <= K_SMALL_SIZE else self.large  # get_pool
+        alloc_size = allocation_size(size)
+        gc = self.allowed is not None and self.conf.garbage_collection_threshold > 0.0
+        block = self._get_free_block(pool, size, gc)
+        if block is None:
+            if gc:
+                self._garbage_collect()
+            # alloc_block || (release_available_cached_blocks && alloc_block)
+            #   || (release_cached_blocks && alloc_block(isRetry=true))
+            block = self._alloc_block(pool, size, alloc_size)
+            if block is None:
+                self.retries += 1
+                if self._release_available(pool, size):
+                    block = self._alloc_block(pool, size, alloc_size)
+                if block is None:
+                    self._release_cached()
+                    block = self._alloc_block(pool, size, alloc_size)
+            if block is None:
+                self.ooms += 1
+                return None
+        return self._alloc_found_block(pool, block, size)
+
+    def free(self, block: Block) -> None:
+        """``free`` -> ``free_block``: merge with free neighbours, back into the pool."""
+        block.allocated = False
+        self.allocated -= block.size
+        pool = self.small if block.small else self.large
+        for cand in (block.prev, block.next):
+            self._try_merge(block, cand, pool)
+        pool.insert(block)
+
+    def result(self) -> SimResult:
+        return SimResult(
+            self.peak_reserved,
+            self.peak_allocated,
+            self.reserved,
+            self.retries,
+            self.ooms,
+            self.segments,
+        )
+
+    def reset_peaks(self) -> None:
+        """``torch.cuda.reset_peak_memory_stats()``: the peaks restart at what is current."""
+        self.peak_reserved, self.peak_allocated = self.reserved, self.allocated
+
+    # -- malloc's helpers ----------------------------------------------------------------
+    def _get_free_block(self, pool: Pool, size: int, gc: bool) -> Block | None:
+        """``get_free_block``: best fit (the smallest block >= size, then lowest address)."""
+        if gc:
+            pool.free_calls += 1  # "Track block reuse interval only when GC is enabled"
+        i = pool.lower_bound(size)
+        if i == len(pool.keys):
+            return None
+        b = pool.blocks[pool.keys[i]]
+        if b.expandable:
+            # "for the purposes of best fit we consider its size to be the size it can expand
+            # to": skip to a later block whose expandable size is smaller
+            j = i + 1
+            while b.expandable and j < len(pool.keys):
+                nxt = pool.blocks[pool.keys[j]]
+                if _expandable_size(nxt) >= _expandable_size(b):
+                    break
+                b, j = nxt, j + 1
+        mss = self.conf.max_split_size
+        # "Do not return an oversized block for a large request"
+        if size < mss and b.size >= mss:
+            return None
+        # "Allow oversized block size to be rounded up but within a limit"
+        if size >= mss and b.size >= size + self.conf.max_non_split_rounding:
+            return None
+        pool.erase(b)
+        return b
+
+    def _alloc_block(self, pool: Pool, size: int, alloc_size: int) -> Block | None:
+        """``alloc_block``: a new segment of ``alloc_size`` (``cudaMalloc``), or with
+        expandable segments ``try_allocate_expandable_block`` for ``size``."""
+        if self.allowed is not None and self.reserved + alloc_size > self.allowed:
+            return None  # "set_fraction && total_allocated_memory + size > allowed"
+        if self.conf.expandable_segments:
+            return self._try_allocate_expandable(pool, size)
+        if self.capacity is not None and self.reserved + alloc_size > self.capacity:
+            return None  # cudaErrorMemoryAllocation
+        b = Block(alloc_size, self._new_address(alloc_size), pool.small)
+        self._reserve(alloc_size)
+        return b
+
+    def _alloc_found_block(self, pool: Pool, block: Block, size: int) -> Block:
+        """``should_split`` then ``alloc_found_block``: the block, its remainder back to the
+        pool when the split rule allows."""
+        remaining = block.size - size
+        if pool.small or self.conf.expandable_segments:
+            split = remaining >= K_MIN_BLOCK
+        else:
+            split = size < self.conf.max_split_size and remaining > K_SMALL_SIZE
+        if split:
+            rest = Block(remaining, block.addr + size, pool.small, block.expandable)
+            new = Block(size, block.addr, pool.small, block.expandable)
+            new.prev, new.next = block.prev, rest
+            if block.prev is not None:
+                block.prev.next = new
+            rest.prev, rest.next = new, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            pool.insert(rest)
+            block = new
+        block.allocated = True
+        self.allocated += block.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return block
+
+    def _try_merge(self, dst: Block, src: Block | None, pool: Pool) -> int:
+        """``try_merge_blocks``: absorb a free neighbour of the same mapping state."""
+        if src is None or src.allocated or src.mapped != dst.mapped:
+            return 0
+        if src.mapped:
+            pool.erase(src)
+        else:
+            del pool.unmapped[src.addr]
+        if dst.prev is src:
+            dst.addr = src.addr
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+        else:
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+        return src.size
+
+    # -- freeing the cache ---------------------------------------------------------------
+    def _release_block(self, pool: Pool, b: Block) -> None:
+        """``release_block``: cudaFree a whole free segment."""
+        pool.erase(b)
+        self.reserved -= b.size
+
+    def _release_available(self, pool: Pool, size: int) -> bool:
+        """``release_available_cached_blocks``: only with max_split_size set, free one
+        oversize block of at least the request, else oversize blocks from the largest down."""
+        mss = self.conf.max_split_size
+        if mss == NO_LIMIT:
+            return False
+        key = max(size, mss)
+        i = pool.lower_bound(key)
+        if i < len(pool.keys):
+            self._release_block(pool, pool.blocks[pool.keys[i]])
+            return True
+        released = 0
+        while i > 0 and released < key:
+            b = pool.blocks[pool.keys[i - 1]]
+            if b.size < mss:
+                break
+            released += b.size
+            self._release_block(pool, b)
+            i -= 1
+        return released >= key
+
+    def _release_cached(self) -> None:
+        """``release_cached_blocks`` -> ``release_blocks``: free every free block that is a
+        whole segment (not split), both pools; expandable segments unmap their free pages
+        (``unmap_block``)."""
+        for pool in (self.large, self.small):
+            for k in list(pool.keys):
+                b = pool.blocks.get(k)
+                if b is None:
+                    continue
+                if b.expandable:
+                    self._unmap_block(pool, b)
+                elif not b.is_split():
+                    self._release_block(pool, b)
+
+    def _garbage_collect(self) -> None:
+        """``garbage_collect_cached_blocks``: above ``threshold * allowed`` reserved, free
+        unsplit large free blocks at least as old (in get_free_block calls) as the average."""
+        assert self.allowed is not None
+        threshold = int(self.conf.garbage_collection_threshold * self.allowed)
+        if self.reserved <= threshold:
+            return
+        target = self.reserved - threshold
+        pool = self.large
+
+        def age(b: Block) -> int:
+            return pool.free_calls - b.gc_base
+
+        cands = [pool.blocks[k] for k in pool.keys if not pool.blocks[k].is_split()]
+        total_age = sum(age(b) for b in cands)
+        count = len(cands)
+        reclaimed, freed = 0, True
+        while reclaimed < target and freed and count > 0:
+            avg = total_age / count
+            freed = False
+            for k in list(pool.keys):
+                b = pool.blocks.get(k)
+                if b is None or b.is_split() or b.expandable or age(b) < avg:
+                    continue
+                freed = True
+                reclaimed += b.size
+                total_age -= age(b)
+                count -= 1
+                self._release_block(pool, b)
+
+    # -- expandable segments -------------------------------------------------------------
+    def _page(self, pool: Pool) -> int:
+        # find_expandable_block: "segment_size = pool->is_small ? kSmallBuffer : kLargeBuffer"
+        return K_SMALL_BUFFER if pool.small else K_LARGE_BUFFER
+
+    def _segment(self, pool: Pool) -> None:
+        """The pool's expandable segment (``find_expandable_block`` makes one whose address
+        space is 1 1/8 of the GPU; one per stream and pool), all unmapped at first."""
+        if pool.small not in self._expandable:
+            space = (self.capacity or 1 << 50) * 9 // 8
+            space = -(-space // self._page(pool)) * self._page(pool)
+            head = Block(space, self._new_address(space), pool.small, True, mapped=False)
+            pool.unmapped[head.addr] = head
+            self._expandable[pool.small] = head.addr
+
+    def _try_allocate_expandable(self, pool: Pool, size: int) -> Block | None:
+        """``try_allocate_expandable_block``: from the lowest-address unmapped range (with the
+        free block before it) that has room, map pages until the candidate holds ``size``."""
+        self._segment(pool)
+        cand: Block | None = None
+        for addr in sorted(pool.unmapped):
+            c = pool.unmapped[addr]
+            if c.prev is not None and not c.prev.allocated:
+                c = c.prev
+            room = 0
+            walk: Block | None = c
+            while walk is not None and room < size and not walk.allocated:
+                room += walk.size
+                walk = walk.next
+            if room >= size:
+                cand = c
+                break
+        if cand is None:  # a new segment: not reached with one stream (the space is 9/8)
+            return None
+        if not cand.mapped:
+            mapped = self._map_block(pool, cand, min(cand.size, size))
+            if mapped is None:
+                return None
+            cand = mapped
+        while cand.size < size:
+            nxt = cand.next
+            assert nxt is not None and not nxt.mapped
+            mapped = self._map_block(pool, nxt, min(size - cand.size, nxt.size))
+            if mapped is None:
+                return None
+            cand = mapped
+        pool.erase(cand)
+        return cand
+
+    def _map_block(self, pool: Pool, b: Block, size: int) -> Block | None:
+        """``map_block``: map whole pages (``ExpandableSegment::map`` rounds the range to the
+        segment size), split off the unmapped rest, merge with free neighbours."""
+        page = self._page(pool)
+        n = min(b.size, -(-size // page) * page)
+        if self.capacity is not None and self.reserved + n > self.capacity:
+            return None  # cuMemCreate fails: "failed to map the memory"
+        del pool.unmapped[b.addr]
+        b.mapped = True
+        if n < b.size:
+            rest = Block(b.size - n, b.addr + n, pool.small, True, mapped=False)
+            rest.prev, rest.next = b, b.next
+            if b.next is not None:
+                b.next.prev = rest
+            b.next = rest
+            b.size = n
+            pool.unmapped[rest.addr] = rest
+        self._try_merge(b, b.prev, pool)
+        self._try_merge(b, b.next, pool)
+        pool.insert(b)
+        self._reserve(n)
+        return b
+
+    def _unmap_block(self, pool: Pool, b: Block) -> None:
+        """``unmap_block``: give back the whole pages inside a free block
+        (``ExpandableSegment::unmap`` keeps partial pages at both ends)."""
+        page, base = self._page(pool), self._expandable[pool.small]
+        # pages are counted from the segment's start (segmentLeft / segmentRight)
+        start = base + -(-(b.addr - base) // page) * page
+        end = base + (b.addr + b.size - base) // page * page
+        if start >= end:
+            return
+        pool.erase(b)
+        before, after = start - b.addr, b.addr + b.size - end
+        if before:
+            pre = Block(before, b.addr, pool.small, True)
+            pre.prev, pre.next = b.prev, b
+            if b.prev is not None:
+                b.prev.next = pre
+            b.prev = pre
+            pool.insert(pre)
+        if after:
+            post = Block(after, end, pool.small, True)
+            post.prev, post.next = b, b.next
+            if b.next is not None:
+                b.next.prev = post
+            b.next = post
+            pool.insert(post)
+        b.addr, b.size, b.mapped = start, end - start, False
+        self._try_merge(b, b.prev, pool)
+        self._try_merge(b, b.next, pool)
+        pool.unmapped[b.addr] = b
+        self.reserved -= end - start
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def _reserve(self, n: int) -> None:
+        self.reserved += n
+        self.segments += 1
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def _new_address(self, size: int) -> int:
+        addr = self._next_addr
+        # segments are far apart: no two are ever adjacent (merges stay within a segment)
+        self._next_addr += -(-size // K_LARGE_BUFFER) * K_LARGE_BUFFER + K_LARGE_BUFFER
+        return addr
+
+
+def _expandable_size(b: Block) -> int:
+    return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
+
+
+Event = tuple[int, int]  # (id, size) allocates ``size`` bytes as ``id``; (id, -1) frees ``id``
+FREE = -1
+RESET = -2  # (0, RESET): torch.cuda.reset_peak_memory_stats()
+REPEAT = -3  # (n, REPEAT) ... (0, END): the events between run n times
+END = -4
+
+
+def simulate(
+    events: list[Event], conf: AllocConf | None = None, capacity: int | None = None
+) -> SimResult:
+    """Run ``events`` through the allocator: ``(id, size)`` allocates, ``(id, FREE)`` frees,
+    ``(0, RESET)`` resets the peaks, ``(n, REPEAT) ... (0, END)`` repeats a block that frees
+    what it allocates (a micro-batch of gradient accumulation). A repetition that leaves the
+    allocator as it found it would do so again, with the same peaks: the rest are skipped."""
+    a = CachingAllocator(conf, capacity)
+    live: dict[int, Block] = {}
+    i = 0
+    while i < len(events):
+        ident, size = events[i]
+        if size == REPEAT:
+            j = events.index((0, END), i)
+            block = events[i + 1 : j]
+            for _ in range(ident):
+                before = _state(a)
+                _run(a, live, block)
+                if _state(a) == before:
+                    break
+            i = j + 1
+            continue
+        _run(a, live, events[i : i + 1])
+        i += 1
+    return a.result()
+
+
+def _run(a: CachingAllocator, live: dict[int, Block], events: list[Event]) -> None:
+    for ident, size in events:
+        if size == FREE:
+            blk = live.pop(ident, None)
+            if blk is not None:
+                a.free(blk)
+        elif size == RESET:
+            a.reset_peaks()
+        else:
+            got = a.malloc(size)
+            if got is not None:
+                live[ident] = got
+
+
+def _state(a: CachingAllocator) -> tuple[object, ...]:
+    """What decides the allocator's future: its free blocks, mappings and counters."""
+    return (
+        tuple(a.small.keys),
+        tuple(a.large.keys),
+        tuple(a.small.unmapped),
+        tuple(a.large.unmapped),
+        a.reserved,
+        a.allocated,
+        a.retries,
+        a.ooms,
+    )
