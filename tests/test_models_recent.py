@@ -433,6 +433,7 @@ DENSE_TINY: dict[str, dict[str, Any]] = {
     "olmo2": {"model_type": "olmo2"},
     "gemma3_text": {"model_type": "gemma3_text", "head_dim": 16},
     "cohere": {"model_type": "cohere"},
+    "cohere-qk-norm": {"model_type": "cohere", "use_qk_norm": True},  # Command R+'s q/k norms
 }
 DENSE_TARGETS = [
     "all-linear",
@@ -467,3 +468,22 @@ def test_dense_traced_lora_targets_as_peft_resolves_them(family: str, targets: A
     else:
         assert not errors, errors
         assert lora_params(m, 4, listed) == expected
+
+
+@pytest.mark.parametrize("qk_norm", [False, True], ids=["", "qk-norm"])
+def test_cohere_block_is_read_as_transformers_builds_it(qk_norm: bool) -> None:
+    """CohereDecoderLayer feeds attention and MLP from its one ``input_layernorm`` and adds
+    both to the residual (models/cohere/modeling_cohere.py): a parallel block with a shared
+    norm, of the ``CohereLayerNorm`` kind (a weight, no bias); the parameter count is the
+    built model's, the q/k norms' ``(heads, head_dim)`` weights included."""
+    data = {**SMALL, "model_type": "cohere", "use_qk_norm": qk_norm}
+    m = tiny(data)
+    model = meta_model(data)
+    layer = model.model.layers[0]
+    norms = [n for n, x in layer.named_children() if "Norm" in type(x).__name__]
+    assert norms == ["input_layernorm"]
+    assert type(layer.input_layernorm).__name__ == "CohereLayerNorm"
+    assert [n for n, _ in layer.input_layernorm.named_parameters()] == ["weight"]
+    assert m.parallel_residual and m.shared_attention_norm
+    assert m.norm == "cohere_layernorm" and m.norm_qk == qk_norm
+    assert count_params(m).total == sum(p.numel() for p in model.parameters())

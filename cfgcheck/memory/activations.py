@@ -80,17 +80,26 @@ class LayerActivations:
 
 def _norm_bytes(m: ModelConfig, s: Stack, weight_trained: bool) -> int:
     """What one norm keeps per token: its input (an fp32 copy for RMSNorm, the residual for
-    LayerNorm) and, when its weight trains, the normalized tensor that multiplies it."""
+    LayerNorm) and, when its weight trains, the normalized tensor that multiplies it.
+    ``CohereLayerNorm`` (transformers models/cohere/modeling_cohere.py lines 58-65) runs op by
+    op in fp32: ``pow(2)`` keeps one ``hidden_states - mean``, the multiply by ``rsqrt`` keeps
+    the other (a second subtraction) and the fp32 statistic, and a trained weight keeps the
+    fp32 normalized tensor it multiplies (``s.norm_out``, :func:`stack.fp32_weight_norm`)."""
     h = m.n_embd
     if m.norm == "layernorm":
         return s.residual * h + 8
-    return 4 * h + 4 + (s.norm_out * h if weight_trained else 0)
+    centred = 2 if m.norm == "cohere_layernorm" else 1
+    return 4 * h * centred + 4 + (s.norm_out * h if weight_trained else 0)
 
 
-def _norm_fixed(m: ModelConfig) -> int:
+def _norm_fixed(m: ModelConfig, s: Stack) -> int:
     """What one hidden-wide norm keeps whatever the tokens: GemmaRMSNorm multiplies by
     ``1.0 + self.weight.float()``, a new fp32 vector autograd keeps even for a frozen weight
-    (transformers models/gemma/modeling_gemma.py, gemma2 the same)."""
+    (transformers models/gemma/modeling_gemma.py, gemma2 the same); CohereLayerNorm's
+    ``self.weight.to(torch.float32)`` is one too while the weight is 16-bit (an fp32 weight's
+    ``to`` returns the weight itself)."""
+    if m.norm == "cohere_layernorm":
+        return 4 * m.n_embd if s.residual < 4 else 0
     return 4 * m.n_embd if (architecture_of(m) or "").startswith("gemma") else 0
 
 
@@ -247,7 +256,7 @@ def layer_activations(
         total += core.per_token - _eager_v_bytes(m, t, s) + _latent_norms(m, s, full)
         if m.norm_qk:
             total += _qk_norm_bytes(m, p, full)
-        return LayerActivations(total, _softmax_bytes(m, s), _norm_fixed(m))
+        return LayerActivations(total, _softmax_bytes(m, s), _norm_fixed(m, s) + _qk_fixed(m, s))
     if m.parallel_residual and not m.shared_attention_norm and m.norm == "layernorm":
         # a parallel block's two LayerNorms read the same block input, kept once (GPT-NeoX
         # ``mlp(post_attention_layernorm(hidden_states))``, models/gpt_neox/modeling_gpt_neox.py
@@ -264,16 +273,27 @@ def layer_activations(
         # the probabilities (a new tensor, unless that was a 16-bit copy of an fp32 softmax)
         copy = softmax_fp32 and p == 2
         scores += a * (1 + (0 if copy else p)) if kernel == "eager" else 0
-    fixed = _norm_fixed(m) * n_norms + _expert_share(m, t, _expert_lora_weights(m, t, s))
+    fixed = _norm_fixed(m, s) * n_norms + _expert_share(m, t, _expert_lora_weights(m, t, s))
+    fixed += _qk_fixed(m, s)
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
 
 
 def _qk_norm_bytes(m: ModelConfig, p: int, full: bool) -> int:
     """RMSNorm per q and k head: fp32 input and one statistic per head, and when its weight
-    trains the normalized tensor (in the q/k dtype) that multiplies it."""
+    trains the normalized tensor (in the q/k dtype) that multiplies it; Cohere's q/k
+    ``CohereLayerNorm`` keeps two fp32 centred copies instead of the input (:func:`_norm_bytes`)."""
     stats, normalized = _qk_norm_layout(m, p)
     a, kv, d = m.n_head, m.kv_heads, m.head_dim
-    return 4 * (a + kv) * d + 4 * stats + (normalized * (a + kv) * d if full else 0)
+    centred = 2 if m.norm == "cohere_layernorm" else 1
+    return 4 * centred * (a + kv) * d + 4 * stats + (normalized * (a + kv) * d if full else 0)
+
+
+def _qk_fixed(m: ModelConfig, s: Stack) -> int:
+    """Cohere's q/k norms' fp32 copies of their 16-bit ``(heads, head_dim)`` weights
+    (:func:`_norm_fixed`); 0 for other q/k norms."""
+    if not (m.norm_qk and m.norm == "cohere_layernorm"):
+        return 0
+    return _norm_fixed(m, s) // m.n_embd * (m.n_head + m.kv_heads) * m.head_dim
 
 
 def _latent_norms(m: ModelConfig, s: Stack, full: bool) -> int:
@@ -362,10 +382,12 @@ def _qk_norm_layout(m: ModelConfig, p: int) -> tuple[int, int]:
     norm the whole projection (``Olmo2RMSNorm(num_attention_heads * head_dim)`` on
     ``q_proj``'s output, transformers models/olmo2/modeling_olmo2.py ``Olmo2Attention``: two
     statistics) and multiply in fp32 (:func:`stack.fp32_weight_norm`). The width is read off
-    the traced model (the q norm's parameters)."""
+    the traced model (the q norm's parameters). Cohere's ``CohereLayerNorm((num_heads,
+    head_dim))`` owns a weight per head and element but normalizes each head
+    (models/cohere/modeling_cohere.py ``CohereAttention.__init__``)."""
     per_head = m.n_head + m.kv_heads
     tr = traced(m)
-    if tr is not None:
+    if tr is not None and m.norm != "cohere_layernorm":
         q_norm = next((n for path, n in tr.params.items() if path.endswith(".q_norm")), None)
         if q_norm == m.n_head * m.head_dim and m.head_dim > 1:
             per_head = 2
@@ -816,7 +838,7 @@ def activation_bytes(
     layers = m.n_layer * layer_activations(m, t, masked).bytes(tokens, seq)
     layers -= latent.dense_layers(m) * dense_layer_saving(m, t) * tokens
     first = first_layer_unsaved(m, t, masked).bytes(tokens, seq)
-    return layers - first + head + _norm_fixed(m)  # the final norm's fixed part
+    return layers - first + head + _norm_fixed(m, stack(m, t))  # the final norm's fixed part
 
 
 def dense_layer_saving(m: ModelConfig, t: TrainerConfig) -> int:

@@ -215,7 +215,7 @@ def fp32_weight_norm(m: ModelConfig) -> bool:
     """The norms multiply their weight in fp32 before casting back (Gemma's ``(x * (1 +
     w)).to(dtype)``, OLMo 2's ``(w * x).to(dtype)``): a trained weight keeps the fp32
     normalized tensor; Llama's casts first (``w * x.to(dtype)``)."""
-    return _gemma_norm(m) or m.architecture in FP32_WEIGHT_NORMS
+    return _gemma_norm(m) or m.architecture in FP32_WEIGHT_NORMS or m.norm == "cohere_layernorm"
 
 
 def _gemma_norm(m: ModelConfig) -> bool:

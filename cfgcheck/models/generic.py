@@ -137,6 +137,14 @@ def _generic_model(data: Mapping[str, Any], where: str, known: str) -> dict[str,
         # the same block input (models/gpt_neox/modeling_gpt_neox.py GPTNeoXLayer.forward)
         key = "use_parallel_residual" if hasattr(cfg, "use_parallel_residual") else "parallel_attn"
         out["parallel_residual"] = val(key)
+    if len(_block_norms(tr)) == 1 and parallel is not False:
+        # one norm in the block feeds both attention and MLP, added to the residual together:
+        # Cohere's ``residual + attn + mlp`` after ``input_layernorm`` (models/cohere/
+        # modeling_cohere.py CohereDecoderLayer.forward; cohere2 alike), GPT-J's ``ln_1``,
+        # Falcon-7B's ``input_layernorm`` (a sequential pre-norm block has two)
+        note = "the one norm per block transformers builds"
+        out["parallel_residual"] = Value(True, "model_type", note)
+        out["shared_attention_norm"] = Value(True, "model_type", note)
     width = _mlp_width(tr, cfg)
     if width:
         out["intermediate_size"] = width
@@ -255,13 +263,34 @@ def _mlp(cfg: Any, tr: Trace, prefix: str) -> Value:
     return Value(kind, prefix + "hidden_act")
 
 
+# Families whose norms are ``CohereLayerNorm``: a bias-free LayerNorm written out op by op in
+# fp32 (``hidden_states.to(torch.float32)``, ``variance = (hidden_states - mean).pow(2)...``,
+# ``(hidden_states - mean) * torch.rsqrt(...)``, ``self.weight.to(torch.float32) *
+# hidden_states``, then the cast; transformers 5.24 models/cohere/modeling_cohere.py lines
+# 51-65, the same forward in cohere2, cohere2_moe and cohere_compass), not an RMSNorm
+_COHERE_NORM = frozenset({"cohere", "cohere2", "cohere2_moe", "cohere_compass"})
+
+
 def _norm(tr: Trace) -> str:
     """LayerNorm when a hidden-wide norm of the first layer owns a weight and a bias (GPT-NeoX,
-    Falcon, StableLM, StarCoder2); RMSNorm otherwise (a bias-free LayerNorm such as Cohere's
-    keeps the same fp32 statistics as an RMSNorm)."""
+    Falcon, StableLM, StarCoder2); Cohere's fp32 LayerNorm by family (it owns a weight only,
+    like an RMSNorm, but keeps other tensors: :data:`_COHERE_NORM`); RMSNorm otherwise."""
+    if tr.model_type in _COHERE_NORM:
+        return "cohere_layernorm"
     layer = f"{tr.layers}.0."
     norms = [p for p, k in tr.tree.items() if k == "norm" and p.startswith(layer)]
     return "layernorm" if any(tr.params.get(p, 0) == 2 * tr.hidden for p in norms) else "rmsnorm"
+
+
+def _block_norms(tr: Trace) -> list[str]:
+    """The norms the first decoder layer owns directly (not those inside its attention, such
+    as q/k norms)."""
+    layer = f"{tr.layers}.0."
+    return [
+        p
+        for p, k in tr.tree.items()
+        if k == "norm" and p.startswith(layer) and "." not in p[len(layer) :]
+    ]
 
 
 def _pattern(types: Any) -> int | None:

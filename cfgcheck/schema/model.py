@@ -28,7 +28,7 @@ from cfgcheck.schema.bounds import (
 )
 
 MlpKind = Literal["gelu", "swiglu", "geglu"]
-NormKind = Literal["rmsnorm", "layernorm"]
+NormKind = Literal["rmsnorm", "layernorm", "cohere_layernorm"]
 # How a pre-quantized checkpoint stores its weights (cfgcheck.models.quant reads them).
 WeightFormat = Literal[
     "gptq-2bit",
@@ -96,7 +96,12 @@ class ModelConfig(Section):
     mlp: MlpKind = Field(
         "swiglu", description="MLP kind: swiglu (Llama), geglu (Gemma), gelu (GPT-2, Phi)."
     )
-    norm: NormKind = Field("rmsnorm", description="Normalization layer kind.")
+    norm: NormKind = Field(
+        "rmsnorm",
+        description="Normalization layer kind: rmsnorm (Llama), layernorm (weight and bias: "
+        "GPT-NeoX, Phi), cohere_layernorm (a bias-free LayerNorm written out in fp32: Cohere, "
+        "Cohere 2).",
+    )
     bias: bool = Field(False, description="Bias on every linear layer.")
     attn_bias: bool = Field(False, description="Bias on the q/k/v projections only.")
     lm_head_bias: bool = Field(False, description="Bias on the output layer (lm_head).")
