@@ -44,6 +44,7 @@ PAIRS = {
     "smollm2-360m": ("smollm2", []),
     "smollm2-1.7b": ("smollm2", []),
     "mixtral-8x7b": ("mistral", []),
+    "mixtral-8x22b": ("mistral-v0.3", []),
     "qwen3-30b-a3b": ("qwen3", []),
     "llama-3.3-70b": ("llama-3.1-instruct", []),
     "gpt-oss-20b": ("gpt-oss", []),

@@ -662,6 +662,49 @@ _add(
     },
 )
 _add(
+    (
+        "mistral-community/Mixtral-8x22B-v0.1",
+        "mistralai/Mixtral-8x22B-v0.1",
+        "mistralai/Mixtral-8x22B-Instruct-v0.1",
+        "HuggingFaceH4/zephyr-orpo-141b-A35b-v0.1",
+    ),
+    "8 experts of width 16384 per layer, 2 per token, 56 layers; 140.6B parameters, 39.2B "
+    "active; the v3 tokenizer's 32768-token vocabulary (pair with tokenizer=mistral-v0.3). "
+    "Zephyr-141B (HuggingFaceH4/zephyr-orpo-141b-A35b-v0.1) is this model ORPO-tuned. Shape from "
+    "litgpt/config.py Mixtral-8x22B-v0.1 (Lightning-AI/litgpt @ 26857050fe3f, citing "
+    "mistralai/Mixtral-8x22B-Instruct-v0.1's config.json).",
+    name="mixtral-8x22b",
+    source=_hf("mistralai/Mixtral-8x22B-v0.1"),
+    n_embd=6144,
+    n_head=48,
+    n_layer=56,
+    padded_vocab_size=32768,
+    vocab_size=32768,
+    block_size=65536,
+    n_query_groups=8,
+    intermediate_size=32768,
+    n_expert=8,
+    n_expert_per_token=2,
+    architecture="mixtral",
+    hf_config={
+        "hidden_act": "silu",
+        "hidden_size": 6144,
+        "intermediate_size": 16384,
+        "max_position_embeddings": 65536,
+        "model_type": "mixtral",
+        "num_attention_heads": 48,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 56,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "vocab_size": 32768,
+    },
+)
+_add(
     ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base", "unsloth/Qwen3-30B-A3B"),
     "128 experts of width 768 per layer, 8 per token; 30.5B parameters, 3.3B active. PEFT adapts "
     "the fused experts through gate_proj+up_proj / down_proj and the router through gate.",
