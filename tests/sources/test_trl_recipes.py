@@ -14,8 +14,10 @@ from tests.sources.support import NATIVE, line_of, located_at, one, write
 
 TRL = NATIVE / "trl"
 ZERO3 = str(TRL / "accelerate" / "ah-zero3.yaml")
-# Each recipe's model, by a preset of the same family and size (the recipes' own checkpoints
-# are not in cfgcheck's registry; resolving any model is issue 20's business).
+# Each recipe's model, by a preset of the same family and size where the recipe's own
+# checkpoint (a fine-tune, not a preset's Hub id) is not cached here; StarCoder2-15B has no
+# preset (a generically read family: model.pretrained on its config.json), so a dense model
+# of its size stands in.
 STAND_IN = {
     "Qwen/Qwen2.5-1.5B-Instruct": "Qwen/Qwen2.5-1.5B",
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": "Qwen/Qwen2.5-1.5B",
