@@ -30,40 +30,29 @@ ignored and rewritten; writes are atomic; a hit touches its entry, and each stor
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cfgcheck.compose import compose, primary_config
+from cfgcheck.diskcache import cache_root, read_entry, write_entry
+from cfgcheck.safeio import Limits
 
 # Bump when the stored layout changes, or what a composition must pass (2: the safeio screen,
 # so entries composed before it are not reused; 3: a tree with a ``cfgcheck:`` mapping node
 # keeps its interpolations, which locate its values).
 FORMAT = 3
 MAX_ENTRIES = 256  # stores prune the least recently used entries beyond this
+# an entry is a composed config: far below the bounds every config file is read under
+_ENTRY_LIMITS = Limits(max_bytes=64 << 20, max_depth=256, max_nodes=4_000_000, max_keys=500_000)
 _RESOLVER_CALL = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")
 _FOREIGN_RESOLVER = re.compile(r"\$\{\s*(?!oc\.)[A-Za-z_][\w.]*\s*:")
-
-
-def cache_root() -> Path | None:
-    """cfgcheck's cache folder (``CFGCHECK_CACHE_DIR``, else ``$XDG_CACHE_HOME/cfgcheck`` or
-    ``~/.cache/cfgcheck``), or ``None`` when ``CFGCHECK_NO_CACHE`` turns caching off. Each
-    cache keeps a subfolder: ``compose/`` here, ``traces/`` (:mod:`cfgcheck.memory.trace_cache`)."""
-    if os.environ.get("CFGCHECK_NO_CACHE"):
-        return None
-    explicit = os.environ.get("CFGCHECK_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cfgcheck"
 
 
 def cache_dir() -> Path | None:
@@ -162,14 +151,9 @@ def _needs_omegaconf(text: str) -> bool:
 
 
 def _load(path: Path) -> Any | None:
-    try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    entry = read_entry(path, _ENTRY_LIMITS)
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or "config" not in entry:
         return None
-    with contextlib.suppress(OSError):
-        os.utime(path)  # most recently used: kept by _prune
     if not entry.get("omegaconf"):
         return entry["config"]
     from omegaconf import OmegaConf
@@ -178,25 +162,7 @@ def _load(path: Path) -> Any | None:
 
 
 def _store(path: Path, entry: dict[str, Any]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(entry, f)
-        os.replace(tmp, path)
-        _prune(path.parent)
-    except OSError:
-        return  # a read-only or full disk only costs the next run its cache hit
-
-
-def _prune(directory: Path) -> None:
-    """Keep the :data:`MAX_ENTRIES` most recently used entries."""
-    entries = list(directory.glob("*.json"))
-    if len(entries) <= MAX_ENTRIES:
-        return
-    by_use = sorted(entries, key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    for stale in by_use[MAX_ENTRIES:]:
-        stale.unlink(missing_ok=True)
+    write_entry(path, entry, MAX_ENTRIES)
 
 
 def _survives_json(container: Any) -> bool:

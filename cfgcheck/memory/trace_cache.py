@@ -17,14 +17,14 @@ this order:
    which changes the LoRA targets and the module tree), so it builds its own.
    ``tests/test_trace_cache.py`` rebuilds every shipped trace and compares (slow), and checks
    that every preset read generically has one (fast), so they cannot drift.
-2. **The on-disk cache**, next to the composition cache (:func:`cfgcheck.compose_cache.
-   cache_root`): ``<cache>/traces/<sha256>.json``, keyed by the config's content, the
+2. **The on-disk cache**, next to the composition cache (:mod:`cfgcheck.diskcache`:
+   ``<cache>/traces/<sha256>.json``), keyed by the config's content, the
    installed transformers and torch versions (``importlib.metadata``, nothing imported), the
    bytes of ``traced.py`` and :data:`FORMAT`. ``CFGCHECK_NO_CACHE=1`` turns it off,
-   ``CFGCHECK_CACHE_DIR`` moves it. Writes are atomic (a temporary file renamed), each store
-   keeps the :data:`MAX_ENTRIES` most recently used, and an entry is read through
-   :mod:`cfgcheck.safeio` (a regular file of at most :data:`MAX_ENTRY_BYTES`, bounded JSON):
-   an entry that is unreadable, too large, malformed, of another key or ill-typed is ignored
+   ``CFGCHECK_CACHE_DIR`` moves it. Writes are atomic, each store keeps the
+   :data:`MAX_ENTRIES` most recently used, and an entry is read bounded (a regular file of at
+   most :data:`MAX_ENTRY_BYTES`, bounded JSON; :mod:`cfgcheck.diskcache`): an
+   entry that is unreadable, too large, malformed, of another key or ill-typed is ignored
    and rewritten. File names are hashes: nothing a config says chooses a path. The same
    store keeps a model folder's reading (:func:`cfgcheck.models.generic.generic_model`, the
    values transformers' config class gives), keyed by the whole ``config.json`` and the bytes
@@ -37,22 +37,25 @@ It keeps the in-process cache of :func:`cfgcheck.memory.traced.trace` and the sh
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from cfgcheck.diskcache import cache_root, read_entry, write_entry
+from cfgcheck.safeio import Limits
 
 # Bump when the stored layout of a trace changes.
 FORMAT = 1
 MAX_ENTRIES = 256  # traces kept on disk, the least recently used pruned beyond
 MAX_ENTRY_BYTES = 16 << 20  # the largest preset's trace is ~240 KB of JSON
+_ENTRY_LIMITS = Limits(
+    max_bytes=MAX_ENTRY_BYTES, max_depth=8, max_nodes=4_000_000, max_keys=500_000
+)
 SHIPPED = Path(__file__).resolve().parent / "traces"
 _TRACED_PY = Path(__file__).resolve().parent / "traced.py"
 _disk = True
@@ -66,7 +69,6 @@ def use_disk(on: bool) -> None:
 
 def trace_dir() -> Path | None:
     """The on-disk cache's folder, or ``None`` when it is off."""
-    from cfgcheck.compose_cache import cache_root
 
     root = cache_root() if _disk else None
     return None if root is None else root / "traces"
@@ -153,22 +155,11 @@ def load(key: str, kind: str = "trace", code: Sequence[Path] = ()) -> dict[str, 
     path = _entry_path(key, code)
     if path is None:
         return None
-    from cfgcheck.safeio import Limits, UnsafeInput, decode, load_json_text, read_bytes
-
-    limits = Limits(max_bytes=MAX_ENTRY_BYTES, max_depth=8, max_nodes=4_000_000, max_keys=500_000)
-    try:
-        text = decode(read_bytes(path, MAX_ENTRY_BYTES), path.name)
-        entry = load_json_text(text, path.name, limits)
-    except UnsafeInput:  # missing, not a regular file, too large, not UTF-8, malformed
-        return None
+    entry = read_entry(path, _ENTRY_LIMITS)
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != key:
         return None
     value = entry.get(kind)
-    if not isinstance(value, dict):
-        return None
-    with contextlib.suppress(OSError):
-        os.utime(path)  # most recently used: kept by _prune
-    return value
+    return value if isinstance(value, dict) else None
 
 
 def store(key: str, value: dict[str, Any], kind: str = "trace", code: Sequence[Path] = ()) -> None:
@@ -176,37 +167,7 @@ def store(key: str, value: dict[str, Any], kind: str = "trace", code: Sequence[P
     path = _entry_path(key, code)
     if path is None:
         return
-    text = json.dumps({"format": FORMAT, "key": key, kind: value}, separators=(",", ":"))
-    if len(text.encode()) > MAX_ENTRY_BYTES:
+    entry = {"format": FORMAT, "key": key, kind: value}
+    if len(json.dumps(entry, separators=(",", ":")).encode()) > MAX_ENTRY_BYTES:
         return  # never read back: not written
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _prune(path.parent)
-    except OSError:
-        return  # a read-only or full disk only costs the next run its cache hit
-
-
-def _prune(directory: Path) -> None:
-    """Keep the :data:`MAX_ENTRIES` most recently used entries."""
-    entries = list(directory.glob("*.json"))
-    if len(entries) <= MAX_ENTRIES:
-        return
-    by_use = sorted(entries, key=_used, reverse=True)
-    for stale in by_use[MAX_ENTRIES:]:
-        with contextlib.suppress(OSError):
-            stale.unlink(missing_ok=True)
-
-
-def _used(path: Path) -> int:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:  # pruned by another process meanwhile
-        return 0
+    write_entry(path, entry, MAX_ENTRIES)

@@ -19,13 +19,14 @@ directory's): a hit costs a few ``stat`` calls. ``CFGCHECK_NO_CACHE=1`` lists th
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
+from typing import Any
 
+from cfgcheck.diskcache import cache_root, read_entry, write_entry
 from cfgcheck.errors import ConfigLoadError
+from cfgcheck.safeio import Limits
 
 GROUP = "cfgcheck.rules"
 
@@ -37,13 +38,8 @@ _failure: str | None = None
 
 
 def _cache_file() -> Path | None:
-    if os.environ.get("CFGCHECK_NO_CACHE"):
-        return None
-    explicit = os.environ.get("CFGCHECK_CACHE_DIR")
-    if explicit:
-        return Path(explicit) / "plugins.json"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cfgcheck" / "plugins.json"
+    root = cache_root()
+    return None if root is None else root / "plugins.json"
 
 
 def _fingerprint() -> str:
@@ -69,6 +65,7 @@ def _scan() -> list[Row]:
 
 
 MAX_KEYS = 16  # interpreters / sys.path layouts remembered (a venv, its console script...)
+_ENTRY_LIMITS = Limits(max_bytes=4 << 20, max_depth=8)
 
 
 def discovered() -> list[Row]:
@@ -78,7 +75,7 @@ def discovered() -> list[Row]:
     known: dict[str, list[Row]] = {}
     if path is not None:
         try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
+            entry: Any = read_entry(path, _ENTRY_LIMITS)
             known = {
                 str(k): [(str(a), str(b), str(c)) for a, b, c in rows]
                 for k, rows in entry["keys"].items()
@@ -92,14 +89,7 @@ def discovered() -> list[Row]:
         known.pop(key, None)
         kept = dict(list(known.items())[-(MAX_KEYS - 1) :])
         kept[key] = rows
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"keys": kept}, f)
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        write_entry(path, {"keys": kept})
     return rows
 
 
