@@ -69,3 +69,19 @@ class Seq:
             self.alloc(self.workspace)
             if thread == "forward":
                 self.alloc(self.lt_workspace)
+
+
+def one_plain_gpu(t: TrainerConfig) -> bool:
+    """What every generated step assumes of the trainer: one GPU, one sequence per sample, no
+    context parallelism, no activation or optimizer/parameter offload, no reference model
+    (gpu_measure.py's loop; the generators add what they model beyond it)."""
+    return (
+        t.framework == "hf"
+        and t.devices * t.num_nodes == 1
+        and t.sequences_per_sample == 1
+        and t.context_parallel == 1
+        and not t.activation_offloading
+        and not t.reference_model
+        and t.offload.optimizer == "none"
+        and t.offload.params == "none"
+    )

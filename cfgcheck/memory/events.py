@@ -55,7 +55,7 @@ from __future__ import annotations
 from cfgcheck.memory import layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
-from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace
+from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace, one_plain_gpu
 from cfgcheck.memory.events_liger import covered_fused, fused_loss
 from cfgcheck.memory.modules import architecture_of
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
@@ -76,20 +76,13 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
 
 def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return (
-        t.framework == "hf"
+        one_plain_gpu(t)
         and t.quantization == "none"
         and not m.weight_format
         and not (m.n_expert or 0)
-        and t.devices * t.num_nodes == 1
         and t.optimizer in ("adamw", "sgd")
         and (t.loss_chunking == "none" or covered_fused(m, t))
         and not t.precision.endswith("-mixed")
-        and t.sequences_per_sample == 1
-        and t.context_parallel == 1
-        and not t.activation_offloading
-        and not t.reference_model
-        and t.offload.optimizer == "none"
-        and t.offload.params == "none"
     )
 
 

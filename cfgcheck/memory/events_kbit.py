@@ -36,7 +36,7 @@ The mechanisms, per source:
 from __future__ import annotations
 
 from cfgcheck.memory.allocsim import END, REPEAT, Event
-from cfgcheck.memory.event_seq import Seq, blas_workspace
+from cfgcheck.memory.event_seq import Seq, blas_workspace, one_plain_gpu
 from cfgcheck.memory.kbit_layer import Layout, layer_backward, layer_forward
 from cfgcheck.memory.kbit_ops import (
     ATTN_IN,
@@ -68,7 +68,7 @@ def kbit_covered(m: ModelConfig, t: TrainerConfig) -> bool:
     full rotary, sdpa, a causal LM head) as gpu_measure.py runs it: transformers + PEFT +
     bitsandbytes, one GPU, adapters on the block's linears only."""
     if not (
-        t.framework == "hf"
+        one_plain_gpu(t)
         and t.quantization in FOUR_BIT
         and t.finetuning in ("qlora", "lora")
         and t.precision == "bf16-true"
@@ -84,15 +84,8 @@ def kbit_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and {x.name for x in block_linears(m)} == LLAMA_LINEARS
         and not any(x.bias for x in block_linears(m))
         and t.attention == "sdpa"
-        and t.devices * t.num_nodes == 1
         and t.optimizer in ("adamw", "sgd", "adamw_8bit", "paged_adamw_8bit")
         and t.loss_chunking == "none"
-        and t.sequences_per_sample == 1
-        and t.context_parallel == 1
-        and not t.activation_offloading
-        and not t.reference_model
-        and t.offload.optimizer == "none"
-        and t.offload.params == "none"
     ):
         return False
     adapted = adapted_modules(m, t.lora.targets, t.framework)
