@@ -50,6 +50,7 @@ from cfgcheck.memory.stack import (
     compute_bytes,
     fp32_weight_norm,
     quantized,
+    sdpa_math,
     stack,
 )
 from cfgcheck.memory.traced import text_config
@@ -318,6 +319,8 @@ def _eager_v_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     x = latent.mla(m)
     if x:
         return latent.eager_v_bytes(x, m.n_head, s.act, t.micro_batch_size == 1)
+    if sdpa_math(m, t):
+        return 4 * m.n_head * m.head_dim  # the math kernel's fp32 v, broadcast to every head
     fused = any(len(lin.roles) == 3 for lin in block_linears(m))
     if s.kv_expanded or (fused and t.micro_batch_size == 1):
         return 0
@@ -406,6 +409,10 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
         )
         masked_sdpa = kernel == "sdpa" and masked
         return LayerActivations(per_token=per_token, attention_scores=scores or p * masked_sdpa)
+    if sdpa_math(m, t):
+        # torch's math kernel (stack.sdpa_math): fp32 q, k and v, k and v broadcast to every
+        # head, and the fp32 softmax output (no 16-bit copy: its matmul with v runs in fp32)
+        return LayerActivations(per_token=4 * 3 * a * d, attention_scores=4 * a)
     total = 0
     expanded = kernel == "eager" or (kernel == "sdpa" and masked) or s.kv_expanded
     kv_width = a * d if expanded else kv * d

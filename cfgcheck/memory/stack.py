@@ -239,9 +239,29 @@ def attention(m: ModelConfig, t: TrainerConfig) -> str:
         tr = traced(m)
         if tr is not None and not tr.supports_sdpa:  # gpt-oss: _supports_sdpa = False
             return "eager"
+        if sdpa_math(m, t):
+            return "eager"
     if t.framework == "litgpt" and m.attention_logit_softcapping:
         return "eager"
     return t.attention
+
+
+def sdpa_math(m: ModelConfig, t: TrainerConfig) -> bool:
+    """sdpa that runs torch's math kernel, an eager attention in fp32: Falcon-7B's layout
+    (``new_decoder_architecture=False`` with ``multi_query``) hands sdpa one k/v head against
+    ``n_head`` query heads, without ``enable_gqa``, and always a materialized mask
+    (transformers 5.24 models/falcon/modeling_falcon.py lines 313-345: ``num_kv_heads =
+    self.num_heads if self.new_decoder_architecture else self.num_kv_heads``,
+    ``scaled_dot_product_attention(query_layer, key_layer, value_layer,
+    attn_mask=attention_mask, ...)``; line 760 ``allow_is_causal_skip=False``). torch's fused
+    kernels need as many k/v heads as query heads unless ``enable_gqa`` (aten sdp_utils
+    ``check_batch_size_and_num_heads_dense``), so the math kernel runs: it casts a 16-bit q, k
+    and v to fp32, broadcasts k and v to every head in its matmuls and keeps the fp32 softmax
+    (measured on CPU, tests/test_memory_layers_arch.py ``falcon7b``)."""
+    if t.framework != "hf" or t.attention != "sdpa" or architecture_of(m) != "falcon":
+        return False
+    hf = m.hf_config or {}
+    return not hf.get("new_decoder_architecture", False) and m.kv_heads < m.n_head
 
 
 def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: int) -> bool:
