@@ -127,7 +127,9 @@ def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]
     softmax_fp32 = arch not in ("gpt2", "gpt_oss") or s.linear_cast
     # partial rotary elsewhere concatenates alike (GPT-NeoX, StableLM ``apply_rotary_pos_emb``:
     # ``torch.cat([q_embed, q_pass], dim=-1)``)
-    rope_cat = arch in ("phi", "phi3") or m.rotary_fraction < 1
+    # but GPT-J concatenates in (batch, seq, heads, dim) and transposes after (models/gptj/
+    # modeling_gptj.py lines 146-161): the kernel's output is laid out for the projection
+    rope_cat = arch in ("phi", "phi3") or (m.rotary_fraction < 1 and arch != "gptj")
     return softmax_fp32, rope_cat, arch != "gpt2"
 
 
@@ -443,6 +445,10 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
         scores = a * (4 + (p if p == 2 else 0)) if softmax_fp32 else a * p
         if m.attention_logit_softcapping:
             scores += a * p  # tanh output of the soft-capping
+        if s.framework == "hf" and architecture_of(m) == "gptj" and not s.linear_cast:
+            # ``torch.matmul(query.to(torch.float32), key.to(torch.float32)...)`` keeps fp32
+            # q and k instead of the 16-bit ones (models/gptj/modeling_gptj.py line 91)
+            total += (4 - p) * (a * d + kv_width)
         if s.framework == "hf" and gpt_oss.is_gpt_oss(m):
             total += gpt_oss.sink_bytes(m, s)  # the sink column, the row maximum's indices
     else:

@@ -41,10 +41,12 @@ torchtune: LoRA weights in the model dtype (torchtune/modules/peft/lora.py); not
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TypedDict
 
 from cfgcheck.memory.modules import architecture_of, traced
+from cfgcheck.memory.traced import text_config
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
@@ -115,7 +117,7 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
             adapter_input_copy=copy,
             quantized_saves_input=t.quantization == "int8",
             kbit_upcast=upcast,
-            gelu_saved=4 if m.architecture in (None, "phi", "gpt2") else 1,
+            gelu_saved=_gelu_saved(m),
             mask_when_packed=True,
             # GemmaRMSNorm multiplies in fp32 and casts after ((x * w).to(dtype), transformers
             # models/gemma/modeling_gemma.py), OLMo 2's too; Llama's casts first (x.to(dtype) * w)
@@ -144,6 +146,41 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
         experts=p,
         **litgpt_layout(t, t.framework == "litgpt"),
     )
+
+
+def _gelu_saved(m: ModelConfig) -> int:
+    """Intermediate-size tensors transformers' GELU keeps: four for ``gelu_new``, written out
+    in tensor ops (``NewGELUActivation``: ``0.5 * input * (1.0 + torch.tanh(...))``,
+    transformers 5.24 activations.py; GPT-2, Phi, GPT-J), one for ``nn.functional.gelu``."""
+    if m.architecture in (None, "phi", "gpt2"):
+        return 4
+    return 4 if hf_activation(m) == "gelu_new" else 1
+
+
+def hf_activation(m: ModelConfig) -> str | None:
+    """The MLP activation of a family read generically: its config.json's
+    ``activation_function`` (GPT-J) or ``hidden_act``, else the config class's default."""
+    if m.hf_config is None:
+        return None
+    text = text_config(m.hf_config)
+    for key in ("activation_function", "hidden_act", "hidden_activation"):
+        if isinstance(text.get(key), str):
+            return str(text[key])
+    return _default_activation(str(m.hf_config.get("model_type")))
+
+
+@functools.lru_cache(maxsize=64)
+def _default_activation(model_type: str) -> str | None:
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        cfg = CONFIG_MAPPING[model_type]().get_text_config()
+    except (ImportError, KeyError, TypeError, ValueError):
+        return None
+    for key in ("activation_function", "hidden_act", "hidden_activation"):
+        if isinstance(getattr(cfg, key, None), str):
+            return str(getattr(cfg, key))
+    return None
 
 
 class LitgptLayout(TypedDict):
