@@ -209,8 +209,8 @@ def layer_activations(
     qkv_dropout = False  # LitGPT: the fused qkv's one dropout is counted once
     qkv_zero_pad_done = False
     for lin in block_linears(m):
-        if upto_softmax and lin.source != "attn_in":
-            continue
+        if upto_softmax and (lin.source != "attn_in" or _mlp_role(lin)):
+            continue  # a shared norm's MLP linears read attn_in too: released by then
         if x and lin.name in latent.LATENT_INPUTS:
             # MLA's q_b_proj / kv_b_proj read a latent norm's output (its own cast under
             # autocast), kept once by the trained linear or its adapter (mla.py)
@@ -279,6 +279,10 @@ def layer_activations(
     fixed = _norm_fixed(m, s) * n_norms + _expert_share(m, t, _expert_lora_weights(m, t, s))
     fixed += _qk_fixed(m, s)
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
+
+
+def _mlp_role(lin: Linear) -> bool:
+    return bool({"gate_proj", "up_proj", "down_proj"} & set(lin.roles))
 
 
 def _qk_norm_bytes(m: ModelConfig, p: int, full: bool) -> int:
