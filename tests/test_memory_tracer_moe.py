@@ -400,7 +400,7 @@ def test_cohere_block_matches_the_trace(
 # Parallel blocks with one shared norm, as the published checkpoints lay them out: Falcon-7B
 # (tiiuae/falcon-7b config.json: new_decoder_architecture false, parallel_attn, multi_query,
 # no alibi, no bias) and GPT-J (EleutherAI/gpt-j-6b: rotary_dim 64 of 256 per head, gelu_new,
-# biased MLP); tests/test_model_folders_parallel.py checks the full-size parameter counts.
+# biased MLP); tests/test_models_recent.py checks the full-size readings and parameter counts.
 PARALLEL: dict[str, dict[str, Any]] = {
     "falcon-7b": {"model_type": "falcon", "new_decoder_architecture": False,
                   "parallel_attn": True, "multi_query": True, "alibi": False, "bias": False},
