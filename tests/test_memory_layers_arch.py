@@ -536,7 +536,9 @@ GENERIC_MATRIX = [
 ]
 
 
-@pytest.mark.parametrize(("name", "precision", "mode", "kernel", "batch", "targets"), GENERIC_MATRIX)
+@pytest.mark.parametrize(
+    ("name", "precision", "mode", "kernel", "batch", "targets"), GENERIC_MATRIX
+)
 def test_parallel_block_layer_bytes_equal_transformers(
     name: str, precision: str, mode: str, kernel: str, batch: str, targets: list[str] | None
 ) -> None:
