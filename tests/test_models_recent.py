@@ -502,12 +502,19 @@ def test_parallel_blocks_are_read_as_transformers_builds_them(tmp_path: Path, hu
     assert m.parallel_residual and m.shared_attention_norm and m.norm == "layernorm"
     assert {x.source for x in block_linears(m)} == {"attn_in", "attn_out", "mlp_act"}
     assert m.mlp == "gelu" and m.mlp_width == 4 * m.n_embd
+    from cfgcheck.memory.estimate import _act_note
+    from cfgcheck.schema import TrainerConfig
+
+    # the activations row's note in ``cfgcheck memory``
+    note = _act_note(m, TrainerConfig(micro_batch_size=1, attention="sdpa"), masked=False)
     if hub_id == "tiiuae/falcon-7b":
         assert (m.n_head, m.kv_heads, m.head_dim) == (71, 1, 64)
         assert m.rotary_fraction == 1.0
+        assert note.startswith("sdpa (torch's fp32 math kernel: one k/v head)")
     else:
         attn = model.transformer.h[0].attn
         assert (m.n_head, m.kv_heads, m.head_dim) == (16, 16, attn.head_dim)
         assert m.rotary_fraction * m.head_dim == attn.rotary_dim == 64
         assert hf_activation(m) == "gelu_new"
         assert {x.name: x.roles for x in block_linears(m)}["fc_out"] == ("down_proj",)
+        assert note.startswith("sdpa") and "math" not in note
