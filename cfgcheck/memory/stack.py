@@ -291,10 +291,13 @@ def sdpa_math(m: ModelConfig, t: TrainerConfig) -> bool:
     self.num_heads if self.new_decoder_architecture else self.num_kv_heads``,
     ``scaled_dot_product_attention(query_layer, key_layer, value_layer,
     attn_mask=attention_mask, ...)``; line 760 ``allow_is_causal_skip=False``). torch's fused
-    kernels need as many k/v heads as query heads unless ``enable_gqa`` (aten sdp_utils
-    ``check_batch_size_and_num_heads_dense``), so the math kernel runs: it casts a 16-bit q, k
-    and v to fp32, broadcasts k and v to every head in its matmuls and keeps the fp32 softmax
-    (measured on CPU, tests/test_memory_layers_arch.py ``falcon7b``)."""
+    kernels need as many k/v heads as query heads unless ``enable_gqa`` (aten
+    native/transformers/sdp_utils_cpp.h ``check_batch_size_and_num_heads_dense``; on CPU
+    ``torch._fused_sdp_choice`` picks the math backend for these shapes, the flash one for
+    equal heads), so the math kernel runs: it casts a 16-bit q, k and v to fp32, broadcasts k
+    and v to every head in its matmuls and keeps the fp32 softmax (measured on CPU,
+    tests/test_memory_layers_arch.py ``test_parallel_block_layer_bytes_equal_transformers``;
+    not measured on a GPU, which coverage.py says)."""
     if t.framework != "hf" or t.attention != "sdpa" or architecture_of(m) != "falcon":
         return False
     hf = m.hf_config or {}
