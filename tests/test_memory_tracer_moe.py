@@ -420,8 +420,8 @@ def test_parallel_block_family_matches_the_trace(
     fused kernel it was -54.6 % full, -63 % LoRA, -66 % / -70 % checkpointed); GPT-J's
     ``rotary_dim`` and ``gelu_new`` (four saved tensors) were not read (-30.9 % full, -17.3 %
     LoRA). One ``input_layernorm`` / ``ln_1`` output feeds attention and MLP, kept once.
-    Falcon's checkpointed LoRA under autocast is over the trace by 5.9 % (the safe side: the
-    math kernel's backward moment, attention_backward.moment_bytes, counted as eager's)."""
+    Checkpointed, Falcon's layer inputs include its boolean sdpa mask, built padded or not
+    (activations.checkpoint_mask_bytes; as an eager fp32 mask +5.9 % under autocast)."""
     import torch
 
     from tests.alloc_tracer import compare
@@ -435,9 +435,7 @@ def test_parallel_block_family_matches_the_trace(
         c = compare(run)
     label = f"{name} {finetuning} ckpt={checkpointing} {precision}: {100 * c.error:+.1f}%"
     print(label)
-    over = 0.06 if (name, finetuning, checkpointing, precision) == (
-        "falcon-7b", "lora", True, "bf16-mixed") else OVER  # fmt: skip
-    assert UNDER <= c.error <= over, label
+    assert UNDER <= c.error <= OVER, label
 
 
 MLA: dict[str, dict[str, Any]] = {

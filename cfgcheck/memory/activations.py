@@ -815,11 +815,17 @@ def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bo
     hands it to every decoder layer; a checkpointed layer keeps its inputs for the
     recomputation (torch.utils.checkpoint), so the mask lives until the first layer's backward
     (CPU-traced). flash-attention gets no 4D mask; LitGPT passes none in training."""
-    if not t.gradient_checkpointing or not masked or stack(m, t).framework != "hf":
+    if not t.gradient_checkpointing or stack(m, t).framework != "hf":
         return 0
     # a model with sliding and full layers gets one mask of each kind, both layer inputs
     # (:func:`_mask_kinds`; CPU-traced on gpt-oss)
     kinds = _mask_kinds(m, seq)
+    if sdpa_math(m, t):
+        # Falcon's boolean sdpa mask, built padded or not (``allow_is_causal_skip=False``,
+        # models/falcon/modeling_falcon.py line 760), not an eager mask
+        return kinds * seq * seq
+    if not masked:
+        return 0
     kernel = attention(m, t)
     if kernel == "sdpa":
         return kinds * seq * seq
