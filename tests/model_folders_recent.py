@@ -317,6 +317,22 @@ RECENT: dict[str, dict[str, Any]] = {
         "parallel_attn": True,
         "vocab_size": 65024,
     },
+    # https://huggingface.co/EleutherAI/gpt-j-6b/blob/main/config.json (the shape keys)
+    "EleutherAI/gpt-j-6b": {
+        "activation_function": "gelu_new",
+        "architectures": ["GPTJForCausalLM"],
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "gptj",
+        "n_embd": 4096,
+        "n_head": 16,
+        "n_inner": None,
+        "n_layer": 28,
+        "n_positions": 2048,
+        "rotary": True,
+        "rotary_dim": 64,
+        "tie_word_embeddings": False,
+        "vocab_size": 50400,
+    },
     # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/main/config.json
     "stabilityai/stablelm-2-1_6b": {
         "architectures": ["StableLmForCausalLM"],
@@ -416,6 +432,9 @@ PUBLISHED_PARAMS: dict[str, tuple[float, float | None, float]] = {
     "HuggingFaceTB/SmolLM3-3B": (3.1, None, 0.05),  # the Hub's safetensors count: 3.08B
     "allenai/OLMo-2-1124-7B": (7.3, None, 0.05),  # the Hub's safetensors count: 7.3B
     "tiiuae/falcon-7b": (6.9, None, 0.05),  # the Hub's safetensors count: 6.92B
+    # model card: 6,053,381,344 (6.05B); the model transformers builds from the config has
+    # 6,050,882,784
+    "EleutherAI/gpt-j-6b": (6.05, None, 0.005),
     "stabilityai/stablelm-2-1_6b": (1.6, None, 0.05),  # model card: 1.6B (1,644,417,024)
     "bigcode/starcoder2-7b": (7.2, None, 0.05),  # the Hub's safetensors count: 7.17B
     "ibm-granite/granite-3.1-8b-base": (8.2, None, 0.05),  # the Hub's count: 8.17B

@@ -38,7 +38,7 @@ from cfgcheck.memory import activations as act
 from cfgcheck.memory import weights
 from cfgcheck.memory.modules import architecture_of, block_linears
 from cfgcheck.memory.params import adapted_modules
-from cfgcheck.memory.stack import attention, stack
+from cfgcheck.memory.stack import attention, sdpa_math, stack
 from cfgcheck.schema import ModelConfig, TrainerConfig
 from tests.saved_tensors import saved_storages
 
@@ -167,7 +167,8 @@ def saved_bytes(m: ModelConfig, t: TrainerConfig, b: Batch, reentrant: bool = Fa
     from cfgcheck.memory.hf_shapes import hf_config
 
     cfg = hf_config(m)
-    cfg._attn_implementation = attention(m, t)  # the kernel cfgcheck says transformers runs
+    # the kernel cfgcheck says transformers runs; sdpa where it falls back to the math kernel
+    cfg._attn_implementation = "sdpa" if sdpa_math(m, t) else attention(m, t)
     if architecture_of(m) == "gpt2" and attention(m, t) != "eager":
         cfg.attn_pdrop = 0.0  # module docstring: CPU sdpa with dropout is the math kernel
     torch.manual_seed(0)
@@ -493,3 +494,62 @@ def test_the_sample_covers_every_setting() -> None:
     for i, values in ((3, {0.0, 0.1}), (4, set(PRECISIONS)), (5, set(BATCHES))):
         assert {c[i] for c in cases} == values
     assert {c[6] for c in cases} == {"eager", "sdpa"}
+
+
+# --- parallel blocks read generically from their config.json (cfgcheck.models.generic) ------
+
+
+def generic_shape(name: str, n_layer: int) -> ModelConfig:
+    """The tiny Falcon-7B / GPT-J layouts of the tracer test, ``n_layer`` layers built."""
+    from cfgcheck.models.generic import generic_model
+    from tests.test_memory_tracer_moe import PARALLEL, SMALL
+
+    data = {**SMALL, "intermediate_size": 96, **PARALLEL[name], "num_hidden_layers": n_layer}
+    model = {k: v.value for k, v in generic_model(data, "config.json", "").items()}
+    return ModelConfig.model_validate({"name": name, "vocab_size": 256, **model})
+
+
+def generic_per_layer_extra(m: ModelConfig, t: TrainerConfig, b: Batch) -> int:
+    """Per layer, what the estimate leaves out: GPT-J's sin and cos tables, made in each
+    layer's attention and kept by ``apply_rotary_pos_emb`` for q and k (four (rows, seq, 1,
+    rotary_dim) tensors in the residual dtype; one row unless the batch carries position ids;
+    models/gptj/modeling_gptj.py lines 146-154), and Falcon's two int64 split indices (line
+    272)."""
+    if architecture_of(m) == "falcon":
+        return 16
+    rows = b.rows if b.kind == "packed" else 1
+    rotary = int(m.head_dim * m.rotary_fraction)
+    return 4 * stack(m, t).residual * rotary * rows * b.seq
+
+
+GENERIC_MATRIX = [
+    ("falcon-7b", "bf16-true", "full", "sdpa", "padded", None),
+    ("falcon-7b", "bf16-mixed", "full", "sdpa", "unpadded", None),
+    ("falcon-7b", "32-true", "frozen", "sdpa", "packed", None),
+    ("falcon-7b", "bf16-true", "lora", "sdpa", "unpadded", ["query_key_value"]),
+    ("falcon-7b", "bf16-mixed", "lora", "sdpa", "padded", ["query_key_value", "dense_4h_to_h"]),
+    ("gpt-j", "bf16-true", "full", "sdpa", "padded", None),
+    ("gpt-j", "bf16-mixed", "full", "eager", "unpadded", None),
+    ("gpt-j", "32-true", "frozen", "eager", "packed", None),
+    ("gpt-j", "bf16-true", "full", "eager", "packed", None),
+    ("gpt-j", "bf16-true", "lora", "sdpa", "unpadded", ["q_proj", "v_proj", "fc_in"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "precision", "mode", "kernel", "batch", "targets"), GENERIC_MATRIX
+)
+def test_parallel_block_layer_bytes_equal_transformers(
+    name: str, precision: str, mode: str, kernel: str, batch: str, targets: list[str] | None
+) -> None:
+    """Falcon-7B (sdpa's math kernel: fp32 q, k, v broadcast to every head and the fp32
+    softmax) and GPT-J (``rotary_dim``, ``gelu_new``'s four tensors, eager's fp32 q and k),
+    one shared norm each: one layer's saved tensors to the byte. Falcon's eager attention is
+    not here: it softmaxes in the compute dtype (line 352), counted in fp32 (over)."""
+    t = trainer(precision, mode, kernel, targets)
+    b = Batch(batch)
+    mh, ml = generic_shape(name, 2), generic_shape(name, 1)
+    measured = saved_bytes(mh, t, b) - saved_bytes(ml, t, b)
+    expected = formula(mh, t, b) - formula(ml, t, b) + generic_per_layer_extra(mh, t, b)
+    expected += cpu_minus_cuda(mh, t, b, 1, head=False)
+    assert measured == expected, (measured, expected, measured - expected)

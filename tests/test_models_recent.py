@@ -487,3 +487,34 @@ def test_cohere_block_is_read_as_transformers_builds_it(qk_norm: bool) -> None:
     assert m.parallel_residual and m.shared_attention_norm
     assert m.norm == "cohere_layernorm" and m.norm_qk == qk_norm
     assert count_params(m).total == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("hub_id", ["tiiuae/falcon-7b", "EleutherAI/gpt-j-6b"])
+def test_parallel_blocks_are_read_as_transformers_builds_them(tmp_path: Path, hub_id: str) -> None:
+    """Falcon-7B (one k/v head, ``multi_query``; the 4 x hidden MLP FalconMLP builds) and
+    GPT-J (``rotary_dim`` 64 of 256 per head, ``gelu_new``, fc_in/fc_out): one block norm
+    feeding attention and MLP, its output read once by both (modules.block_linears)."""
+    from cfgcheck.memory.modules import block_linears
+    from cfgcheck.memory.stack import hf_activation
+
+    m = model_of(tmp_path, hub_id)
+    model = meta_model(RECENT[hub_id])
+    assert m.parallel_residual and m.shared_attention_norm and m.norm == "layernorm"
+    assert {x.source for x in block_linears(m)} == {"attn_in", "attn_out", "mlp_act"}
+    assert m.mlp == "gelu" and m.mlp_width == 4 * m.n_embd
+    from cfgcheck.memory.estimate import _act_note
+    from cfgcheck.schema import TrainerConfig
+
+    # the activations row's note in ``cfgcheck memory``
+    note = _act_note(m, TrainerConfig(micro_batch_size=1, attention="sdpa"), masked=False)
+    if hub_id == "tiiuae/falcon-7b":
+        assert (m.n_head, m.kv_heads, m.head_dim) == (71, 1, 64)
+        assert m.rotary_fraction == 1.0
+        assert note.startswith("sdpa (torch's fp32 math kernel: one k/v head)")
+    else:
+        attn = model.transformer.h[0].attn
+        assert (m.n_head, m.kv_heads, m.head_dim) == (16, 16, attn.head_dim)
+        assert m.rotary_fraction * m.head_dim == attn.rotary_dim == 64
+        assert hf_activation(m) == "gelu_new"
+        assert {x.name: x.roles for x in block_linears(m)}["fc_out"] == ("down_proj",)
+        assert note.startswith("sdpa") and "math" not in note

@@ -50,6 +50,7 @@ from cfgcheck.memory.stack import (
     compute_bytes,
     fp32_weight_norm,
     quantized,
+    sdpa_math,
     stack,
 )
 from cfgcheck.memory.traced import text_config
@@ -126,7 +127,9 @@ def _transformers_attention(m: ModelConfig, s: Stack) -> tuple[bool, bool, bool]
     softmax_fp32 = arch not in ("gpt2", "gpt_oss") or s.linear_cast
     # partial rotary elsewhere concatenates alike (GPT-NeoX, StableLM ``apply_rotary_pos_emb``:
     # ``torch.cat([q_embed, q_pass], dim=-1)``)
-    rope_cat = arch in ("phi", "phi3") or m.rotary_fraction < 1
+    # but GPT-J concatenates in (batch, seq, heads, dim) and transposes after (models/gptj/
+    # modeling_gptj.py lines 146-161): the kernel's output is laid out for the projection
+    rope_cat = arch in ("phi", "phi3") or (m.rotary_fraction < 1 and arch != "gptj")
     return softmax_fp32, rope_cat, arch != "gpt2"
 
 
@@ -206,8 +209,8 @@ def layer_activations(
     qkv_dropout = False  # LitGPT: the fused qkv's one dropout is counted once
     qkv_zero_pad_done = False
     for lin in block_linears(m):
-        if upto_softmax and lin.source != "attn_in":
-            continue
+        if upto_softmax and (lin.source != "attn_in" or _mlp_role(lin)):
+            continue  # a shared norm's MLP linears read attn_in too: released by then
         if x and lin.name in latent.LATENT_INPUTS:
             # MLA's q_b_proj / kv_b_proj read a latent norm's output (its own cast under
             # autocast), kept once by the trained linear or its adapter (mla.py)
@@ -278,6 +281,10 @@ def layer_activations(
     return LayerActivations(per_token=total, attention_scores=scores, per_layer=fixed)
 
 
+def _mlp_role(lin: Linear) -> bool:
+    return bool({"gate_proj", "up_proj", "down_proj"} & set(lin.roles))
+
+
 def _qk_norm_bytes(m: ModelConfig, p: int, full: bool) -> int:
     """RMSNorm per q and k head: fp32 input and one statistic per head, and when its weight
     trains the normalized tensor (in the q/k dtype) that multiplies it; Cohere's q/k
@@ -318,6 +325,8 @@ def _eager_v_bytes(m: ModelConfig, t: TrainerConfig, s: Stack) -> int:
     x = latent.mla(m)
     if x:
         return latent.eager_v_bytes(x, m.n_head, s.act, t.micro_batch_size == 1)
+    if sdpa_math(m, t):
+        return 4 * m.n_head * m.head_dim  # the math kernel's fp32 v, broadcast to every head
     fused = any(len(lin.roles) == 3 for lin in block_linears(m))
     if s.kv_expanded or (fused and t.micro_batch_size == 1):
         return 0
@@ -406,6 +415,10 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
         )
         masked_sdpa = kernel == "sdpa" and masked
         return LayerActivations(per_token=per_token, attention_scores=scores or p * masked_sdpa)
+    if sdpa_math(m, t):
+        # torch's math kernel (stack.sdpa_math): fp32 q, k and v, k and v broadcast to every
+        # head, and the fp32 softmax output (no 16-bit copy: its matmul with v runs in fp32)
+        return LayerActivations(per_token=4 * 3 * a * d, attention_scores=4 * a)
     total = 0
     expanded = kernel == "eager" or (kernel == "sdpa" and masked) or s.kv_expanded
     kv_width = a * d if expanded else kv * d
@@ -436,6 +449,10 @@ def _attention_core(m: ModelConfig, t: TrainerConfig, s: Stack, masked: bool) ->
         scores = a * (4 + (p if p == 2 else 0)) if softmax_fp32 else a * p
         if m.attention_logit_softcapping:
             scores += a * p  # tanh output of the soft-capping
+        if s.framework == "hf" and architecture_of(m) == "gptj" and not s.linear_cast:
+            # ``torch.matmul(query.to(torch.float32), key.to(torch.float32)...)`` keeps fp32
+            # q and k instead of the 16-bit ones (models/gptj/modeling_gptj.py line 91)
+            total += (4 - p) * (a * d + kv_width)
         if s.framework == "hf" and gpt_oss.is_gpt_oss(m):
             total += gpt_oss.sink_bytes(m, s)  # the sink column, the row maximum's indices
     else:
@@ -798,11 +815,17 @@ def checkpoint_mask_bytes(m: ModelConfig, t: TrainerConfig, seq: int, masked: bo
     hands it to every decoder layer; a checkpointed layer keeps its inputs for the
     recomputation (torch.utils.checkpoint), so the mask lives until the first layer's backward
     (CPU-traced). flash-attention gets no 4D mask; LitGPT passes none in training."""
-    if not t.gradient_checkpointing or not masked or stack(m, t).framework != "hf":
+    if not t.gradient_checkpointing or stack(m, t).framework != "hf":
         return 0
     # a model with sliding and full layers gets one mask of each kind, both layer inputs
     # (:func:`_mask_kinds`; CPU-traced on gpt-oss)
     kinds = _mask_kinds(m, seq)
+    if sdpa_math(m, t):
+        # Falcon's boolean sdpa mask, built padded or not (``allow_is_causal_skip=False``,
+        # models/falcon/modeling_falcon.py line 760), not an eager mask
+        return kinds * seq * seq
+    if not masked:
+        return 0
     kernel = attention(m, t)
     if kernel == "sdpa":
         return kinds * seq * seq

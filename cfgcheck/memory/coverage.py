@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfgcheck.memory.mla import mla
+from cfgcheck.memory.stack import sdpa_math
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -83,6 +84,11 @@ def coverage(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Coverage:
             continue
         if value not in values:
             gaps.append(f"trainer.{key}={value}")
+    if sdpa_math(m, t):
+        gaps.append(
+            "sdpa's math kernel (one k/v head without enable_gqa: fp32 attention; traced on "
+            "CPU, not measured on a GPU)"
+        )
     if t.world_size > 1 or t.strategy != "single":
         gaps.append(f"trainer.strategy={t.strategy} on {t.world_size} GPUs")
     if t.expert_parallel_size > 1:

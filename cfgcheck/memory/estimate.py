@@ -39,7 +39,7 @@ from cfgcheck.memory import (
 from cfgcheck.memory.allocator import rounding_bytes
 from cfgcheck.memory.params import ParamCount, count_params
 from cfgcheck.memory.recompute import backward_front, recompute_moment, softmax_own
-from cfgcheck.memory.stack import as_built, attention, sdpa_masked, stack
+from cfgcheck.memory.stack import as_built, attention, sdpa_masked, sdpa_math, stack
 from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
@@ -527,5 +527,7 @@ def _act_note(m: ModelConfig, t: TrainerConfig, masked: bool, prompt: str = "") 
     kernel = attention(m, t)  # the kernel that really runs (Gemma 2 under transformers: eager)
     mask = " with a mask" if masked and kernel == "sdpa" else ""
     ran = "" if kernel == t.attention else f" in place of {t.attention}"
+    if sdpa_math(m, t):  # Falcon-7B's one k/v head: no fused kernel takes it
+        kernel, mask, ran = "sdpa", "", " (torch's fp32 math kernel: one k/v head)"
     state = "checkpointed" if t.gradient_checkpointing else "all layers"
     return f"{kernel}{mask}{ran}, {state}" + (f"; {prompt}" if prompt else "")

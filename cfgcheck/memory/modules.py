@@ -22,7 +22,7 @@ its tree is ``named_modules()`` itself, its block linears those of its largest d
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cfgcheck.memory.traced import EMBEDDING as EMBEDDING
 from cfgcheck.memory.traced import LINEAR as LINEAR
@@ -153,7 +153,12 @@ def block_linears(m: ModelConfig) -> list[Linear]:
     """The linear layers of one transformer block, in forward order, by their real names."""
     tr = traced(m)
     if tr is not None:
-        return traced_block(tr)
+        block = traced_block(tr)
+        if m.shared_attention_norm:
+            # one norm's output feeds attention and MLP (GPT-J ``ln_1``, Falcon-7B
+            # ``input_layernorm``, Cohere): the MLP's first linears read the attention's input
+            block = [replace(x, source="attn_in") if x.source == "mlp_in" else x for x in block]
+        return block
     arch = architecture_of(m)
     h, q_out, kv_out, inter = m.n_embd, m.n_head * m.head_dim, m.kv_heads * m.head_dim, m.mlp_width
     qkv_bias = m.bias or m.attn_bias
@@ -301,6 +306,9 @@ NAME_ROLES: dict[str, tuple[str, ...]] = {
     "w3": (UP,),
     "w2": (DOWN,),
     "c_fc": (UP,),
+    # GPT-J / CodeGen (transformers models/gptj/modeling_gptj.py GPTJMLP: fc_in, fc_out)
+    "fc_in": (UP,),
+    "fc_out": (DOWN,),
     "c_proj": (OUT, DOWN),
     # LitGPT modules (litgpt/model.py: attn.qkv, attn.proj, mlp.fc_1 / fc_2 / proj, mlp.fc)
     "qkv": (Q, K, V),

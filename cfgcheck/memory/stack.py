@@ -41,10 +41,12 @@ torchtune: LoRA weights in the model dtype (torchtune/modules/peft/lora.py); not
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TypedDict
 
 from cfgcheck.memory.modules import architecture_of, traced
+from cfgcheck.memory.traced import text_config
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
@@ -115,7 +117,7 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
             adapter_input_copy=copy,
             quantized_saves_input=t.quantization == "int8",
             kbit_upcast=upcast,
-            gelu_saved=4 if m.architecture in (None, "phi", "gpt2") else 1,
+            gelu_saved=_gelu_saved(m),
             mask_when_packed=True,
             # GemmaRMSNorm multiplies in fp32 and casts after ((x * w).to(dtype), transformers
             # models/gemma/modeling_gemma.py), OLMo 2's too; Llama's casts first (x.to(dtype) * w)
@@ -144,6 +146,41 @@ def stack(m: ModelConfig, t: TrainerConfig) -> Stack:
         experts=p,
         **litgpt_layout(t, t.framework == "litgpt"),
     )
+
+
+def _gelu_saved(m: ModelConfig) -> int:
+    """Intermediate-size tensors transformers' GELU keeps: four for ``gelu_new``, written out
+    in tensor ops (``NewGELUActivation``: ``0.5 * input * (1.0 + torch.tanh(...))``,
+    transformers 5.24 activations.py; GPT-2, Phi, GPT-J), one for ``nn.functional.gelu``."""
+    if m.architecture in (None, "phi", "gpt2"):
+        return 4
+    return 4 if hf_activation(m) == "gelu_new" else 1
+
+
+def hf_activation(m: ModelConfig) -> str | None:
+    """The MLP activation of a family read generically: its config.json's
+    ``activation_function`` (GPT-J) or ``hidden_act``, else the config class's default."""
+    if m.hf_config is None:
+        return None
+    text = text_config(m.hf_config)
+    for key in ("activation_function", "hidden_act", "hidden_activation"):
+        if isinstance(text.get(key), str):
+            return str(text[key])
+    return _default_activation(str(m.hf_config.get("model_type")))
+
+
+@functools.lru_cache(maxsize=64)
+def _default_activation(model_type: str) -> str | None:
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        cfg = CONFIG_MAPPING[model_type]().get_text_config()
+    except (ImportError, KeyError, TypeError, ValueError):
+        return None
+    for key in ("activation_function", "hidden_act", "hidden_activation"):
+        if isinstance(getattr(cfg, key, None), str):
+            return str(getattr(cfg, key))
+    return None
 
 
 class LitgptLayout(TypedDict):
@@ -239,9 +276,32 @@ def attention(m: ModelConfig, t: TrainerConfig) -> str:
         tr = traced(m)
         if tr is not None and not tr.supports_sdpa:  # gpt-oss: _supports_sdpa = False
             return "eager"
+        if sdpa_math(m, t):
+            return "eager"
     if t.framework == "litgpt" and m.attention_logit_softcapping:
         return "eager"
     return t.attention
+
+
+def sdpa_math(m: ModelConfig, t: TrainerConfig) -> bool:
+    """sdpa that runs torch's math kernel, an eager attention in fp32: Falcon-7B's layout
+    (``new_decoder_architecture=False`` with ``multi_query``) hands sdpa one k/v head against
+    ``n_head`` query heads, without ``enable_gqa``, and always a materialized mask
+    (transformers 5.24 models/falcon/modeling_falcon.py lines 313-345: ``num_kv_heads =
+    self.num_heads if self.new_decoder_architecture else self.num_kv_heads``,
+    ``scaled_dot_product_attention(query_layer, key_layer, value_layer,
+    attn_mask=attention_mask, ...)``; line 760 ``allow_is_causal_skip=False``). torch's fused
+    kernels need as many k/v heads as query heads unless ``enable_gqa`` (aten
+    native/transformers/sdp_utils_cpp.h ``check_batch_size_and_num_heads_dense``; on CPU
+    ``torch._fused_sdp_choice`` picks the math backend for these shapes, the flash one for
+    equal heads), so the math kernel runs: it casts a 16-bit q, k and v to fp32, broadcasts k
+    and v to every head in its matmuls and keeps the fp32 softmax (measured on CPU,
+    tests/test_memory_layers_arch.py ``test_parallel_block_layer_bytes_equal_transformers``;
+    not measured on a GPU, which coverage.py says)."""
+    if t.framework != "hf" or t.attention != "sdpa" or architecture_of(m) != "falcon":
+        return False
+    hf = m.hf_config or {}
+    return not hf.get("new_decoder_architecture", False) and m.kv_heads < m.n_head
 
 
 def sdpa_masked(m: ModelConfig, d: DataConfig, t: TrainerConfig, s: Stack, seq: int) -> bool:

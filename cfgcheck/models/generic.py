@@ -163,6 +163,11 @@ def _generic_model(data: Mapping[str, Any], where: str, known: str) -> dict[str,
         factor = cfg.rope_parameters.get("partial_rotary_factor")
     if isinstance(factor, int | float) and 0 < factor <= 1:
         out["rotary_fraction"] = Value(float(factor), prefix + "partial_rotary_factor")
+    rotary_dim = getattr(cfg, "rotary_dim", None)
+    if isinstance(rotary_dim, int) and 0 < rotary_dim < size:
+        # GPT-J / CodeGen rotate the first ``rotary_dim`` of each head and ``torch.cat`` the
+        # rest back (transformers 5.24 models/gptj/modeling_gptj.py lines 146-157)
+        out["rotary_fraction"] = Value(rotary_dim / size, prefix + "rotary_dim")
     window = getattr(cfg, "sliding_window", None)
     types = getattr(cfg, "layer_types", None)
     slides = not isinstance(types, list) or "sliding_attention" in types
@@ -255,6 +260,7 @@ def _built_mlp_width(tr: Trace) -> int | None:
 
 def _mlp(cfg: Any, tr: Trace, prefix: str) -> Value:
     act = getattr(cfg, "hidden_act", None) or getattr(cfg, "hidden_activation", None)
+    act = act or getattr(cfg, "activation_function", None)  # GPT-J
     gated = bool(tr.experts) or any(
         p.rsplit(".", 1)[-1] in ("gate_proj", "gate_up_proj", "w1", "w3") for p in tr.linears
     )
