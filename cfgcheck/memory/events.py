@@ -282,7 +282,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                llama_step.micro_batch(ops, exact_w)
+                llama_step.micro_batch(ops, exact_w, t.gradient_checkpointing)
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start

@@ -41,10 +41,11 @@ class Layer:
     graph: bool  # the layer's input has a gradient
 
 
-def layer_forward(o: Ops, x: int, free_input: bool, graph: bool) -> Layer:
+def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = False) -> Layer:
     """``LlamaDecoderLayer.forward`` with the module's ops; ``free_input``: the caller drops its
     reference to ``x`` when the layer returns (not the embedding output); ``graph``: ``x``
-    has a gradient."""
+    has a gradient; ``stop``: a checkpoint's recomputation, which stops once the last saved
+    tensor is packed (down_proj's, see :func:`recompute`)."""
     row, qb, kvb = o.p * o.h, o.p * o.q, o.p * o.kv
     kd = o.kinds
     hd = o.h
@@ -71,10 +72,18 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool) -> Layer:
         o.free(nt)
     attn = o.alloc(qb)
     lse = o.alloc(4 * o.b * o.n_head * -(-o.s // 32) * 32)  # fp32, rows padded to 32
+    if not o.saving:  # the kernel's extra outputs, then repeat_kv's copies
+        if bias is not None:
+            o.free(bias)
+        o.free(lse)
+        if o.gqa:
+            o.free(kk, vv)
     out = linear("o_proj", o.q, hd, True)
-    if o.gqa:
+    if not o.saving:  # attn_output rebound, then self_attn's locals
+        o.free(attn, q)
+    if o.gqa or not o.saving:
         o.free(k, vm)
-    if not o.full:  # nothing kept the norm's output: it goes when self_attn returns
+    if not o.full or not o.saving:  # nothing kept the norm's output: it goes with self_attn
         o.free(n1.out)
     r1 = o.alloc(row)
     o.free(out)
@@ -82,20 +91,41 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool) -> Layer:
     ib = o.p * o.inter
     gate = linear("gate_proj", hd, o.inter, True)
     act = o.alloc(ib)
+    if not o.saving:
+        o.free(gate)
     up = linear("up_proj", hd, o.inter, True)
     prod = o.alloc(ib)
+    if not o.saving:
+        o.free(act, up)
+    if stop:  # _StopRecomputationError at down_proj's last pack (see recompute)
+        return _stopped(o, x, Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod,
+                                    -1, ad, graph), r1)  # fmt: skip
     down = linear("down_proj", o.inter, hd, True)
-    if kd["down_proj"] != "full":
+    if kd["down_proj"] != "full" or not o.saving:
         o.free(prod)
-    if not o.full:
+    if not o.full or not o.saving:
         o.free(n2.out)
     r2 = o.alloc(row)
     o.free(down)
-    if o.p != 4:  # the fp32 norms keep their inputs themselves
+    if o.p != 4 or not o.saving:  # the fp32 norms keep their inputs themselves
         o.free(r1)
         if free_input:
             o.free(x)
     return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph)
+
+
+def _stopped(o: Ops, x: int, lay: Layer, r1: int) -> Layer:
+    """The recomputation stops in down_proj (torch/utils/checkpoint.py
+    ``_recomputation_hook.pack_hook`` raises ``_StopRecomputationError`` once as many tensors
+    are packed as in the forward): the temporaries not saved go as the exception leaves each
+    frame, then the frames' locals as its traceback goes, innermost first."""
+    if o.kinds["down_proj"] != "full":  # the MLP's argument (a frozen linear keeps none)
+        o.free(lay.prod)
+    if not o.full:
+        o.free(lay.norm2.out)
+    if o.p != 4:
+        o.free(r1)
+    return lay
 
 
 def layer_backward(
@@ -120,6 +150,7 @@ def layer_backward(
             o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
         )
 
+    frame, o.frame = o.frame, None  # the checkpoint's input: its last holder is norm1's
     full = kd["down_proj"] == "full"
     # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
     gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
@@ -168,8 +199,11 @@ def layer_backward(
         nout = o.q if x == "q" else o.kv
         total = linear(name, c, True, hd, nout, total, last, lay.graph)
     if not lay.graph:
+        if frame is not None:
+            o.free(frame)
         return None
     assert total is not None
+    o.frame = frame
     return norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
 
 
@@ -189,9 +223,9 @@ class Weights:
     embedding: Param | None
 
 
-def micro_batch(o: Ops, w: Weights) -> None:
+def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
-    ``backward()``)."""
+    ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing."""
     row = o.p * o.h
     emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
     mask = None
@@ -241,9 +275,16 @@ def micro_batch(o: Ops, w: Weights) -> None:
         o.free(freqs, cat)
     layers: list[Layer] = []
     x = emb
-    graph = w.embedding is not None  # the embedding trains: its output has a gradient
+    # the embedding's output has a gradient when the embedding trains, or with checkpointing:
+    # PEFT then makes it require one (peft 0.19 ``peft_model.py`` lines 728-741,
+    # ``_prepare_model_for_gradient_checkpointing``: ``enable_input_require_grads``)
+    graph = w.embedding is not None or ckpt
+    inputs: list[int] = []  # each checkpointed layer's input, kept by its frame
     for i in range(len(w.layers)):
-        layers.append(layer_forward(o, x, free_input=i > 0, graph=graph or i > 0))
+        o.saving = not ckpt
+        layers.append(layer_forward(o, x, free_input=i > 0 and not ckpt, graph=graph or i > 0))
+        o.saving = True
+        inputs.append(x)
         x = layers[-1].out
     final = norm_forward(o, x)
     if o.p != 4:  # the last hidden state goes as the name is rebound
@@ -253,7 +294,7 @@ def micro_batch(o: Ops, w: Weights) -> None:
     if o.mask_first and mask is not None:
         o.free(mask)
         mask = None
-    if o.p != 4:
+    if o.p != 4 and not ckpt:
         o.free(emb)
     if mask is not None:
         o.free(mask)
@@ -288,9 +329,18 @@ def micro_batch(o: Ops, w: Weights) -> None:
     g: int | None = norm_backward(o, gx, final, w.final_norm, None)
     for i in reversed(range(len(layers))):
         assert g is not None
+        if ckpt:  # down_proj's node unpacks first: the layer recomputed (see recompute)
+            layers[i] = layer_forward(o, inputs[i], False, graph or i > 0, stop=True)
+            o.unpacked = True
+            # the embedding's output made to require a gradient is a leaf: it stays (with
+            # its .grad) to the end of the backward
+            o.frame = inputs[i] if i > 0 or w.embedding is not None else None
         g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
+        o.unpacked = False
     if w.embedding is not None:
         assert g is not None
         dw = o.alloc(w.embedding[1])  # embedding_dense_backward
         o.free(g)
         o.grad(w.embedding[0], dw)
+    elif ckpt and g is not None:  # the leaf's .grad, then the leaf as the graph goes
+        o.free(g, emb)
