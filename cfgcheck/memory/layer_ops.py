@@ -3,10 +3,11 @@ backward allocate, with its size, in the order the CUDA caching allocator sees t
 of :mod:`cfgcheck.memory.allocsim`, called from :func:`cfgcheck.memory.events.step_events`).
 
 Covered (:func:`exact`): transformers' Llama, Mistral (a sliding window no shorter than the
-sequence) and Qwen2 layouts (RMSNorm, SwiGLU MLP, rotary on every head dimension), SDPA, no
-checkpointing; full fine-tuning in 16 or 32-bit weights without biases and with an untied
-lm_head, or PEFT LoRA (fp32 adapters on 16-bit weights; Qwen2's q, k, v biases and tied
-embeddings allowed) on any of the block's linears in every layer, q_proj among them. The
+sequence) and Qwen2 layouts (RMSNorm, SwiGLU MLP, rotary on every head dimension), SDPA, with
+or without non-reentrant gradient checkpointing (see :mod:`cfgcheck.memory.llama_step`; not
+with an adapter on down_proj); full fine-tuning in 16 or 32-bit weights without biases and
+with an untied lm_head, or PEFT LoRA (fp32 adapters on 16-bit weights; Qwen2's q, k, v biases
+and tied embeddings allowed) on any of the block's linears in every layer, q_proj among them. The
 sources, as installed and traced (transformers 5.24 ``models/llama/modeling_llama.py``,
 ``models/qwen2/modeling_qwen2.py``, ``masking_utils.py``, peft ``tuners/lora/layer.py``, torch
 2.13.0 ``torch/csrc/autograd``):
@@ -103,7 +104,7 @@ class Ops:
     unpacked: bool = False
     # the checkpointed layer's input, kept by its frame until the last node holding one of
     # its saved tensors' holders is done
-    frame: int | None = None
+    frame: tuple[int, ...] = ()
 
     @property
     def tokens(self) -> int:
@@ -270,9 +271,8 @@ def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | 
     t1 = o.alloc(h4)
     gp = o.alloc(h4)
     o.free(t1, pw, dv, nm.x)
-    if o.frame is not None:  # PowBackward0 held the frame's last holder
-        o.free(o.frame)
-        o.frame = None
+    o.free(*o.frame)  # PowBackward0 held the frame's last holder: the frame goes
+    o.frame = ()
     gx = add_grad(o, h4, gx, gp)
     if o.p != 4:  # ToCopyBackward0 of the fp32 copy
         gin = o.alloc(row)

@@ -1,7 +1,29 @@
 """A Llama decoder layer and a whole micro-batch op by op, from the modules' ops of
 :mod:`cfgcheck.memory.layer_ops` (whose docstring has the sources): the allocations and frees
 of ``model(**batch).loss`` and its ``backward()`` in the order the CUDA caching allocator
-sees them (called from :func:`cfgcheck.memory.events.step_events`)."""
+sees them (called from :func:`cfgcheck.memory.events.step_events`).
+
+Non-reentrant gradient checkpointing (``gradient_checkpointing_kwargs={"use_reentrant":
+False}``; transformers 5.24 ``modeling_layers.py`` line 123 wraps each decoder layer's forward
+in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.py``):
+
+* the forward runs each layer under ``_checkpoint_hook`` (lines 1153-1163): every tensor
+  autograd would save is packed into an empty ``_Holder``, so each op's output goes once
+  Python drops it (``Ops.saving`` False); the layer's input stays, saved by the frame
+  (``frame.save_inputs``, line 1702);
+* in the backward the first node of the layer that unpacks a saved tensor (down_proj's
+  ``MmBackward0``, after the residual's ``AddBackward0``) reruns the layer
+  (``unpack_hook``, lines 1165-1186) under ``_recomputation_hook`` (lines 1088-1133), which
+  keeps each packed tensor in ``frame.recomputed`` and raises ``_StopRecomputationError`` once
+  as many are packed as in the forward (early stop, the default): the rerun ends inside
+  down_proj, before its output (:func:`_stopped`);
+* each recomputed tensor goes when the node that unpacked it is done (``holder.handles[gid] =
+  None`` drops the dictionary's entry, line 1206): before the node's incoming gradient, not
+  after it as ``release_variables`` orders saved tensors (``Ops.unpacked``);
+* the frame, and with it the layer's input, goes when the last node holding one of its holders
+  is done: the input norm's ``PowBackward0``. With PEFT, checkpointing makes the embedding's
+  output require a gradient (a leaf): it stays to the end of the backward.
+"""
 
 from __future__ import annotations
 
@@ -72,10 +94,10 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
         o.free(nt)
     attn = o.alloc(qb)
     lse = o.alloc(4 * o.b * o.n_head * -(-o.s // 32) * 32)  # fp32, rows padded to 32
-    if not o.saving:  # the kernel's extra outputs, then repeat_kv's copies
+    if not o.saving:  # the kernel's log-sum-exp, the mask's bias, then repeat_kv's copies
+        o.free(lse)
         if bias is not None:
             o.free(bias)
-        o.free(lse)
         if o.gqa:
             o.free(kk, vv)
     out = linear("o_proj", o.q, hd, True)
@@ -150,7 +172,7 @@ def layer_backward(
             o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
         )
 
-    frame, o.frame = o.frame, None  # the checkpoint's input: its last holder is norm1's
+    frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
     full = kd["down_proj"] == "full"
     # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
     gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
@@ -172,10 +194,11 @@ def layer_backward(
     need = {x: lay.graph or kd[x + "_proj"] != "frozen" for x in "qkv"}
     grads = {x: o.alloc(qb if o.gqa or x == "q" else kvb) for x in "qkv"}
     o.free(*(grads[x] for x in "qkv" if not need[x]))  # outputs nobody asked for
-    o.free(go)
-    if lay.bias is not None:
-        o.free(lay.bias)
-    o.free(lay.k, lay.q, lay.v, lay.lse, lay.attn)
+    bias = () if lay.bias is None else (lay.bias,)
+    if o.unpacked:  # recomputed tensors go with the node's apply, before its input
+        o.free(lay.attn, lay.lse, lay.v, lay.q, lay.k, *bias, go)
+    else:
+        o.free(go, *bias, lay.k, lay.q, lay.v, lay.lse, lay.attn)
     if o.gqa:
         for x in "vk":
             if need[x]:
@@ -199,8 +222,7 @@ def layer_backward(
         nout = o.q if x == "q" else o.kv
         total = linear(name, c, True, hd, nout, total, last, lay.graph)
     if not lay.graph:
-        if frame is not None:
-            o.free(frame)
+        o.free(*frame)
         return None
     assert total is not None
     o.frame = frame
@@ -290,7 +312,11 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     if o.p != 4:  # the last hidden state goes as the name is rebound
         o.free(x)
     # LlamaModel returns: its locals go in their order, the embedding output (an argument)
-    # before the mask; in Qwen2Model the mask's arguments hold the embedding output
+    # before the mask; in Qwen2Model the mask's arguments hold the embedding output. Under
+    # checkpointing each layer's frame keeps both (its input, the mask among its kwargs)
+    held = (emb,) if mask is None else (emb, mask)
+    if ckpt:
+        mask = None
     if o.mask_first and mask is not None:
         o.free(mask)
         mask = None
@@ -334,7 +360,7 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
             o.unpacked = True
             # the embedding's output made to require a gradient is a leaf: it stays (with
             # its .grad) to the end of the backward
-            o.frame = inputs[i] if i > 0 or w.embedding is not None else None
+            o.frame = (inputs[i],) if i > 0 else held if w.embedding is not None else ()
         g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
         o.unpacked = False
     if w.embedding is not None:
@@ -343,4 +369,4 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
         o.free(g)
         o.grad(w.embedding[0], dw)
     elif ckpt and g is not None:  # the leaf's .grad, then the leaf as the graph goes
-        o.free(g, emb)
+        o.free(g, *held)
