@@ -20,9 +20,10 @@ in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.
 * each recomputed tensor goes when the node that unpacked it is done (``holder.handles[gid] =
   None`` drops the dictionary's entry, line 1206): before the node's incoming gradient, not
   after it as ``release_variables`` orders saved tensors (``Ops.unpacked``);
-* the frame, and with it the layer's input, goes when the last node holding one of its holders
-  is done: the input norm's ``PowBackward0``. With PEFT, checkpointing makes the embedding's
-  output require a gradient (a leaf): it stays to the end of the backward.
+* the frame, and with it the layer's input (and the mask, a keyword argument of every layer,
+  with the first layer's), goes when the last node holding one of its holders is done: the
+  input norm's ``PowBackward0``. With PEFT, checkpointing makes the embedding's output
+  require a gradient (a leaf): it stays to the end of the backward.
 """
 
 from __future__ import annotations
@@ -314,7 +315,7 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     # LlamaModel returns: its locals go in their order, the embedding output (an argument)
     # before the mask; in Qwen2Model the mask's arguments hold the embedding output. Under
     # checkpointing each layer's frame keeps both (its input, the mask among its kwargs)
-    held = (emb,) if mask is None else (emb, mask)
+    held = () if mask is None else (mask,)
     if ckpt:
         mask = None
     if o.mask_first and mask is not None:
@@ -360,7 +361,8 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
             o.unpacked = True
             # the embedding's output made to require a gradient is a leaf: it stays (with
             # its .grad) to the end of the backward
-            o.frame = (inputs[i],) if i > 0 else held if w.embedding is not None else ()
+            # with the first layer's frame go the mask, then its input unless that is a leaf
+            o.frame = (inputs[i],) if i > 0 else (*held, emb) if w.embedding is not None else held
         g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
         o.unpacked = False
     if w.embedding is not None:
@@ -369,4 +371,4 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
         o.free(g)
         o.grad(w.embedding[0], dw)
     elif ckpt and g is not None:  # the leaf's .grad, then the leaf as the graph goes
-        o.free(g, *held)
+        o.free(g, emb)
