@@ -64,6 +64,25 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "lora-mistral-window": ({"name": "mistral-wide", "sliding_window_size": 4096}, {}, {}),
     # Qwen2: q, k, v biases (addmm, cuBLASLt's workspace), tied embeddings
     "lora-qwen2": ({"name": "qwen2-wide", "attn_bias": True, "tie_embeddings": True}, {}, {}),
+    # non-reentrant gradient checkpointing (torch/utils/checkpoint.py): the forward keeps each
+    # layer's input, the backward recomputes the layer up to down_proj
+    "full-bf16-ckpt": ({}, {"finetuning": "full", "gradient_checkpointing": True}, {}),
+    "full-fp32-ckpt": (
+        {},
+        {"finetuning": "full", "precision": "32-true", "gradient_checkpointing": True},
+        {},
+    ),
+    "lora-qv-ckpt": ({}, {"gradient_checkpointing": True}, {}),
+    "lora-mha-ckpt": (
+        {"n_query_groups": 16, "n_head": 16, "head_size": 128},
+        {"gradient_checkpointing": True, "lora": NO_DROPOUT},
+        {},
+    ),
+    "lora-qwen2-ckpt": (
+        {"name": "qwen2-wide", "attn_bias": True, "tie_embeddings": True},
+        {"gradient_checkpointing": True},
+        {"collator": "packed"},
+    ),
 }
 
 
@@ -85,7 +104,8 @@ def _run(name: str) -> tuple[ModelConfig, DataConfig, TrainerConfig]:
     )
 
 
-QUICK = ("full-bf16", "lora-qv")  # the others take several seconds each: slow
+# the others take several seconds each: slow
+QUICK = ("full-bf16", "lora-qv", "full-bf16-ckpt", "lora-qv-ckpt")
 
 
 @pytest.mark.parametrize(
@@ -108,10 +128,9 @@ def test_the_generated_sequence_is_the_traced_one(name: str) -> None:
 
 
 def test_what_is_not_generated_op_by_op() -> None:
-    """Checkpointing, eager attention, Gemma's norm, QLoRA keep the coarser sequence."""
+    """Eager attention, Gemma's norm, QLoRA keep the coarser sequence."""
     m, d, t = _run("full-bf16")
     for change in (
-        {"gradient_checkpointing": True},
         {"attention": "eager"},
         {"finetuning": "qlora", "quantization": "nf4"},
         {"precision": "bf16-mixed"},
@@ -121,10 +140,23 @@ def test_what_is_not_generated_op_by_op() -> None:
     # LoRA without q_proj: the first layer's attention has no gradient (not generated)
     lora = t.lora.model_copy(update={"targets": ["down_proj"]})
     assert not layer_ops.exact(m, d, t.model_copy(update={"finetuning": "lora", "lora": lora}))
+    # checkpointed with an adapter on down_proj: the recomputation stops inside the adapter
+    m, d, t = _run("lora-all")
+    assert layer_ops.exact(m, d, t)
+    assert not layer_ops.exact(m, d, t.model_copy(update={"gradient_checkpointing": True}))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run_id", ["tl-full-b4", "tl-full-fp32-b4", "tl-lora-all-r8-b4"])
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "tl-full-b4",
+        "tl-full-fp32-b4",
+        "tl-lora-all-r8-b4",
+        "tl-full-ckpt-b16-s2048",
+        "tl-lora-ckpt-b16-s2048",
+    ],
+)
 def test_the_h100_rows_sequence_is_the_traced_one(run_id: str) -> None:
     """The H100 calibration rows at their full size (22 layers, benchmarks/calibration/
     runs.json): the generated sequence is the real one above 1 MiB."""

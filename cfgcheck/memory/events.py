@@ -35,7 +35,7 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
   foreach temporaries (:func:`cfgcheck.memory.weights.optimizer_step_bytes`, one list);
   ``zero_grad`` frees the gradients.
 
-For transformers' Llama layout without checkpointing (:func:`cfgcheck.memory.layer_ops.exact`:
+For transformers' Llama layout, checkpointed or not (:func:`cfgcheck.memory.layer_ops.exact`:
 full fine-tuning in 16/32-bit weights or LoRA with q_proj) each micro-batch is generated op
 by op by :mod:`cfgcheck.memory.layer_ops` (the mask, rotary tables, norm statistics, every
 autograd temporary above; equal to the traced sequence above 1 MiB, tests/test_layer_ops.py).
@@ -275,7 +275,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                llama_step.micro_batch(ops, exact_w)
+                llama_step.micro_batch(ops, exact_w, t.gradient_checkpointing)
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start

@@ -3,10 +3,11 @@ backward allocate, with its size, in the order the CUDA caching allocator sees t
 of :mod:`cfgcheck.memory.allocsim`, called from :func:`cfgcheck.memory.events.step_events`).
 
 Covered (:func:`exact`): transformers' Llama, Mistral (a sliding window no shorter than the
-sequence) and Qwen2 layouts (RMSNorm, SwiGLU MLP, rotary on every head dimension), SDPA, no
-checkpointing; full fine-tuning in 16 or 32-bit weights without biases and with an untied
-lm_head, or PEFT LoRA (fp32 adapters on 16-bit weights; Qwen2's q, k, v biases and tied
-embeddings allowed) on any of the block's linears in every layer, q_proj among them. The
+sequence) and Qwen2 layouts (RMSNorm, SwiGLU MLP, rotary on every head dimension), SDPA, with
+or without non-reentrant gradient checkpointing (see :mod:`cfgcheck.memory.llama_step`; not
+with an adapter on down_proj); full fine-tuning in 16 or 32-bit weights without biases and
+with an untied lm_head, or PEFT LoRA (fp32 adapters on 16-bit weights; Qwen2's q, k, v biases
+and tied embeddings allowed) on any of the block's linears in every layer, q_proj among them. The
 sources, as installed and traced (transformers 5.24 ``models/llama/modeling_llama.py``,
 ``models/qwen2/modeling_qwen2.py``, ``masking_utils.py``, peft ``tuners/lora/layer.py``, torch
 2.13.0 ``torch/csrc/autograd``):
@@ -95,6 +96,15 @@ class Ops:
     rank: int = 0
     dropout: bool = False  # the adapters' dropout (p > 0), else ``nn.Identity``
     grads: dict[int, int] = field(default_factory=dict)
+    # non-reentrant gradient checkpointing (cfgcheck/memory/llama_step.py): ``saving`` is
+    # False in the checkpointed forward (autograd keeps holders, not tensors); ``unpacked``:
+    # the backward's saved tensors are recomputed ones, which go with their node's apply,
+    # before its inputs
+    saving: bool = True
+    unpacked: bool = False
+    # the checkpointed layer's input, kept by its frame until the last node holding one of
+    # its saved tensors' holders is done
+    frame: tuple[int, ...] = ()
 
     @property
     def tokens(self) -> int:
@@ -151,7 +161,8 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
     linears = block_linears(m)
     full = t.finetuning == "full"
     return (
-        not t.gradient_checkpointing
+        # the checkpointed recomputation stops in down_proj's frozen base or its weight
+        not (t.gradient_checkpointing and (kinds(m, t) or {}).get("down_proj") == "lora")
         and t.loss_chunking == "none"
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true", "32-true")
@@ -201,11 +212,11 @@ def norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
     r = o.alloc(small)
     o.free(add)
     n = o.alloc(h4)  # hidden_states * rsqrt
-    if not graph:  # the rsqrt and the fp32 copy go as the names are rebound
+    if not graph or not o.saving:  # the rsqrt and the fp32 copy go as names are rebound
         o.free(r)
         if c != x:
             o.free(c)
-    trains = o.full
+    trains = o.full and o.saving
     normed: int | None = None
     if o.p != 4:
         cast = o.alloc(o.p * o.h)  # .to(input_dtype)
@@ -260,6 +271,8 @@ def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | 
     t1 = o.alloc(h4)
     gp = o.alloc(h4)
     o.free(t1, pw, dv, nm.x)
+    o.free(*o.frame)  # PowBackward0 held the frame's last holder: the frame goes
+    o.frame = ()
     gx = add_grad(o, h4, gx, gp)
     if o.p != 4:  # ToCopyBackward0 of the fp32 copy
         gin = o.alloc(row)
@@ -303,18 +316,22 @@ def linear_forward(
     if o.dropout:  # native_dropout: the output and a bool mask (kept when x has a gradient)
         x = o.alloc(4 * nin)
         mask = o.alloc(nin)
-        if not graph:
+        if not graph or not o.saving:
             o.free(mask)
             mask = None
     a = o.alloc(4 * o.rank * o.tokens)
+    if not o.saving and o.dropout:  # lora_A's input goes when lora_A returns
+        o.free(x)
     bb = o.alloc(4 * nout)
+    if not o.saving:  # lora_B's input
+        o.free(a)
     mul = o.alloc(4 * nout)  # * scaling
     o.free(bb)
     add = o.alloc(4 * nout)  # result + ..., fp32
     o.free(mul, out)
     res = o.alloc(o.p * nout)  # result.to(torch_result_dtype)
     o.free(add)
-    if o.dropout:
+    if o.dropout or not o.saving:
         o.free(xc)
     return res, Adapter(x, mask, a)
 
@@ -338,9 +355,12 @@ def linear_backward(
     if kind == "full":
         dw = o.alloc(w[0][1])
         gin = o.alloc(o.p * nin)
+        if o.unpacked:  # a recomputed input goes with the node's apply, before g (a view)
+            o.free(*release)
         if free_g:
             o.free(g)
-        o.free(*release)
+        if not o.unpacked:
+            o.free(*release)
         buf = add_grad(o, o.p * nin, buf, gin)
         o.grad(w[0][0], dw)
         return buf
@@ -372,7 +392,7 @@ def linear_backward(
     o.grad(w[0][0], da)
     if saved.mask is not None:  # NativeDropoutBackward0
         gm = o.alloc(4 * nin)
-        o.free(gd, saved.mask)
+        o.free(*((saved.mask, gd) if o.unpacked else (gd, saved.mask)))
         gd = gm
     gx = o.alloc(o.p * nin)  # ToCopyBackward0 of the fp32 copy
     o.free(gd)

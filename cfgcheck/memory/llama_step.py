@@ -1,7 +1,30 @@
 """A Llama decoder layer and a whole micro-batch op by op, from the modules' ops of
 :mod:`cfgcheck.memory.layer_ops` (whose docstring has the sources): the allocations and frees
 of ``model(**batch).loss`` and its ``backward()`` in the order the CUDA caching allocator
-sees them (called from :func:`cfgcheck.memory.events.step_events`)."""
+sees them (called from :func:`cfgcheck.memory.events.step_events`).
+
+Non-reentrant gradient checkpointing (``gradient_checkpointing_kwargs={"use_reentrant":
+False}``; transformers 5.24 ``modeling_layers.py`` line 123 wraps each decoder layer's forward
+in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.py``):
+
+* the forward runs each layer under ``_checkpoint_hook`` (lines 1153-1163): every tensor
+  autograd would save is packed into an empty ``_Holder``, so each op's output goes once
+  Python drops it (``Ops.saving`` False); the layer's input stays, saved by the frame
+  (``frame.save_inputs``, line 1702);
+* in the backward the first node of the layer that unpacks a saved tensor (down_proj's
+  ``MmBackward0``, after the residual's ``AddBackward0``) reruns the layer
+  (``unpack_hook``, lines 1165-1186) under ``_recomputation_hook`` (lines 1088-1133), which
+  keeps each packed tensor in ``frame.recomputed`` and raises ``_StopRecomputationError`` once
+  as many are packed as in the forward (early stop, the default): the rerun ends inside
+  down_proj, before its output (:func:`_stopped`);
+* each recomputed tensor goes when the node that unpacked it is done (``holder.handles[gid] =
+  None`` drops the dictionary's entry, line 1206): before the node's incoming gradient, not
+  after it as ``release_variables`` orders saved tensors (``Ops.unpacked``);
+* the frame, and with it the layer's input (and the mask, a keyword argument of every layer,
+  with the first layer's), goes when the last node holding one of its holders is done: the
+  input norm's ``PowBackward0``. With PEFT, checkpointing makes the embedding's output
+  require a gradient (a leaf): it stays to the end of the backward.
+"""
 
 from __future__ import annotations
 
@@ -41,10 +64,11 @@ class Layer:
     graph: bool  # the layer's input has a gradient
 
 
-def layer_forward(o: Ops, x: int, free_input: bool, graph: bool) -> Layer:
+def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = False) -> Layer:
     """``LlamaDecoderLayer.forward`` with the module's ops; ``free_input``: the caller drops its
     reference to ``x`` when the layer returns (not the embedding output); ``graph``: ``x``
-    has a gradient."""
+    has a gradient; ``stop``: a checkpoint's recomputation, which stops once the last saved
+    tensor is packed (down_proj's, see :func:`recompute`)."""
     row, qb, kvb = o.p * o.h, o.p * o.q, o.p * o.kv
     kd = o.kinds
     hd = o.h
@@ -71,10 +95,18 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool) -> Layer:
         o.free(nt)
     attn = o.alloc(qb)
     lse = o.alloc(4 * o.b * o.n_head * -(-o.s // 32) * 32)  # fp32, rows padded to 32
+    if not o.saving:  # the kernel's log-sum-exp, the mask's bias, then repeat_kv's copies
+        o.free(lse)
+        if bias is not None:
+            o.free(bias)
+        if o.gqa:
+            o.free(kk, vv)
     out = linear("o_proj", o.q, hd, True)
-    if o.gqa:
+    if not o.saving:  # attn_output rebound, then self_attn's locals
+        o.free(attn, q)
+    if o.gqa or not o.saving:
         o.free(k, vm)
-    if not o.full:  # nothing kept the norm's output: it goes when self_attn returns
+    if not o.full or not o.saving:  # nothing kept the norm's output: it goes with self_attn
         o.free(n1.out)
     r1 = o.alloc(row)
     o.free(out)
@@ -82,20 +114,41 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool) -> Layer:
     ib = o.p * o.inter
     gate = linear("gate_proj", hd, o.inter, True)
     act = o.alloc(ib)
+    if not o.saving:
+        o.free(gate)
     up = linear("up_proj", hd, o.inter, True)
     prod = o.alloc(ib)
+    if not o.saving:
+        o.free(act, up)
+    if stop:  # _StopRecomputationError at down_proj's last pack (see recompute)
+        return _stopped(o, x, Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod,
+                                    -1, ad, graph), r1)  # fmt: skip
     down = linear("down_proj", o.inter, hd, True)
-    if kd["down_proj"] != "full":
+    if kd["down_proj"] != "full" or not o.saving:
         o.free(prod)
-    if not o.full:
+    if not o.full or not o.saving:
         o.free(n2.out)
     r2 = o.alloc(row)
     o.free(down)
-    if o.p != 4:  # the fp32 norms keep their inputs themselves
+    if o.p != 4 or not o.saving:  # the fp32 norms keep their inputs themselves
         o.free(r1)
         if free_input:
             o.free(x)
     return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph)
+
+
+def _stopped(o: Ops, x: int, lay: Layer, r1: int) -> Layer:
+    """The recomputation stops in down_proj (torch/utils/checkpoint.py
+    ``_recomputation_hook.pack_hook`` raises ``_StopRecomputationError`` once as many tensors
+    are packed as in the forward): the temporaries not saved go as the exception leaves each
+    frame, then the frames' locals as its traceback goes, innermost first."""
+    if o.kinds["down_proj"] != "full":  # the MLP's argument (a frozen linear keeps none)
+        o.free(lay.prod)
+    if not o.full:
+        o.free(lay.norm2.out)
+    if o.p != 4:
+        o.free(r1)
+    return lay
 
 
 def layer_backward(
@@ -120,6 +173,7 @@ def layer_backward(
             o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
         )
 
+    frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
     full = kd["down_proj"] == "full"
     # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
     gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
@@ -141,10 +195,11 @@ def layer_backward(
     need = {x: lay.graph or kd[x + "_proj"] != "frozen" for x in "qkv"}
     grads = {x: o.alloc(qb if o.gqa or x == "q" else kvb) for x in "qkv"}
     o.free(*(grads[x] for x in "qkv" if not need[x]))  # outputs nobody asked for
-    o.free(go)
-    if lay.bias is not None:
-        o.free(lay.bias)
-    o.free(lay.k, lay.q, lay.v, lay.lse, lay.attn)
+    bias = () if lay.bias is None else (lay.bias,)
+    if o.unpacked:  # recomputed tensors go with the node's apply, before its input
+        o.free(lay.attn, lay.lse, lay.v, lay.q, lay.k, *bias, go)
+    else:
+        o.free(go, *bias, lay.k, lay.q, lay.v, lay.lse, lay.attn)
     if o.gqa:
         for x in "vk":
             if need[x]:
@@ -168,8 +223,10 @@ def layer_backward(
         nout = o.q if x == "q" else o.kv
         total = linear(name, c, True, hd, nout, total, last, lay.graph)
     if not lay.graph:
+        o.free(*frame)
         return None
     assert total is not None
+    o.frame = frame
     return norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
 
 
@@ -189,9 +246,9 @@ class Weights:
     embedding: Param | None
 
 
-def micro_batch(o: Ops, w: Weights) -> None:
+def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
-    ``backward()``)."""
+    ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing."""
     row = o.p * o.h
     emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
     mask = None
@@ -241,19 +298,30 @@ def micro_batch(o: Ops, w: Weights) -> None:
         o.free(freqs, cat)
     layers: list[Layer] = []
     x = emb
-    graph = w.embedding is not None  # the embedding trains: its output has a gradient
+    # the embedding's output has a gradient when the embedding trains, or with checkpointing:
+    # PEFT then makes it require one (peft 0.19 ``peft_model.py`` lines 728-741,
+    # ``_prepare_model_for_gradient_checkpointing``: ``enable_input_require_grads``)
+    graph = w.embedding is not None or ckpt
+    inputs: list[int] = []  # each checkpointed layer's input, kept by its frame
     for i in range(len(w.layers)):
-        layers.append(layer_forward(o, x, free_input=i > 0, graph=graph or i > 0))
+        o.saving = not ckpt
+        layers.append(layer_forward(o, x, free_input=i > 0 and not ckpt, graph=graph or i > 0))
+        o.saving = True
+        inputs.append(x)
         x = layers[-1].out
     final = norm_forward(o, x)
     if o.p != 4:  # the last hidden state goes as the name is rebound
         o.free(x)
     # LlamaModel returns: its locals go in their order, the embedding output (an argument)
-    # before the mask; in Qwen2Model the mask's arguments hold the embedding output
+    # before the mask; in Qwen2Model the mask's arguments hold the embedding output. Under
+    # checkpointing each layer's frame keeps both (its input, the mask among its kwargs)
+    held = () if mask is None else (mask,)
+    if ckpt:
+        mask = None
     if o.mask_first and mask is not None:
         o.free(mask)
         mask = None
-    if o.p != 4:
+    if o.p != 4 and not ckpt:
         o.free(emb)
     if mask is not None:
         o.free(mask)
@@ -288,9 +356,19 @@ def micro_batch(o: Ops, w: Weights) -> None:
     g: int | None = norm_backward(o, gx, final, w.final_norm, None)
     for i in reversed(range(len(layers))):
         assert g is not None
+        if ckpt:  # down_proj's node unpacks first: the layer recomputed (see recompute)
+            layers[i] = layer_forward(o, inputs[i], False, graph or i > 0, stop=True)
+            o.unpacked = True
+            # the embedding's output made to require a gradient is a leaf: it stays (with
+            # its .grad) to the end of the backward
+            # with the first layer's frame go the mask, then its input unless that is a leaf
+            o.frame = (inputs[i],) if i > 0 else (*held, emb) if w.embedding is not None else held
         g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
+        o.unpacked = False
     if w.embedding is not None:
         assert g is not None
         dw = o.alloc(w.embedding[1])  # embedding_dense_backward
         o.free(g)
         o.grad(w.embedding[0], dw)
+    elif ckpt and g is not None:  # the leaf's .grad, then the leaf as the graph goes
+        o.free(g, emb)
