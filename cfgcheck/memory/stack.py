@@ -41,7 +41,6 @@ torchtune: LoRA weights in the model dtype (torchtune/modules/peft/lora.py); not
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -159,28 +158,17 @@ def _gelu_saved(m: ModelConfig) -> int:
 
 def hf_activation(m: ModelConfig) -> str | None:
     """The MLP activation of a family read generically: its config.json's
-    ``activation_function`` (GPT-J) or ``hidden_act``, else the config class's default."""
+    ``activation_function`` (GPT-J) or ``hidden_act``, else the config class's default, as
+    the meta-device trace read it (:attr:`cfgcheck.memory.traced.Trace.activation`: shipped
+    or cached for the presets, so no transformers import)."""
     if m.hf_config is None:
         return None
     text = text_config(m.hf_config)
     for key in ("activation_function", "hidden_act", "hidden_activation"):
         if isinstance(text.get(key), str):
             return str(text[key])
-    return _default_activation(str(m.hf_config.get("model_type")))
-
-
-@functools.lru_cache(maxsize=64)
-def _default_activation(model_type: str) -> str | None:
-    try:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-        cfg = CONFIG_MAPPING[model_type]().get_text_config()
-    except (ImportError, KeyError, TypeError, ValueError):
-        return None
-    for key in ("activation_function", "hidden_act", "hidden_activation"):
-        if isinstance(getattr(cfg, key, None), str):
-            return str(getattr(cfg, key))
-    return None
+    tr = traced(m)
+    return tr.activation if tr is not None else None
 
 
 class LitgptLayout(TypedDict):

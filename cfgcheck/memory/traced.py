@@ -104,6 +104,9 @@ class Trace:
     experts: tuple[Experts, ...] = ()
     peft_moe: str | None = None  # the PEFT_MOE_NAMES table PEFT converts targets with
     supports_sdpa: bool = True  # the class's _supports_sdpa (modeling_utils.py checks it)
+    # the MLP activation the built config holds (its text config's activation_function,
+    # hidden_act or hidden_activation, the config class's default where config.json has none)
+    activation: str | None = None
     # full name -> shape of every parameter, as PEFT's target_parameters matches them
     # (``f"{module_name}.{param_name}"`` over named_modules / named_parameters(recurse=False))
     param_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -192,6 +195,7 @@ _SCALARS = {  # field -> its types in JSON
     "lm_head": (str, type(None)),
     "peft_moe": (str, type(None)),
     "supports_sdpa": (bool,),
+    "activation": (str, type(None)),
 }
 
 
@@ -379,8 +383,19 @@ def _read(model: Any, config: Any, model_type: str) -> Trace:
         experts=tuple(experts),
         peft_moe=peft_moe if peft_moe in PEFT_MOE_NAMES and experts else None,
         supports_sdpa=bool(getattr(type(model), "_supports_sdpa", True)),
+        activation=_activation(config),
         param_shapes=shapes,
     )
+
+
+def _activation(config: Any) -> str | None:
+    """The MLP activation of the built config's language model (its class default included)."""
+    text = config.get_text_config()
+    for key in ("activation_function", "hidden_act", "hidden_activation"):
+        value = getattr(text, key, None)
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def _top_k(model: Any, experts_path: str) -> int | None:
