@@ -1,9 +1,10 @@
-"""The memory estimate against real H100 measurements (benchmarks/calibration/), no GPU needed.
+"""The memory estimate against real H100 and H200 measurements (benchmarks/calibration/), no GPU
+needed.
 
 Each recorded run of ``benchmarks/calibration/runs.json`` carries the cfgcheck overrides that
 express it on the shipped ``conf/``; ``h100.jsonl`` holds what ``gpu_measure.py`` measured
 (torch's peak allocated and reserved bytes, the device-level NVML peak). This script composes
-each run exactly as ``cfgcheck memory --format json <overrides> trainer.gpu.name=H100`` does,
+each run exactly as ``cfgcheck memory --format json <overrides> trainer.gpu.name=<its GPU>`` does,
 prints estimate vs measurement for the three figures, then the verdict the estimate gives on
 six common GPU sizes against the measured device peak: an *unsafe fits* is a "fits" for a run
 whose measured peak exceeds the GPU.
@@ -24,13 +25,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "calibration"
 GIB = 1024**3
-# The six GPU sizes of issue 14 (GiB the driver reports as usable).
-SIZES_GIB = (15.0, 22.0, 23.5, 40.0, 44.5, 79.6)
+# The six GPU sizes of issue 14 (GiB the driver reports as usable), and the H200's
+# (torch.cuda.mem_get_info's total on the H200 rows: 150,109,880,320 bytes).
+SIZES_GIB = (15.0, 22.0, 23.5, 40.0, 44.5, 79.6, 139.8)
 
 
 @dataclass(frozen=True)
 class Row:
     id: str
+    gpu: str  # the cfgcheck GPU preset it was measured on (H100, H200)
     overrides: tuple[str, ...]
     measured: dict[str, int]  # allocated, reserved, device_peak (bytes)
     estimated: dict[str, int]
@@ -70,16 +73,31 @@ class Row:
         ]
 
 
+def gpu_name(meas: dict[str, Any]) -> str:
+    """The cfgcheck GPU preset of a measurement: its ``gpu`` (``torch.cuda.get_device_name``),
+    H100 for the first rows, which name none."""
+    name = str(meas.get("gpu") or "NVIDIA H100")
+    return "H200" if "H200" in name else "H100"
+
+
 def load(data: Path = DATA) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(run spec, measurement) pairs of every ``ok`` row."""
-    specs = {r["id"]: r for r in json.loads((data / "runs.json").read_text())}
+    """(run spec, measurement) pairs of every ``ok`` row: the specs of ``runs.json`` and
+    ``runs-*.json`` (later batches), the measurements of every ``*.jsonl`` (one file per GPU
+    kind: ``h100.jsonl``, ``h200.jsonl``)."""
+    specs: dict[str, dict[str, Any]] = {}
+    for path in sorted(data.glob("runs*.json")):
+        for r in json.loads(path.read_text()):
+            if r["id"] in specs:
+                raise SystemExit(f"{path.name}: run id {r['id']} is defined twice")
+            specs[r["id"]] = r
     out = []
-    for line in (data / "h100.jsonl").read_text().splitlines():
-        if not line.strip():
-            continue
-        meas = json.loads(line)
-        if meas.get("status") == "ok" and meas["id"] in specs:
-            out.append((specs[meas["id"]], meas))
+    for path in sorted(data.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            meas = json.loads(line)
+            if meas.get("status") == "ok" and meas["id"] in specs:
+                out.append((specs[meas["id"]], meas))
     return out
 
 
@@ -91,7 +109,8 @@ def evaluate(data: Path = DATA) -> list[Row]:
 
     rows = []
     for spec, meas in load(data):
-        overrides = (*spec["overrides"], "trainer.gpu.name=H100")
+        gpu = gpu_name(meas)
+        overrides = (*spec["overrides"], f"trainer.gpu.name={gpu}")
         result = check(ROOT / "conf", "config", overrides)
         cfg = result.config
         if cfg is None:
@@ -111,6 +130,7 @@ def evaluate(data: Path = DATA) -> list[Row]:
         rows.append(
             Row(
                 id=spec["id"],
+                gpu=gpu,
                 overrides=tuple(spec["overrides"]),
                 measured={k: int(meas[k]) for k in ("allocated", "reserved", "device_peak")},
                 estimated={
