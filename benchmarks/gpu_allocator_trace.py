@@ -147,7 +147,7 @@ def main(ids: list[str]) -> int:
         if not torch.cuda.is_available():
             print("needs a CUDA device", file=sys.stderr)
             return 2
-        runs = {r["id"]: r for r in json.loads((DATA / "runs.json").read_text())}
+        runs = {r["id"]: r for f in sorted(DATA.glob("runs*.json")) for r in json.loads(f.read_text())}
         run(runs[ids[1]], Path(os.environ.get("OUT", ".")))
         return 0
     rc = 0
