@@ -18,7 +18,7 @@ ROWS = memory_calibration.evaluate()
 
 
 def test_every_recorded_run_is_evaluated() -> None:
-    assert len(ROWS) == len(memory_calibration.load()) == 33  # 24 H100 rows, 9 H200 rows
+    assert len(ROWS) == len(memory_calibration.load()) == 42  # 24 H100 rows, 18 H200 rows
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
