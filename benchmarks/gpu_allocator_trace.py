@@ -125,6 +125,22 @@ def run(spec: dict[str, Any], out_dir: Path) -> None:
             segment = e["size"] if e["size"] >= 100 * MIB else 0
     sim = simulate(events)
     rid = spec["id"]
+    # what a single-stream replay cannot see: allocations on side streams, segments released
+    # (empty_cache, an out-of-memory retry) and out-of-memory events after the reset
+    after = entries[marks[1] :] if len(marks) >= 2 else entries
+    actions: dict[str, int] = {}
+    streams: dict[int, int] = {}
+    side: dict[str, int] = {}
+    for e in after:
+        actions[e["action"]] = actions.get(e["action"], 0) + 1
+        if e["action"] == "alloc":
+            streams[e.get("stream", 0)] = streams.get(e.get("stream", 0), 0) + 1
+            if e.get("stream", 0) != min(streams):
+                key = f"{e['size'] // MIB} MiB {frame(e)}"
+                side[key] = side.get(key, 0) + 1
+    print(f"{rid}: actions after the reset {actions}; allocations per stream {streams}")
+    for key, n in sorted(side.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"{rid}:   side-stream allocation x{n}: {key}")
     print(f"{rid}: cached free blocks >= 100 MiB after the build (MiB): {after_build}")
     print(
         f"{rid}: measured reserved {res['reserved']:,} allocated {res['allocated']:,}; "
@@ -147,7 +163,9 @@ def main(ids: list[str]) -> int:
         if not torch.cuda.is_available():
             print("needs a CUDA device", file=sys.stderr)
             return 2
-        runs = {r["id"]: r for f in sorted(DATA.glob("runs*.json")) for r in json.loads(f.read_text())}
+        runs = {
+            r["id"]: r for f in sorted(DATA.glob("runs*.json")) for r in json.loads(f.read_text())
+        }
         run(runs[ids[1]], Path(os.environ.get("OUT", ".")))
         return 0
     rc = 0
