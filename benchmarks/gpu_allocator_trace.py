@@ -105,6 +105,7 @@ def run(spec: dict[str, Any], out_dir: Path) -> None:
     live: dict[int, int] = {}  # address -> index of its allocation
     new_segments: list[tuple[int, int, str]] = []
     segment = 0  # a segment just opened: the next allocation is the request that opened it
+    seg_log: list[list[int]] = []  # [index in compact of the next allocation, address, size]
     for k, e in enumerate(entries):
         if len(marks) >= 2 and k == marks[1]:
             events.append((0, RESET))
@@ -121,8 +122,12 @@ def run(spec: dict[str, Any], out_dir: Path) -> None:
             i = live.pop(e["addr"])
             events.append((i, FREE))
             compact.append([-1, i])
-        elif act == "segment_alloc" and len(marks) >= 2 and k > marks[1]:
-            segment = e["size"] if e["size"] >= 100 * MIB else 0
+        elif act == "segment_alloc":
+            # where cudaMalloc placed each segment: the allocator breaks ties between free
+            # blocks of one size by address
+            seg_log.append([len(compact), e["addr"], e["size"]])
+            if len(marks) >= 2 and k > marks[1]:
+                segment = e["size"] if e["size"] >= 100 * MIB else 0
     sim = simulate(events)
     rid = spec["id"]
     # what a single-stream replay cannot see: allocations on side streams, segments released
@@ -150,6 +155,7 @@ def run(spec: dict[str, Any], out_dir: Path) -> None:
     for size, req, where in new_segments:
         print(f"{rid}:   new segment {size} MiB for a {req} MiB request at {where}")
     (out_dir / f"{rid}.events.json").write_text(json.dumps(compact))
+    (out_dir / f"{rid}.segments.json").write_text(json.dumps(seg_log))
 
 
 def main(ids: list[str]) -> int:
