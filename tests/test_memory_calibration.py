@@ -1,5 +1,5 @@
-"""Every recorded H100 and H200 run (benchmarks/calibration/) stays inside the accuracy goal, and the
-verdict never says "fits" for a run whose measured device peak exceeds the GPU."""
+"""Every recorded H100 and H200 run (benchmarks/calibration/) stays inside the accuracy goal,
+and the verdict never says "fits" for a run whose measured device peak exceeds the GPU."""
 
 from __future__ import annotations
 
