@@ -281,7 +281,10 @@ def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | 
     pw = o.alloc(h4)  # PowBackward0: 2 * x * grad
     t1 = o.alloc(h4)
     gp = o.alloc(h4)
-    o.drop(t1, pw, dv, nm.x)  # x: 0 where the caller holds it (QLoRA's leaf input)
+    # x (0 where the caller holds it): a recomputed one goes with the node's apply, before
+    # its input (the checkpoint's frame's input after it, as saved tensors go)
+    recomputed = o.unpacked and nm.x not in o.frame
+    o.drop(t1, pw, *((nm.x, dv) if recomputed else (dv, nm.x)))
     o.free(*o.frame)  # PowBackward0 held the frame's last holder: the frame goes
     o.frame = ()
     gx = add_grad(o, h4, gx, gp)
@@ -377,15 +380,16 @@ def lora_backward(
     lora_A's AccumulateGrad runs. Returns the gradient of ``x`` (None without ``graph``)."""
     db = o.alloc(4 * nout // o.tokens * o.rank)  # lora_B's weight: out x rank
     ga = o.alloc(4 * o.rank * o.tokens)
-    o.free(m, saved.a)
+    o.free(*((saved.a, m) if o.unpacked else (m, saved.a)))
     o.grad(w[1][0], db)
     da = o.alloc(4 * o.rank * nin // o.tokens)
+    done = (saved.x, ga) if o.unpacked else (ga, saved.x)
     if not graph:
-        o.drop(ga, saved.x)
+        o.drop(*done)
         o.grad(w[0][0], da)
         return None
     gd = o.alloc(4 * nin)
-    o.drop(ga, saved.x)
+    o.drop(*done)
     if saved.mask is None:
         gd = add_grad(o, 4 * nin, into, gd)
     o.grad(w[0][0], da)
