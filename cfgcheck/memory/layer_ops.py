@@ -258,7 +258,7 @@ def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | 
     if nm.normed is not None:
         tmp = o.alloc(row)
         wg = o.alloc(weight[1])
-        o.free(tmp, g, nm.normed)
+        o.free(*((nm.normed, tmp, g) if o.unpacked else (tmp, g, nm.normed)))
         o.grad(weight[0], wg)
     else:
         o.free(g)
