@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -256,18 +257,22 @@ def test_the_embedding_gradients_are_those_of_the_traced_step(tied: bool) -> Non
     assert traced.count(-size) >= (8 if tied else 4)  # the temporaries above are in it
 
 
-def _most_live(ev: list[tuple[int, int]], size: int) -> int:
-    """The most tensors of ``size`` bytes live at once."""
+def _live_before(ev: list[tuple[int, int]], of: int) -> Iterator[tuple[int, int]]:
+    """For each allocation (its bytes), how many tensors of ``of`` bytes are live before it."""
     live: dict[int, int] = {}
-    count = most = 0
+    count = 0
     for i, n in ev:
         if n > 0:
+            yield n, count
             live[i] = n
-            count += n == size
-            most = max(most, count)
+            count += n == of
         elif n == FREE or n == -1:
-            count -= live.pop(i, 0) == size
-    return most
+            count -= live.pop(i, 0) == of
+
+
+def _most_live(ev: list[tuple[int, int]], size: int) -> int:
+    """The most tensors of ``size`` bytes live at once."""
+    return max((count + (n == size) for n, count in _live_before(ev, size)), default=0)
 
 
 @pytest.mark.tracer
@@ -399,18 +404,7 @@ def test_a_biased_linear_takes_a_cublaslt_workspace_in_the_forward() -> None:
 def _live_at(ev: list[tuple[int, int]], size: int, of: int) -> list[int]:
     """For each allocation of ``size`` bytes, how many tensors of ``of`` bytes are live; only
     those made while one is (the backward's, not the optimizer's)."""
-    live: dict[int, int] = {}
-    count = 0
-    out = []
-    for i, n in ev:
-        if n > 0:
-            if n == size and count:
-                out.append(count)
-            live[i] = n
-            count += n == of
-        elif n == FREE or n == -1:
-            count -= live.pop(i, 0) == of
-    return out
+    return [count for n, count in _live_before(ev, of) if n == size and count]
 
 
 @pytest.mark.tracer
