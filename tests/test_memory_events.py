@@ -320,6 +320,56 @@ def test_a_tied_model_frees_its_first_lm_head_weight_while_it_is_built(tied: boo
 
 
 @pytest.mark.tracer
+def test_a_tied_model_loaded_from_its_checkpoint_makes_no_lm_head_weight(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``from_pretrained`` builds the model on the meta device with its ties held back
+    (transformers 5.24 ``modeling_utils.py`` ``get_init_context``: ``init.no_tie_weights()``,
+    ``torch.device("meta")``), then materialises the checkpoint's tensors: a tied model's
+    lm_head weight is never made (traced on CPU: a tiny tied checkpoint saved, loaded the way
+    users load one, loading kept on the traced thread). ``from_config`` makes and frees it. The
+    generated build follows: the block only for a model named by its shape, not for
+    ``model.pretrained``."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    from tests.alloc_tracer import AllocTracer, gpu_measure
+
+    monkeypatch.setenv("HF_DEACTIVATE_ASYNC_LOAD", "1")  # no loader threads: all traced
+    m = _tiny_llama(tie_embeddings=True)
+    cfg = gpu_measure().hf_config(m.model_dump())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(tmp_path)
+    size = 1000 * 64 * 2  # vocabulary x hidden, bf16
+    traced = {}
+    for how in ("from_config", "from_pretrained"):
+        tracer = AllocTracer()
+        tracer.record = True
+        with warnings.catch_warnings(), tracer:
+            warnings.simplefilter("ignore")
+            if how == "from_config":
+                model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+            else:
+                model = tf.AutoModelForCausalLM.from_pretrained(
+                    tmp_path, dtype=torch.bfloat16, device_map="cpu"
+                )
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+        traced[how] = _sizes_of(tracer.events, {size})
+        del model
+    assert traced == {"from_config": [size, size, -size], "from_pretrained": [size]}
+    t = TrainerConfig(
+        micro_batch_size=2, precision="bf16-true", optimizer="adamw", finetuning="full"
+    )
+    d = DataConfig(max_seq_length=24)
+    for model_cfg, block in (
+        (m, True),
+        (m.model_copy(update={"pretrained": str(tmp_path)}), False),
+    ):
+        ev = step_events(model_cfg, d, t, steps=1)
+        assert (-size in _sizes_of(ev[: ev.index((0, RESET))], {size})) is block
+
+
+@pytest.mark.tracer
 def test_a_checkpointed_forward_holds_only_its_working_set() -> None:
     """Under non-reentrant checkpointing the forward saves nothing: a layer's MLP holds at most
     three intermediate-size tensors (activation, up, their product), not the four it saves
