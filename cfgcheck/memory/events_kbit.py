@@ -2,12 +2,14 @@
 ``prepare_model_for_kbit_training``, PEFT LoRA): the input of :mod:`cfgcheck.memory.allocsim`
 for the runs :func:`cfgcheck.memory.events.step_events` leaves out.
 
-Unlike the dense sequence, this one is op by op: every tensor of the token dimension (hidden,
+Op by op, with the dense Llama layout's ops (:mod:`cfgcheck.memory.layer_ops`; the 4-bit linear
+in :mod:`cfgcheck.memory.kbit_ops`): every tensor of the token dimension (hidden,
 query/key/value, intermediate, rank-r), every dequantized weight and the attention mask, each
 made and freed where the CPU trace of gpu_measure.py's loop makes and frees it
 (tests/alloc_tracer.py with bitsandbytes 0.50's CPU backend; tests/test_memory_events_kbit.py
-checks the sizes and their order). Left out: per-token statistics and scalars (norm variances,
-rotary tables, the loss), which the small pool holds.
+checks the sizes and their order, tests/test_alloc_identity.py which tensor each free undoes).
+Left out: per-token statistics and scalars (norm variances, rotary tables, the loss), which the
+small pool holds (``Ops.stats`` False).
 
 The mechanisms, per source:
 
@@ -25,7 +27,8 @@ The mechanisms, per source:
   returns. A CPU trace cannot see it (one op): :func:`linear_forward` adds it for CUDA;
 * the lm_head is fp32: the logits are fp32 and ``logits.float()`` (transformers
   ``ForCausalLMLoss``) makes no copy; nothing saves the final norm's output (frozen head);
-* autograd frees each node's saved tensors once it ran; non-reentrant checkpointing
+* autograd frees each node's saved tensors once it ran (a recomputed one with the node's
+  apply, before its incoming gradient: ``Ops.unpacked``); non-reentrant checkpointing
   recomputes a layer when its first saved tensor is unpacked and stops after the last one is
   packed (torch/utils/checkpoint.py, ``_StopRecomputationError``), dropping the rest;
 * the optimizer: bitsandbytes' paged 8-bit AdamW keeps its states in managed memory (outside

@@ -43,8 +43,13 @@ sources, as installed and traced (transformers 5.24 ``models/llama/modeling_llam
   (``mm_mat2_backward`` / ``mm_mat1_backward``); AccumulateGrad keeps the first gradient as
   ``.grad`` and adds the others in place, freeing them.
 
-This module has the modules' ops (norm, linear, rotary embedding);
-:mod:`cfgcheck.memory.llama_step` puts them together into a layer and a micro-batch. The
+This module has the modules' ops (norm, linear and its LoRA branch, rotary embedding, gradient
+accumulation) and their recorder :class:`Ops`; :mod:`cfgcheck.memory.llama_step` puts them
+together into a layer and a micro-batch, and QLoRA's layer (:mod:`cfgcheck.memory.kbit_layer`)
+calls them too, with bitsandbytes' 4-bit linear (:mod:`cfgcheck.memory.kbit_ops`) as one more
+kind of linear. Under checkpointing a recomputed saved tensor goes with its node's apply, before
+the node's incoming gradient (``Ops.unpacked``; tests/test_alloc_identity.py checks which
+tensor each free undoes). The
 traced step (tests/alloc_tracer.py on meta tensors at full size,
 benchmarks/allocator_meta_trace.py) is the reference: tests/test_layer_ops.py checks the
 sequence equals it for every tensor above 1 MiB (the large pool, ``kSmallSize``).
