@@ -52,7 +52,7 @@ on Llama-like models is generated op by op by :mod:`cfgcheck.memory.events_kbit`
 
 from __future__ import annotations
 
-from cfgcheck.memory import layer_ops, llama_step, weights
+from cfgcheck.memory import events_moe, layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace, one_plain_gpu
@@ -79,7 +79,7 @@ def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         one_plain_gpu(t)
         and t.quantization == "none"
         and not m.weight_format
-        and not (m.n_expert or 0)
+        and (not (m.n_expert or 0) or events_moe.covered(m, t))
         and t.optimizer in ("adamw", "sgd")
         and (t.loss_chunking == "none" or covered_fused(m, t))
         and not t.precision.endswith("-mixed")
@@ -97,6 +97,7 @@ def _param_tensors(m: ModelConfig) -> list[tuple[str, int]]:
     norm = m.n_embd
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     per_layer += [("norm", norm)] * (n_norms * (2 if m.norm == "layernorm" else 1))
+    per_layer += [("expert", n) for n in events_moe.layer_params(m)]  # router, experts
     for _ in range(m.n_layer):
         full.extend(per_layer)
     full += [("norm", norm)] * (2 if m.norm == "layernorm" else 1)
@@ -189,7 +190,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     param_ids = [ev.alloc(n * master) for _, n in params]
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
-    exact = layer_ops.exact(m, d, t)
+    moe = events_moe.Moe.of(m, t) if m.n_expert else None  # covered: events_moe.covered
+    exact = layer_ops.exact(m, d, t) or moe is not None
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
         kinds = layer_ops.kinds(m, t) or {}
@@ -275,7 +277,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                llama_step.micro_batch(ops, exact_w, t.gradient_checkpointing)
+                llama_step.micro_batch(ops, exact_w, t.gradient_checkpointing, moe)
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start

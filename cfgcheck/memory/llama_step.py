@@ -29,6 +29,7 @@ in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cfgcheck.memory.layer_ops import (
     Adapter,
@@ -41,6 +42,9 @@ from cfgcheck.memory.layer_ops import (
     rope_backward,
     rope_forward,
 )
+
+if TYPE_CHECKING:
+    from cfgcheck.memory.events_moe import Moe, Saved
 
 
 @dataclass
@@ -62,13 +66,17 @@ class Layer:
     out: int
     adapters: dict[str, Adapter]
     graph: bool  # the layer's input has a gradient
+    moe: Saved | None = None  # a mixture-of-experts block's saved tensors (events_moe.py)
 
 
-def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = False) -> Layer:
+def layer_forward(
+    o: Ops, x: int, free_input: bool, graph: bool, stop: bool = False, moe: Moe | None = None
+) -> Layer:
     """``LlamaDecoderLayer.forward`` with the module's ops; ``free_input``: the caller drops its
     reference to ``x`` when the layer returns (not the embedding output); ``graph``: ``x``
     has a gradient; ``stop``: a checkpoint's recomputation, which stops once the last saved
-    tensor is packed (down_proj's, see :func:`recompute`)."""
+    tensor is packed (down_proj's, see :func:`recompute`); ``moe``: a mixture-of-experts
+    block in the MLP's place (:mod:`cfgcheck.memory.events_moe`)."""
     row, qb, kvb = o.p * o.h, o.p * o.q, o.p * o.kv
     kd = o.kinds
     hd = o.h
@@ -111,6 +119,14 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
     r1 = o.alloc(row)
     o.free(out)
     n2 = norm_forward(o, r1)
+    if moe is not None:  # the block's output, then the layer's end as below
+        y, saved = moe.forward(o, n2.out)
+        o.free(n2.out)  # the frozen router keeps not its input
+        r2 = o.alloc(row)
+        o.free(y, r1)
+        if free_input:
+            o.free(x)
+        return Layer(n1, n2, q, kk, vv, bias, attn, lse, -1, -1, -1, -1, r2, ad, graph, saved)
     ib = o.p * o.inter
     gate = linear("gate_proj", hd, o.inter, True)
     act = o.alloc(ib)
@@ -157,13 +173,28 @@ def layer_backward(
     lay: Layer,
     w: dict[str, tuple[tuple[int, int], ...]],
     tables: tuple[int, int] | None,
+    moe: Moe | None = None,
 ) -> int | None:
     """The layer's backward for the gradient ``g`` of its output; ``w``: (id, bytes) of each
     linear's trained tensors (the weight, or lora_A and lora_B) and of the two norms'
     weights (``input_layernorm``, ``post_attention_layernorm``). Returns the gradient of the
     layer's input (None when it has none)."""
-    ib, qb, kvb = o.p * o.inter, o.p * o.q, o.p * o.kv
-    kd, ad, hd = o.kinds, lay.adapters, o.h
+    frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
+    if moe is not None and lay.moe is not None:
+        gx: int | None = moe.backward(o, g, lay.moe)
+    else:
+        gx = _mlp_backward(o, g, lay, w)
+    assert gx is not None
+    # the post-attention norm; its input's buffer holds g (the residual's path)
+    s = norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    return _attention_backward(o, s, lay, w, tables, frame)
+
+
+def _mlp_backward(
+    o: Ops, g: int, lay: Layer, w: dict[str, tuple[tuple[int, int], ...]]
+) -> int | None:
+    """The Llama MLP's backward: its input's gradient."""
+    ib, kd, ad, hd = o.p * o.inter, o.kinds, lay.adapters, o.h
 
     def linear(
         name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None,
@@ -173,7 +204,6 @@ def layer_backward(
             o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
         )
 
-    frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
     full = kd["down_proj"] == "full"
     # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
     gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
@@ -184,10 +214,28 @@ def layer_backward(
     gg = o.alloc(ib)  # SiluBackward0
     o.free(ga, lay.gate)
     gate_full = kd["gate_proj"] == "full"
-    gx = linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
-    assert gx is not None
-    # the post-attention norm; its input's buffer holds g (the residual's path)
-    s = norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    return linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
+
+
+def _attention_backward(
+    o: Ops,
+    s: int,
+    lay: Layer,
+    w: dict[str, tuple[tuple[int, int], ...]],
+    tables: tuple[int, int] | None,
+    frame: tuple[int, ...],
+) -> int | None:
+    """The attention's backward for the gradient ``s`` of the post-attention residual."""
+    qb, kvb, kd, ad, hd = o.p * o.q, o.p * o.kv, o.kinds, lay.adapters, o.h
+
+    def linear(
+        name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None,
+        release: tuple[int, ...] = (), graph: bool = True,
+    ) -> int | None:  # fmt: skip
+        return linear_backward(
+            o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
+        )
+
     # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q;
     # without a gradient on the layer's input only o_proj holds s
     go = linear("o_proj", s, not lay.graph, o.q, hd, None)
@@ -246,9 +294,10 @@ class Weights:
     embedding: Param | None
 
 
-def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
+def micro_batch(o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None) -> None:
     """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
-    ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing."""
+    ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing; ``moe``:
+    a mixture-of-experts block in each layer's MLP place."""
     row = o.p * o.h
     emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
     mask = None
@@ -305,7 +354,9 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     inputs: list[int] = []  # each checkpointed layer's input, kept by its frame
     for i in range(len(w.layers)):
         o.saving = not ckpt
-        layers.append(layer_forward(o, x, free_input=i > 0 and not ckpt, graph=graph or i > 0))
+        layers.append(
+            layer_forward(o, x, free_input=i > 0 and not ckpt, graph=graph or i > 0, moe=moe)
+        )
         o.saving = True
         inputs.append(x)
         x = layers[-1].out
@@ -363,7 +414,7 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
             # its .grad) to the end of the backward
             # with the first layer's frame go the mask, then its input unless that is a leaf
             o.frame = (inputs[i],) if i > 0 else (*held, emb) if w.embedding is not None else held
-        g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
+        g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None, moe)
         o.unpacked = False
     if w.embedding is not None:
         assert g is not None

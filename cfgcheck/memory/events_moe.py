@@ -1,0 +1,221 @@
+"""A mixture-of-experts block op by op: the allocations and frees of transformers' sparse MoE
+block, as :mod:`cfgcheck.memory.llama_step` runs it in place of the Llama MLP (called from
+:func:`cfgcheck.memory.events.step_events`).
+
+Covered (:func:`covered`): Mixtral (``models/mixtral/modeling_mixtral.py``, transformers 5.24)
+with PEFT LoRA on the attention projections (q_proj among them), frozen router and experts,
+SDPA, 16-bit weights, without gradient checkpointing. The sources, as installed and traced
+(tests/test_memory_events_moe.py):
+
+* ``MixtralTopKRouter.forward``: ``F.linear(hidden_states, weight)`` (the logits, in the
+  compute dtype), ``softmax(router_logits.float())`` (fp32, kept by its backward), ``topk``
+  (fp32 values, int64 indices: the indices kept by ``TopkBackward0``), the values divided in
+  place by their sum (the sum and a copy of the values kept by ``DivBackward0``);
+* ``integrations/moe.py`` ``grouped_mm_experts_forward`` (the default
+  ``experts_implementation``): ``sort`` of the expert ids (values and permutation, int64),
+  ``perm // top_k`` (kept: the gather's backward), the routed copies
+  ``hidden_states[perm // top_k]`` (top_k hidden rows per token, a local), the routing weights
+  gathered (fp32, kept by the weighting), ``histc`` and ``cumsum`` of the counts (the offsets,
+  kept by the grouped linears); ``_grouped_mm`` up (gate and up, two expert widths, kept by
+  the SiLU and the product through their chunk views), ``silu`` (kept), the product (a
+  frozen down projection keeps not its input), ``_grouped_mm`` down (kept by the weighting),
+  ``proj_out * sample_weights_g`` (fp32 by promotion with Mixtral's fp32 weights), the
+  un-permutation (``inv_perm``: ``empty_like``, ``arange``; ``weighted_out[inv_perm]``), the
+  ``sum`` over top_k (fp32) and the cast back; the locals go when the function returns;
+* the backward, node by node in the order autograd runs them (``ReadyQueue``, highest
+  sequence number first, saved tensors released after each node): the cast's and the sum's
+  (a copy of the expanded gradient), the un-permutation's ``IndexBackward0`` (``new_zeros``,
+  ``index_put_`` in place), the weighting's ``MulBackward0`` (both inputs' gradients, the
+  routing weights' summed over the hidden size), the down projection's grouped backward, the
+  product's, the SiLU's, the chunk's ``cat``, the up projection's, the gathers' backward
+  (``new_zeros`` each), the router's division, ``topk``'s ``scatter``, the softmax's and the
+  logits' linear; the MoE input's two gradients summed (``InputBuffer::add``).
+
+Elements: T tokens, E experts, k experts per token, S = T * k routed rows, W one expert's
+width, h the hidden size. Tensors of E elements (counts, offsets) are in the small pool and
+counted too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cfgcheck.memory.activations import _weighted_bytes
+from cfgcheck.memory.layer_ops import Ops, kinds
+from cfgcheck.memory.modules import architecture_of, traced
+from cfgcheck.memory.stack import stack
+from cfgcheck.schema.model import ModelConfig
+from cfgcheck.schema.trainer import TrainerConfig
+
+FAMILIES = frozenset({"mixtral"})
+
+
+def covered(m: ModelConfig, t: TrainerConfig) -> bool:
+    """The MoE runs this module generates op by op (see the module docstring)."""
+    tr = traced(m) if m.n_expert else None
+    if tr is None or len(tr.experts) != m.n_layer or architecture_of(m) not in FAMILIES:
+        return False
+    k = kinds(m, t)
+    hf = m.hf_config or {}
+    return (
+        t.finetuning == "lora"
+        and k is not None
+        and not t.gradient_checkpointing
+        and t.loss_chunking == "none"
+        and t.attention == "sdpa"
+        and t.precision in ("bf16-true", "16-true")
+        and not hf.get("output_router_logits")
+        and m.sliding_window_size is None
+        and not m.tie_embeddings
+        and not m.attn_bias
+        and all(v != "lora" for n, v in k.items() if n in ("gate_proj", "up_proj", "down_proj"))
+    )
+
+
+def layer_params(m: ModelConfig) -> list[int]:
+    """The elements of each parameter of a layer's MoE block (router, experts), in module
+    order (the traced model's ``param_shapes``): built with the model, frozen."""
+    tr = traced(m)
+    if tr is None or not tr.experts:
+        return []
+    prefix = tr.experts[0].path.rsplit(".", 1)[0] + "."  # model.layers.0.mlp.
+    out = []
+    for name, shape in tr.param_shapes.items():
+        if name.startswith(prefix):
+            n = 1
+            for x in shape:
+                n *= x
+            out.append(n)
+    return out
+
+
+@dataclass
+class Saved:
+    """What the block keeps for its backward (ids)."""
+
+    softmax: int
+    top_idx: int
+    top_sum: int
+    top_copy: int
+    perm: int
+    token_idx: int
+    weights_g: int
+    offsets: int
+    gate_up: int
+    act: int
+    down: int
+    inv_perm: int
+
+
+@dataclass(frozen=True)
+class Moe:
+    """The block's sizes: E experts, top_k per token, W one expert's width, ``wb`` the bytes
+    per element of the weighted outputs (:func:`cfgcheck.memory.activations._weighted_bytes`)."""
+
+    n_expert: int
+    top_k: int
+    width: int
+    wb: int
+
+    @classmethod
+    def of(cls, m: ModelConfig, t: TrainerConfig) -> Moe:
+        tr = traced(m)
+        assert tr is not None and tr.experts
+        e = tr.experts[0]
+        return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, stack(m, t)))
+
+    def forward(self, o: Ops, x: int) -> tuple[int, Saved]:
+        """The block on its input ``x`` (the post-attention norm's output, freed by the
+        caller): returns its output (compute dtype) and its saved tensors."""
+        a, f, p = o.alloc, o.free, o.p
+        t, e, k, w, h = o.tokens, self.n_expert, self.top_k, self.width, o.h // o.tokens
+        s = t * k
+        logits = a(p * t * e)  # the router's linear
+        c = a(4 * t * e)  # .float()
+        sm = a(4 * t * e)
+        f(c)
+        top_v, top_i = a(4 * s), a(8 * s)
+        top_sum = a(4 * t)
+        top_copy = a(4 * s)  # the in-place division's saved copy
+        sort_v, perm = a(8 * s), a(8 * s)
+        token_idx = a(8 * s)  # perm // top_k
+        routed = a(p * s * h)
+        o.matmul("forward")
+        weights_g = a(4 * s)
+        hist_in = a(4 * s)  # histc's input: int32 on CUDA (float on CPU), 4 bytes either way
+        hist = a(4 * e)
+        offsets = a(4 * e)
+        gate_up = a(p * s * 2 * w)
+        act = a(p * s * w)
+        prod = a(p * s * w)
+        down = a(p * s * h)
+        f(prod)  # the frozen down projection keeps not its input
+        weighted = a(self.wb * s * h)
+        inv_perm = a(8 * s)
+        f(a(8 * s))  # arange
+        unperm = a(self.wb * s * h)
+        f(weighted)
+        summed = a(self.wb * t * h)
+        out = summed
+        if self.wb != p:  # .to(hidden_states.dtype)
+            out = a(p * t * h)
+        f(sort_v, routed, hist_in, hist, unperm, *((summed,) if out != summed else ()))
+        f(logits, top_v)
+        return out, Saved(
+            sm, top_i, top_sum, top_copy, perm, token_idx, weights_g, offsets, gate_up, act,
+            down, inv_perm,
+        )  # fmt: skip
+
+    def backward(self, o: Ops, g: int, sv: Saved) -> int:
+        """The block's backward for the gradient ``g`` of its output (not freed: the residual
+        holds it); returns its input's gradient."""
+        a, f, p = o.alloc, o.free, o.p
+        t, e, k, w, h = o.tokens, self.n_expert, self.top_k, self.width, o.h // o.tokens
+        s, wb = t * k, self.wb
+        g32 = a(wb * t * h) if wb != p else g  # ToCopyBackward0
+        expanded = a(wb * s * h)  # SumBackward0's expand, made contiguous
+        if g32 != g:
+            f(g32)
+        gw = a(wb * s * h)  # IndexBackward0: new_zeros, index_put_
+        f(expanded, sv.inv_perm)
+        g_down = a(wb * s * h)  # MulBackward0: proj_out's gradient, the weights'
+        g_wts = a(wb * s * h)
+        g_down_c = a(p * s * h) if wb != p else g_down
+        f(g_wts)
+        g_wsum = a(4 * s)
+        f(*((g_down,) if g_down_c != g_down else ()), gw, sv.weights_g, sv.down)
+        g_prod = a(p * s * w)  # the down projection's grouped backward
+        f(g_down_c)
+        g_up, g_act = a(p * s * w), a(p * s * w)  # MulBackward0
+        f(g_prod, sv.act)
+        g_gate = a(p * s * w)  # SiluBackward0
+        f(g_act, sv.gate_up)
+        g_cat = a(p * s * 2 * w)  # the chunk's backward
+        f(g_gate, g_up)
+        g_routed = a(p * s * h)  # the up projection's grouped backward
+        f(g_cat, sv.offsets)
+        g_wg = a(4 * s)  # the routing weights' gather backward
+        f(g_wsum, sv.perm)
+        g_x = a(p * t * h)  # the routed copies' gather backward
+        f(g_routed, sv.token_idx)
+        # DivBackward0 of the renormalised top-k values
+        d1, d2, neg, mul = a(4 * s), a(4 * s), a(4 * s), a(4 * s)
+        f(neg, d2, d1)
+        d3 = a(4 * s)
+        ssum = a(4 * t)
+        f(mul, g_wg, sv.top_sum, sv.top_copy)
+        add = a(4 * s)
+        f(d3, ssum)
+        z = a(4 * t * e)  # TopkBackward0: new_zeros, scatter
+        sc = a(4 * t * e)
+        f(z, add, sv.top_idx)
+        sb = a(4 * t * e)  # SoftmaxBackward0
+        f(sc, sv.softmax)
+        tc = a(p * t * e)  # ToCopyBackward0
+        f(sb)
+        gm = a(p * t * h)  # the router's linear: its input's gradient
+        o.matmul("backward")
+        f(tc)
+        total = a(p * t * h)  # the MoE input's two gradients summed
+        f(g_x, gm)
+        return total
