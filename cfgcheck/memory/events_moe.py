@@ -4,7 +4,7 @@ block, as :mod:`cfgcheck.memory.llama_step` runs it in place of the Llama MLP (c
 
 Covered (:func:`covered`): Mixtral (``models/mixtral/modeling_mixtral.py``, transformers 5.24)
 with PEFT LoRA on the attention projections (q_proj among them), frozen router and experts,
-SDPA, 16-bit weights, without gradient checkpointing. The sources, as installed and traced
+SDPA, 16-bit weights, with or without non-reentrant gradient checkpointing. The sources, as installed and traced
 (tests/test_memory_events_moe.py):
 
 * ``MixtralTopKRouter.forward``: ``F.linear(hidden_states, weight)`` (the logits, in the
@@ -38,6 +38,7 @@ counted too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cfgcheck.memory.activations import _weighted_bytes
@@ -60,7 +61,6 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return (
         t.finetuning == "lora"
         and k is not None
-        and not t.gradient_checkpointing
         and t.loss_chunking == "none"
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true")
@@ -124,10 +124,15 @@ class Moe:
         e = tr.experts[0]
         return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, stack(m, t)))
 
-    def forward(self, o: Ops, x: int) -> tuple[int, Saved]:
+    def forward(self, o: Ops, x: int, stop: bool = False) -> tuple[int, Saved]:
         """The block on its input ``x`` (the post-attention norm's output, freed by the
-        caller): returns its output (compute dtype) and its saved tensors."""
-        a, f, p = o.alloc, o.free, o.p
+        caller): returns its output (compute dtype; -1 when ``stop``) and its saved tensors.
+        Under checkpointing (``o.saving`` False) nothing is saved: each tensor goes when
+        Python drops it; ``stop``: the checkpoint's recomputation, which ends where the
+        un-permutation's index packs ``inv_perm``, its last saved tensor (``VariableType``
+        saves an op's inputs before it runs: its output is never made), the experts'
+        function's locals then the router's going as the exception leaves their frames."""
+        a, f, p, keep = o.alloc, o.free, o.p, o.saving
         t, e, k, w, h = o.tokens, self.n_expert, self.top_k, self.width, o.h // o.tokens
         s = t * k
         logits = a(p * t * e)  # the router's linear
@@ -137,10 +142,13 @@ class Moe:
         top_v, top_i = a(4 * s), a(8 * s)
         top_sum = a(4 * t)
         top_copy = a(4 * s)  # the in-place division's saved copy
+        if not keep:
+            f(top_copy, top_sum, sm)
         sort_v, perm = a(8 * s), a(8 * s)
         token_idx = a(8 * s)  # perm // top_k
         routed = a(p * s * h)
-        o.matmul("forward")
+        if not keep:
+            f(token_idx)
         weights_g = a(4 * s)
         hist_in = a(4 * s)  # histc's input: int32 on CUDA (float on CPU), 4 bytes either way
         hist = a(4 * e)
@@ -148,27 +156,42 @@ class Moe:
         gate_up = a(p * s * 2 * w)
         act = a(p * s * w)
         prod = a(p * s * w)
+        if not keep:
+            f(act, gate_up)
         down = a(p * s * h)
         f(prod)  # the frozen down projection keeps not its input
         weighted = a(self.wb * s * h)
         inv_perm = a(8 * s)
         f(a(8 * s))  # arange
+        saved = Saved(
+            sm, top_i, top_sum, top_copy, perm, token_idx, weights_g, offsets, gate_up, act,
+            down, inv_perm,
+        )  # fmt: skip
+        if stop:
+            f(sort_v, routed, hist_in, hist, weighted, logits, top_v)
+            return -1, saved
         unperm = a(self.wb * s * h)
         f(weighted)
         summed = a(self.wb * t * h)
         out = summed
         if self.wb != p:  # .to(hidden_states.dtype)
             out = a(p * t * h)
-        f(sort_v, routed, hist_in, hist, unperm, *((summed,) if out != summed else ()))
-        f(logits, top_v)
-        return out, Saved(
-            sm, top_i, top_sum, top_copy, perm, token_idx, weights_g, offsets, gate_up, act,
-            down, inv_perm,
-        )  # fmt: skip
+        cast = (summed,) if out != summed else ()
+        if keep:
+            f(sort_v, routed, hist_in, hist, unperm, *cast, logits, top_v)
+        else:
+            f(sort_v, perm, routed, weights_g, hist_in, hist, offsets, down, unperm, inv_perm)
+            f(*cast, logits, top_v, top_i)
+        return out, saved
 
-    def backward(self, o: Ops, g: int, sv: Saved) -> int:
+    def backward(
+        self, o: Ops, g: int, sv: Saved, recompute: Callable[[], Saved] | None = None
+    ) -> int:
         """The block's backward for the gradient ``g`` of its output (not freed: the residual
-        holds it); returns its input's gradient."""
+        holds it); returns its input's gradient. ``recompute``: under checkpointing, reruns
+        the layer when the first node that unpacks a saved tensor runs (the un-permutation's
+        index, after the cast's and the sum's backward) and returns the block's saved
+        tensors."""
         a, f, p = o.alloc, o.free, o.p
         t, e, k, w, h = o.tokens, self.n_expert, self.top_k, self.width, o.h // o.tokens
         s, wb = t * k, self.wb
@@ -176,41 +199,59 @@ class Moe:
         expanded = a(wb * s * h)  # SumBackward0's expand, made contiguous
         if g32 != g:
             f(g32)
+        if recompute is not None:  # IndexBackward0 unpacks inv_perm: the layer recomputed
+            sv = recompute()
+        un = o.unpacked
+
+        def node(inputs: tuple[int, ...], saved: tuple[int, ...]) -> None:
+            # after a node: its inputs, then its saved tensors (Engine::evaluate_function);
+            # a recomputed saved tensor goes with the node's apply, before its inputs
+            f(*(saved + inputs if un else inputs + saved))
+
         gw = a(wb * s * h)  # IndexBackward0: new_zeros, index_put_
-        f(expanded, sv.inv_perm)
+        node((expanded,), (sv.inv_perm,))
         g_down = a(wb * s * h)  # MulBackward0: proj_out's gradient, the weights'
         g_wts = a(wb * s * h)
-        g_down_c = a(p * s * h) if wb != p else g_down
+        if un:
+            f(sv.down, sv.weights_g)
+        g_down_c = a(p * s * h) if wb != p else g_down  # cast and sum_to of the outputs
         f(g_wts)
         g_wsum = a(4 * s)
-        f(*((g_down,) if g_down_c != g_down else ()), gw, sv.weights_g, sv.down)
+        f(*((g_down,) if g_down_c != g_down else ()), gw)
+        if not un:
+            f(sv.weights_g, sv.down)
         g_prod = a(p * s * w)  # the down projection's grouped backward
         f(g_down_c)
         g_up, g_act = a(p * s * w), a(p * s * w)  # MulBackward0
-        f(g_prod, sv.act)
+        node((g_prod,), (sv.act,))
         g_gate = a(p * s * w)  # SiluBackward0
-        f(g_act, sv.gate_up)
+        node((g_act,), (sv.gate_up,))
         g_cat = a(p * s * 2 * w)  # the chunk's backward
         f(g_gate, g_up)
         g_routed = a(p * s * h)  # the up projection's grouped backward
-        f(g_cat, sv.offsets)
+        node((g_cat,), (sv.offsets,))
         g_wg = a(4 * s)  # the routing weights' gather backward
-        f(g_wsum, sv.perm)
+        node((g_wsum,), (sv.perm,))
         g_x = a(p * t * h)  # the routed copies' gather backward
-        f(g_routed, sv.token_idx)
+        node((g_routed,), (sv.token_idx,))
         # DivBackward0 of the renormalised top-k values
         d1, d2, neg, mul = a(4 * s), a(4 * s), a(4 * s), a(4 * s)
         f(neg, d2, d1)
         d3 = a(4 * s)
+        if un:
+            f(sv.top_copy, sv.top_sum)
         ssum = a(4 * t)
-        f(mul, g_wg, sv.top_sum, sv.top_copy)
+        f(mul, g_wg)
+        if not un:
+            f(sv.top_sum, sv.top_copy)
         add = a(4 * s)
         f(d3, ssum)
         z = a(4 * t * e)  # TopkBackward0: new_zeros, scatter
         sc = a(4 * t * e)
-        f(z, add, sv.top_idx)
+        f(z)
+        node((add,), (sv.top_idx,))
         sb = a(4 * t * e)  # SoftmaxBackward0
-        f(sc, sv.softmax)
+        node((sc,), (sv.softmax,))
         tc = a(p * t * e)  # ToCopyBackward0
         f(sb)
         gm = a(p * t * h)  # the router's linear: its input's gradient

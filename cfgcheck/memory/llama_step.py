@@ -28,6 +28,7 @@ in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -120,12 +121,16 @@ def layer_forward(
     o.free(out)
     n2 = norm_forward(o, r1)
     if moe is not None:  # the block's output, then the layer's end as below
-        y, saved = moe.forward(o, n2.out)
+        y, saved = moe.forward(o, n2.out, stop)
         o.free(n2.out)  # the frozen router keeps not its input
-        r2 = o.alloc(row)
-        o.free(y, r1)
-        if free_input:
-            o.free(x)
+        r2 = -1
+        if not stop:
+            r2 = o.alloc(row)
+            o.free(y)
+        if o.p != 4 or not o.saving:
+            o.free(r1)
+            if free_input:
+                o.free(x)
         return Layer(n1, n2, q, kk, vv, bias, attn, lse, -1, -1, -1, -1, r2, ad, graph, saved)
     ib = o.p * o.inter
     gate = linear("gate_proj", hd, o.inter, True)
@@ -174,15 +179,30 @@ def layer_backward(
     w: dict[str, tuple[tuple[int, int], ...]],
     tables: tuple[int, int] | None,
     moe: Moe | None = None,
+    recompute: Callable[[], Layer] | None = None,
 ) -> int | None:
     """The layer's backward for the gradient ``g`` of its output; ``w``: (id, bytes) of each
     linear's trained tensors (the weight, or lora_A and lora_B) and of the two norms'
     weights (``input_layernorm``, ``post_attention_layernorm``). Returns the gradient of the
-    layer's input (None when it has none)."""
-    frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
+    layer's input (None when it has none). ``moe``: the layer's mixture-of-experts block;
+    ``recompute``: under checkpointing, the layer's recomputation, which its first node that
+    unpacks a saved tensor runs (inside the block's backward)."""
     if moe is not None and lay.moe is not None:
-        gx: int | None = moe.backward(o, g, lay.moe)
+        rerun = None
+        if recompute is not None:
+            box: list[Layer] = []
+
+            def rerun() -> Saved:
+                box.append(recompute())
+                assert box[0].moe is not None
+                return box[0].moe
+
+        gx: int | None = moe.backward(o, g, lay.moe, rerun)
+        if recompute is not None:
+            lay = box[0]
+        frame, o.frame = o.frame, ()
     else:
+        frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
         gx = _mlp_backward(o, g, lay, w)
     assert gx is not None
     # the post-attention norm; its input's buffer holds g (the residual's path)
@@ -407,14 +427,21 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None) 
     g: int | None = norm_backward(o, gx, final, w.final_norm, None)
     for i in reversed(range(len(layers))):
         assert g is not None
-        if ckpt:  # down_proj's node unpacks first: the layer recomputed (see recompute)
-            layers[i] = layer_forward(o, inputs[i], False, graph or i > 0, stop=True)
+
+        def rerun(i: int = i) -> Layer:
+            lay = layer_forward(o, inputs[i], False, graph or i > 0, stop=True, moe=moe)
             o.unpacked = True
             # the embedding's output made to require a gradient is a leaf: it stays (with
             # its .grad) to the end of the backward
             # with the first layer's frame go the mask, then its input unless that is a leaf
             o.frame = (inputs[i],) if i > 0 else (*held, emb) if w.embedding is not None else held
-        g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None, moe)
+            return lay
+
+        if ckpt and moe is None:  # down_proj's node unpacks first: the layer recomputed
+            layers[i] = rerun()
+        tables = (cos, sin) if i == 0 else None
+        later = rerun if ckpt and moe is not None else None  # inside the block's backward
+        g = layer_backward(o, g, layers[i], w.layers[i], tables, moe, later)
         o.unpacked = False
     if w.embedding is not None:
         assert g is not None
