@@ -277,7 +277,9 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                llama_step.micro_batch(ops, exact_w, t.gradient_checkpointing, moe)
+                llama_step.micro_batch(
+                    ops, exact_w, t.gradient_checkpointing, moe, qk_norm=m.norm_qk and moe is not None
+                )
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start

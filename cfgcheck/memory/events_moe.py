@@ -41,14 +41,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cfgcheck.memory.activations import _weighted_bytes
+from cfgcheck.memory.activations import ROUTER_WEIGHTS_IN_LOGITS_DTYPE, _weighted_bytes
 from cfgcheck.memory.layer_ops import Ops, kinds
 from cfgcheck.memory.modules import architecture_of, traced
 from cfgcheck.memory.stack import stack
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
-FAMILIES = frozenset({"mixtral"})
+# the routers this module generates: softmax over every expert in fp32, top-k, the top-k
+# renormalised (Qwen3-MoE: ``norm_topk_prob``), Qwen3-MoE's cast back to the logits' dtype
+FAMILIES = frozenset({"mixtral", "qwen3_moe"})
 
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
@@ -65,6 +67,7 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true")
         and not hf.get("output_router_logits")
+        and (architecture_of(m) == "mixtral" or bool(hf.get("norm_topk_prob")))
         and m.sliding_window_size is None
         and not m.tie_embeddings
         and not m.attn_bias
@@ -116,13 +119,16 @@ class Moe:
     top_k: int
     width: int
     wb: int
+    rw: int  # bytes per element of the routing weights (fp32, or the logits' dtype)
 
     @classmethod
     def of(cls, m: ModelConfig, t: TrainerConfig) -> Moe:
         tr = traced(m)
         assert tr is not None and tr.experts
         e = tr.experts[0]
-        return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, stack(m, t)))
+        s = stack(m, t)
+        rw = s.act if m.architecture in ROUTER_WEIGHTS_IN_LOGITS_DTYPE else 4
+        return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, s), rw)
 
     def forward(self, o: Ops, x: int, stop: bool = False) -> tuple[int, Saved]:
         """The block on its input ``x`` (the post-attention norm's output, freed by the
@@ -142,6 +148,10 @@ class Moe:
         top_v, top_i = a(4 * s), a(8 * s)
         top_sum = a(4 * t)
         top_copy = a(4 * s)  # the in-place division's saved copy
+        if self.rw != 4:  # .to(router_logits.dtype): the fp32 values go
+            cast = a(self.rw * s)
+            f(top_v)
+            top_v = cast
         if not keep:
             f(top_copy, top_sum, sm)
         sort_v, perm = a(8 * s), a(8 * s)
@@ -149,7 +159,7 @@ class Moe:
         routed = a(p * s * h)
         if not keep:
             f(token_idx)
-        weights_g = a(4 * s)
+        weights_g = a(self.rw * s)
         hist_in = a(4 * s)  # histc's input: int32 on CUDA (float on CPU), 4 bytes either way
         hist = a(4 * e)
         offsets = a(4 * e)
@@ -176,12 +186,12 @@ class Moe:
         out = summed
         if self.wb != p:  # .to(hidden_states.dtype)
             out = a(p * t * h)
-        cast = (summed,) if out != summed else ()
+        summed_cast = (summed,) if out != summed else ()
         if keep:
-            f(sort_v, routed, hist_in, hist, unperm, *cast, logits, top_v)
+            f(sort_v, routed, hist_in, hist, unperm, *summed_cast, logits, top_v)
         else:
             f(sort_v, perm, routed, weights_g, hist_in, hist, offsets, down, unperm, inv_perm)
-            f(*cast, logits, top_v, top_i)
+            f(*summed_cast, logits, top_v, top_i)
         return out, saved
 
     def backward(
@@ -210,18 +220,23 @@ class Moe:
 
         gw = a(wb * s * h)  # IndexBackward0: new_zeros, index_put_
         node((expanded,), (sv.inv_perm,))
-        g_down = a(wb * s * h)  # MulBackward0: proj_out's gradient, the weights'
-        g_wts = a(wb * s * h)
+        x1 = a(wb * s * h)  # MulBackward0: both inputs' gradients (hidden wide)
+        x2 = a(wb * s * h)
         if un:
             f(sv.down, sv.weights_g)
-        g_down_c = a(p * s * h) if wb != p else g_down  # cast and sum_to of the outputs
-        f(g_wts)
-        g_wsum = a(4 * s)
-        f(*((g_down,) if g_down_c != g_down else ()), gw)
+        if wb != p:  # proj_out's cast to its dtype, the weights' summed over the hidden size
+            g_down = a(p * s * h)
+            f(x2)
+            g_wsum = a(self.rw * s)
+            f(x1, gw)
+        else:
+            g_wsum = a(self.rw * s)
+            f(x1, gw)
+            g_down = x2
         if not un:
             f(sv.weights_g, sv.down)
         g_prod = a(p * s * w)  # the down projection's grouped backward
-        f(g_down_c)
+        f(g_down)
         g_up, g_act = a(p * s * w), a(p * s * w)  # MulBackward0
         node((g_prod,), (sv.act,))
         g_gate = a(p * s * w)  # SiluBackward0
@@ -230,10 +245,14 @@ class Moe:
         f(g_gate, g_up)
         g_routed = a(p * s * h)  # the up projection's grouped backward
         node((g_cat,), (sv.offsets,))
-        g_wg = a(4 * s)  # the routing weights' gather backward
+        g_wg = a(self.rw * s)  # the routing weights' gather backward
         node((g_wsum,), (sv.perm,))
         g_x = a(p * t * h)  # the routed copies' gather backward
         node((g_routed,), (sv.token_idx,))
+        if self.rw != 4:  # ToCopyBackward0 of the cast to the logits' dtype
+            g32 = a(4 * s)
+            f(g_wg)
+            g_wg = g32
         # DivBackward0 of the renormalised top-k values
         d1, d2, neg, mul = a(4 * s), a(4 * s), a(4 * s), a(4 * s)
         f(neg, d2, d1)

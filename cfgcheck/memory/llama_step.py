@@ -29,7 +29,7 @@ in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from cfgcheck.memory.layer_ops import (
@@ -68,16 +68,25 @@ class Layer:
     adapters: dict[str, Adapter]
     graph: bool  # the layer's input has a gradient
     moe: Saved | None = None  # a mixture-of-experts block's saved tensors (events_moe.py)
+    qk: tuple[Norm, Norm] | None = None  # the q and k norms (Qwen3)
 
 
 def layer_forward(
-    o: Ops, x: int, free_input: bool, graph: bool, stop: bool = False, moe: Moe | None = None
+    o: Ops,
+    x: int,
+    free_input: bool,
+    graph: bool,
+    stop: bool = False,
+    moe: Moe | None = None,
+    qk_norm: bool = False,
 ) -> Layer:
     """``LlamaDecoderLayer.forward`` with the module's ops; ``free_input``: the caller drops its
     reference to ``x`` when the layer returns (not the embedding output); ``graph``: ``x``
     has a gradient; ``stop``: a checkpoint's recomputation, which stops once the last saved
     tensor is packed (down_proj's, see :func:`recompute`); ``moe``: a mixture-of-experts
-    block in the MLP's place (:mod:`cfgcheck.memory.events_moe`)."""
+    block in the MLP's place (:mod:`cfgcheck.memory.events_moe`); ``qk_norm``: an RMSNorm on
+    each head of q and of k before the rotary embedding (Qwen3: ``self.q_norm(self.q_proj(
+    hidden_states).view(hidden_shape))``, then k's, then v_proj)."""
     row, qb, kvb = o.p * o.h, o.p * o.q, o.p * o.kv
     kd = o.kinds
     hd = o.h
@@ -91,7 +100,16 @@ def layer_forward(
 
     n1 = norm_forward(o, x, graph)
     qm = linear("q_proj", hd, o.q, graph)
+    qk: tuple[Norm, Norm] | None = None
+    if qk_norm:  # q_norm on each head, its input gone once it ran
+        qn = norm_forward(_per_head(o, o.q), qm, True)
+        o.free(qm)
+        qm = qn.out
     km = linear("k_proj", hd, o.kv, graph)
+    if qk_norm:
+        kn = norm_forward(_per_head(o, o.kv), km, graph or kd["k_proj"] != "frozen")
+        o.free(km)
+        km, qk = kn.out, (qn, kn)
     vm = linear("v_proj", hd, o.kv, graph)
     q = rope_forward(o, qb)
     k = rope_forward(o, kvb)
@@ -131,7 +149,9 @@ def layer_forward(
             o.free(r1)
             if free_input:
                 o.free(x)
-        return Layer(n1, n2, q, kk, vv, bias, attn, lse, -1, -1, -1, -1, r2, ad, graph, saved)
+        return Layer(
+            n1, n2, q, kk, vv, bias, attn, lse, -1, -1, -1, -1, r2, ad, graph, saved, qk
+        )
     ib = o.p * o.inter
     gate = linear("gate_proj", hd, o.inter, True)
     act = o.alloc(ib)
@@ -143,7 +163,7 @@ def layer_forward(
         o.free(act, up)
     if stop:  # _StopRecomputationError at down_proj's last pack (see recompute)
         return _stopped(o, x, Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod,
-                                    -1, ad, graph), r1)  # fmt: skip
+                                    -1, ad, graph, None, qk), r1)  # fmt: skip
     down = linear("down_proj", o.inter, hd, True)
     if kd["down_proj"] != "full" or not o.saving:
         o.free(prod)
@@ -155,7 +175,7 @@ def layer_forward(
         o.free(r1)
         if free_input:
             o.free(x)
-    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph)
+    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph, None, qk)
 
 
 def _stopped(o: Ops, x: int, lay: Layer, r1: int) -> Layer:
@@ -281,6 +301,10 @@ def _attention_backward(
     for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
         if not need[x]:
             continue
+        if x != "v" and lay.qk is not None:  # the head norm's backward first
+            nm = lay.qk[0 if x == "q" else 1]
+            grads[x] = norm_backward(_per_head(o, o.q if x == "q" else o.kv), grads[x], nm,
+                                     (0, 0), None)  # fmt: skip
         c = grads[x]
         if x != "v" or o.gqa:  # the transposed gradient made contiguous for the view; the
             # kernel's own v gradient has the input's strides (no copy)
@@ -296,6 +320,13 @@ def _attention_backward(
     assert total is not None
     o.frame = frame
     return norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
+
+
+def _per_head(o: Ops, size: int) -> Ops:
+    """The ops of a norm over each head of a tensor of ``size`` elements: its statistics per
+    head and token, no checkpoint frame of its own."""
+    heads = size // (o.tokens * o.head_dim)
+    return replace(o, h=size, b=o.b * heads, frame=())
 
 
 Param = tuple[int, int]  # (id, bytes)
@@ -314,7 +345,9 @@ class Weights:
     embedding: Param | None
 
 
-def micro_batch(o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None) -> None:
+def micro_batch(
+    o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None, qk_norm: bool = False
+) -> None:
     """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
     ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing; ``moe``:
     a mixture-of-experts block in each layer's MLP place."""
@@ -375,7 +408,9 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None) 
     for i in range(len(w.layers)):
         o.saving = not ckpt
         layers.append(
-            layer_forward(o, x, free_input=i > 0 and not ckpt, graph=graph or i > 0, moe=moe)
+            layer_forward(
+                o, x, free_input=i > 0 and not ckpt, graph=graph or i > 0, moe=moe, qk_norm=qk_norm
+            )
         )
         o.saving = True
         inputs.append(x)
@@ -429,7 +464,7 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None) 
         assert g is not None
 
         def rerun(i: int = i) -> Layer:
-            lay = layer_forward(o, inputs[i], False, graph or i > 0, stop=True, moe=moe)
+            lay = layer_forward(o, inputs[i], False, graph or i > 0, True, moe, qk_norm)
             o.unpacked = True
             # the embedding's output made to require a gradient is a leaf: it stays (with
             # its .grad) to the end of the backward
