@@ -29,7 +29,6 @@ differs from CPU's elsewhere. Needs torch, transformers, peft.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import warnings
@@ -190,7 +189,7 @@ def main(ids: list[str]) -> int:
         conf = alloc_conf(cfg.trainer)
         try:
             r = traced_step(spec, record=True)
-        except Exception as e:  # noqa: BLE001 - an op with no meta path (PEFT's ParamWrapper)
+        except Exception as e:  # an op with no meta path (PEFT's ParamWrapper's autocast)
             print(f"| {spec['id']} | {gpu} | not traced on meta: {type(e).__name__}: {e} |")
             continue
         tr = replay(cuda_events(r, blas_workspace(cfg.trainer)), conf)[0]
@@ -204,8 +203,8 @@ def main(ids: list[str]) -> int:
             errs["gen"].append(e_gen)
             gen_cells = f"{gen.peak_reserved / GIB:.2f} | {e_gen:+.1%} |"
         print(
-            f"| {spec['id']} | {gpu} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | {e_tr:+.1%} | "
-            f"{tr.peak_allocated - int(meas['allocated']):,} | {gen_cells}",
+            f"| {spec['id']} | {gpu} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | "
+            f"{e_tr:+.1%} | {tr.peak_allocated - int(meas['allocated']):,} | {gen_cells}",
             flush=True,
         )
     for k, v in errs.items():

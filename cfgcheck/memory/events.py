@@ -47,7 +47,9 @@ trace, and benchmarks/allocator_sequence_diff.py shows where the two first part.
 transformers, dense models, 16/32-bit weights, full or LoRA, with or without checkpointing,
 AdamW / SGD, the full loss or Liger's fused one (:mod:`cfgcheck.memory.events_liger`); QLoRA
 on Llama-like models is generated op by op by :mod:`cfgcheck.memory.events_kbit`
-(:func:`step_events` hands it over); :func:`covered` says which runs have a sequence.
+(:func:`step_events` hands it over); Mixtral's and Qwen3-MoE's sparse MoE block op by op by
+:mod:`cfgcheck.memory.events_moe` in the Llama layer; :func:`covered` says which runs have a
+sequence.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ from cfgcheck.schema.trainer import TrainerConfig
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
-    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`)."""
+    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`); Mixtral and
+    Qwen3-MoE with LoRA on attention (:mod:`cfgcheck.memory.events_moe`)."""
     from cfgcheck.memory.events_kbit import kbit_covered
 
     return kbit_covered(m, t) or _dense_covered(m, t)
@@ -278,7 +281,11 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             if ops is not None:
                 ops.grads = grads
                 llama_step.micro_batch(
-                    ops, exact_w, t.gradient_checkpointing, moe, qk_norm=m.norm_qk and moe is not None
+                    ops,
+                    exact_w,
+                    t.gradient_checkpointing,
+                    moe,
+                    qk_norm=m.norm_qk and moe is not None,
                 )
                 if micro == 1:
                     ev.mark((0, END))

@@ -2,9 +2,11 @@
 block, as :mod:`cfgcheck.memory.llama_step` runs it in place of the Llama MLP (called from
 :func:`cfgcheck.memory.events.step_events`).
 
-Covered (:func:`covered`): Mixtral (``models/mixtral/modeling_mixtral.py``, transformers 5.24)
-with PEFT LoRA on the attention projections (q_proj among them), frozen router and experts,
-SDPA, 16-bit weights, with or without non-reentrant gradient checkpointing. The sources, as installed and traced
+Covered (:func:`covered`): Mixtral and Qwen3-MoE (transformers 5.24
+``models/mixtral/modeling_mixtral.py``, ``models/qwen3_moe/modeling_qwen3_moe.py``) with PEFT
+LoRA on the attention projections (q_proj among them), frozen router and experts, SDPA, 16-bit
+weights, with or without non-reentrant gradient checkpointing (the recomputation:
+:meth:`Moe.forward`, :meth:`Moe.backward`). The sources, as installed and traced
 (tests/test_memory_events_moe.py):
 
 * ``MixtralTopKRouter.forward``: ``F.linear(hidden_states, weight)`` (the logits, in the

@@ -149,9 +149,7 @@ def layer_forward(
             o.free(r1)
             if free_input:
                 o.free(x)
-        return Layer(
-            n1, n2, q, kk, vv, bias, attn, lse, -1, -1, -1, -1, r2, ad, graph, saved, qk
-        )
+        return Layer(n1, n2, q, kk, vv, bias, attn, lse, -1, -1, -1, -1, r2, ad, graph, saved, qk)
     ib = o.p * o.inter
     gate = linear("gate_proj", hd, o.inter, True)
     act = o.alloc(ib)
