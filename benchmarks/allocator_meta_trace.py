@@ -127,6 +127,15 @@ def install_meta_tracing() -> None:
         return dropout(x, p, training, inplace)
 
     F.dropout = fused_dropout  # type: ignore[assignment]
+    autocast = torch.autocast
+
+    def meta_autocast(device_type: str, *args: Any, **kwargs: Any) -> Any:
+        # PEFT's ParamWrapper folds its delta under ``torch.autocast(device_type=W.device.type,
+        # enabled=False)`` (peft 0.21 ``tuners/lora/layer.py`` ``_LoraFactorsProxy``): no
+        # autocast backend for meta; disabled, any device type does the same
+        return autocast("cpu" if device_type == "meta" else device_type, *args, **kwargs)
+
+    torch.autocast = meta_autocast  # type: ignore[assignment,misc]
     at.AllocTracer = MetaTracer  # type: ignore[misc]
     build, batch = at.build, at.batch
 
@@ -142,15 +151,18 @@ def install_meta_tracing() -> None:
 def meta_tracing() -> Iterator[None]:
     """:func:`install_meta_tracing` for the length of a block (tests): what it replaced is
     put back after it."""
+    import torch
     import torch.nn.functional as F
 
     import tests.alloc_tracer as at
 
     saved = (F.scaled_dot_product_attention, F.dropout, at.AllocTracer, at.build, at.batch)
+    autocast = torch.autocast
     install_meta_tracing()
     try:
         yield
     finally:
+        torch.autocast = autocast  # type: ignore[misc]
         F.scaled_dot_product_attention, F.dropout = saved[0], saved[1]  # type: ignore[assignment]
         at.AllocTracer, at.build, at.batch = saved[2], saved[3], saved[4]  # type: ignore[misc]
 

@@ -56,25 +56,32 @@ def _run(family: str, *overrides: str) -> tuple[ModelConfig, DataConfig, Trainer
 
 
 def test_what_is_covered() -> None:
-    """Mixtral and Qwen3-MoE with LoRA on attention projections, checkpointed or not; not
-    gpt-oss (eager attention with sinks, expert biases), LoRA on the experts (PEFT's
-    ParamWrapper), full fine-tuning or the router's auxiliary loss (not generated: the
-    pattern-based figure)."""
+    """Mixtral and Qwen3-MoE with LoRA on attention projections, checkpointed or not, and on
+    the fused experts through ``target_parameters`` (PEFT's ParamWrapper) without
+    checkpointing; not gpt-oss (eager attention with sinks, expert biases), the router's or
+    some layers' parameters, full fine-tuning or the router's auxiliary loss (not generated:
+    the pattern-based figure)."""
     for family in ("mixtral", "qwen3_moe"):
         for ckpt in ("true", "false"):
             m, _, t = _run(family, f"++trainer.gradient_checkpointing={ckpt}")
             assert covered(m, t) and events_moe.covered(m, t)
     m, _, t = _run("mixtral")
     assert not covered(m, t.model_copy(update={"finetuning": "full"}))
-    lora = t.lora.model_copy(update={"target_parameters": ["mlp.experts.down_proj"]})
-    assert not covered(m, t.model_copy(update={"lora": lora}))
+    experts = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+    lora = t.lora.model_copy(update={"target_parameters": experts, "dropout": 0.0})
+    assert covered(m, t.model_copy(update={"lora": lora}))  # PEFT's ParamWrapper
+    ckpt = t.model_copy(update={"lora": lora, "gradient_checkpointing": True})
+    assert not covered(m, ckpt)
+    for other in (["mlp.gate.weight"], ["model.layers.0.mlp.experts.down_proj"]):
+        lora = t.lora.model_copy(update={"target_parameters": other, "dropout": 0.0})
+        assert not covered(m, t.model_copy(update={"lora": lora}))
     aux = m.model_copy(update={"hf_config": {**(m.hf_config or {}), "output_router_logits": True}})
     assert not covered(aux, t)
     m, _, t = _run("gpt_oss", "++trainer.attention=eager")
     assert not covered(m, t)
 
 
-def _check(family: str, ckpt: bool) -> None:
+def _check(family: str, ckpt: bool, *overrides: str) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
@@ -84,7 +91,7 @@ def _check(family: str, ckpt: bool) -> None:
     from cfgcheck.memory.events import step_events
     from tests.alloc_tracer import cuda_events, traced_step
 
-    m, d, t = _run(family, f"++trainer.gradient_checkpointing={str(ckpt).lower()}")
+    m, d, t = _run(family, f"++trainer.gradient_checkpointing={str(ckpt).lower()}", *overrides)
     assert covered(m, t)
     spec: dict[str, Any] = {"model": m.model_dump(), "trainer": t.model_dump(),
                             "data": d.model_dump()}  # fmt: skip
@@ -113,3 +120,21 @@ def test_mixtral_lora_sequence_is_the_traced_one() -> None:
 )
 def test_moe_lora_sequence_is_the_traced_one(family: str, ckpt: bool) -> None:
     _check(family, ckpt)
+
+
+@pytest.mark.tracer
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("family", "targets"),
+    [
+        ("mixtral", "[mlp.experts.gate_up_proj,mlp.experts.down_proj]"),
+        ("qwen3_moe", "[mlp.experts.gate_up_proj,mlp.experts.down_proj]"),
+        ("qwen3_moe", "[mlp.experts.down_proj]"),
+    ],
+)
+def test_expert_lora_sequence_is_the_traced_one(family: str, targets: str) -> None:
+    """PEFT's ParamWrapper (``target_parameters``, dropout 0 as it requires) beside LoRA on q
+    and v: the factors cast per forward, each merged weight (``baddbmm``) made once when the
+    parametrization is registered and again when the experts read it, kept by the grouped
+    linear with its input; the merged weight's gradient and the factors' in the backward."""
+    _check(family, False, f"++trainer.lora.target_parameters={targets}", "++trainer.lora.dropout=0")

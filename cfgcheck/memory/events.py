@@ -197,7 +197,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     exact = layer_ops.exact(m, d, t) or moe is not None
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
-        kinds = layer_ops.kinds(m, t) or {}
+        kinds = layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {}
+        experts = events_moe.adapter_sizes(m, t)  # PEFT's ParamWrapper on expert parameters
         for _ in range(m.n_layer):
             made: dict[str, tuple[tuple[int, int], ...]] = {}
             for x in block_linears(m):
@@ -207,6 +208,10 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                     sizes = (r * x.in_features * s.adapter, x.out_features * r * s.adapter)
                     made[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
                     trainable += made[x.name]
+            for name, *numels in experts:
+                key = "experts." + name
+                made[key] = tuple((ev.alloc(n * s.adapter), n * s.adapter) for n in numels)
+                trainable += made[key]
             adapters.append(made)
     elif not full:
         for numel, count in weights.trainable_tensors(m, t):
@@ -246,7 +251,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.alloc, ev.free, ev.matmul, p=p, b=b, s=seq, h=m.n_embd * tokens,
             q=m.n_head * hs * tokens, kv=(m.n_query_groups or m.n_head) * hs * tokens,
             inter=m.mlp_width * tokens, head_dim=hs, n_head=m.n_head, vocab=m.head_rows,
-            mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
+            mask=masked, kinds=layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {},
+            rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
             mask_first=architecture_of(m) == "qwen2",

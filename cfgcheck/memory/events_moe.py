@@ -41,10 +41,11 @@ counted too.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from cfgcheck.memory import layer_ops
 from cfgcheck.memory.activations import ROUTER_WEIGHTS_IN_LOGITS_DTYPE, _weighted_bytes
-from cfgcheck.memory.layer_ops import Ops, kinds
+from cfgcheck.memory.layer_ops import Ops
 from cfgcheck.memory.modules import architecture_of, traced
 from cfgcheck.memory.stack import stack
 from cfgcheck.schema.model import ModelConfig
@@ -53,6 +54,33 @@ from cfgcheck.schema.trainer import TrainerConfig
 # the routers this module generates: softmax over every expert in fp32, top-k, the top-k
 # renormalised (Qwen3-MoE: ``norm_topk_prob``), Qwen3-MoE's cast back to the logits' dtype
 FAMILIES = frozenset({"mixtral", "qwen3_moe"})
+
+
+# PEFT's target_parameters on the experts this module generates (every layer's), in the order
+# PEFT's ParamWrapper registers their parametrizations on each forward
+EXPERT_PARAMS = ("down_proj", "gate_up_proj")
+
+
+def adapted_experts(t: TrainerConfig) -> tuple[str, ...] | None:
+    """The fused expert parameters PEFT's ``target_parameters`` adapt, or None when an entry
+    is not one this module generates (``mlp.experts.gate_up_proj`` /
+    ``mlp.experts.down_proj`` on every layer)."""
+    names = []
+    for entry in t.lora.target_parameters:
+        name = entry.removeprefix("mlp.experts.")
+        if name == entry or name not in EXPERT_PARAMS:
+            return None
+        names.append(name)
+    return tuple(n for n in EXPERT_PARAMS if n in names)
+
+
+def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
+    """The attention linears' kinds (:func:`cfgcheck.memory.layer_ops.kinds`) of a MoE run,
+    PEFT's ``target_parameters`` on the experts aside (:func:`adapted_experts`)."""
+    if not m.n_expert or adapted_experts(t) is None:
+        return None
+    lora = t.lora.model_copy(update={"target_parameters": []})
+    return layer_ops.kinds(m, t.model_copy(update={"lora": lora}))
 
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
@@ -65,6 +93,8 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return (
         t.finetuning == "lora"
         and k is not None
+        # ParamWrapper under checkpointing is not generated
+        and not (t.gradient_checkpointing and t.lora.target_parameters)
         and t.loss_chunking == "none"
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true")
@@ -75,6 +105,20 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and not m.attn_bias
         and all(v != "lora" for n, v in k.items() if n in ("gate_proj", "up_proj", "down_proj"))
     )
+
+
+def adapter_sizes(m: ModelConfig, t: TrainerConfig) -> list[tuple[str, int, int]]:
+    """Per layer, PEFT's ``ParamWrapper`` factors of each adapted expert parameter, in the
+    order the step's parameters list them: (name, lora_A elements, lora_B elements);
+    ``lora_A`` is ``rank * n_expert`` x in, ``lora_B`` out x ``rank * n_expert`` (peft 0.21
+    ``tuners/lora/layer.py`` ``ParamWrapper.update_layer``)."""
+    names = adapted_experts(t) or ()
+    if not names:
+        return []
+    moe = Moe.of(m, t)
+    h, r = m.n_embd, (t.lora.rank or 0) * moe.n_expert
+    shapes = {"gate_up_proj": (h, 2 * moe.width), "down_proj": (moe.width, h)}  # in, out
+    return [(n, r * shapes[n][0], shapes[n][1] * r) for n in reversed(names)]
 
 
 def layer_params(m: ModelConfig) -> list[int]:
@@ -110,6 +154,13 @@ class Saved:
     act: int
     down: int
     inv_perm: int
+    routed: int = -1  # kept when gate_up_proj trains (its grouped linear saves its input)
+    prod: int = -1  # kept when down_proj trains
+    # PEFT's ParamWrapper: per adapted parameter its factors cast to the weights' dtype (the
+    # out side, the in side) and the merged weight ``baddbmm(W, lhs, rhs)``, kept by the
+    # grouped linear
+    casts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    merged: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,6 +173,8 @@ class Moe:
     width: int
     wb: int
     rw: int  # bytes per element of the routing weights (fp32, or the logits' dtype)
+    rank: int = 0
+    adapted: tuple[str, ...] = ()  # the experts' parameters PEFT's ParamWrapper adapts
 
     @classmethod
     def of(cls, m: ModelConfig, t: TrainerConfig) -> Moe:
@@ -130,7 +183,13 @@ class Moe:
         e = tr.experts[0]
         s = stack(m, t)
         rw = s.act if m.architecture in ROUTER_WEIGHTS_IN_LOGITS_DTYPE else 4
-        return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, s), rw)
+        adapted = adapted_experts(t) or ()
+        return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, s), rw, t.lora.rank or 0,
+                   adapted)  # fmt: skip
+
+    def _shape(self, name: str, h: int) -> tuple[int, int]:
+        """(out, in) of one expert's matrix of ``name``."""
+        return (2 * self.width, h) if name == "gate_up_proj" else (h, self.width)
 
     def forward(self, o: Ops, x: int, stop: bool = False) -> tuple[int, Saved]:
         """The block on its input ``x`` (the post-attention norm's output, freed by the
@@ -156,6 +215,16 @@ class Moe:
             top_v = cast
         if not keep:
             f(top_copy, top_sum, sm)
+        # ParamWrapper.forward: each adapted parameter's parametrization registered (its
+        # factors cast to the weights' dtype; register_parametrization evaluates it once,
+        # a merged weight made and dropped)
+        casts: dict[str, tuple[int, int]] = {}
+        for name in self.adapted:
+            out_f, in_f = self._shape(name, h)
+            r = self.rank * e
+            casts[name] = (a(p * r * out_f), a(p * r * in_f))
+            f(a(p * e * out_f * in_f))
+        merged: dict[str, int] = {}
         sort_v, perm = a(8 * s), a(8 * s)
         token_idx = a(8 * s)  # perm // top_k
         routed = a(p * s * h)
@@ -165,22 +234,28 @@ class Moe:
         hist_in = a(4 * s)  # histc's input: int32 on CUDA (float on CPU), 4 bytes either way
         hist = a(4 * e)
         offsets = a(4 * e)
+        if "gate_up_proj" in casts:  # self.gate_up_proj: the parametrization's baddbmm
+            merged["gate_up_proj"] = a(p * e * 2 * w * h)
         gate_up = a(p * s * 2 * w)
         act = a(p * s * w)
         prod = a(p * s * w)
         if not keep:
             f(act, gate_up)
+        if "down_proj" in casts:
+            merged["down_proj"] = a(p * e * h * w)
         down = a(p * s * h)
-        f(prod)  # the frozen down projection keeps not its input
+        if "down_proj" not in casts:
+            f(prod)  # the frozen down projection keeps not its input
         weighted = a(self.wb * s * h)
         inv_perm = a(8 * s)
         f(a(8 * s))  # arange
         saved = Saved(
             sm, top_i, top_sum, top_copy, perm, token_idx, weights_g, offsets, gate_up, act,
-            down, inv_perm,
+            down, inv_perm, routed if merged else -1, prod if merged else -1, casts, merged,
         )  # fmt: skip
+        kept_routed = () if "gate_up_proj" in merged else (routed,)
         if stop:
-            f(sort_v, routed, hist_in, hist, weighted, logits, top_v)
+            f(sort_v, *kept_routed, hist_in, hist, weighted, logits, top_v)
             return -1, saved
         unperm = a(self.wb * s * h)
         f(weighted)
@@ -190,21 +265,28 @@ class Moe:
             out = a(p * t * h)
         summed_cast = (summed,) if out != summed else ()
         if keep:
-            f(sort_v, routed, hist_in, hist, unperm, *summed_cast, logits, top_v)
+            f(sort_v, *kept_routed, hist_in, hist, unperm, *summed_cast, logits, top_v)
         else:
             f(sort_v, perm, routed, weights_g, hist_in, hist, offsets, down, unperm, inv_perm)
             f(*summed_cast, logits, top_v, top_i)
         return out, saved
 
     def backward(
-        self, o: Ops, g: int, sv: Saved, recompute: Callable[[], Saved] | None = None
+        self,
+        o: Ops,
+        g: int,
+        sv: Saved,
+        recompute: Callable[[], Saved] | None = None,
+        weights: dict[str, tuple[tuple[int, int], ...]] | None = None,
     ) -> int:
         """The block's backward for the gradient ``g`` of its output (not freed: the residual
         holds it); returns its input's gradient. ``recompute``: under checkpointing, reruns
         the layer when the first node that unpacks a saved tensor runs (the un-permutation's
         index, after the cast's and the sum's backward) and returns the block's saved
-        tensors."""
+        tensors. ``weights``: the layer's trained tensors, (id, bytes) of lora_A and lora_B under
+        ``experts.<name>`` for each adapted expert parameter."""
         a, f, p = o.alloc, o.free, o.p
+        lora: dict[str, tuple[int, int]] = {}  # the factors' gradients, in the weights' dtype
         t, e, k, w, h = o.tokens, self.n_expert, self.top_k, self.width, o.h // o.tokens
         s, wb = t * k, self.wb
         g32 = a(wb * t * h) if wb != p else g  # ToCopyBackward0
@@ -237,20 +319,44 @@ class Moe:
             g_down = x2
         if not un:
             f(sv.weights_g, sv.down)
+        dw = a(p * e * h * w) if "down_proj" in sv.merged else -1  # the merged weight's
         g_prod = a(p * s * w)  # the down projection's grouped backward
         f(g_down)
+        if dw != -1:
+            f(sv.merged["down_proj"], sv.prod)
+            lora["down_proj"] = self._baddbmm_backward(o, "down_proj", h, dw, sv)
         g_up, g_act = a(p * s * w), a(p * s * w)  # MulBackward0
         node((g_prod,), (sv.act,))
         g_gate = a(p * s * w)  # SiluBackward0
         node((g_act,), (sv.gate_up,))
         g_cat = a(p * s * 2 * w)  # the chunk's backward
         f(g_gate, g_up)
+        dw = a(p * e * 2 * w * h) if "gate_up_proj" in sv.merged else -1
         g_routed = a(p * s * h)  # the up projection's grouped backward
-        node((g_cat,), (sv.offsets,))
+        if dw != -1:
+            f(g_cat, sv.merged["gate_up_proj"], sv.routed)
+            lora["gate_up_proj"] = self._baddbmm_backward(o, "gate_up_proj", h, dw, sv)
+            f(sv.offsets)
+        else:
+            node((g_cat,), (sv.offsets,))
         g_wg = a(self.rw * s)  # the routing weights' gather backward
         node((g_wsum,), (sv.perm,))
         g_x = a(p * t * h)  # the routed copies' gather backward
         node((g_routed,), (sv.token_idx,))
+        for name in reversed(self.adapted):  # the factors' casts' ToCopyBackward0, last first
+            assert weights is not None
+            (a_id, a_nb), (b_id, b_nb) = weights["experts." + name]
+            in_g, out_g = lora[name][1], lora[name][0]
+            ga = a(a_nb)  # lora_A's gradient, fp32
+            f(in_g)
+            gb = a(b_nb)
+            f(out_g)
+            c = a(b_nb)  # a permuted view's gradient: made contiguous for AccumulateGrad
+            f(gb)
+            o.grad(b_id, c)
+            # lora_A's AccumulateGrad waits behind its view's node, which comes after lora_B's
+            # (CPU-traced: with accumulation its gradient is freed after lora_B's)
+            o.grad(a_id, ga)
         if self.rw != 4:  # ToCopyBackward0 of the cast to the logits' dtype
             g32 = a(4 * s)
             f(g_wg)
@@ -281,3 +387,18 @@ class Moe:
         total = a(p * t * h)  # the MoE input's two gradients summed
         f(g_x, gm)
         return total
+
+    def _baddbmm_backward(self, o: Ops, name: str, h: int, dw: int, sv: Saved) -> tuple[int, int]:
+        """``baddbmm(W, lhs, rhs, alpha=scaling)``'s backward for the merged weight's gradient
+        ``dw`` (freed): lhs's and rhs's (``bmm``, times ``alpha``); then its saved casts go.
+        Returns the two factors' gradients (out side, in side)."""
+        a, f, p, e = o.alloc, o.free, o.p, self.n_expert
+        out_f, in_f = self._shape(name, h)
+        r = self.rank * e
+        mm = a(p * r * out_f)
+        g_out = a(p * r * out_f)
+        f(mm)
+        mm = a(p * r * in_f)
+        g_in = a(p * r * in_f)
+        f(mm, dw, *sv.casts[name])
+        return g_out, g_in

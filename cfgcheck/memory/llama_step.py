@@ -215,7 +215,7 @@ def layer_backward(
                 assert box[0].moe is not None
                 return box[0].moe
 
-        gx: int | None = moe.backward(o, g, lay.moe, rerun)
+        gx: int | None = moe.backward(o, g, lay.moe, rerun, w)
         if recompute is not None:
             lay = box[0]
         frame, o.frame = o.frame, ()
