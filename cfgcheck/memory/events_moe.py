@@ -4,10 +4,11 @@ block, as :mod:`cfgcheck.memory.llama_step` runs it in place of the Llama MLP (c
 
 Covered (:func:`covered`): Mixtral and Qwen3-MoE (transformers 5.24
 ``models/mixtral/modeling_mixtral.py``, ``models/qwen3_moe/modeling_qwen3_moe.py``) with PEFT
-LoRA on the attention projections (q_proj among them), frozen router and experts, SDPA, 16-bit
-weights, with or without non-reentrant gradient checkpointing (the recomputation:
-:meth:`Moe.forward`, :meth:`Moe.backward`). The sources, as installed and traced
-(tests/test_memory_events_moe.py):
+LoRA on the attention projections (q_proj among them), frozen router, SDPA, 16-bit weights,
+with or without non-reentrant gradient checkpointing (the recomputation: :meth:`Moe.forward`,
+:meth:`Moe.backward`); the fused experts frozen, or adapted through ``target_parameters``
+(PEFT's ``ParamWrapper``, :mod:`cfgcheck.memory.param_wrapper`) without checkpointing. The
+sources, as installed and traced (tests/test_memory_events_moe.py):
 
 * ``MixtralTopKRouter.forward``: ``F.linear(hidden_states, weight)`` (the logits, in the
   compute dtype), ``softmax(router_logits.float())`` (fp32, kept by its backward), ``topk``
@@ -43,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cfgcheck.memory import layer_ops
+from cfgcheck.memory import layer_ops, param_wrapper
 from cfgcheck.memory.activations import ROUTER_WEIGHTS_IN_LOGITS_DTYPE, _weighted_bytes
 from cfgcheck.memory.layer_ops import Ops
 from cfgcheck.memory.modules import architecture_of, traced
@@ -56,28 +57,11 @@ from cfgcheck.schema.trainer import TrainerConfig
 FAMILIES = frozenset({"mixtral", "qwen3_moe"})
 
 
-# PEFT's target_parameters on the experts this module generates (every layer's), in the order
-# PEFT's ParamWrapper registers their parametrizations on each forward
-EXPERT_PARAMS = ("down_proj", "gate_up_proj")
-
-
-def adapted_experts(t: TrainerConfig) -> tuple[str, ...] | None:
-    """The fused expert parameters PEFT's ``target_parameters`` adapt, or None when an entry
-    is not one this module generates (``mlp.experts.gate_up_proj`` /
-    ``mlp.experts.down_proj`` on every layer)."""
-    names = []
-    for entry in t.lora.target_parameters:
-        name = entry.removeprefix("mlp.experts.")
-        if name == entry or name not in EXPERT_PARAMS:
-            return None
-        names.append(name)
-    return tuple(n for n in EXPERT_PARAMS if n in names)
-
-
 def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
     """The attention linears' kinds (:func:`cfgcheck.memory.layer_ops.kinds`) of a MoE run,
-    PEFT's ``target_parameters`` on the experts aside (:func:`adapted_experts`)."""
-    if not m.n_expert or adapted_experts(t) is None:
+    PEFT's ``target_parameters`` on the experts aside
+    (:func:`cfgcheck.memory.param_wrapper.adapted_experts`)."""
+    if not m.n_expert or param_wrapper.adapted_experts(t) is None:
         return None
     lora = t.lora.model_copy(update={"target_parameters": []})
     return layer_ops.kinds(m, t.model_copy(update={"lora": lora}))
@@ -109,16 +93,12 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
 
 def adapter_sizes(m: ModelConfig, t: TrainerConfig) -> list[tuple[str, int, int]]:
     """Per layer, PEFT's ``ParamWrapper`` factors of each adapted expert parameter, in the
-    order the step's parameters list them: (name, lora_A elements, lora_B elements);
-    ``lora_A`` is ``rank * n_expert`` x in, ``lora_B`` out x ``rank * n_expert`` (peft 0.21
-    ``tuners/lora/layer.py`` ``ParamWrapper.update_layer``)."""
-    names = adapted_experts(t) or ()
+    order the step's parameters list them (:func:`cfgcheck.memory.param_wrapper.sizes`)."""
+    names = param_wrapper.adapted_experts(t) or ()
     if not names:
         return []
     moe = Moe.of(m, t)
-    h, r = m.n_embd, (t.lora.rank or 0) * moe.n_expert
-    shapes = {"gate_up_proj": (h, 2 * moe.width), "down_proj": (moe.width, h)}  # in, out
-    return [(n, r * shapes[n][0], shapes[n][1] * r) for n in reversed(names)]
+    return param_wrapper.sizes(names, moe.rank * moe.n_expert, moe.shapes(m.n_embd))
 
 
 def layer_params(m: ModelConfig) -> list[int]:
@@ -183,13 +163,13 @@ class Moe:
         e = tr.experts[0]
         s = stack(m, t)
         rw = s.act if m.architecture in ROUTER_WEIGHTS_IN_LOGITS_DTYPE else 4
-        adapted = adapted_experts(t) or ()
+        adapted = param_wrapper.adapted_experts(t) or ()
         return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, s), rw, t.lora.rank or 0,
                    adapted)  # fmt: skip
 
-    def _shape(self, name: str, h: int) -> tuple[int, int]:
-        """(out, in) of one expert's matrix of ``name``."""
-        return (2 * self.width, h) if name == "gate_up_proj" else (h, self.width)
+    def shapes(self, h: int) -> dict[str, tuple[int, int]]:
+        """(out, in) of one expert's matrix of each fused parameter."""
+        return {"gate_up_proj": (2 * self.width, h), "down_proj": (h, self.width)}
 
     def forward(self, o: Ops, x: int, stop: bool = False) -> tuple[int, Saved]:
         """The block on its input ``x`` (the post-attention norm's output, freed by the
@@ -218,12 +198,7 @@ class Moe:
         # ParamWrapper.forward: each adapted parameter's parametrization registered (its
         # factors cast to the weights' dtype; register_parametrization evaluates it once,
         # a merged weight made and dropped)
-        casts: dict[str, tuple[int, int]] = {}
-        for name in self.adapted:
-            out_f, in_f = self._shape(name, h)
-            r = self.rank * e
-            casts[name] = (a(p * r * out_f), a(p * r * in_f))
-            f(a(p * e * out_f * in_f))
+        casts = param_wrapper.register(o, self.adapted, self.rank * e, e, self.shapes(h))
         merged: dict[str, int] = {}
         sort_v, perm = a(8 * s), a(8 * s)
         token_idx = a(8 * s)  # perm // top_k
@@ -324,7 +299,9 @@ class Moe:
         f(g_down)
         if dw != -1:
             f(sv.merged["down_proj"], sv.prod)
-            lora["down_proj"] = self._baddbmm_backward(o, "down_proj", h, dw, sv)
+            lora["down_proj"] = param_wrapper.baddbmm_backward(
+                o, self.rank * e, self.shapes(h)["down_proj"], dw, sv.casts["down_proj"]
+            )
         g_up, g_act = a(p * s * w), a(p * s * w)  # MulBackward0
         node((g_prod,), (sv.act,))
         g_gate = a(p * s * w)  # SiluBackward0
@@ -335,7 +312,9 @@ class Moe:
         g_routed = a(p * s * h)  # the up projection's grouped backward
         if dw != -1:
             f(g_cat, sv.merged["gate_up_proj"], sv.routed)
-            lora["gate_up_proj"] = self._baddbmm_backward(o, "gate_up_proj", h, dw, sv)
+            lora["gate_up_proj"] = param_wrapper.baddbmm_backward(
+                o, self.rank * e, self.shapes(h)["gate_up_proj"], dw, sv.casts["gate_up_proj"]
+            )
             f(sv.offsets)
         else:
             node((g_cat,), (sv.offsets,))
@@ -343,20 +322,9 @@ class Moe:
         node((g_wsum,), (sv.perm,))
         g_x = a(p * t * h)  # the routed copies' gather backward
         node((g_routed,), (sv.token_idx,))
-        for name in reversed(self.adapted):  # the factors' casts' ToCopyBackward0, last first
+        if self.adapted:  # the factors' casts' ToCopyBackward0
             assert weights is not None
-            (a_id, a_nb), (b_id, b_nb) = weights["experts." + name]
-            in_g, out_g = lora[name][1], lora[name][0]
-            ga = a(a_nb)  # lora_A's gradient, fp32
-            f(in_g)
-            gb = a(b_nb)
-            f(out_g)
-            c = a(b_nb)  # a permuted view's gradient: made contiguous for AccumulateGrad
-            f(gb)
-            o.grad(b_id, c)
-            # lora_A's AccumulateGrad waits behind its view's node, which comes after lora_B's
-            # (CPU-traced: with accumulation its gradient is freed after lora_B's)
-            o.grad(a_id, ga)
+            param_wrapper.factor_grads(o, self.adapted, lora, weights)
         if self.rw != 4:  # ToCopyBackward0 of the cast to the logits' dtype
             g32 = a(4 * s)
             f(g_wg)
@@ -387,18 +355,3 @@ class Moe:
         total = a(p * t * h)  # the MoE input's two gradients summed
         f(g_x, gm)
         return total
-
-    def _baddbmm_backward(self, o: Ops, name: str, h: int, dw: int, sv: Saved) -> tuple[int, int]:
-        """``baddbmm(W, lhs, rhs, alpha=scaling)``'s backward for the merged weight's gradient
-        ``dw`` (freed): lhs's and rhs's (``bmm``, times ``alpha``); then its saved casts go.
-        Returns the two factors' gradients (out side, in side)."""
-        a, f, p, e = o.alloc, o.free, o.p, self.n_expert
-        out_f, in_f = self._shape(name, h)
-        r = self.rank * e
-        mm = a(p * r * out_f)
-        g_out = a(p * r * out_f)
-        f(mm)
-        mm = a(p * r * in_f)
-        g_in = a(p * r * in_f)
-        f(mm, dw, *sv.casts[name])
-        return g_out, g_in
