@@ -168,9 +168,10 @@ def meta_tracing() -> Iterator[None]:
 
 
 def main(ids: list[str]) -> int:
-    """Every measured row (benchmarks/calibration ``runs*.json`` and ``*.jsonl``, each on its
-    own GPU and ``cuda_alloc_conf``): the real ops' simulated reserved peak and, where
-    :func:`cfgcheck.memory.events.covered` holds, the generated sequence's."""
+    """Every measured row (benchmarks/calibration ``runs*.json`` and ``*.jsonl``, each on the
+    measurement's GPU and its ``cuda_alloc_conf``): the real ops' simulated reserved peak and,
+    where :func:`cfgcheck.memory.events.covered` holds, the generated sequence's (without ids:
+    the covered rows only)."""
     warnings.filterwarnings("ignore")
     install_meta_tracing()
     from benchmarks.memory_calibration import DATA, gpu_name, load
@@ -182,10 +183,10 @@ def main(ids: list[str]) -> int:
     from tests.alloc_tracer import cuda_events, traced_step
 
     print(
-        "| run | GPU | measured resv GiB | real ops at full size | err | allocated - measured, "
-        "bytes | generated | err |"
+        "| run | measured resv GiB | real ops at full size | err | allocated - measured, bytes "
+        "| generated | err |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     errs: dict[str, list[float]] = {"trace": [], "gen": []}
     for spec, meas in load(DATA):
         if ids and spec["id"] not in ids:
@@ -202,7 +203,7 @@ def main(ids: list[str]) -> int:
         try:
             r = traced_step(spec, record=True)
         except Exception as e:  # an op with no meta path (PEFT's ParamWrapper's autocast)
-            print(f"| {spec['id']} | {gpu} | not traced on meta: {type(e).__name__}: {e} |")
+            print(f"| {spec['id']} | not traced on meta: {type(e).__name__}: {e} |")
             continue
         tr = replay(cuda_events(r, blas_workspace(cfg.trainer)), conf)[0]
         m = int(meas["reserved"])
@@ -215,7 +216,7 @@ def main(ids: list[str]) -> int:
             errs["gen"].append(e_gen)
             gen_cells = f"{gen.peak_reserved / GIB:.2f} | {e_gen:+.1%} |"
         print(
-            f"| {spec['id']} | {gpu} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | "
+            f"| {spec['id']} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | "
             f"{e_tr:+.1%} | {tr.peak_allocated - int(meas['allocated']):,} | {gen_cells}",
             flush=True,
         )
