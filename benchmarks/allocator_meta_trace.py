@@ -176,10 +176,13 @@ def main(ids: list[str]) -> int:
     install_meta_tracing()
     from benchmarks.memory_calibration import DATA, gpu_name, load
     from cfgcheck import check
+    from cfgcheck.memory import devices
     from cfgcheck.memory.allocsim import replay
+    from cfgcheck.memory.estimate import estimate
     from cfgcheck.memory.event_seq import blas_workspace
     from cfgcheck.memory.events import covered, step_events
     from cfgcheck.memory.simulated import alloc_conf
+    from cfgcheck.memory.verdict import outside_bytes
     from tests.alloc_tracer import cuda_events, traced_step
 
     print(
@@ -200,18 +203,23 @@ def main(ids: list[str]) -> int:
         if not ids and not sim:
             continue
         conf = alloc_conf(cfg.trainer)
+        cap = None  # expandable segments: replayed on the GPU, as simulate_step does
+        if conf.expandable_segments:
+            est = estimate(cfg.model, cfg.data, cfg.trainer)
+            avail = devices.available(cfg.trainer.gpu, cfg.trainer.devices).bytes
+            cap = max(0, avail - outside_bytes(est))
         try:
             r = traced_step(spec, record=True)
         except Exception as e:  # an op with no meta path (PEFT's ParamWrapper's autocast)
             print(f"| {spec['id']} | not traced on meta: {type(e).__name__}: {e} |")
             continue
-        tr = replay(cuda_events(r, blas_workspace(cfg.trainer)), conf)[0]
+        tr = replay(cuda_events(r, blas_workspace(cfg.trainer)), conf, cap)[0]
         m = int(meas["reserved"])
         e_tr = tr.peak_reserved / m - 1
         errs["trace"].append(e_tr)
         gen_cells = "— | — |"
         if sim:
-            gen = replay(step_events(cfg.model, cfg.data, cfg.trainer), conf)[0]
+            gen = replay(step_events(cfg.model, cfg.data, cfg.trainer), conf, cap)[0]
             e_gen = gen.peak_reserved / m - 1
             errs["gen"].append(e_gen)
             gen_cells = f"{gen.peak_reserved / GIB:.2f} | {e_gen:+.1%} |"
