@@ -7,8 +7,8 @@ Covered (:func:`covered`): Mixtral and Qwen3-MoE (transformers 5.24
 LoRA on the attention projections (q_proj among them), frozen router, SDPA, 16-bit weights,
 with or without non-reentrant gradient checkpointing (the recomputation: :meth:`Moe.forward`,
 :meth:`Moe.backward`); the fused experts frozen, or adapted through ``target_parameters``
-(PEFT's ``ParamWrapper``, :mod:`cfgcheck.memory.param_wrapper`) without checkpointing. The
-sources, as installed and traced (tests/test_memory_events_moe.py):
+(PEFT's ``ParamWrapper``, :mod:`cfgcheck.memory.param_wrapper`). The sources, as installed
+and traced (tests/test_memory_events_moe.py):
 
 * ``MixtralTopKRouter.forward``: ``F.linear(hidden_states, weight)`` (the logits, in the
   compute dtype), ``softmax(router_logits.float())`` (fp32, kept by its backward), ``topk``
@@ -77,8 +77,6 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return (
         t.finetuning == "lora"
         and k is not None
-        # ParamWrapper under checkpointing is not generated
-        and not (t.gradient_checkpointing and t.lora.target_parameters)
         and t.loss_chunking == "none"
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true")
@@ -219,7 +217,7 @@ class Moe:
         if "down_proj" in casts:
             merged["down_proj"] = a(p * e * h * w)
         down = a(p * s * h)
-        if "down_proj" not in casts:
+        if "down_proj" not in casts or not keep:
             f(prod)  # the frozen down projection keeps not its input
         weighted = a(self.wb * s * h)
         inv_perm = a(8 * s)
@@ -228,7 +226,7 @@ class Moe:
             sm, top_i, top_sum, top_copy, perm, token_idx, weights_g, offsets, gate_up, act,
             down, inv_perm, routed if merged else -1, prod if merged else -1, casts, merged,
         )  # fmt: skip
-        kept_routed = () if "gate_up_proj" in merged else (routed,)
+        kept_routed = () if "gate_up_proj" in merged and keep else (routed,)
         if stop:
             f(sort_v, *kept_routed, hist_in, hist, weighted, logits, top_v)
             return -1, saved
@@ -243,7 +241,15 @@ class Moe:
             f(sort_v, *kept_routed, hist_in, hist, unperm, *summed_cast, logits, top_v)
         else:
             f(sort_v, perm, routed, weights_g, hist_in, hist, offsets, down, unperm, inv_perm)
-            f(*summed_cast, logits, top_v, top_i)
+            f(*summed_cast)
+            # ParamWrapper's parametrizations removed as its forward returns: the last
+            # registered's casts, the merged weights, then the first's casts; then the
+            # block's own locals (the router's outputs)
+            if casts:
+                first, *rest = self.adapted
+                f(*(x for n in rest for x in casts[n]))
+                f(*(merged[n] for n in reversed(self.adapted)), *casts[first])
+            f(logits, top_v, top_i)
         return out, saved
 
     def backward(
@@ -296,12 +302,14 @@ class Moe:
             f(sv.weights_g, sv.down)
         dw = a(p * e * h * w) if "down_proj" in sv.merged else -1  # the merged weight's
         g_prod = a(p * s * w)  # the down projection's grouped backward
-        f(g_down)
-        if dw != -1:
-            f(sv.merged["down_proj"], sv.prod)
+        if dw != -1:  # the grouped linear's saved weight and input, recomputed ones first
+            kept = (sv.merged["down_proj"], sv.prod)
+            f(*((kept[1], kept[0], g_down) if un else (g_down, *kept)))
             lora["down_proj"] = param_wrapper.baddbmm_backward(
                 o, self.rank * e, self.shapes(h)["down_proj"], dw, sv.casts["down_proj"]
             )
+        else:
+            f(g_down)
         g_up, g_act = a(p * s * w), a(p * s * w)  # MulBackward0
         node((g_prod,), (sv.act,))
         g_gate = a(p * s * w)  # SiluBackward0
@@ -311,7 +319,8 @@ class Moe:
         dw = a(p * e * 2 * w * h) if "gate_up_proj" in sv.merged else -1
         g_routed = a(p * s * h)  # the up projection's grouped backward
         if dw != -1:
-            f(g_cat, sv.merged["gate_up_proj"], sv.routed)
+            kept = (sv.merged["gate_up_proj"], sv.routed)
+            f(*((kept[1], kept[0], g_cat) if un else (g_cat, *kept)))
             lora["gate_up_proj"] = param_wrapper.baddbmm_backward(
                 o, self.rank * e, self.shapes(h)["gate_up_proj"], dw, sv.casts["gate_up_proj"]
             )

@@ -14,7 +14,10 @@
 * the backward: the grouped linear's weight gradient (the merged weight's size), then
   ``baddbmm``'s (``bmm`` and the scaling for lhs and rhs), the casts' ``ToCopyBackward0``
   to fp32 (the last made first); lora_B's gradient, of a permuted view, copied contiguous
-  for ``AccumulateGrad``; lora_A's accumulated after lora_B's.
+  for ``AccumulateGrad``; lora_A's accumulated after lora_B's;
+* under non-reentrant checkpointing the forward drops the casts and merged weights as
+  ``ParamWrapper.forward`` returns, the recomputation makes them again, and each backward node
+  frees its recomputed saved tensors before its inputs (events_moe.py).
 """
 
 from __future__ import annotations
@@ -73,7 +76,9 @@ def baddbmm_backward(
     o.free(mm)
     mm = o.alloc(o.p * r * in_f)
     g_in = o.alloc(o.p * r * in_f)
-    o.free(mm, dw, *casts)
+    o.free(mm)
+    # then its saved casts and its input, the gradient (recomputed casts first, last first)
+    o.free(*((casts[1], casts[0], dw) if o.unpacked else (dw, *casts)))
     return g_out, g_in
 
 
