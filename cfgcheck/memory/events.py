@@ -71,7 +71,8 @@ from cfgcheck.schema.trainer import TrainerConfig
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
     no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`); Mixtral and
-    Qwen3-MoE with LoRA on attention and their experts (:mod:`cfgcheck.memory.events_moe`)."""
+    Qwen3-MoE with LoRA on attention and their experts, Mixtral's full fine-tuning
+    (:mod:`cfgcheck.memory.events_moe`)."""
     from cfgcheck.memory.events_kbit import kbit_covered
 
     return kbit_covered(m, t) or _dense_covered(m, t)
@@ -100,7 +101,9 @@ def _param_tensors(m: ModelConfig) -> list[tuple[str, int]]:
     norm = m.n_embd
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     per_layer += [("norm", norm)] * (n_norms * (2 if m.norm == "layernorm" else 1))
-    per_layer += [("expert", n) for n in events_moe.layer_params(m)]  # router, experts
+    if m.n_expert:  # a MoE layer's parameters in module order (router, experts among them)
+        moe = events_moe.layer_params(m)
+        per_layer = [("norm" if x.endswith("norm") else "linear", n) for x, n in moe]
     for _ in range(m.n_layer):
         full.extend(per_layer)
     full += [("norm", norm)] * (2 if m.norm == "layernorm" else 1)
@@ -264,6 +267,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             first = 1 + i * per_layer_params
             if full:
                 names = [*layer_ops.LINEARS, "input_layernorm", "post_attention_layernorm"]
+                if moe is not None:  # by name: the router and experts among them
+                    names = [x for x, _ in events_moe.layer_params(m)]
                 layer_w.append({x: (sized[first + j],) for j, x in enumerate(names)})
             else:
                 norms = {"input_layernorm": (frozen,), "post_attention_layernorm": (frozen,)}

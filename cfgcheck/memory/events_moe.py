@@ -4,7 +4,8 @@ block, as :mod:`cfgcheck.memory.llama_step` runs it in place of the Llama MLP (c
 
 Covered (:func:`covered`): Mixtral and Qwen3-MoE (transformers 5.24
 ``models/mixtral/modeling_mixtral.py``, ``models/qwen3_moe/modeling_qwen3_moe.py``) with PEFT
-LoRA on the attention projections (q_proj among them), frozen router, SDPA, 16-bit weights,
+LoRA on the attention projections (q_proj among them), frozen router, or Mixtral's full
+fine-tuning (the router's and the experts' weight gradients), SDPA, 16-bit weights,
 with or without non-reentrant gradient checkpointing (the recomputation: :meth:`Moe.forward`,
 :meth:`Moe.backward`); the fused experts frozen, or adapted through ``target_parameters``
 (PEFT's ``ParamWrapper``, :mod:`cfgcheck.memory.param_wrapper`). The sources, as installed
@@ -75,7 +76,7 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     k = kinds(m, t)
     hf = m.hf_config or {}
     return (
-        t.finetuning == "lora"
+        (t.finetuning == "lora" or (t.finetuning == "full" and not m.norm_qk))
         and k is not None
         and t.loss_chunking == "none"
         and t.attention == "sdpa"
@@ -99,20 +100,23 @@ def adapter_sizes(m: ModelConfig, t: TrainerConfig) -> list[tuple[str, int, int]
     return param_wrapper.sizes(names, moe.rank * moe.n_expert, moe.shapes(m.n_embd))
 
 
-def layer_params(m: ModelConfig) -> list[int]:
-    """The elements of each parameter of a layer's MoE block (router, experts), in module
-    order (the traced model's ``param_shapes``): built with the model, frozen."""
+def layer_params(m: ModelConfig) -> list[tuple[str, int]]:
+    """(name, elements) of each parameter of a decoder layer in module order (the traced
+    model's ``param_shapes``, layer 0): ``q_proj`` ... ``o_proj``, Qwen3's ``q_norm`` and
+    ``k_norm``, the ``router`` (``mlp.gate``), ``gate_up_proj``, ``down_proj``, the two
+    norms."""
     tr = traced(m)
     if tr is None or not tr.experts:
         return []
-    prefix = tr.experts[0].path.rsplit(".", 1)[0] + "."  # model.layers.0.mlp.
+    prefix = tr.layers + ".0."
     out = []
     for name, shape in tr.param_shapes.items():
         if name.startswith(prefix):
+            short = name[len(prefix) :].removesuffix(".weight").rsplit(".", 1)[-1]
             n = 1
             for x in shape:
                 n *= x
-            out.append(n)
+            out.append(("router" if short == "gate" else short, n))
     return out
 
 
@@ -139,6 +143,7 @@ class Saved:
     # grouped linear
     casts: dict[str, tuple[int, int]] = field(default_factory=dict)
     merged: dict[str, int] = field(default_factory=dict)
+    x: int = -1  # the block's input, kept by the router's linear when its weight trains
 
 
 @dataclass(frozen=True)
@@ -217,16 +222,16 @@ class Moe:
         if "down_proj" in casts:
             merged["down_proj"] = a(p * e * h * w)
         down = a(p * s * h)
-        if "down_proj" not in casts or not keep:
-            f(prod)  # the frozen down projection keeps not its input
+        if not (("down_proj" in casts or o.full) and keep):
+            f(prod)  # a frozen down projection keeps not its input
         weighted = a(self.wb * s * h)
         inv_perm = a(8 * s)
         f(a(8 * s))  # arange
         saved = Saved(
             sm, top_i, top_sum, top_copy, perm, token_idx, weights_g, offsets, gate_up, act,
-            down, inv_perm, routed if merged else -1, prod if merged else -1, casts, merged,
+            down, inv_perm, routed, prod, casts, merged, x,
         )  # fmt: skip
-        kept_routed = () if "gate_up_proj" in merged and keep else (routed,)
+        kept_routed = () if ("gate_up_proj" in merged or o.full) and keep else (routed,)
         if stop:
             f(sort_v, *kept_routed, hist_in, hist, weighted, logits, top_v)
             return -1, saved
@@ -300,9 +305,14 @@ class Moe:
             g_down = x2
         if not un:
             f(sv.weights_g, sv.down)
-        dw = a(p * e * h * w) if "down_proj" in sv.merged else -1  # the merged weight's
+        full = o.full  # the router's and the experts' weights train
+        trains = "down_proj" in sv.merged or full
+        dw = a(p * e * h * w) if trains else -1  # the (merged) weight's gradient
         g_prod = a(p * s * w)  # the down projection's grouped backward
-        if dw != -1:  # the grouped linear's saved weight and input, recomputed ones first
+        if full:
+            f(*((sv.prod, g_down) if un else (g_down, sv.prod)))
+            o.grad(_param(weights, "down_proj"), dw)
+        elif dw != -1:  # the grouped linear's saved weight and input, recomputed ones first
             kept = (sv.merged["down_proj"], sv.prod)
             f(*((kept[1], kept[0], g_down) if un else (g_down, *kept)))
             lora["down_proj"] = param_wrapper.baddbmm_backward(
@@ -316,9 +326,13 @@ class Moe:
         node((g_act,), (sv.gate_up,))
         g_cat = a(p * s * 2 * w)  # the chunk's backward
         f(g_gate, g_up)
-        dw = a(p * e * 2 * w * h) if "gate_up_proj" in sv.merged else -1
+        dw = a(p * e * 2 * w * h) if "gate_up_proj" in sv.merged or full else -1
         g_routed = a(p * s * h)  # the up projection's grouped backward
-        if dw != -1:
+        if full:
+            f(*((sv.routed, g_cat) if un else (g_cat, sv.routed)))
+            o.grad(_param(weights, "gate_up_proj"), dw)
+            f(sv.offsets)
+        elif dw != -1:
             kept = (sv.merged["gate_up_proj"], sv.routed)
             f(*((kept[1], kept[0], g_cat) if un else (g_cat, *kept)))
             lora["gate_up_proj"] = param_wrapper.baddbmm_backward(
@@ -358,9 +372,19 @@ class Moe:
         node((sc,), (sv.softmax,))
         tc = a(p * t * e)  # ToCopyBackward0
         f(sb)
-        gm = a(p * t * h)  # the router's linear: its input's gradient
+        dr = a(p * e * h) if full else -1  # the router's weight's gradient, then its input's
+        gm = a(p * t * h)
         o.matmul("backward")
         f(tc)
+        if full:
+            f(sv.x)
+            o.grad(_param(weights, "router"), dr)
         total = a(p * t * h)  # the MoE input's two gradients summed
         f(g_x, gm)
         return total
+
+
+def _param(weights: dict[str, tuple[tuple[int, int], ...]] | None, name: str) -> int:
+    """The id of a trained parameter of the layer (full fine-tuning)."""
+    assert weights is not None
+    return weights[name][0][0]

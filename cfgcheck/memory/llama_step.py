@@ -140,7 +140,8 @@ def layer_forward(
     n2 = norm_forward(o, r1)
     if moe is not None:  # the block's output, then the layer's end as below
         y, saved = moe.forward(o, n2.out, stop)
-        o.free(n2.out)  # the frozen router keeps not its input
+        if not o.full or not o.saving:  # a frozen router keeps not its input
+            o.free(n2.out)
         r2 = -1
         if not stop:
             r2 = o.alloc(row)
