@@ -57,18 +57,16 @@ def _run(family: str, *overrides: str) -> tuple[ModelConfig, DataConfig, Trainer
 
 def test_what_is_covered() -> None:
     """Mixtral and Qwen3-MoE with LoRA on attention projections and on the fused experts
-    through ``target_parameters`` (PEFT's ParamWrapper), Mixtral's full fine-tuning,
-    checkpointed or not; not gpt-oss (eager attention with sinks, expert biases), the
-    router's or some layers' parameters, Qwen3-MoE's full fine-tuning or the router's
-    auxiliary loss (not generated: the pattern-based figure)."""
+    through ``target_parameters`` (PEFT's ParamWrapper), full fine-tuning, checkpointed or
+    not; not gpt-oss (eager attention with sinks, expert biases), the router's or some
+    layers' parameters or the router's auxiliary loss (not generated: the pattern-based
+    figure)."""
     for family in ("mixtral", "qwen3_moe"):
         for ckpt in ("true", "false"):
             m, _, t = _run(family, f"++trainer.gradient_checkpointing={ckpt}")
             assert covered(m, t) and events_moe.covered(m, t)
     m, _, t = _run("mixtral")
     assert covered(m, t.model_copy(update={"finetuning": "full"}))
-    q, _, qt = _run("qwen3_moe")  # its q / k norms' weights would train: not generated
-    assert not covered(q, qt.model_copy(update={"finetuning": "full"}))
     experts = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
     lora = t.lora.model_copy(update={"target_parameters": experts, "dropout": 0.0})
     assert covered(m, t.model_copy(update={"lora": lora}))  # PEFT's ParamWrapper
@@ -149,9 +147,12 @@ def test_expert_lora_sequence_is_the_traced_one(family: str, targets: str, ckpt:
 
 @pytest.mark.tracer
 @pytest.mark.slow
-@pytest.mark.parametrize("ckpt", [False, True])
-def test_mixtral_full_sequence_is_the_traced_one(ckpt: bool) -> None:
+@pytest.mark.parametrize(
+    ("family", "ckpt"), [("mixtral", False), ("mixtral", True), ("qwen3_moe", True)]
+)
+def test_full_sequence_is_the_traced_one(family: str, ckpt: bool) -> None:
     """Full fine-tuning: the router's linear keeps its input, the grouped linears theirs (the
     routed copies, the product); their weight gradients (every expert's matrix) made in the
-    grouped linears' backward and the router's after its input's."""
-    _check("mixtral", ckpt, "++trainer.finetuning=full")
+    grouped linears' backward, the router's before its input's; Qwen3's q / k norms keep
+    their cast and make their weights' gradients."""
+    _check(family, ckpt, "++trainer.finetuning=full")

@@ -71,7 +71,7 @@ from cfgcheck.schema.trainer import TrainerConfig
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
     no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`); Mixtral and
-    Qwen3-MoE with LoRA on attention and their experts, Mixtral's full fine-tuning
+    Qwen3-MoE with LoRA on attention and their experts or full fine-tuning
     (:mod:`cfgcheck.memory.events_moe`)."""
     from cfgcheck.memory.events_kbit import kbit_covered
 

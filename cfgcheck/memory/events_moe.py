@@ -4,8 +4,8 @@ block, as :mod:`cfgcheck.memory.llama_step` runs it in place of the Llama MLP (c
 
 Covered (:func:`covered`): Mixtral and Qwen3-MoE (transformers 5.24
 ``models/mixtral/modeling_mixtral.py``, ``models/qwen3_moe/modeling_qwen3_moe.py``) with PEFT
-LoRA on the attention projections (q_proj among them), frozen router, or Mixtral's full
-fine-tuning (the router's and the experts' weight gradients), SDPA, 16-bit weights,
+LoRA on the attention projections (q_proj among them), frozen router, or full fine-tuning
+(the router's and the experts' weight gradients), SDPA, 16-bit weights,
 with or without non-reentrant gradient checkpointing (the recomputation: :meth:`Moe.forward`,
 :meth:`Moe.backward`); the fused experts frozen, or adapted through ``target_parameters``
 (PEFT's ``ParamWrapper``, :mod:`cfgcheck.memory.param_wrapper`). The sources, as installed
@@ -76,7 +76,7 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     k = kinds(m, t)
     hf = m.hf_config or {}
     return (
-        (t.finetuning == "lora" or (t.finetuning == "full" and not m.norm_qk))
+        t.finetuning in ("lora", "full")
         and k is not None
         and t.loss_chunking == "none"
         and t.attention == "sdpa"
@@ -375,9 +375,8 @@ class Moe:
         dr = a(p * e * h) if full else -1  # the router's weight's gradient, then its input's
         gm = a(p * t * h)
         o.matmul("backward")
-        f(tc)
+        node((tc,), (sv.x,) if full else ())
         if full:
-            f(sv.x)
             o.grad(_param(weights, "router"), dr)
         total = a(p * t * h)  # the MoE input's two gradients summed
         f(g_x, gm)

@@ -302,8 +302,9 @@ def _attention_backward(
             continue
         if x != "v" and lay.qk is not None:  # the head norm's backward first
             nm = lay.qk[0 if x == "q" else 1]
+            weight = w.get(x + "_norm", ((0, 0),))[0]  # (id, bytes) when it trains
             grads[x] = norm_backward(_per_head(o, o.q if x == "q" else o.kv), grads[x], nm,
-                                     (0, 0), None)  # fmt: skip
+                                     weight, None)  # fmt: skip
         c = grads[x]
         if x != "v" or o.gqa:  # the transposed gradient made contiguous for the view; the
             # kernel's own v gradient has the input's strides (no copy)
