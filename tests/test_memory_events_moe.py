@@ -75,6 +75,9 @@ def test_what_is_covered() -> None:
     for other in (["mlp.gate.weight"], ["model.layers.0.mlp.experts.down_proj"]):
         lora = t.lora.model_copy(update={"target_parameters": other, "dropout": 0.0})
         assert not covered(m, t.model_copy(update={"lora": lora}))
+    for targets in (["q_proj", "w1"], ["all-linear"]):  # the experts', the router's too
+        lora = t.lora.model_copy(update={"targets": targets})
+        assert not covered(m, t.model_copy(update={"lora": lora}))
     aux = m.model_copy(update={"hf_config": {**(m.hf_config or {}), "output_router_logits": True}})
     assert not covered(aux, t)
     m, _, t = _run("gpt_oss", "++trainer.attention=eager")

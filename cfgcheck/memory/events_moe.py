@@ -56,6 +56,7 @@ from cfgcheck.schema.trainer import TrainerConfig
 # the routers this module generates: softmax over every expert in fp32, top-k, the top-k
 # renormalised (Qwen3-MoE: ``norm_topk_prob``), Qwen3-MoE's cast back to the logits' dtype
 FAMILIES = frozenset({"mixtral", "qwen3_moe"})
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
@@ -73,6 +74,10 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     tr = traced(m) if m.n_expert else None
     if tr is None or len(tr.experts) != m.n_layer or architecture_of(m) not in FAMILIES:
         return False
+    first = tr.experts[0]
+    if any((e.n_expert, e.top_k, e.width) != (first.n_expert, first.top_k, first.width)
+           for e in tr.experts):  # fmt: skip
+        return False  # layers of their own (not in the families generated)
     k = kinds(m, t)
     hf = m.hf_config or {}
     return (
@@ -86,7 +91,9 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and m.sliding_window_size is None
         and not m.tie_embeddings
         and not m.attn_bias
-        and all(v != "lora" for n, v in k.items() if n in ("gate_proj", "up_proj", "down_proj"))
+        # LoRA's target_modules on attention projections only: PEFT maps expert names
+        # (w1, gate_proj ...) onto the fused experts, and all-linear takes the router too
+        and (t.finetuning == "full" or set(t.lora.targets) <= set(ATTENTION))
     )
 
 
@@ -166,7 +173,7 @@ class Moe:
         e = tr.experts[0]
         s = stack(m, t)
         rw = s.act if m.architecture in ROUTER_WEIGHTS_IN_LOGITS_DTYPE else 4
-        adapted = param_wrapper.adapted_experts(t) or ()
+        adapted = () if t.finetuning == "full" else param_wrapper.adapted_experts(t) or ()
         return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, s), rw, t.lora.rank or 0,
                    adapted)  # fmt: skip
 
