@@ -29,7 +29,6 @@ differs from CPU's elsewhere. Needs torch, transformers, peft.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import warnings
@@ -128,6 +127,15 @@ def install_meta_tracing() -> None:
         return dropout(x, p, training, inplace)
 
     F.dropout = fused_dropout  # type: ignore[assignment]
+    autocast = torch.autocast
+
+    def meta_autocast(device_type: str, *args: Any, **kwargs: Any) -> Any:
+        # PEFT's ParamWrapper folds its delta under ``torch.autocast(device_type=W.device.type,
+        # enabled=False)`` (peft 0.21 ``tuners/lora/layer.py`` ``_LoraFactorsProxy``): no
+        # autocast backend for meta; disabled, any device type does the same
+        return autocast("cpu" if device_type == "meta" else device_type, *args, **kwargs)
+
+    torch.autocast = meta_autocast  # type: ignore[assignment,misc]
     at.AllocTracer = MetaTracer  # type: ignore[misc]
     build, batch = at.build, at.batch
 
@@ -143,30 +151,40 @@ def install_meta_tracing() -> None:
 def meta_tracing() -> Iterator[None]:
     """:func:`install_meta_tracing` for the length of a block (tests): what it replaced is
     put back after it."""
+    import torch
     import torch.nn.functional as F
 
     import tests.alloc_tracer as at
 
     saved = (F.scaled_dot_product_attention, F.dropout, at.AllocTracer, at.build, at.batch)
+    autocast = torch.autocast
     install_meta_tracing()
     try:
         yield
     finally:
+        torch.autocast = autocast  # type: ignore[misc]
         F.scaled_dot_product_attention, F.dropout = saved[0], saved[1]  # type: ignore[assignment]
         at.AllocTracer, at.build, at.batch = saved[2], saved[3], saved[4]  # type: ignore[misc]
 
 
 def main(ids: list[str]) -> int:
+    """Every measured row (benchmarks/calibration ``runs*.json`` and ``*.jsonl``, each on the
+    measurement's GPU and its ``cuda_alloc_conf``): the real ops' simulated reserved peak and,
+    where :func:`cfgcheck.memory.events.covered` holds, the generated sequence's (without ids:
+    the covered rows only)."""
     warnings.filterwarnings("ignore")
     install_meta_tracing()
-    from benchmarks.memory_calibration import DATA, load
+    from benchmarks.memory_calibration import DATA, gpu_name, load
     from cfgcheck import check
-    from cfgcheck.memory.allocsim import simulate
+    from cfgcheck.memory import devices
+    from cfgcheck.memory.allocsim import replay
+    from cfgcheck.memory.estimate import estimate
     from cfgcheck.memory.event_seq import blas_workspace
     from cfgcheck.memory.events import covered, step_events
+    from cfgcheck.memory.simulated import alloc_conf
+    from cfgcheck.memory.verdict import outside_bytes
     from tests.alloc_tracer import cuda_events, traced_step
 
-    runs = {r["id"]: r for r in json.loads((DATA / "runs.json").read_text())}
     print(
         "| run | measured resv GiB | real ops at full size | err | allocated - measured, bytes "
         "| generated | err |"
@@ -176,20 +194,38 @@ def main(ids: list[str]) -> int:
     for spec, meas in load(DATA):
         if ids and spec["id"] not in ids:
             continue
-        cfg = check(ROOT / "conf", "config", (*spec["overrides"], "trainer.gpu.name=H100")).config
-        if cfg is None or not covered(cfg.model, cfg.trainer):
+        gpu = gpu_name(meas)
+        overrides = (*spec["overrides"], f"trainer.gpu.name={gpu}")
+        cfg = check(ROOT / "conf", "config", overrides).config
+        if cfg is None:
             continue
-        r = traced_step(runs[spec["id"]], record=True)
-        tr = simulate(cuda_events(r, blas_workspace(cfg.trainer)))
-        gen = simulate(step_events(cfg.model, cfg.data, cfg.trainer))
+        sim = covered(cfg.model, cfg.trainer)
+        if not ids and not sim:
+            continue
+        conf = alloc_conf(cfg.trainer)
+        cap = None  # expandable segments: replayed on the GPU, as simulate_step does
+        if conf.expandable_segments:
+            est = estimate(cfg.model, cfg.data, cfg.trainer)
+            avail = devices.available(cfg.trainer.gpu, cfg.trainer.devices).bytes
+            cap = max(0, avail - outside_bytes(est))
+        try:
+            r = traced_step(spec, record=True)
+        except Exception as e:  # an op with no meta path (PEFT's ParamWrapper's autocast)
+            print(f"| {spec['id']} | not traced on meta: {type(e).__name__}: {e} |")
+            continue
+        tr = replay(cuda_events(r, blas_workspace(cfg.trainer)), conf, cap)[0]
         m = int(meas["reserved"])
-        e_tr, e_gen = tr.peak_reserved / m - 1, gen.peak_reserved / m - 1
+        e_tr = tr.peak_reserved / m - 1
         errs["trace"].append(e_tr)
-        errs["gen"].append(e_gen)
+        gen_cells = "— | — |"
+        if sim:
+            gen = replay(step_events(cfg.model, cfg.data, cfg.trainer), conf, cap)[0]
+            e_gen = gen.peak_reserved / m - 1
+            errs["gen"].append(e_gen)
+            gen_cells = f"{gen.peak_reserved / GIB:.2f} | {e_gen:+.1%} |"
         print(
-            f"| {spec['id']} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | {e_tr:+.1%} | "
-            f"{tr.peak_allocated - int(meas['allocated']):,} | "
-            f"{gen.peak_reserved / GIB:.2f} | {e_gen:+.1%} |",
+            f"| {spec['id']} | {m / GIB:.2f} | {tr.peak_reserved / GIB:.2f} | "
+            f"{e_tr:+.1%} | {tr.peak_allocated - int(meas['allocated']):,} | {gen_cells}",
             flush=True,
         )
     for k, v in errs.items():

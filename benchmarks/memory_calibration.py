@@ -104,9 +104,10 @@ def load(data: Path = DATA) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 
 def evaluate(data: Path = DATA) -> list[Row]:
     from cfgcheck import check
+    from cfgcheck.memory import devices
     from cfgcheck.memory.estimate import estimate
     from cfgcheck.memory.simulated import simulate_step
-    from cfgcheck.memory.verdict import decide, verdict
+    from cfgcheck.memory.verdict import decide, outside_bytes, verdict
 
     rows = []
     for spec, meas in load(data):
@@ -118,7 +119,10 @@ def evaluate(data: Path = DATA) -> list[Row]:
         if cfg is None:
             raise SystemExit(f"{spec['id']}: the overrides do not validate")
         est = estimate(cfg.model, cfg.data, cfg.trainer)
-        sim = simulate_step(cfg.model, cfg.data, cfg.trainer)
+        # replayed on the GPU's capacity less the context, as the verdict does: expandable
+        # segments size their address space by the GPU (cfgcheck/memory/simulated.py)
+        avail = devices.available(cfg.trainer.gpu, cfg.trainer.devices).bytes
+        sim = simulate_step(cfg.model, cfg.data, cfg.trainer, max(0, avail - outside_bytes(est)))
         outside = est.get("cuda_context") + est.get("paged_states")
         simulated = (
             None

@@ -47,12 +47,14 @@ trace, and benchmarks/allocator_sequence_diff.py shows where the two first part.
 transformers, dense models, 16/32-bit weights, full or LoRA, with or without checkpointing,
 AdamW / SGD, the full loss or Liger's fused one (:mod:`cfgcheck.memory.events_liger`); QLoRA
 on Llama-like models is generated op by op by :mod:`cfgcheck.memory.events_kbit`
-(:func:`step_events` hands it over); :func:`covered` says which runs have a sequence.
+(:func:`step_events` hands it over); Mixtral's and Qwen3-MoE's sparse MoE block op by op by
+:mod:`cfgcheck.memory.events_moe` in the Llama layer; :func:`covered` says which runs have a
+sequence.
 """
 
 from __future__ import annotations
 
-from cfgcheck.memory import layer_ops, llama_step, weights
+from cfgcheck.memory import events_moe, layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace, one_plain_gpu
@@ -68,7 +70,9 @@ from cfgcheck.schema.trainer import TrainerConfig
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
-    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`)."""
+    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`); Mixtral and
+    Qwen3-MoE with LoRA on attention and their experts or full fine-tuning
+    (:mod:`cfgcheck.memory.events_moe`)."""
     from cfgcheck.memory.events_kbit import kbit_covered
 
     return kbit_covered(m, t) or _dense_covered(m, t)
@@ -79,7 +83,7 @@ def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         one_plain_gpu(t)
         and t.quantization == "none"
         and not m.weight_format
-        and not (m.n_expert or 0)
+        and (not (m.n_expert or 0) or events_moe.covered(m, t))
         and t.optimizer in ("adamw", "sgd")
         and (t.loss_chunking == "none" or covered_fused(m, t))
         and not t.precision.endswith("-mixed")
@@ -97,6 +101,9 @@ def _param_tensors(m: ModelConfig) -> list[tuple[str, int]]:
     norm = m.n_embd
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     per_layer += [("norm", norm)] * (n_norms * (2 if m.norm == "layernorm" else 1))
+    if m.n_expert:  # a MoE layer's parameters in module order (router, experts among them)
+        moe = events_moe.layer_params(m)
+        per_layer = [("norm" if x.endswith("norm") else "linear", n) for x, n in moe]
     for _ in range(m.n_layer):
         full.extend(per_layer)
     full += [("norm", norm)] * (2 if m.norm == "layernorm" else 1)
@@ -196,10 +203,12 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     param_ids = [ev.alloc(n * master) for _, n in params]
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
-    exact = layer_ops.exact(m, d, t)
+    moe = events_moe.Moe.of(m, t) if m.n_expert else None  # covered: events_moe.covered
+    exact = layer_ops.exact(m, d, t) or moe is not None
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
-        kinds = layer_ops.kinds(m, t) or {}
+        kinds = layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {}
+        experts = events_moe.adapter_sizes(m, t)  # PEFT's ParamWrapper on expert parameters
         for _ in range(m.n_layer):
             made: dict[str, tuple[tuple[int, int], ...]] = {}
             for x in block_linears(m):
@@ -209,6 +218,10 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                     sizes = (r * x.in_features * s.adapter, x.out_features * r * s.adapter)
                     made[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
                     trainable += made[x.name]
+            for name, *numels in experts:
+                key = "experts." + name
+                made[key] = tuple((ev.alloc(n * s.adapter), n * s.adapter) for n in numels)
+                trainable += made[key]
             adapters.append(made)
     elif not full:
         for numel, count in weights.trainable_tensors(m, t):
@@ -248,7 +261,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.alloc, ev.free, ev.matmul, p=p, b=b, s=seq, h=m.n_embd * tokens,
             q=m.n_head * hs * tokens, kv=(m.n_query_groups or m.n_head) * hs * tokens,
             inter=m.mlp_width * tokens, head_dim=hs, n_head=m.n_head, vocab=m.head_rows,
-            mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
+            mask=masked, kinds=layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {},
+            rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
             mask_first=architecture_of(m) == "qwen2",
@@ -260,6 +274,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             first = 1 + i * per_layer_params
             if full:
                 names = [*layer_ops.LINEARS, "input_layernorm", "post_attention_layernorm"]
+                if moe is not None:  # by name: the router and experts among them
+                    names = [x for x, _ in events_moe.layer_params(m)]
                 layer_w.append({x: (sized[first + j],) for j, x in enumerate(names)})
             else:
                 norms = {"input_layernorm": (frozen,), "post_attention_layernorm": (frozen,)}
@@ -282,7 +298,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                llama_step.micro_batch(ops, exact_w, t.gradient_checkpointing)
+                llama_step.micro_batch(
+                    ops,
+                    exact_w,
+                    t.gradient_checkpointing,
+                    moe,
+                    qk_norm=m.norm_qk and moe is not None,
+                )
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start

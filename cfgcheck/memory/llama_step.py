@@ -28,7 +28,9 @@ in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from cfgcheck.memory.layer_ops import (
     Adapter,
@@ -41,6 +43,9 @@ from cfgcheck.memory.layer_ops import (
     rope_backward,
     rope_forward,
 )
+
+if TYPE_CHECKING:
+    from cfgcheck.memory.events_moe import Moe, Saved
 
 
 @dataclass
@@ -62,13 +67,26 @@ class Layer:
     out: int
     adapters: dict[str, Adapter]
     graph: bool  # the layer's input has a gradient
+    moe: Saved | None = None  # a mixture-of-experts block's saved tensors (events_moe.py)
+    qk: tuple[Norm, Norm] | None = None  # the q and k norms (Qwen3)
 
 
-def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = False) -> Layer:
+def layer_forward(
+    o: Ops,
+    x: int,
+    free_input: bool,
+    graph: bool,
+    stop: bool = False,
+    moe: Moe | None = None,
+    qk_norm: bool = False,
+) -> Layer:
     """``LlamaDecoderLayer.forward`` with the module's ops; ``free_input``: the caller drops its
     reference to ``x`` when the layer returns (not the embedding output); ``graph``: ``x``
     has a gradient; ``stop``: a checkpoint's recomputation, which stops once the last saved
-    tensor is packed (down_proj's, see :func:`recompute`)."""
+    tensor is packed (down_proj's, see :func:`recompute`); ``moe``: a mixture-of-experts
+    block in the MLP's place (:mod:`cfgcheck.memory.events_moe`); ``qk_norm``: an RMSNorm on
+    each head of q and of k before the rotary embedding (Qwen3: ``self.q_norm(self.q_proj(
+    hidden_states).view(hidden_shape))``, then k's, then v_proj)."""
     row, qb, kvb = o.p * o.h, o.p * o.q, o.p * o.kv
     kd = o.kinds
     hd = o.h
@@ -82,7 +100,16 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
 
     n1 = norm_forward(o, x, graph)
     qm = linear("q_proj", hd, o.q, graph)
+    qk: tuple[Norm, Norm] | None = None
+    if qk_norm:  # q_norm on each head, its input gone once it ran
+        qn = norm_forward(_per_head(o, o.q), qm, True)
+        o.free(qm)
+        qm = qn.out
     km = linear("k_proj", hd, o.kv, graph)
+    if qk_norm:
+        kn = norm_forward(_per_head(o, o.kv), km, graph or kd["k_proj"] != "frozen")
+        o.free(km)
+        km, qk = kn.out, (qn, kn)
     vm = linear("v_proj", hd, o.kv, graph)
     q = rope_forward(o, qb)
     k = rope_forward(o, kvb)
@@ -111,6 +138,19 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
     r1 = o.alloc(row)
     o.free(out)
     n2 = norm_forward(o, r1)
+    if moe is not None:  # the block's output, then the layer's end as below
+        y, saved = moe.forward(o, n2.out, stop)
+        if not o.full or not o.saving:  # a frozen router keeps not its input
+            o.free(n2.out)
+        r2 = -1
+        if not stop:
+            r2 = o.alloc(row)
+            o.free(y)
+        if o.p != 4 or not o.saving:
+            o.free(r1)
+            if free_input:
+                o.free(x)
+        return Layer(n1, n2, q, kk, vv, bias, attn, lse, -1, -1, -1, -1, r2, ad, graph, saved, qk)
     ib = o.p * o.inter
     gate = linear("gate_proj", hd, o.inter, True)
     act = o.alloc(ib)
@@ -122,7 +162,7 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
         o.free(act, up)
     if stop:  # _StopRecomputationError at down_proj's last pack (see recompute)
         return _stopped(o, x, Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod,
-                                    -1, ad, graph), r1)  # fmt: skip
+                                    -1, ad, graph, None, qk), r1)  # fmt: skip
     down = linear("down_proj", o.inter, hd, True)
     if kd["down_proj"] != "full" or not o.saving:
         o.free(prod)
@@ -134,7 +174,7 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
         o.free(r1)
         if free_input:
             o.free(x)
-    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph)
+    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph, None, qk)
 
 
 def _stopped(o: Ops, x: int, lay: Layer, r1: int) -> Layer:
@@ -157,13 +197,43 @@ def layer_backward(
     lay: Layer,
     w: dict[str, tuple[tuple[int, int], ...]],
     tables: tuple[int, int] | None,
+    moe: Moe | None = None,
+    recompute: Callable[[], Layer] | None = None,
 ) -> int | None:
     """The layer's backward for the gradient ``g`` of its output; ``w``: (id, bytes) of each
     linear's trained tensors (the weight, or lora_A and lora_B) and of the two norms'
     weights (``input_layernorm``, ``post_attention_layernorm``). Returns the gradient of the
-    layer's input (None when it has none)."""
-    ib, qb, kvb = o.p * o.inter, o.p * o.q, o.p * o.kv
-    kd, ad, hd = o.kinds, lay.adapters, o.h
+    layer's input (None when it has none). ``moe``: the layer's mixture-of-experts block;
+    ``recompute``: under checkpointing, the layer's recomputation, which its first node that
+    unpacks a saved tensor runs (inside the block's backward)."""
+    if moe is not None and lay.moe is not None:
+        rerun = None
+        if recompute is not None:
+            box: list[Layer] = []
+
+            def rerun() -> Saved:
+                box.append(recompute())
+                assert box[0].moe is not None
+                return box[0].moe
+
+        gx: int | None = moe.backward(o, g, lay.moe, rerun, w)
+        if recompute is not None:
+            lay = box[0]
+        frame, o.frame = o.frame, ()
+    else:
+        frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
+        gx = _mlp_backward(o, g, lay, w)
+    assert gx is not None
+    # the post-attention norm; its input's buffer holds g (the residual's path)
+    s = norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    return _attention_backward(o, s, lay, w, tables, frame)
+
+
+def _mlp_backward(
+    o: Ops, g: int, lay: Layer, w: dict[str, tuple[tuple[int, int], ...]]
+) -> int | None:
+    """The Llama MLP's backward: its input's gradient."""
+    ib, kd, ad, hd = o.p * o.inter, o.kinds, lay.adapters, o.h
 
     def linear(
         name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None,
@@ -173,7 +243,6 @@ def layer_backward(
             o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
         )
 
-    frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
     full = kd["down_proj"] == "full"
     # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
     gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
@@ -184,10 +253,28 @@ def layer_backward(
     gg = o.alloc(ib)  # SiluBackward0
     o.free(*((lay.gate, ga) if o.unpacked else (ga, lay.gate)))
     gate_full = kd["gate_proj"] == "full"
-    gx = linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
-    assert gx is not None
-    # the post-attention norm; its input's buffer holds g (the residual's path)
-    s = norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    return linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
+
+
+def _attention_backward(
+    o: Ops,
+    s: int,
+    lay: Layer,
+    w: dict[str, tuple[tuple[int, int], ...]],
+    tables: tuple[int, int] | None,
+    frame: tuple[int, ...],
+) -> int | None:
+    """The attention's backward for the gradient ``s`` of the post-attention residual."""
+    qb, kvb, kd, ad, hd = o.p * o.q, o.p * o.kv, o.kinds, lay.adapters, o.h
+
+    def linear(
+        name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None,
+        release: tuple[int, ...] = (), graph: bool = True,
+    ) -> int | None:  # fmt: skip
+        return linear_backward(
+            o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
+        )
+
     # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q;
     # without a gradient on the layer's input only o_proj holds s
     go = linear("o_proj", s, not lay.graph, o.q, hd, None)
@@ -213,6 +300,11 @@ def layer_backward(
     for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
         if not need[x]:
             continue
+        if x != "v" and lay.qk is not None:  # the head norm's backward first
+            nm = lay.qk[0 if x == "q" else 1]
+            weight = w.get(x + "_norm", ((0, 0),))[0]  # (id, bytes) when it trains
+            grads[x] = norm_backward(_per_head(o, o.q if x == "q" else o.kv), grads[x], nm,
+                                     weight, None)  # fmt: skip
         c = grads[x]
         if x != "v" or o.gqa:  # the transposed gradient made contiguous for the view; the
             # kernel's own v gradient has the input's strides (no copy)
@@ -228,6 +320,13 @@ def layer_backward(
     assert total is not None
     o.frame = frame
     return norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
+
+
+def _per_head(o: Ops, size: int) -> Ops:
+    """The ops of a norm over each head of a tensor of ``size`` elements: its statistics per
+    head and token, no checkpoint frame of its own."""
+    heads = size // (o.tokens * o.head_dim)
+    return replace(o, h=size, b=o.b * heads, frame=())
 
 
 Param = tuple[int, int]  # (id, bytes)
@@ -246,9 +345,12 @@ class Weights:
     embedding: Param | None
 
 
-def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
+def micro_batch(
+    o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None, qk_norm: bool = False
+) -> None:
     """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
-    ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing."""
+    ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing; ``moe``:
+    a mixture-of-experts block in each layer's MLP place."""
     row = o.p * o.h
     emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
     mask = None
@@ -305,7 +407,11 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     inputs: list[int] = []  # each checkpointed layer's input, kept by its frame
     for i in range(len(w.layers)):
         o.saving = not ckpt
-        layers.append(layer_forward(o, x, free_input=i > 0 and not ckpt, graph=graph or i > 0))
+        layers.append(
+            layer_forward(
+                o, x, free_input=i > 0 and not ckpt, graph=graph or i > 0, moe=moe, qk_norm=qk_norm
+            )
+        )
         o.saving = True
         inputs.append(x)
         x = layers[-1].out
@@ -356,14 +462,21 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     g: int | None = norm_backward(o, gx, final, w.final_norm, None)
     for i in reversed(range(len(layers))):
         assert g is not None
-        if ckpt:  # down_proj's node unpacks first: the layer recomputed (see recompute)
-            layers[i] = layer_forward(o, inputs[i], False, graph or i > 0, stop=True)
+
+        def rerun(i: int = i) -> Layer:
+            lay = layer_forward(o, inputs[i], False, graph or i > 0, True, moe, qk_norm)
             o.unpacked = True
             # the embedding's output made to require a gradient is a leaf: it stays (with
             # its .grad) to the end of the backward
             # with the first layer's frame go the mask, then its input unless that is a leaf
             o.frame = (inputs[i],) if i > 0 else (*held, emb) if w.embedding is not None else held
-        g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
+            return lay
+
+        if ckpt and moe is None:  # down_proj's node unpacks first: the layer recomputed
+            layers[i] = rerun()
+        tables = (cos, sin) if i == 0 else None
+        later = rerun if ckpt and moe is not None else None  # inside the block's backward
+        g = layer_backward(o, g, layers[i], w.layers[i], tables, moe, later)
         o.unpacked = False
     if w.embedding is not None:
         assert g is not None

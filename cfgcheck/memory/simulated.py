@@ -155,6 +155,10 @@ def simulate_step(
     if not covered(m, t):
         return None
     n, free, on_gpu = _replays(m, d, t, capacity)
+    # expandable segments size their address space by the GPU (allocsim ``_segment``, after
+    # ``ExpandableSegment``'s ``max_handles_``): the replay on the GPU is the one whose blocks
+    # are the device's (where a block may grow into the unmapped rest changes the best fit)
+    shown = on_gpu if capacity is not None and alloc_conf(t).expandable_segments else free
     return Simulation(
-        free.peak_reserved, free.peak_allocated, n, on_gpu.retries, on_gpu.ooms, capacity
+        shown.peak_reserved, shown.peak_allocated, n, on_gpu.retries, on_gpu.ooms, capacity
     )
