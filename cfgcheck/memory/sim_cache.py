@@ -1,0 +1,135 @@
+"""Replays of an event sequence kept by the sequence's content, in the process and on disk.
+
+A replay (:func:`cfgcheck.memory.allocsim.replay`) is a pure function of the events, the
+allocator settings, the capacity and the simulator's code, so it is keyed by exactly those:
+the SHA-256 of the events (their ids, sizes and order), of the settings' ``repr`` and of the
+capacity, with the bytes of ``allocsim.py`` and ``allocconf.py`` and
+:data:`FORMAT` in the on-disk key. Two configs whose steps make the same events (a field the
+generator does not read, or two fields that mean the same length) share one replay, and a
+second ``cfgcheck check`` of a run replays nothing. The key never comes from the config
+fields themselves: a change to the event generator makes new events, hence a new key, so no
+entry can outlive the code that made it.
+
+An entry keeps what :func:`~cfgcheck.memory.allocsim.replay` returns: the figures and the
+repetitions its gradient-accumulation blocks needed (which
+:func:`cfgcheck.memory.simulated.simulate_step` uses to share one replay between
+accumulation counts).
+
+On disk (:mod:`cfgcheck.diskcache`): ``<cache>/simulations/<sha256>.json``, one small entry per
+replay (``needed`` and the six figures of :class:`~cfgcheck.memory.allocsim.SimResult`),
+read bounded, written atomically, the :data:`MAX_ENTRIES` most recently used kept. An entry of
+another key, format or shape is ignored and rewritten. ``CFGCHECK_NO_CACHE=1`` turns it off,
+``CFGCHECK_CACHE_DIR`` moves it, and it is off wherever the trace cache's is
+(:func:`cfgcheck.memory.trace_cache.use_disk`: the HTTP service writes no cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+from functools import cache
+from pathlib import Path
+
+from cfgcheck.diskcache import read_entry, write_entry
+from cfgcheck.memory.allocsim import AllocConf, Event, SimResult, replay
+from cfgcheck.reuse import ESTIMATES
+from cfgcheck.safeio import Limits
+
+FORMAT = 1  # bump when an entry's layout changes
+MAX_ENTRIES = 4096  # entries kept on disk (a few hundred bytes each)
+_LIMITS = Limits(max_bytes=4096, max_depth=4, max_nodes=256, max_keys=64)
+_HERE = Path(__file__).resolve().parent
+_CODE = (_HERE / "allocsim.py", _HERE / "allocconf.py")
+
+Found = tuple[SimResult, int | None]
+
+
+@cache
+def _code_hash() -> bytes:
+    h = hashlib.sha256(f"format={FORMAT}\0".encode())
+    for path in _CODE:
+        try:
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+        except OSError:  # pragma: no cover - a zipped install: the version stands for it
+            from cfgcheck import __version__
+
+            h.update(__version__.encode())
+    return h.digest()
+
+
+def content_key(events: list[Event], conf: AllocConf, capacity: int | None) -> str:
+    """The replay's key: SHA-256 over the events (``marshal``'s bytes of the list: its ints
+    and their order), the settings and the capacity."""
+    h = hashlib.sha256(marshal.dumps(events))
+    h.update(f"\0marshal={marshal.version}\0{conf!r}\0{capacity!r}".encode())
+    return h.hexdigest()
+
+
+def replay_cached(events: list[Event], conf: AllocConf, capacity: int | None) -> Found:
+    """:func:`cfgcheck.memory.allocsim.replay` of ``events``, from the caches when they hold
+    it (see the module docstring)."""
+    key = content_key(events, conf, capacity)
+    mem = ("replay", key)
+    kept: Found | None = ESTIMATES.get(mem)
+    if kept is not None:
+        return kept
+    path = _entry_path(key)
+    found = _load(path, key) if path is not None else None
+    if found is None:
+        found = replay(events, conf, capacity)
+        if path is not None:
+            _store(path, key, found)
+    result = found
+    ESTIMATES.get_or(mem, lambda: result)
+    return result
+
+
+def sim_dir() -> Path | None:
+    """The on-disk store's folder, or None where it is off."""
+    from cfgcheck.memory.trace_cache import trace_dir
+
+    traces = trace_dir()  # None: CFGCHECK_NO_CACHE, or the service turned disk caches off
+    return None if traces is None else traces.parent / "simulations"
+
+
+def _entry_path(key: str) -> Path | None:
+    where = sim_dir()
+    if where is None:
+        return None
+    name = hashlib.sha256(_code_hash() + key.encode()).hexdigest()
+    return where / f"{name}.json"
+
+
+def _ints(value: object, n: int | None = None) -> list[int] | None:
+    if not isinstance(value, list) or (n is not None and len(value) != n):
+        return None
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        return None
+    return value
+
+
+def _load(path: Path, key: str) -> Found | None:
+    entry = read_entry(path, _LIMITS)
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != key:
+        return None
+    figures, needed = _ints(entry.get("result"), 6), entry.get("needed", False)
+    if figures is None or not (needed is None or _ints([needed]) is not None):
+        return None
+    return SimResult(*figures), needed
+
+
+def _store(path: Path, key: str, found: Found) -> None:
+    r, needed = found
+    figures = [
+        r.peak_reserved,
+        r.peak_allocated,
+        r.reserved_at_end,
+        r.retries,
+        r.ooms,
+        r.segments,
+    ]
+    write_entry(
+        path,
+        {"format": FORMAT, "key": key, "needed": needed, "result": figures},
+        MAX_ENTRIES,
+    )
