@@ -33,7 +33,7 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 def replays(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of events of each replay actually run (not served by a cache)."""
     calls: list[int] = []
-    real = sim_cache.replay
+    real = replay
 
     def counted(
         events: list[Event], conf: AllocConf | None = None, capacity: int | None = None
@@ -47,11 +47,11 @@ def replays(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def _fresh(events: list[Event], conf: AllocConf, capacity: int | None) -> tuple[object, ...]:
     r, needed = replay(events, conf, capacity)
-    return (*astuple(r), needed)  # type: ignore[arg-type]
+    return (*astuple(r), needed)
 
 
 def _got(found: tuple[SimResult, int | None]) -> tuple[object, ...]:
-    return (*astuple(found[0]), found[1])  # type: ignore[arg-type]
+    return (*astuple(found[0]), found[1])
 
 
 CONFS = [AllocConf(), AllocConf(expandable_segments=True), AllocConf(max_split_size=40 * MIB)]

@@ -39,7 +39,7 @@ FORMAT = 1  # bump when an entry's layout changes
 MAX_ENTRIES = 4096  # entries kept on disk (a few hundred bytes each)
 _LIMITS = Limits(max_bytes=4096, max_depth=4, max_nodes=256, max_keys=64)
 _HERE = Path(__file__).resolve().parent
-_CODE = (_HERE / "allocsim.py", _HERE / "allocconf.py")
+_CODE: tuple[Path, ...] = (_HERE / "allocsim.py", _HERE / "allocconf.py")
 
 Found = tuple[SimResult, int | None]
 
