@@ -1,6 +1,7 @@
-"""The replay cache (cfgcheck/memory/sim_cache.py): a cached replay, in the process or read
+"""The replay caches (cfgcheck/memory/sim_cache.py): a cached replay, in the process or read
 back from disk, equals a fresh replay; any changed input (an event, the allocator settings,
-the capacity, the simulator's code) misses it; a planted or damaged entry is ignored."""
+the capacity, the simulator's code) misses it; a planted or damaged entry is ignored. The
+same for a step's figures kept under its config (a changed field or other code misses)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import astuple
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from cfgcheck.memory.events import step_events
 from cfgcheck.memory.simulated import simulate_step
 from cfgcheck.memory.verdict import decide
 from cfgcheck.reuse import ESTIMATES
+from cfgcheck.schema import TrainerConfig
 from tests.test_memory_sim_verdict import _cfg
 
 
@@ -175,3 +178,83 @@ def test_off_where_the_disk_caches_are(cache_dir: Path, replays: list[int]) -> N
     finally:
         trace_cache.use_disk(True)
     assert not cache_dir.exists()
+
+
+@pytest.fixture
+def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The steps generated (not served by a cache)."""
+    from cfgcheck.memory import simulated
+
+    calls: list[int] = []
+    real = step_events
+
+    def counted(*args: Any) -> list[Event]:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(simulated, "step_events", counted)
+    return calls
+
+
+def test_a_second_run_generates_nothing_and_gets_the_fresh_figures(
+    cache_dir: Path, replays: list[int], generated: list[int]
+) -> None:
+    m, d, t = _cfg("full", True, gradient_accumulation_steps=2)
+    capacity = replay(step_events(m, d, t))[0].peak_reserved * 9 // 10  # frees and retries
+    on_gpu = simulate_step(m, d, t, capacity)  # replayed free, then on the GPU
+    fresh = simulate_step(m, d, t)
+    assert on_gpu is not None and on_gpu.retries > 0
+    assert (len(generated), len(replays)) == (1, 2)
+    ESTIMATES.clear()  # a new process
+    assert simulate_step(m, d, t) == fresh
+    assert simulate_step(m, d, t, capacity) == on_gpu
+    assert (len(generated), len(replays)) == (1, 2)
+    # against an uncached simulation
+    ESTIMATES.clear()
+    env = pytest.MonkeyPatch()
+    env.setenv("CFGCHECK_NO_CACHE", "1")
+    try:
+        assert simulate_step(m, d, t, capacity) == on_gpu
+    finally:
+        env.undo()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"micro_batch_size": 3},
+        {"gradient_checkpointing": False},
+        {"cuda_alloc_conf": "expandable_segments:True"},
+        {"gpu": {"name": "A100-80GB"}},  # another cuBLAS workspace
+    ],
+)
+def test_a_changed_config_misses_the_step_cache(
+    cache_dir: Path, generated: list[int], change: dict[str, Any]
+) -> None:
+    m, d, t = _cfg("full", True)
+    simulate_step(m, d, t)
+    ESTIMATES.clear()
+    other = TrainerConfig.model_validate({**t.model_dump(), **change})
+    fresh_env = pytest.MonkeyPatch()
+    fresh_env.setenv("CFGCHECK_NO_CACHE", "1")
+    try:
+        fresh = simulate_step(m, d, other)
+    finally:
+        fresh_env.undo()
+    ESTIMATES.clear()
+    assert simulate_step(m, d, other) == fresh
+    assert len(generated) == 3  # the first, the fresh one, and the changed one: no hit
+
+
+def test_other_code_misses_the_step_cache(
+    cache_dir: Path, generated: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m, d, t = _cfg("lora", False)
+    simulate_step(m, d, t)
+    ESTIMATES.clear()
+    simulate_step(m, d, t)
+    assert len(generated) == 1
+    ESTIMATES.clear()
+    monkeypatch.setattr(sim_cache, "_package_hash", lambda: b"an edited cfgcheck")
+    simulate_step(m, d, t)
+    assert len(generated) == 2

@@ -672,8 +672,42 @@ def _run(
                 live[ident] = got
         elif size == FREE:
             blk = pop(ident, None)
-            if blk is not None:
+            if blk is None:
+                continue
+            if not plain:
                 free(blk)
+                continue
+            # CachingAllocator.free, inline (no expandable segment: every block is mapped)
+            blk.allocated = False
+            bsize = blk.size
+            a.allocated -= bsize
+            pool = small if blk.small else large
+            keys, blocks = pool.keys, pool.blocks
+            prev = blk.prev
+            if prev is not None and not prev.allocated:
+                psize = prev.size
+                paddr = prev.addr
+                del keys[bisect_left(keys, psize << 64 | paddr)]
+                del blocks[psize << 64 | paddr]
+                blk.addr = paddr
+                blk.prev = before = prev.prev
+                if before is not None:
+                    before.next = blk
+                bsize += psize
+            nxt = blk.next
+            if nxt is not None and not nxt.allocated:
+                nkey = nxt.size << 64 | nxt.addr
+                del keys[bisect_left(keys, nkey)]
+                del blocks[nkey]
+                blk.next = after = nxt.next
+                if after is not None:
+                    after.prev = blk
+                bsize += nxt.size
+            blk.size = bsize
+            blk.gc_base = pool.free_calls
+            key = bsize << 64 | blk.addr
+            insort(keys, key)
+            blocks[key] = blk
         elif size == RESET:
             a.reset_peaks()
         elif size == REPEAT and top:

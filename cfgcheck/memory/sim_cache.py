@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import marshal
+from collections.abc import Hashable
 from functools import cache
 from pathlib import Path
 
@@ -84,6 +85,68 @@ def replay_cached(events: list[Event], conf: AllocConf, capacity: int | None) ->
     return result
 
 
+@cache
+def _package_hash() -> bytes:
+    """SHA-256 over everything a step's events can depend on beside the config: the bytes of
+    every module of cfgcheck (the generator reaches across the package: the schema's
+    defaults, the model tables, the data pipeline), the shipped model traces, and the
+    installed transformers and torch (a generically read model's trace depends on them)."""
+    from cfgcheck.memory.trace_cache import installed
+
+    root = _HERE.parent
+    h = hashlib.sha256(f"format={FORMAT}\0".encode())
+    try:
+        files = sorted([*root.rglob("*.py"), *(_HERE / "traces").glob("*")])
+        for path in files:
+            h.update(path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    except OSError:  # pragma: no cover - a zipped install: the version stands for it
+        from cfgcheck import __version__
+
+        h.update(__version__.encode())
+    for package in ("transformers", "torch"):
+        h.update(f"{package}={installed(package)}\0".encode())
+    return h.digest()
+
+
+StepFound = tuple[int, SimResult, int | None]
+
+
+def load_step(key: Hashable) -> StepFound | None:
+    """The (events, replay, needed) stored for a step's content key (the config fields the
+    events are generated from and the capacity, :func:`cfgcheck.memory.simulated._keys`),
+    or None. The key is a :func:`cfgcheck.reuse.frozen` value, whose ``repr`` is the same in
+    every process; the package's bytes are part of it (:func:`_package_hash`), so code that
+    would generate other events never reads the entry."""
+    path, digest = _step_path(key)
+    if path is None:
+        return None
+    entry = read_entry(path, _LIMITS)
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != digest:
+        return None
+    found = _figures(entry)
+    n = _ints([entry.get("events")])
+    if found is None or n is None:
+        return None
+    return n[0], found[0], found[1]
+
+
+def store_step(key: Hashable, found: StepFound) -> None:
+    """Keep a step's (events, replay, needed) on disk under its content key."""
+    path, digest = _step_path(key)
+    if path is not None:
+        _write(path, digest, (found[1], found[2]), {"events": found[0]})
+
+
+def _step_path(key: Hashable) -> tuple[Path | None, str]:
+    where = sim_dir()
+    if where is None:
+        return None, ""
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()
+    name = hashlib.sha256(_package_hash() + b"step\0" + digest.encode()).hexdigest()
+    return where / f"{name}.json", digest
+
+
 def sim_dir() -> Path | None:
     """The on-disk store's folder, or None where it is off."""
     from cfgcheck.memory.trace_cache import trace_dir
@@ -112,13 +175,21 @@ def _load(path: Path, key: str) -> Found | None:
     entry = read_entry(path, _LIMITS)
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != key:
         return None
+    return _figures(entry)
+
+
+def _figures(entry: dict[str, object]) -> Found | None:
     figures, needed = _ints(entry.get("result"), 6), entry.get("needed", False)
     if figures is None or not (needed is None or _ints([needed]) is not None):
         return None
-    return SimResult(*figures), needed
+    return SimResult(*figures), needed  # type: ignore[return-value]
 
 
 def _store(path: Path, key: str, found: Found) -> None:
+    _write(path, key, found, {})
+
+
+def _write(path: Path, key: str, found: Found, extra: dict[str, int]) -> None:
     r, needed = found
     figures = [
         r.peak_reserved,
@@ -128,8 +199,5 @@ def _store(path: Path, key: str, found: Found) -> None:
         r.ooms,
         r.segments,
     ]
-    write_entry(
-        path,
-        {"format": FORMAT, "key": key, "needed": needed, "result": figures},
-        MAX_ENTRIES,
-    )
+    entry = {"format": FORMAT, "key": key, **extra, "needed": needed, "result": figures}
+    write_entry(path, entry, MAX_ENTRIES)

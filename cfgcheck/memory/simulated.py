@@ -7,7 +7,8 @@ event sequence covers the run. Results are cached by the sections' contents
 (:mod:`cfgcheck.reuse`), as the estimate is: a sweep that varies what the step does not read
 generates each distinct step once; and each replay by the events' own content
 (:mod:`cfgcheck.memory.sim_cache`, in the process and on disk): two configs that make the
-same events, or a second run, replay it once.
+same events replay once. On disk a step's figures are also kept under its content key and the
+package's bytes, so a second run of the same check generates nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from cfgcheck.memory.allocsim import AllocConf, Event, SimResult, parse_alloc_conf
 from cfgcheck.memory.estimate import UNREAD_TRAINER_FIELDS
 from cfgcheck.memory.events import covered, step_events
-from cfgcheck.memory.sim_cache import replay_cached
+from cfgcheck.memory.sim_cache import load_step, replay_cached, store_step
 from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
@@ -101,8 +102,13 @@ def _replay(
     global batch shares it."""
 
     def run() -> tuple[int, SimResult, int | None]:
+        stored = None if keys is None else load_step((keys[0], capacity))
+        if stored is not None:
+            return stored
         ev = events()
         r, needed = replay_cached(ev, conf, capacity)
+        if keys is not None:
+            store_step((keys[0], capacity), (len(ev), r, needed))
         return len(ev), r, needed
 
     if keys is None:
