@@ -27,6 +27,8 @@ from tests.test_memory_sim_verdict import _cfg
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.delenv("CFGCHECK_NO_CACHE", raising=False)
     monkeypatch.setenv("CFGCHECK_CACHE_DIR", str(tmp_path))
+    # the service's app turns the disk caches off for its process (a test that made one)
+    monkeypatch.setattr(trace_cache, "_disk", True)
     ESTIMATES.clear()
     yield tmp_path / "simulations"
     ESTIMATES.clear()
