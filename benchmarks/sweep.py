@@ -11,7 +11,7 @@ to copies) is timed on all 1,000 points. Composing every point is timed on an ev
 sample of points and extrapolated to 1,000 (stated in the table), to keep the run short;
 the sample's verdicts are compared with the fast path's. The composition cache is off, so
 the per-point rows measure composing (and nothing is written to the user's cache). The
-``replays cached`` row is the fast path run again after a first run filled the on-disk
+``warm caches`` row is the fast path run again after a first run filled the on-disk
 replay cache (a temporary folder): a second check of the same sweep. The goals are judged on
 the first, uncached run.
 
@@ -134,7 +134,7 @@ def bench(
     if parallel_s is not None:
         rows.append((f"fast path, --jobs {jobs}", f"all {n}", parallel_s / n, parallel_s))
     if warm_s is not None:
-        rows.append(("fast path, replays cached", f"all {n}", warm_s / n, warm_s))
+        rows.append(("fast path, warm caches", f"all {n}", warm_s / n, warm_s))
     print(f"## {name} sweep: {' '.join(sweep)}")
     print(f"{n} points, {len(fast.failing)} failing; the fast path composed {composes} times")
     print()

@@ -37,7 +37,7 @@ from cfgcheck.reuse import ESTIMATES
 from cfgcheck.safeio import Limits
 
 FORMAT = 1  # bump when an entry's layout changes
-MAX_ENTRIES = 4096  # entries kept on disk (a few hundred bytes each)
+MAX_ENTRIES = 1024  # entries kept on disk (~200 bytes each; each write lists the folder)
 _LIMITS = Limits(max_bytes=4096, max_depth=4, max_nodes=256, max_keys=64)
 _HERE = Path(__file__).resolve().parent
 _CODE: tuple[Path, ...] = (_HERE / "allocsim.py", _HERE / "allocconf.py")
