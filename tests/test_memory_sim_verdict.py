@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cfgcheck.memory import simulated
+from cfgcheck.memory import sim_cache
 from cfgcheck.memory.allocsim import (
     END,
     FREE,
@@ -140,7 +140,7 @@ def test_a_gpu_with_room_for_the_free_peak_replays_as_the_free_run() -> None:
         assert sim is not None and (sim.retries, sim.ooms) == (0, 0)
 
 
-def test_one_replay_serves_every_longer_accumulation() -> None:
+def test_one_replay_serves_every_longer_accumulation(monkeypatch: pytest.MonkeyPatch) -> None:
     """A repeated micro-batch that changed nothing after k repetitions changes nothing after
     more: the replay of accumulation a > k is that of any other a' > k."""
     m, d, t = _cfg("full", False, gradient_accumulation_steps=16)
@@ -156,21 +156,22 @@ def test_one_replay_serves_every_longer_accumulation() -> None:
     assert len(set(results)) == 1
     # the cache serves them from one replay, with the figures of a fresh one
     ESTIMATES.clear()
+    monkeypatch.setenv("CFGCHECK_NO_CACHE", "1")  # count the replays, not the disk's hits
     calls = []
-    real = simulated.replay
+    real = sim_cache.replay
 
     def counted(*args: object, **kw: object) -> object:
         calls.append(1)
         return real(*args, **kw)  # type: ignore[arg-type]
 
-    simulated.replay = counted  # type: ignore[assignment]
+    sim_cache.replay = counted  # type: ignore[assignment]
     try:
         for accum in (64, 16, needed + 1):
             tt = t.model_copy(update={"gradient_accumulation_steps": accum})
             sim = simulate_step(m, d, tt)
             assert sim is not None and (sim.reserved, sim.allocated) == results[0][:2]
     finally:
-        simulated.replay = real  # type: ignore[assignment]
+        sim_cache.replay = real  # type: ignore[assignment]
     assert len(calls) == 1
 
 

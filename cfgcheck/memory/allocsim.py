@@ -647,58 +647,15 @@ def _run(
 ) -> int:  # fmt: skip
     """Replay ``events[start:stop]``; at the top level stop at a REPEAT and return its index
     (``stop`` when there is none). Without expandable segments or garbage collection the
-    found-block path of :meth:`CachingAllocator.malloc` runs here, inline (the same steps)."""
+    found-block paths of :meth:`CachingAllocator.malloc` and :meth:`CachingAllocator.free`
+    run inline (:func:`_run_plain`: the same steps)."""
+    if a._plain:
+        return _run_plain(a, live, events, start, stop, top)
     malloc, free, pop = a.malloc, a.free, live.pop
-    plain = a._plain
-    small, large = a.small, a.large
-    mss = a.conf.max_split_size
-    mnsr = a.conf.max_non_split_rounding
     for k in range(start, stop):
         ident, size = events[k]
         if size >= 0:
-            if not plain:
-                got = malloc(size)
-                if got is not None:
-                    live[ident] = got
-                continue
-            size = K_MIN_BLOCK if size < K_MIN_BLOCK else -(-size // K_MIN_BLOCK) * K_MIN_BLOCK
-            is_small = size <= K_SMALL_SIZE
-            pool = small if is_small else large
-            keys = pool.keys
-            i = bisect_left(keys, size << 64)
-            if i != len(keys):
-                key = keys[i]
-                blocks = pool.blocks
-                b = blocks[key]
-                bsize = b.size
-                if bsize < (mss if size < mss else size + mnsr):
-                    del keys[i]
-                    del blocks[key]
-                    remaining = bsize - size
-                    if (
-                        remaining >= K_MIN_BLOCK
-                        if is_small
-                        else size < mss and remaining > K_SMALL_SIZE
-                    ):
-                        addr = b.addr + size
-                        rest = Block(remaining, addr, is_small)
-                        nxt = b.next
-                        rest.prev, rest.next = b, nxt
-                        if nxt is not None:
-                            nxt.prev = rest
-                        b.next = rest
-                        b.size = bsize = size
-                        rest.gc_base = pool.free_calls
-                        key = remaining << 64 | addr
-                        insort(keys, key)
-                        blocks[key] = rest
-                    b.allocated = True
-                    a.allocated += bsize
-                    if a.allocated > a.peak_allocated:
-                        a.peak_allocated = a.allocated
-                    live[ident] = b
-                    continue
-            got = a._no_free_block(pool, size)
+            got = malloc(size)
             if got is not None:
                 live[ident] = got
         elif size == FREE:
@@ -714,6 +671,115 @@ def _run(
             if got is not None:
                 live[ident] = got
     return stop
+
+
+def _run_plain(
+    a: CachingAllocator, live: dict[int, Block], events: list[Event], start: int, stop: int,
+    top: bool,
+) -> int:  # fmt: skip
+    """:func:`_run` without expandable segments or garbage collection: ``malloc``'s
+    found-block path and ``free`` inline, the allocated bytes and their peak in locals
+    (written back before any method that reads them). Every block is mapped, and no block's
+    ``gc_base`` changes (``free_calls`` counts only with garbage collection on)."""
+    pop = live.pop
+    small, large = a.small, a.large
+    mss = a.conf.max_split_size
+    mnsr = a.conf.max_non_split_rounding
+    allocated, peak = a.allocated, a.peak_allocated
+    try:
+        for k in range(start, stop):
+            ident, size = events[k]
+            if size >= 0:
+                size = K_MIN_BLOCK if size < K_MIN_BLOCK else -(-size // K_MIN_BLOCK) * K_MIN_BLOCK
+                is_small = size <= K_SMALL_SIZE
+                pool = small if is_small else large
+                keys = pool.keys
+                i = bisect_left(keys, size << 64)
+                if i != len(keys):
+                    key = keys[i]
+                    blocks = pool.blocks
+                    b = blocks[key]
+                    bsize = b.size
+                    # "Do not return an oversized block for a large request"; "Allow oversized
+                    # block size to be rounded up but within a limit"
+                    if bsize < (mss if size < mss else size + mnsr):
+                        del keys[i]
+                        del blocks[key]
+                        remaining = bsize - size
+                        if (
+                            remaining >= K_MIN_BLOCK
+                            if is_small
+                            else size < mss and remaining > K_SMALL_SIZE
+                        ):  # should_split, then alloc_found_block
+                            addr = b.addr + size
+                            rest = Block(remaining, addr, is_small)
+                            nxt = b.next
+                            rest.prev, rest.next = b, nxt
+                            if nxt is not None:
+                                nxt.prev = rest
+                            b.next = rest
+                            b.size = bsize = size
+                            key = remaining << 64 | addr
+                            insort(keys, key)
+                            blocks[key] = rest
+                        b.allocated = True
+                        allocated += bsize
+                        if allocated > peak:
+                            peak = allocated
+                        live[ident] = b
+                        continue
+                a.allocated, a.peak_allocated = allocated, peak
+                got = a._no_free_block(pool, size)
+                allocated, peak = a.allocated, a.peak_allocated
+                if got is not None:
+                    live[ident] = got
+            elif size == FREE:
+                blk = pop(ident, None)
+                if blk is None:
+                    continue
+                # free -> free_block: merge with free neighbours, back into the pool
+                blk.allocated = False
+                bsize = blk.size
+                allocated -= bsize
+                pool = small if blk.small else large
+                keys, blocks = pool.keys, pool.blocks
+                prev = blk.prev
+                if prev is not None and not prev.allocated:
+                    key = prev.size << 64 | prev.addr
+                    del keys[bisect_left(keys, key)]
+                    del blocks[key]
+                    blk.addr = prev.addr
+                    blk.prev = before = prev.prev
+                    if before is not None:
+                        before.next = blk
+                    bsize += prev.size
+                nxt = blk.next
+                if nxt is not None and not nxt.allocated:
+                    key = nxt.size << 64 | nxt.addr
+                    del keys[bisect_left(keys, key)]
+                    del blocks[key]
+                    blk.next = after = nxt.next
+                    if after is not None:
+                        after.prev = blk
+                    bsize += nxt.size
+                blk.size = bsize
+                key = bsize << 64 | blk.addr
+                insort(keys, key)
+                blocks[key] = blk
+            elif size == RESET:  # reset_peaks
+                peak = allocated
+                a.peak_reserved = a.reserved
+            elif size == REPEAT and top:
+                return k
+            else:  # a marker out of place: taken as an allocation, as it always was
+                a.allocated, a.peak_allocated = allocated, peak
+                got = a.malloc(size)
+                allocated, peak = a.allocated, a.peak_allocated
+                if got is not None:
+                    live[ident] = got
+        return stop
+    finally:
+        a.allocated, a.peak_allocated = allocated, peak
 
 
 def _state(a: CachingAllocator) -> tuple[object, ...]:

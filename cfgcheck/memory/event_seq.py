@@ -37,7 +37,7 @@ def blas_workspace(t: TrainerConfig) -> int:
     return BLAS_WORKSPACE_SM90
 
 
-@dataclass
+@dataclass(slots=True)
 class Seq:
     events: list[Event] = field(default_factory=list)
     next_id: int = 1
@@ -47,13 +47,16 @@ class Seq:
 
     def alloc(self, size: int) -> int:
         i = self.next_id
-        self.next_id += 1
+        self.next_id = i + 1
         if size > 0:
             self.events.append((i, size))
         return i
 
     def free(self, *ids: int) -> None:
-        self.events.extend((i, FREE) for i in ids)
+        if len(ids) == 1:  # most calls (no generator for one event)
+            self.events.append((ids[0], FREE))
+        else:
+            self.events.extend([(i, FREE) for i in ids])
 
     def reset(self) -> None:
         self.events.append((0, RESET))

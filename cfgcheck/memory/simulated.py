@@ -5,17 +5,21 @@
 The verdict (:func:`cfgcheck.memory.verdict.decide`) takes its figure from here wherever the
 event sequence covers the run. Results are cached by the sections' contents
 (:mod:`cfgcheck.reuse`), as the estimate is: a sweep that varies what the step does not read
-replays each distinct step once.
+generates each distinct step once; and each replay by the events' own content
+(:mod:`cfgcheck.memory.sim_cache`, in the process and on disk): two configs that make the
+same events replay once. On disk a step's figures are also kept under its content key and the
+package's bytes, so a second run of the same check generates nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from cfgcheck.memory.allocsim import AllocConf, SimResult, parse_alloc_conf, replay
+from cfgcheck.memory.allocsim import AllocConf, Event, SimResult, parse_alloc_conf
 from cfgcheck.memory.estimate import UNREAD_TRAINER_FIELDS
 from cfgcheck.memory.events import covered, step_events
+from cfgcheck.memory.sim_cache import load_step, replay_cached, store_step
 from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
@@ -63,14 +67,17 @@ def alloc_conf(t: TrainerConfig) -> AllocConf:
 
 Keys = tuple[Hashable, Hashable | None]
 
+# Trainer fields the step's events never read, beside the estimate's: ``global_batch_size``
+# is read only by the batching rules (the step reads the accumulation count it implies).
+UNREAD_BY_STEP = UNREAD_TRAINER_FIELDS - {"gpu"} | {"global_batch_size"}
+
 
 def _keys(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Keys:
-    """The step's content key: what the estimate's key holds (every trainer field it reads)
-    and ``trainer.gpu`` (the events read the cuBLAS workspace of the GPU); then the key of
-    every ``gradient_accumulation_steps`` >= 2 (the events differ only in the count of the
-    repeated micro-batch), None below."""
-    unread = UNREAD_TRAINER_FIELDS - {"gpu"}
-    trainer = [(k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in unread]
+    """The step's content key: what the estimate's key holds (every trainer field it reads
+    but ``global_batch_size``) and ``trainer.gpu`` (the events read the cuBLAS workspace of
+    the GPU); then the key of every ``gradient_accumulation_steps`` >= 2 (the events differ
+    only in the count of the repeated micro-batch), None below."""
+    trainer = [(k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in UNREAD_BY_STEP]
     head = ("simulation", frozen(m), frozen(d), type(t))
     exact = (*head, tuple(trainer))
     if t.gradient_accumulation_steps < 2:
@@ -86,6 +93,7 @@ def _replay(
     conf: AllocConf,
     capacity: int | None,
     keys: Keys | None,
+    events: Callable[[], list[Event]],
 ) -> tuple[int, SimResult]:
     """(events, replay) of the step on ``capacity``, cached under ``keys`` (None: uncached). A
     replay whose repeated micro-batch reached a repetition that changed nothing after k
@@ -94,8 +102,13 @@ def _replay(
     global batch shares it."""
 
     def run() -> tuple[int, SimResult, int | None]:
-        ev = step_events(m, d, t)
-        r, needed = replay(ev, conf, capacity)
+        stored = None if keys is None else load_step((keys[0], capacity))
+        if stored is not None:
+            return stored
+        ev = events()
+        r, needed = replay_cached(ev, conf, capacity)
+        if keys is not None:
+            store_step((keys[0], capacity), (len(ev), r, needed))
         return len(ev), r, needed
 
     if keys is None:
@@ -122,13 +135,20 @@ def _replays(
     m: ModelConfig, d: DataConfig, t: TrainerConfig, capacity: int | None
 ) -> tuple[int, SimResult, SimResult]:
     """(events, the replay with no memory limit, the replay on ``capacity`` bytes). The
-    replays are cached, not the events (a megabyte each)."""
+    replays are cached, not the events (a megabyte each): both replays share one generation."""
     conf = alloc_conf(t)
+    made: list[list[Event]] = []
+
+    def events() -> list[Event]:
+        if not made:
+            made.append(step_events(m, d, t))
+        return made[0]
+
     try:
         keys: Keys | None = _keys(m, d, t)
     except Unkeyable:
         keys = None
-    n, free = _replay(m, d, t, conf, None, keys)
+    n, free = _replay(m, d, t, conf, None, keys, events)
     if capacity is None:
         return n, free, free
     if (
@@ -142,7 +162,7 @@ def _replays(
         # the same. (Expandable segments size their address space by the GPU, and a memory
         # fraction turns garbage collection on: those replay again.)
         return n, free, free
-    return n, free, _replay(m, d, t, conf, capacity, keys)[1]
+    return n, free, _replay(m, d, t, conf, capacity, keys, events)[1]
 
 
 def simulate_step(
