@@ -52,7 +52,7 @@ on Llama-like models is generated op by op by :mod:`cfgcheck.memory.events_kbit`
 
 from __future__ import annotations
 
-from cfgcheck.memory import layer_ops, llama_step, weights
+from cfgcheck.memory import gemma_ops, layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace, one_plain_gpu
@@ -189,7 +189,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     param_ids = [ev.alloc(n * master) for _, n in params]
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
-    exact = layer_ops.exact(m, d, t)
+    gemma = gemma_ops.exact(m, d, t)
+    exact = gemma or layer_ops.exact(m, d, t)
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
         kinds = layer_ops.kinds(m, t) or {}
@@ -244,7 +245,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
-            mask_first=architecture_of(m) == "qwen2",
+            mask_first=architecture_of(m) == "qwen2", gemma=gemma,
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)
@@ -257,10 +258,11 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             else:
                 norms = {"input_layernorm": (frozen,), "post_attention_layernorm": (frozen,)}
                 layer_w.append({**adapters[i], **norms})
+        untied = bool(count_params(m).lm_head)  # else the lm_head is the embedding
         exact_w = llama_step.Weights(
             layer_w,
-            sized[-2] if full else frozen,
-            sized[-1] if full else None,
+            sized[-1 - untied] if full else frozen,
+            sized[-1 if untied else 0] if full else None,
             sized[0] if full else None,
         )
     for step in range(steps):

@@ -105,6 +105,8 @@ class Ops:
     # the checkpointed layer's input, kept by its frame until the last node holding one of
     # its saved tensors' holders is done
     frame: tuple[int, ...] = ()
+    # Gemma's scaled embedding, fp32 norm and tied lm_head (cfgcheck/memory/gemma_ops.py)
+    gemma: bool = False
 
     @property
     def tokens(self) -> int:
@@ -113,6 +115,12 @@ class Ops:
     @property
     def gqa(self) -> bool:
         return self.q != self.kv
+
+    @property
+    def repeat(self) -> bool:
+        """``repeat_kv`` copies k and v: grouped heads, more than one k/v head (with one its
+        ``expand`` and ``reshape`` are views)."""
+        return self.gqa and self.kv > self.head_dim * self.tokens
 
     @property
     def full(self) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cfgcheck.memory import gemma_ops
 from cfgcheck.memory.layer_ops import (
     Adapter,
     Norm,
@@ -41,6 +42,15 @@ from cfgcheck.memory.layer_ops import (
     rope_backward,
     rope_forward,
 )
+
+
+def _norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
+    """The layout's RMSNorm: Llama's, or Gemma's (fp32 weight multiplication)."""
+    return (gemma_ops.norm_forward if o.gemma else norm_forward)(o, x, graph)
+
+
+def _norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | None) -> int:
+    return (gemma_ops.norm_backward if o.gemma else norm_backward)(o, g, nm, weight, buf)
 
 
 @dataclass
@@ -80,14 +90,14 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
             ad[name] = saved
         return out
 
-    n1 = norm_forward(o, x, graph)
+    n1 = _norm_forward(o, x, graph)
     qm = linear("q_proj", hd, o.q, graph)
     km = linear("k_proj", hd, o.kv, graph)
     vm = linear("v_proj", hd, o.kv, graph)
     q = rope_forward(o, qb)
     k = rope_forward(o, kvb)
     o.free(qm, km)
-    kk, vv = (o.alloc(qb), o.alloc(qb)) if o.gqa else (k, vm)  # repeat_kv
+    kk, vv = (o.alloc(qb), o.alloc(qb)) if o.repeat else (k, vm)  # repeat_kv
     bias = None
     if o.mask:  # the boolean mask as an additive bias: where(mask.logical_not(), -inf, 0)
         nt = o.alloc(o.b * o.s * o.s)
@@ -99,18 +109,18 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
         o.free(lse)
         if bias is not None:
             o.free(bias)
-        if o.gqa:
+        if o.repeat:
             o.free(kk, vv)
     out = linear("o_proj", o.q, hd, True)
     if not o.saving:  # attn_output rebound, then self_attn's locals
         o.free(attn, q)
-    if o.gqa or not o.saving:
+    if o.repeat or not o.saving:
         o.free(k, vm)
     if not o.full or not o.saving:  # nothing kept the norm's output: it goes with self_attn
         o.free(n1.out)
     r1 = o.alloc(row)
     o.free(out)
-    n2 = norm_forward(o, r1)
+    n2 = _norm_forward(o, r1)
     ib = o.p * o.inter
     gate = linear("gate_proj", hd, o.inter, True)
     act = o.alloc(ib)
@@ -187,7 +197,7 @@ def layer_backward(
     gx = linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
     assert gx is not None
     # the post-attention norm; its input's buffer holds g (the residual's path)
-    s = norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    s = _norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
     # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q;
     # without a gradient on the layer's input only o_proj holds s
     go = linear("o_proj", s, not lay.graph, o.q, hd, None)
@@ -227,7 +237,7 @@ def layer_backward(
         return None
     assert total is not None
     o.frame = frame
-    return norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
+    return _norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
 
 
 Param = tuple[int, int]  # (id, bytes)
@@ -251,6 +261,8 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing."""
     row = o.p * o.h
     emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
+    if o.gemma:  # times the scale, a new tensor (gemma_ops.scaled_embedding)
+        emb = gemma_ops.scaled_embedding(o, emb)
     mask = None
     bss = o.b * o.s * o.s
     if o.mask and o.packed:  # masking_utils: causal and the packed sequences' mask, per row
@@ -309,7 +321,7 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
         o.saving = True
         inputs.append(x)
         x = layers[-1].out
-    final = norm_forward(o, x)
+    final = _norm_forward(o, x)
     if o.p != 4:  # the last hidden state goes as the name is rebound
         o.free(x)
     # LlamaModel returns: its locals go in their order, the embedding output (an argument)
@@ -340,6 +352,7 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     g_ls = o.alloc(4 * v)
     o.free(g_nll, logp)
     g_logits = g_ls
+    head_grad: int | None = None
     if o.p != 4:
         g_logits = o.alloc(o.p * v)
         o.free(g_ls)
@@ -348,12 +361,15 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
         o.matmul("backward")  # the backward's first matmul: its thread's cuBLAS workspace
         gx = o.alloc(row)
         o.free(g_logits, final.out)
-        o.grad(w.head[0], dw)
+        if w.embedding is not None and w.head[0] == w.embedding[0]:
+            head_grad = dw  # tied: it waits in the shared weight's input buffer
+        else:
+            o.grad(w.head[0], dw)
     else:
         gx = o.alloc(row)
         o.matmul("backward")
         o.free(g_logits)
-    g: int | None = norm_backward(o, gx, final, w.final_norm, None)
+    g: int | None = _norm_backward(o, gx, final, w.final_norm, None)
     for i in reversed(range(len(layers))):
         assert g is not None
         if ckpt:  # down_proj's node unpacks first: the layer recomputed (see recompute)
@@ -365,7 +381,10 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
             o.frame = (inputs[i],) if i > 0 else (*held, emb) if w.embedding is not None else held
         g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
         o.unpacked = False
-    if w.embedding is not None:
+    if w.embedding is not None and o.gemma:
+        assert g is not None
+        gemma_ops.embedding_backward(o, g, w.embedding, head_grad)
+    elif w.embedding is not None:
         assert g is not None
         dw = o.alloc(w.embedding[1])  # embedding_dense_backward
         o.free(g)
