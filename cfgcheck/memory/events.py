@@ -191,6 +191,9 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
     gemma = gemma_ops.exact(m, d, t)
     exact = gemma or layer_ops.exact(m, d, t)
+    qk_w = gemma_ops.qk_norm_weights(ev.alloc, m, master) if gemma else []
+    if full:
+        trainable += [p for x in qk_w for ps in x.values() for p in ps]
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
         kinds = layer_ops.kinds(m, t) or {}
@@ -245,19 +248,22 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
-            mask_first=architecture_of(m) == "qwen2", gemma=gemma,
+            mask_first=architecture_of(m) in ("qwen2", *gemma_ops.GEMMA3),
+            **(gemma_ops.layout(m) if gemma else {}),
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)
         layer_w: list[dict[str, tuple[tuple[int, int], ...]]] = []
         for i in range(m.n_layer):
             first = 1 + i * per_layer_params
+            norms = gemma_ops.norm_names(m)
             if full:
-                names = [*layer_ops.LINEARS, "input_layernorm", "post_attention_layernorm"]
+                names = [*layer_ops.LINEARS, *norms]
                 layer_w.append({x: (sized[first + j],) for j, x in enumerate(names)})
             else:
-                norms = {"input_layernorm": (frozen,), "post_attention_layernorm": (frozen,)}
-                layer_w.append({**adapters[i], **norms})
+                layer_w.append({**adapters[i], **dict.fromkeys(norms, (frozen,))})
+            if qk_w:
+                layer_w[-1].update(qk_w[i])
         untied = bool(count_params(m).lm_head)  # else the lm_head is the embedding
         exact_w = llama_step.Weights(
             layer_w,

@@ -34,11 +34,15 @@ are Llama's. tests/test_gemma_ops.py checks the generated sequence equals the tr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cfgcheck.memory.layer_ops import Norm, Ops, add_grad, kinds
 from cfgcheck.memory.modules import architecture_of
 from cfgcheck.memory.params import block_linears
+from cfgcheck.memory.stack import padded_batches
+from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -46,11 +50,16 @@ from cfgcheck.schema.trainer import TrainerConfig
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+GEMMA3 = ("gemma3_text", "gemma3")
+
+
 def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
     """The Gemma settings generated op by op (see the module docstring)."""
-    del d  # Gemma has no sliding window; the mask follows the data as for Llama
+    arch = architecture_of(m)
+    g3 = arch in GEMMA3
+    seq = Pipeline.from_data(d).memory_length()
     return (
-        architecture_of(m) == "gemma"
+        (arch == "gemma" or g3)
         and not (t.gradient_checkpointing and (kinds(m, t) or {}).get("down_proj") == "lora")
         and t.loss_chunking == "none"
         and t.attention == "sdpa"
@@ -59,18 +68,56 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
         and m.mlp == "geglu"
         and tuple(x.name for x in block_linears(m)) == LINEARS
         and not any(x.bias for x in block_linears(m))
-        and not m.norm_qk
+        and m.norm_qk == g3
+        and m.post_attention_norm == g3
+        and m.post_mlp_norm == g3
         and not m.shared_attention_norm
-        and not m.post_attention_norm
-        and not m.post_mlp_norm
         and not m.parallel_residual
         and not m.attention_logit_softcapping
         and not m.final_logit_softcapping
-        and m.sliding_window_size is None
+        # Gemma 3: a window shorter than the sequence on padded rows (both masks made) or
+        # none at all (neither)
+        and (
+            m.sliding_window_size is None
+            if not g3
+            else (m.sliding_window_size or 0) >= seq or padded_batches(d, t)
+        )
+        and d.collator != "packed"
         and (m.rotary_fraction or 1.0) == 1.0
         and m.tie_embeddings
         and kinds(m, t) is not None
     )
+
+
+def layout(m: ModelConfig) -> dict[str, Any]:
+    """The :class:`Ops` fields of a Gemma layout: Gemma 3's q/k norms, sandwich norms, each
+    layer's attention type (transformers' ``Gemma3TextConfig.layer_types``: sliding unless
+    ``(i + 1) % sliding_window_pattern == 0``)."""
+    if architecture_of(m) not in GEMMA3:
+        return {"gemma": True}
+    pattern = m.sliding_window_pattern or 6
+    sliding = tuple(bool((i + 1) % pattern) for i in range(m.n_layer))
+    return {"gemma": True, "qk_norm": True, "sandwich": True, "sliding": sliding}
+
+
+def norm_names(m: ModelConfig) -> tuple[str, ...]:
+    """A layer's norms in module order (Gemma 3's q_norm and k_norm apart: their weights
+    are not among cfgcheck's parameter tensors)."""
+    if architecture_of(m) not in GEMMA3:
+        return ("input_layernorm", "post_attention_layernorm")
+    return ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+            "post_feedforward_layernorm")  # fmt: skip
+
+
+def qk_norm_weights(
+    alloc: Callable[[int], int], m: ModelConfig, master: int
+) -> list[dict[str, tuple[tuple[int, int], ...]]]:
+    """Gemma 3's ``q_norm`` and ``k_norm`` weights per layer (``head_dim`` elements each), made
+    with the model: (id, bytes) by name; none for Gemma."""
+    if architecture_of(m) not in GEMMA3:
+        return []
+    nb = (m.head_size or m.n_embd // m.n_head) * master
+    return [{x: ((alloc(nb), nb),) for x in ("q_norm", "k_norm")} for _ in range(m.n_layer)]
 
 
 def scaled_embedding(o: Ops, emb: int) -> int:
@@ -105,10 +152,16 @@ class GemmaNorm(Norm):
     one: int | None = None
 
 
-def norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
-    """``GemmaRMSNorm``; its weight trains with full fine-tuning; ``graph`` as in
-    :func:`cfgcheck.memory.layer_ops.norm_forward`."""
-    h4, small, wrow = 4 * o.h, 4 * o.tokens, 4 * (o.h // o.tokens)
+def norm_forward(
+    o: Ops, x: int, graph: bool = True, size: int = 0, rows: int = 0, stop: bool = False
+) -> Norm:
+    """``GemmaRMSNorm`` (``Gemma3RMSNorm``) over ``size`` elements in ``rows`` rows (the hidden
+    state by default, or q / k per head); its weight trains with full fine-tuning; ``graph``
+    as in :func:`cfgcheck.memory.layer_ops.norm_forward`; ``stop``: a checkpoint's
+    recomputation ends here, as the weight's multiplication packs its inputs (before its
+    output: autograd saves inputs before the op runs)."""
+    size, rows = size or o.h, rows or o.tokens
+    h4, small, wrow = 4 * size, 4 * rows, 4 * (size // rows)
     c = o.alloc(h4) if o.p != 4 else x  # x.float()
     pw = o.alloc(h4)  # pow(2), freed once mean ran; mean once the sum ran
     mean = o.alloc(small)
@@ -127,6 +180,8 @@ def norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
     one = o.alloc(wrow)  # 1.0 + ...
     if wf is not None:
         o.free(wf)
+    if stop:
+        return GemmaNorm(c, r, n, -1, graph, one)
     y = o.alloc(h4)  # output * (1.0 + weight)
     trains = o.full and o.saving  # the weight's gradient needs the normalised input
     if not keep:
@@ -135,26 +190,48 @@ def norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
         o.free(n)
     out = y
     if o.p != 4:  # output.type_as(x)
-        out = o.alloc(o.p * o.h)
+        out = o.alloc(o.p * size)
         o.free(y)
     return GemmaNorm(c, r, n if trains else None, out, graph, one if keep else None)
 
 
-def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | None) -> int:
-    """The backward of :func:`norm_forward`, as :func:`layer_ops.norm_backward` (same
-    arguments and result)."""
-    h4, small, row, wrow = 4 * o.h, 4 * o.tokens, o.p * o.h, 4 * (o.h // o.tokens)
-    one = nm.one if isinstance(nm, GemmaNorm) else None
-    g32 = g
-    if o.p != 4:  # ToCopyBackward0 of type_as
-        g32 = o.alloc(h4)
+def cast_grad(o: Ops, g: int, size: int = 0, free_g: bool = True) -> int:
+    """``type_as``'s ``ToCopyBackward0``: the gradient back to fp32 (``free_g``: nothing else
+    holds ``g``)."""
+    if o.p == 4:
+        return g
+    g32 = o.alloc(4 * (size or o.h))
+    if free_g:
         o.free(g)
+    return g32
+
+
+def norm_backward(
+    o: Ops,
+    g: int,
+    nm: Norm,
+    weight: tuple[int, int],
+    buf: int | None,
+    size: int = 0,
+    rows: int = 0,
+    g32: int | None = None,
+    owned: bool = True,
+) -> int:
+    """The backward of :func:`norm_forward`, as :func:`layer_ops.norm_backward` (same
+    arguments and result); ``g32``: the gradient already cast back (:func:`cast_grad`);
+    ``owned``: nothing else holds ``g`` (a residual's buffer does)."""
+    size, rows = size or o.h, rows or o.tokens
+    h4, small, row, wrow = 4 * size, 4 * rows, o.p * size, 4 * (size // rows)
+    one = nm.one if isinstance(nm, GemmaNorm) else None
+    if g32 is None:
+        g32 = cast_grad(o, g, size, owned)
+    drop = (g32,) if g32 != g or owned else ()
     # MulBackward0 of normed * (1 + weight): normed's gradient, then the weight's (summed)
     gn = o.alloc(h4)
     if nm.normed is not None:
         tmp = o.alloc(h4)
         ws = o.alloc(wrow)
-        o.free(tmp, g32, nm.normed, *(() if one is None else (one,)))
+        o.free(tmp, *drop, nm.normed, *(() if one is None else (one,)))
         # AddBackward0 passes it on; ToCopyBackward0 of weight.float() casts it back
         wg = ws
         if weight[1] != wrow:
@@ -162,7 +239,7 @@ def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | 
             o.free(ws)
         o.grad(weight[0], wg)
     else:
-        o.free(g32, *(() if one is None else (one,)))
+        o.free(*drop, *(() if one is None else (one,)))
     # MulBackward0 of x * rsqrt, then the statistics, as in LlamaRMSNorm
     tmp = o.alloc(h4)
     gx = o.alloc(h4)
@@ -186,3 +263,61 @@ def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | 
         o.free(gx)
         gx = gin if buf is None else add_grad(o, row, buf, gin)
     return gx
+
+
+def qk_norm_forward(o: Ops, qm: int, km: int, graph: bool, ex: dict[str, Norm]) -> tuple[int, int]:
+    """Gemma 3's ``q_norm`` and ``k_norm`` on each head of q and k (modeling_gemma3.py
+    ``Gemma3Attention.forward``, after the projections, before the rotary embedding); each
+    projection's output goes as its name is rebound unless the fp32 norm keeps it."""
+    out = []
+    for x, t, size in (("q", qm, o.q), ("k", km, o.kv)):
+        g = graph or o.kinds[x + "_proj"] != "frozen"
+        nm = norm_forward(o, t, g, size, size // o.head_dim)
+        if o.p != 4 or not (g and o.saving):
+            o.free(t)
+        ex[x + "_norm"] = nm
+        out.append(nm.out)
+    return out[0], out[1]
+
+
+def qk_norm_backward(
+    o: Ops,
+    grads: dict[str, int],
+    need: dict[str, bool],
+    ex: dict[str, Norm],
+    w: dict[str, tuple[tuple[int, int], ...]],
+) -> None:
+    """The backward of :func:`qk_norm_forward`, after the rotary embedding's: ``k_norm``'s
+    nodes were made after ``q_norm``'s (autograd runs the later first)."""
+    for x, size in (("k", o.kv), ("q", o.q)):
+        if need[x]:
+            name = x + "_norm"
+            grads[x] = norm_backward(
+                o, grads[x], ex[name], w[name][0], None, size, size // o.head_dim
+            )
+
+
+def post_norm_forward(o: Ops, x: int, ex: dict[str, Norm], name: str, stop: bool = False) -> int:
+    """Gemma 2 / 3's norm on a sub-block's output (``post_attention_layernorm`` on the
+    attention's, ``post_feedforward_layernorm`` on the MLP's), before the residual sum; its
+    input goes as the name is rebound unless the fp32 norm keeps it."""
+    nm = norm_forward(o, x, True, stop=stop)
+    ex[name] = nm
+    if stop:
+        return -1
+    if o.p != 4 or not o.saving:
+        o.free(x)
+    return nm.out
+
+
+def stopped(o: Ops, down: int, r1: int, ex: dict[str, Norm]) -> None:
+    """The recomputation's stop in ``post_feedforward_layernorm`` (see :func:`norm_forward`):
+    the norm's frame goes (its normalised input unless the trained weight's multiplication
+    packed it), then the layer's (the MLP's output, the residual) unless fp32 norms saved
+    them."""
+    nm = ex["post_feedforward_layernorm"]
+    if not o.full and nm.normed is not None:
+        o.free(nm.normed)
+        nm.normed = None
+    if o.p != 4:
+        o.free(down, r1)

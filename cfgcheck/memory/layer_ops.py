@@ -107,6 +107,11 @@ class Ops:
     frame: tuple[int, ...] = ()
     # Gemma's scaled embedding, fp32 norm and tied lm_head (cfgcheck/memory/gemma_ops.py)
     gemma: bool = False
+    # Gemma 3: q_norm / k_norm, norms on each sub-block's output (``sandwich``), and each
+    # layer's attention type (True: sliding window; its own mask and rotary tables)
+    qk_norm: bool = False
+    sandwich: bool = False
+    sliding: tuple[bool, ...] = ()
 
     @property
     def tokens(self) -> int:

@@ -28,7 +28,7 @@ in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cfgcheck.memory import gemma_ops
 from cfgcheck.memory.layer_ops import (
@@ -72,6 +72,10 @@ class Layer:
     out: int
     adapters: dict[str, Adapter]
     graph: bool  # the layer's input has a gradient
+    # Gemma 3's further norms (gemma_ops.py), and its output's gradient cast to fp32 before
+    # a checkpoint's recomputation (the post-feedforward norm's ToCopyBackward0 saves nothing)
+    norms: dict[str, Norm] = field(default_factory=dict)
+    cast: int | None = None
 
 
 def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = False) -> Layer:
@@ -94,6 +98,9 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
     qm = linear("q_proj", hd, o.q, graph)
     km = linear("k_proj", hd, o.kv, graph)
     vm = linear("v_proj", hd, o.kv, graph)
+    ex: dict[str, Norm] = {}
+    if o.qk_norm:  # Gemma 3: the rotary embedding takes the normed q and k
+        qm, km = gemma_ops.qk_norm_forward(o, qm, km, graph, ex)
     q = rope_forward(o, qb)
     k = rope_forward(o, kvb)
     o.free(qm, km)
@@ -118,6 +125,8 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
         o.free(k, vm)
     if not o.full or not o.saving:  # nothing kept the norm's output: it goes with self_attn
         o.free(n1.out)
+    if o.sandwich:
+        out = gemma_ops.post_norm_forward(o, out, ex, "post_attention_layernorm")
     r1 = o.alloc(row)
     o.free(out)
     n2 = _norm_forward(o, r1)
@@ -130,7 +139,7 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
     prod = o.alloc(ib)
     if not o.saving:
         o.free(act, up)
-    if stop:  # _StopRecomputationError at down_proj's last pack (see recompute)
+    if stop and not o.sandwich:  # _StopRecomputationError at down_proj's last pack
         return _stopped(o, x, Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod,
                                     -1, ad, graph), r1)  # fmt: skip
     down = linear("down_proj", o.inter, hd, True)
@@ -138,13 +147,20 @@ def layer_forward(o: Ops, x: int, free_input: bool, graph: bool, stop: bool = Fa
         o.free(prod)
     if not o.full or not o.saving:
         o.free(n2.out)
+    if o.sandwich:  # a recomputation stops in this norm (gemma_ops.stopped)
+        down_in = down
+        down = gemma_ops.post_norm_forward(o, down, ex, "post_feedforward_layernorm", stop)
+        if stop:
+            gemma_ops.stopped(o, down_in, r1, ex)
+            return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, -1, ad,
+                         graph, ex)  # fmt: skip
     r2 = o.alloc(row)
     o.free(down)
     if o.p != 4 or not o.saving:  # the fp32 norms keep their inputs themselves
         o.free(r1)
         if free_input:
             o.free(x)
-    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph)
+    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph, ex)
 
 
 def _stopped(o: Ops, x: int, lay: Layer, r1: int) -> Layer:
@@ -185,8 +201,13 @@ def layer_backward(
 
     frame, o.frame = o.frame, ()  # the checkpoint's input: its last holder is norm1's
     full = kd["down_proj"] == "full"
+    ex = lay.norms
+    gd = g
+    if o.sandwich:  # the post-feedforward norm; the residual's buffer holds g
+        name = "post_feedforward_layernorm"
+        gd = gemma_ops.norm_backward(o, g, ex[name], w[name][0], None, g32=lay.cast, owned=False)
     # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
-    gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
+    gp = linear("down_proj", gd, o.sandwich, o.inter, hd, None, (lay.prod,) if full else ())
     assert gp is not None
     gu, ga = o.alloc(ib), o.alloc(ib)  # MulBackward0: other's gradient, then self's
     o.free(gp, lay.up, lay.act)
@@ -197,10 +218,16 @@ def layer_backward(
     gx = linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
     assert gx is not None
     # the post-attention norm; its input's buffer holds g (the residual's path)
-    s = _norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    pre = "pre_feedforward_layernorm" if o.sandwich else "post_attention_layernorm"
+    s = _norm_backward(o, gx, lay.norm2, w[pre][0], g)
     # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q;
     # without a gradient on the layer's input only o_proj holds s
-    go = linear("o_proj", s, not lay.graph, o.q, hd, None)
+    ga, owned = s, not lay.graph
+    if o.sandwich:  # the post-attention norm, s also in the input's buffer
+        name = "post_attention_layernorm"
+        ga = gemma_ops.norm_backward(o, s, ex[name], w[name][0], None, owned=owned)
+        owned = True
+    go = linear("o_proj", ga, owned, o.q, hd, None)
     assert go is not None
     need = {x: lay.graph or kd[x + "_proj"] != "frozen" for x in "qkv"}
     grads = {x: o.alloc(qb if o.gqa or x == "q" else kvb) for x in "qkv"}
@@ -219,13 +246,17 @@ def layer_backward(
     if need["k"]:
         grads["k"] = rope_backward(o, grads["k"], kvb, None)
     grads["q"] = rope_backward(o, grads["q"], qb, tables)
+    if o.qk_norm:
+        gemma_ops.qk_norm_backward(o, grads, need, ex, w)
     total: int | None = None
     for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
         if not need[x]:
             continue
         c = grads[x]
-        if x != "v" or o.gqa:  # the transposed gradient made contiguous for the view; the
-            # kernel's own v gradient has the input's strides (no copy)
+        # the transposed gradient made contiguous for the view; the kernel's own v gradient
+        # has the input's strides, and with one k/v head (b, 1, s, d) transposed is
+        # contiguous: no copy
+        if (x != "v" or o.gqa) and (x == "q" or o.repeat or not o.gqa):
             c = o.alloc(size)
             o.free(grads[x])
         name = x + "_proj"
@@ -256,6 +287,50 @@ class Weights:
     embedding: Param | None
 
 
+def _mask(o: Ops, window: bool) -> int:
+    """``sdpa_mask``: and_masks(causal, padding), each ``and`` a new bool tensor; with a
+    sliding window the causal function is and_masks(sliding_window_overlay, causal)."""
+    ss = o.s * o.s
+    if window:
+        gt = o.alloc(ss)
+        inner = o.alloc(ss)
+        o.free(gt)
+        le = o.alloc(ss)
+        both = o.alloc(ss)
+        o.free(le, inner)
+        causal = o.alloc(ss)
+        o.free(both)
+    else:
+        le = o.alloc(ss)
+        causal = o.alloc(ss)
+        o.free(le)
+    mask = o.alloc(o.b * ss)
+    o.free(causal)
+    return mask
+
+
+def _tables(o: Ops) -> tuple[int, int]:
+    """LlamaRotaryEmbedding: fp32 frequencies, cat, cos and sin (times attention_scaling),
+    cast to the compute dtype; kept by every rotary multiplication. Without position_ids
+    LlamaModel makes them for one row (``arange(...).unsqueeze(0)``, modeling_llama.py
+    lines 379-380), broadcast over the batch."""
+    hd = (o.tokens if o.packed else o.s) * o.head_dim
+    freqs = o.alloc(4 * hd // 2)
+    cat = o.alloc(4 * hd)
+    tmp = o.alloc(4 * hd)
+    cos = o.alloc(4 * hd)
+    o.free(tmp)
+    tmp = o.alloc(4 * hd)
+    sin = o.alloc(4 * hd)
+    o.free(tmp)
+    if o.p != 4:
+        cos16, sin16 = o.alloc(o.p * hd), o.alloc(o.p * hd)
+        o.free(freqs, cat, cos, sin)
+        return cos16, sin16
+    o.free(freqs, cat)
+    return cos, sin
+
+
 def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
     ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing."""
@@ -272,42 +347,15 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
         same = o.alloc(bss)  # packed_sequence_mask_function: same sequence index
         mask = o.alloc(bss)
         o.free(same, causal)
-    elif o.mask:  # sdpa_mask: and_masks(causal, padding), each and a new bool tensor
-        ss = o.s * o.s
-        if o.window:  # the causal function is and_masks(sliding_window_overlay, causal)
-            gt = o.alloc(ss)
-            inner = o.alloc(ss)
-            o.free(gt)
-            le = o.alloc(ss)
-            both = o.alloc(ss)
-            o.free(le, inner)
-            causal = o.alloc(ss)
-            o.free(both)
-        else:
-            le = o.alloc(ss)
-            causal = o.alloc(ss)
-            o.free(le)
-        mask = o.alloc(bss)
-        o.free(causal)
-    # LlamaRotaryEmbedding: fp32 frequencies, cat, cos and sin (times attention_scaling),
-    # cast to the compute dtype; kept by every rotary multiplication. Without position_ids
-    # LlamaModel makes them for one row (``arange(...).unsqueeze(0)``, modeling_llama.py
-    # lines 379-380), broadcast over the batch
-    hd = (o.tokens if o.packed else o.s) * o.head_dim
-    freqs = o.alloc(4 * hd // 2)
-    cat = o.alloc(4 * hd)
-    tmp = o.alloc(4 * hd)
-    cos = o.alloc(4 * hd)
-    o.free(tmp)
-    tmp = o.alloc(4 * hd)
-    sin = o.alloc(4 * hd)
-    o.free(tmp)
-    if o.p != 4:
-        cos16, sin16 = o.alloc(o.p * hd), o.alloc(o.p * hd)
-        o.free(freqs, cat, cos, sin)
-        cos, sin = cos16, sin16
-    else:
-        o.free(freqs, cat)
+    elif o.mask and not o.sliding:
+        mask = _mask(o, o.window)
+    # Gemma 3: the full and the sliding window's masks, then rotary tables per attention type
+    # (modeling_gemma3.py ``Gemma3TextModel.forward``: ``causal_mask_mapping``, then
+    # ``position_embeddings`` for each of ``set(config.layer_types)``)
+    masks = [mask] if mask is not None else [_mask(o, sl) for sl in (False, True)] if o.mask and o.sliding else []
+    types = o.sliding or (False,) * len(w.layers)
+    order = list(dict.fromkeys(types))
+    tables = {t: _tables(o) for t in order}
     layers: list[Layer] = []
     x = emb
     # the embedding's output has a gradient when the embedding trains, or with checkpointing:
@@ -327,16 +375,16 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     # LlamaModel returns: its locals go in their order, the embedding output (an argument)
     # before the mask; in Qwen2Model the mask's arguments hold the embedding output. Under
     # checkpointing each layer's frame keeps both (its input, the mask among its kwargs)
-    held = () if mask is None else (mask,)
-    if ckpt:
-        mask = None
-    if o.mask_first and mask is not None:
-        o.free(mask)
-        mask = None
+    # the masks each layer's frame is the last to hold (its type's first layer)
+    first = {types.index(t): t for t in order}
+    held = {i: (masks[t] if len(masks) == 2 else masks[0],) if masks else () for i, t in first.items()}
+    live = [] if ckpt else masks
+    if o.mask_first:
+        o.free(*live)
+        live = []
     if o.p != 4 and not ckpt:
         o.free(emb)
-    if mask is not None:
-        o.free(mask)
+    o.free(*live)
     # the lm_head, then ForCausalLMLoss: logits.float(), cross_entropy (log_softmax, nll)
     v = o.vocab * o.tokens
     logits = o.alloc(o.p * v)
@@ -373,13 +421,18 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     for i in reversed(range(len(layers))):
         assert g is not None
         if ckpt:  # down_proj's node unpacks first: the layer recomputed (see recompute)
+            # (Gemma 3: the post-feedforward norm's, after its output's cast)
+            cast = gemma_ops.cast_grad(o, g, free_g=False) if o.sandwich else None
             layers[i] = layer_forward(o, inputs[i], False, graph or i > 0, stop=True)
+            layers[i].cast = cast
             o.unpacked = True
             # the embedding's output made to require a gradient is a leaf: it stays (with
             # its .grad) to the end of the backward
             # with the first layer's frame go the mask, then its input unless that is a leaf
-            o.frame = (inputs[i],) if i > 0 else (*held, emb) if w.embedding is not None else held
-        g = layer_backward(o, g, layers[i], w.layers[i], (cos, sin) if i == 0 else None)
+            own = held.get(i, ())
+            o.frame = (*own, inputs[i]) if i > 0 or w.embedding is not None else own
+        t = tables[types[i]] if i in first else None
+        g = layer_backward(o, g, layers[i], w.layers[i], t)
         o.unpacked = False
     if w.embedding is not None and o.gemma:
         assert g is not None
