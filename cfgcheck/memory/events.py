@@ -192,11 +192,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     gemma = gemma_ops.exact(m, d, t)
     exact = gemma or layer_ops.exact(m, d, t)
     qk_w = gemma_ops.qk_norm_weights(ev.alloc, m, master) if gemma else []
+    for nb in gemma_ops.outside_tensors(m, t, master, s.adapter) if gemma else []:
+        ev.alloc(nb)
     if full:
         trainable += [p for x in qk_w for ps in x.values() for p in ps]
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
-        kinds = layer_ops.kinds(m, t) or {}
+        kinds = (gemma_ops.kinds if gemma else layer_ops.kinds)(m, t) or {}
         for _ in range(m.n_layer):
             made: dict[str, tuple[tuple[int, int], ...]] = {}
             for x in block_linears(m):
@@ -245,7 +247,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.alloc, ev.free, ev.matmul, p=p, b=b, s=seq, h=m.n_embd * tokens,
             q=m.n_head * hs * tokens, kv=(m.n_query_groups or m.n_head) * hs * tokens,
             inter=m.mlp_width * tokens, head_dim=hs, n_head=m.n_head, vocab=m.head_rows,
-            mask=masked, kinds=layer_ops.kinds(m, t) or {}, rank=t.lora.rank or 0,
+            mask=masked, kinds=(gemma_ops.kinds if gemma else layer_ops.kinds)(m, t) or {},
+            rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
             mask_first=architecture_of(m) in ("qwen2", *gemma_ops.GEMMA3),

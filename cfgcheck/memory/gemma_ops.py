@@ -35,12 +35,14 @@ are Llama's. tests/test_gemma_ops.py checks the generated sequence equals the tr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from math import prod
 from typing import Any
 
-from cfgcheck.memory.layer_ops import Norm, Ops, add_grad, kinds
-from cfgcheck.memory.modules import architecture_of
-from cfgcheck.memory.params import block_linears
+from cfgcheck.memory.layer_ops import Norm, Ops, add_grad
+from cfgcheck.memory.layer_ops import kinds as layer_kinds
+from cfgcheck.memory.modules import architecture_of, traced
+from cfgcheck.memory.params import Adapted, adapted_modules, block_linears
 from cfgcheck.memory.stack import padded_batches
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
@@ -87,6 +89,50 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
         and m.tie_embeddings
         and kinds(m, t) is not None
     )
+
+
+def _text_only(m: ModelConfig, t: TrainerConfig) -> Adapted:
+    """The adapted linears less those outside the language model (Gemma 3's vision tower,
+    matched by the same target names: they run not on a text batch)."""
+    a = adapted_modules(m, t.lora.targets, t.framework)
+    return replace(a, linears=tuple((x, n) for x, n in a.linears if x.roles))
+
+
+def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
+    """:func:`cfgcheck.memory.layer_ops.kinds`, the vision tower's adapters of Gemma 3's
+    multimodal model aside (built, never given a gradient: :func:`outside_tensors`)."""
+    k = layer_kinds(m, t)
+    if k is not None or architecture_of(m) != "gemma3" or t.finetuning != "lora":
+        return k
+    if t.lora.target_parameters or t.precision not in ("bf16-true", "16-true"):
+        return None
+    a = _text_only(m, t)
+    if a.lm_head or a.embedding_rows or any(n not in (0, m.n_layer) for _, n in a.linears):
+        return None
+    names = {x.name for x, n in a.linears if n}
+    return {x: "lora" if x in names else "frozen" for x in LINEARS} if "q_proj" in names else None
+
+
+def outside_tensors(m: ModelConfig, t: TrainerConfig, master: int, adapter: int) -> list[int]:
+    """Bytes of the tensors built outside the language model, which the step never touches:
+    Gemma 3's vision tower and projector (every parameter of the meta-device trace outside
+    the text model and the lm_head), and PEFT's adapters on the tower's linears."""
+    tr = traced(m)
+    if tr is None or architecture_of(m) != "gemma3":
+        return []
+    text = tr.layers.rsplit(".", 1)[0] + "."
+    out = [
+        prod(shape) * master
+        for path, shape in tr.param_shapes.items()
+        if not path.startswith(text) and path != (tr.lm_head or "") + ".weight"
+    ]
+    if t.finetuning == "lora":
+        r = t.lora.rank or 0
+        a = adapted_modules(m, t.lora.targets, t.framework)
+        for x, n in a.linears:
+            if not x.roles:
+                out += [r * x.in_features * adapter, x.out_features * r * adapter] * n
+    return out
 
 
 def layout(m: ModelConfig) -> dict[str, Any]:
