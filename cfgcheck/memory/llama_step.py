@@ -428,10 +428,12 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
             o.unpacked = True
             # the embedding's output made to require a gradient is a leaf: it stays (with
             # its .grad) to the end of the backward
-            # with the first layer's frame go the mask, then its input unless that is a leaf
-            own = held.get(i, ())
+            # (the layer's keyword arguments: its mask, then the rotary tables, which its
+            # type's first layer's frame is the last to hold), then its input unless that
+            # is a leaf
+            own = (*held[i], *tables[types[i]]) if i in first else ()
             o.frame = (*own, inputs[i]) if i > 0 or w.embedding is not None else own
-        t = tables[types[i]] if i in first else None
+        t = tables[types[i]] if i in first and not ckpt else None
         g = layer_backward(o, g, layers[i], w.layers[i], t)
         o.unpacked = False
     if w.embedding is not None and o.gemma:
