@@ -393,15 +393,15 @@ def linear_backward(
     o.free(g32)
     db = o.alloc(4 * nout // o.tokens * o.rank)  # lora_B's weight: out x rank
     ga = o.alloc(4 * o.rank * o.tokens)
-    o.free(m, saved.a)
+    o.free(*((saved.a, m) if o.unpacked else (m, saved.a)))  # a recomputed a goes first
     o.grad(w[1][0], db)
     da = o.alloc(4 * o.rank * nin // o.tokens)
     if not graph:
-        o.free(ga, saved.x)
+        o.free(*((saved.x, ga) if o.unpacked else (ga, saved.x)))
         o.grad(w[0][0], da)
         return buf
     gd = o.alloc(4 * nin)
-    o.free(ga, saved.x)
+    o.free(*((saved.x, ga) if o.unpacked else (ga, saved.x)))
     o.grad(w[0][0], da)
     if saved.mask is not None:  # NativeDropoutBackward0
         gm = o.alloc(4 * nin)
