@@ -46,6 +46,68 @@ WIDE = dict(
     mlp="geglu",
     tie_embeddings=True,
 )
+# Gemma 3 1B's width (google/gemma-3-1b-it config.json, benchmarks/calibration/
+# runs-2026-11-27.json), two layers: a sliding one, then a full one (sliding_window_pattern 2)
+G3_TEXT = {
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 1152,
+    "intermediate_size": 6912,
+    "max_position_embeddings": 32768,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 1,
+    "query_pre_attn_scalar": 256,
+    "rope_local_base_freq": 10000,
+    "rope_theta": 1000000,
+    "sliding_window": 256,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "vocab_size": 32000,
+}
+GEMMA3 = dict(
+    WIDE,
+    name="gemma3-wide",
+    block_size=32768,
+    n_embd=1152,
+    n_head=4,
+    intermediate_size=6912,
+    architecture="gemma3_text",
+    norm_qk=True,
+    post_attention_norm=True,
+    post_mlp_norm=True,
+    sliding_window_size=256,
+    sliding_window_pattern=2,
+    hf_config=G3_TEXT,
+)
+# Gemma 3's multimodal model (google/gemma-3-4b-it's layout) with a one-layer vision tower:
+# the text model runs inside Gemma3ForConditionalGeneration, the tower is built, not run
+GEMMA3_MM = dict(
+    GEMMA3,
+    name="gemma3-mm-wide",
+    architecture="gemma3",
+    hf_config={
+        "boi_token_index": 255999,
+        "eoi_token_index": 256000,
+        "image_token_index": 32001,
+        "mm_tokens_per_image": 16,
+        "model_type": "gemma3",
+        "text_config": {k: v for k, v in G3_TEXT.items() if k != "max_position_embeddings"},
+        "vision_config": {
+            "hidden_size": 64,
+            "image_size": 64,
+            "intermediate_size": 128,
+            "model_type": "siglip_vision_model",
+            "num_attention_heads": 2,
+            "num_hidden_layers": 1,
+            "patch_size": 16,
+            "vision_use_head": False,
+        },
+    },
+)
+# a sequence of 1536: the masks (b x s x s) and k, v (one head of 256) above 1 MiB
+LONG = {"max_seq_length": 1536}
+CKPT = {"gradient_checkpointing": True}
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     # name: (model overrides, trainer overrides, data overrides)
@@ -57,8 +119,20 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "lora-gqa": ({"n_query_groups": 4}, {}, {}),
     "full-bf16-ckpt": ({}, {"finetuning": "full", "gradient_checkpointing": True}, {}),
     "lora-qv-ckpt": ({}, {"gradient_checkpointing": True}, {}),
+    "gemma3-full-bf16": (GEMMA3, {"finetuning": "full"}, LONG),
+    "gemma3-full-fp32-ckpt": (GEMMA3, {"finetuning": "full", "precision": "32-true", **CKPT}, {}),
+    "gemma3-full-bf16-ckpt": (GEMMA3, {"finetuning": "full", **CKPT}, LONG),
+    "gemma3-lora-qv": (GEMMA3, {}, {}),
+    "gemma3-lora-qv-ckpt": (GEMMA3, CKPT, LONG),
+    "gemma3-lora-gqa-ckpt": (
+        {**GEMMA3, "n_query_groups": 2, "hf_config": {**G3_TEXT, "num_key_value_heads": 2}},
+        {"lora": {"rank": 8, "alpha": 16.0, "dropout": 0.05, "targets": ALL[:6]}, **CKPT},
+        {},
+    ),
+    "gemma3-multimodal-lora-ckpt": (GEMMA3_MM, CKPT, LONG),
+    "gemma3-multimodal-full": (GEMMA3_MM, {"finetuning": "full"}, {}),
 }
-QUICK = ("full-bf16", "lora-qv-ckpt")
+QUICK = ("full-bf16", "lora-qv-ckpt", "gemma3-full-bf16-ckpt", "gemma3-multimodal-lora-ckpt")
 
 
 def _run(name: str) -> tuple[ModelConfig, DataConfig, TrainerConfig]:
@@ -99,8 +173,9 @@ def test_the_generated_gemma_sequence_is_the_traced_one(name: str) -> None:
 
 
 def test_what_gemma_ops_does_not_generate() -> None:
-    """Gemma 2's extra norms, soft-capping, a sliding window shorter than the sequence, eager
-    attention keep the coarser sequence."""
+    """Gemma 2 (sandwich norms without q/k norms), soft-capping, Gemma 1 with a sliding
+    window, Gemma 3's window shorter than unpadded rows (only the sliding mask made) or
+    packed rows, eager attention keep the coarser sequence."""
     m, d, t = _run("full-bf16")
     for change in (
         {"post_attention_norm": True, "post_mlp_norm": True},
@@ -111,3 +186,9 @@ def test_what_gemma_ops_does_not_generate() -> None:
         assert not gemma_ops.exact(m.model_copy(update=change), d, t), change
     assert not gemma_ops.exact(m, d, t.model_copy(update={"attention": "eager"}))
     assert not gemma_ops.exact(m.model_copy(update={"mlp": "swiglu", "name": "x"}), d, t)
+    m3, d3, t3 = _run("gemma3-lora-qv-ckpt")
+    assert gemma_ops.exact(m3, d3, t3)
+    assert not gemma_ops.exact(m3, d3.model_copy(update={"collator": "packed"}), t3)
+    one_row = t3.model_copy(update={"micro_batch_size": 1, "gradient_accumulation_steps": 4})
+    assert not gemma_ops.exact(m3, d3, one_row)
+    assert not gemma_ops.exact(m3.model_copy(update={"final_logit_softcapping": 30.0}), d3, t3)
