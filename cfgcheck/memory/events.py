@@ -38,7 +38,8 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
 For transformers' Llama layout, checkpointed or not (:func:`cfgcheck.memory.layer_ops.exact`:
 full fine-tuning in 16/32-bit weights or LoRA with q_proj) each micro-batch is generated op
 by op by :mod:`cfgcheck.memory.layer_ops` (the mask, rotary tables, norm statistics, every
-autograd temporary above; equal to the traced sequence above 1 MiB, tests/test_layer_ops.py).
+autograd temporary above; equal to the traced sequence above 1 MiB, tests/test_layer_ops.py),
+and so are Gemma's and Gemma 3's (:mod:`cfgcheck.memory.gemma_ops`, tests/test_gemma_ops.py).
 Elsewhere the per-op sequence is not generated: tests/test_allocsim_traced.py runs the
 simulator on the trace of the real op sequence instead (at the H100 rows' full size on meta
 tensors: their allocated peak to the byte), tests/test_memory_events.py checks this

@@ -1,35 +1,40 @@
-"""Gemma's layout op by op: what differs from Llama's (:mod:`cfgcheck.memory.layer_ops`, whose
-docstring has the autograd rules, and :mod:`cfgcheck.memory.llama_step`, which puts the
-modules together and calls these where ``Ops.gemma`` is set).
+"""Gemma's and Gemma 3's layouts op by op: what differs from Llama's
+(:mod:`cfgcheck.memory.layer_ops`, whose docstring has the autograd rules, and
+:mod:`cfgcheck.memory.llama_step`, which puts the modules together and calls these where
+``Ops.gemma`` / ``qk_norm`` / ``sandwich`` / ``sliding`` are set).
 
-Covered (:func:`exact`): transformers' Gemma (``model_type`` gemma: GeGLU MLP, RMSNorm, tied
-embeddings), SDPA, with or without non-reentrant gradient checkpointing, full fine-tuning in
-16 or 32-bit weights (the tied embedding trains) or PEFT LoRA as :func:`layer_ops.kinds`
-allows. The sources, as installed and traced (transformers 5.24
-``models/gemma/modeling_gemma.py``):
+Covered (:func:`exact`): transformers' Gemma (``model_type`` gemma), Gemma 3's text model
+(gemma3_text) and its multimodal model's (gemma3): GeGLU MLP, RMSNorm, tied embeddings, SDPA,
+with or without non-reentrant gradient checkpointing, full fine-tuning in 16 or 32-bit weights
+(the tied embedding trains) or PEFT LoRA as :func:`layer_ops.kinds` allows. The sources, as
+installed and traced (transformers 5.24 ``models/gemma/modeling_gemma.py``,
+``models/gemma3/modeling_gemma3.py``):
 
-* ``GemmaTextScaledWordEmbedding.forward`` (lines 60-61): ``super().forward(input_ids) *
-  self.embed_scale.to(self.weight.dtype)``: the embedding's output is a temporary, the model's
-  ``inputs_embeds`` a new tensor (:func:`scaled_embedding`); its ``MulBackward0`` keeps only
-  the scale (a buffer without gradient), and makes the output's gradient times the scale
-  before ``embedding_dense_backward`` (:func:`embedding_backward`);
-* ``GemmaRMSNorm`` (lines 70-78): ``_norm(x.float())`` (``x * rsqrt(x.pow(2).mean(-1,
-  keepdim=True) + eps)``, its statistics unnamed temporaries), then ``output * (1.0 +
-  self.weight.float())`` in fp32 and ``output.type_as(x)``: Llama casts before the weight's
-  multiplication, Gemma after it, so the weight's ``MulBackward0`` keeps the fp32 normalised
-  input when the weight trains, and its backward starts with the cast back to fp32
-  (:func:`norm_forward`, :func:`norm_backward`);
-* ``GemmaMLP`` (lines 95-96): ``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` with
-  ``gelu_pytorch_tanh``: ``gelu`` and ``gelu_backward`` keep and make what SiLU's do (one
-  tensor each), so the MLP is Llama's;
-* ``GemmaForCausalLM`` ties ``lm_head.weight`` to the embedding (``_tied_weights_keys``,
-  line 434): with full fine-tuning the lm_head's weight gradient waits in the shared
-  weight's input buffer until the embedding's arrives, then the two are summed out of place
-  (``InputBuffer::add``) into ``.grad`` (:func:`embedding_backward`).
+* ``GemmaTextScaledWordEmbedding.forward`` (gemma lines 60-61): ``super().forward(input_ids)
+  * self.embed_scale.to(self.weight.dtype)``: the embedding's output is a temporary, the
+  model's input a new tensor (:func:`scaled_embedding`); its ``MulBackward0`` keeps only the
+  scale and multiplies the gradient before ``embedding_dense_backward``
+  (:func:`embedding_backward`);
+* ``GemmaRMSNorm`` (gemma lines 70-78, ``Gemma3RMSNorm`` line 119 the same):
+  ``_norm(x.float())`` (its statistics unnamed temporaries), then ``output * (1.0 +
+  self.weight.float())`` in fp32 and ``output.type_as(x)``: the weight's ``MulBackward0``
+  keeps the fp32 normalised input when the weight trains, and the backward starts with the
+  cast back to fp32 (:func:`norm_forward`, :func:`norm_backward`);
+* ``GemmaMLP``: ``gelu_pytorch_tanh``'s ``gelu`` and ``gelu_backward`` make what SiLU's do;
+* ``GemmaForCausalLM`` ties ``lm_head.weight`` (``_tied_weights_keys``): with full fine-tuning
+  the lm_head's weight gradient waits in the shared weight's input buffer until the
+  embedding's, then both are summed out of place (``InputBuffer::add``);
+* Gemma 3: ``q_norm`` / ``k_norm`` per head after the projections (gemma3 line 329,
+  :func:`qk_norm_forward`), ``post_attention_layernorm`` and ``post_feedforward_layernorm``
+  on each sub-block's output (lines 394, 400, :func:`post_norm_forward`), a full and a
+  sliding window's mask (``causal_mask_mapping``, line 525; the multimodal model's from
+  ``create_masks_for_generate``, line 883, in ``set(layer_types)`` order) and rotary tables
+  per attention type (line 533); under checkpointing the recomputation stops in the
+  post-feedforward norm (:func:`stopped`). The multimodal model builds its vision tower
+  (:func:`outside_tensors`), which a text batch never runs.
 
-The attention (``GemmaAttention``: rotary embedding, ``repeat_kv``, SDPA) and the decoder layer
-are Llama's. tests/test_gemma_ops.py checks the generated sequence equals the traced one above
-1 MiB (the large pool), as tests/test_layer_ops.py does for Llama.
+tests/test_gemma_ops.py checks the generated sequence equals the traced one above 1 MiB (the
+large pool), as tests/test_layer_ops.py does for Llama.
 """
 
 from __future__ import annotations
@@ -177,9 +182,7 @@ def scaled_embedding(o: Ops, emb: int) -> int:
     return out
 
 
-def embedding_backward(
-    o: Ops, g: int, weight: tuple[int, int], head_grad: int | None
-) -> None:
+def embedding_backward(o: Ops, g: int, weight: tuple[int, int], head_grad: int | None) -> None:
     """The scale's ``MulBackward0`` (g times the scale), ``embedding_dense_backward``, then the
     tied weight's buffer: the lm_head's gradient ``head_grad`` and the embedding's summed out
     of place (``InputBuffer::add``), the sum made ``.grad`` or added into it."""

@@ -352,7 +352,9 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     # Gemma 3: the full and the sliding window's masks, then rotary tables per attention type
     # (modeling_gemma3.py ``Gemma3TextModel.forward``: ``causal_mask_mapping``, then
     # ``position_embeddings`` for each of ``set(config.layer_types)``)
-    masks = [mask] if mask is not None else [_mask(o, sl) for sl in (False, True)] if o.mask and o.sliding else []
+    masks = [mask] if mask is not None else []
+    if o.mask and o.sliding:
+        masks = [_mask(o, sl) for sl in (False, True)]
     types = o.sliding or (False,) * len(w.layers)
     order = list(dict.fromkeys(types))
     tables = {t: _tables(o) for t in order}
@@ -377,7 +379,7 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     # checkpointing each layer's frame keeps both (its input, the mask among its kwargs)
     # the masks each layer's frame is the last to hold (its type's first layer)
     first = {types.index(t): t for t in order}
-    held = {i: (masks[t] if len(masks) == 2 else masks[0],) if masks else () for i, t in first.items()}
+    held = {i: (masks[min(t, len(masks) - 1)],) if masks else () for i, t in first.items()}
     live = [] if ckpt else masks
     if o.mask_first:
         o.free(*live)
