@@ -105,6 +105,7 @@ def run(spec: dict[str, Any], out_dir: Path) -> None:
     live: dict[int, int] = {}  # address -> index of its allocation
     new_segments: list[tuple[int, int, str]] = []
     segment = 0  # a segment just opened: the next allocation is the request that opened it
+    seg_log: list[list[int]] = []  # [index in compact of the next allocation, address, size]
     for k, e in enumerate(entries):
         if len(marks) >= 2 and k == marks[1]:
             events.append((0, RESET))
@@ -121,10 +122,30 @@ def run(spec: dict[str, Any], out_dir: Path) -> None:
             i = live.pop(e["addr"])
             events.append((i, FREE))
             compact.append([-1, i])
-        elif act == "segment_alloc" and len(marks) >= 2 and k > marks[1]:
-            segment = e["size"] if e["size"] >= 100 * MIB else 0
+        elif act == "segment_alloc":
+            # where cudaMalloc placed each segment: the allocator breaks ties between free
+            # blocks of one size by address
+            seg_log.append([len(compact), e["addr"], e["size"]])
+            if len(marks) >= 2 and k > marks[1]:
+                segment = e["size"] if e["size"] >= 100 * MIB else 0
     sim = simulate(events)
     rid = spec["id"]
+    # what a single-stream replay cannot see: allocations on side streams, segments released
+    # (empty_cache, an out-of-memory retry) and out-of-memory events after the reset
+    after = entries[marks[1] :] if len(marks) >= 2 else entries
+    actions: dict[str, int] = {}
+    streams: dict[int, int] = {}
+    side: dict[str, int] = {}
+    for e in after:
+        actions[e["action"]] = actions.get(e["action"], 0) + 1
+        if e["action"] == "alloc":
+            streams[e.get("stream", 0)] = streams.get(e.get("stream", 0), 0) + 1
+            if e.get("stream", 0) != min(streams):
+                key = f"{e['size'] // MIB} MiB {frame(e)}"
+                side[key] = side.get(key, 0) + 1
+    print(f"{rid}: actions after the reset {actions}; allocations per stream {streams}")
+    for key, n in sorted(side.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"{rid}:   side-stream allocation x{n}: {key}")
     print(f"{rid}: cached free blocks >= 100 MiB after the build (MiB): {after_build}")
     print(
         f"{rid}: measured reserved {res['reserved']:,} allocated {res['allocated']:,}; "
@@ -134,6 +155,7 @@ def run(spec: dict[str, Any], out_dir: Path) -> None:
     for size, req, where in new_segments:
         print(f"{rid}:   new segment {size} MiB for a {req} MiB request at {where}")
     (out_dir / f"{rid}.events.json").write_text(json.dumps(compact))
+    (out_dir / f"{rid}.segments.json").write_text(json.dumps(seg_log))
 
 
 def main(ids: list[str]) -> int:
@@ -147,7 +169,9 @@ def main(ids: list[str]) -> int:
         if not torch.cuda.is_available():
             print("needs a CUDA device", file=sys.stderr)
             return 2
-        runs = {r["id"]: r for r in json.loads((DATA / "runs.json").read_text())}
+        runs = {
+            r["id"]: r for f in sorted(DATA.glob("runs*.json")) for r in json.loads(f.read_text())
+        }
         run(runs[ids[1]], Path(os.environ.get("OUT", ".")))
         return 0
     rc = 0

@@ -15,6 +15,7 @@ whose measured peak exceeds the GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -111,7 +112,8 @@ def evaluate(data: Path = DATA) -> list[Row]:
     for spec, meas in load(data):
         gpu = gpu_name(meas)
         overrides = (*spec["overrides"], f"trainer.gpu.name={gpu}")
-        result = check(ROOT / "conf", "config", overrides)
+        with contextlib.chdir(ROOT):  # model.pretrained folders are relative to the repo
+            result = check(ROOT / "conf", "config", overrides)
         cfg = result.config
         if cfg is None:
             raise SystemExit(f"{spec['id']}: the overrides do not validate")

@@ -141,7 +141,8 @@ class CachingAllocator:
         self.retries = 0
         self.ooms = 0
         self.segments = 0
-        self._next_addr = 1 << 40
+        self._next_addr = 1 << 40  # expandable segments' address space, upward
+        self._top = 1 << 56  # cudaMalloc'ed segments, downward
         self._expandable: dict[bool, int] = {}  # pool (small?) -> its segment's base address
         fraction = self.conf.memory_fraction
         self.allowed = (
@@ -364,7 +365,7 @@ class CachingAllocator:
         if pool.small not in self._expandable:
             space = (self.capacity or 1 << 50) * 9 // 8
             space = -(-space // self._page(pool)) * self._page(pool)
-            head = Block(space, self._new_address(space), pool.small, True, mapped=False)
+            head = Block(space, self._expandable_address(space), pool.small, True, mapped=False)
             pool.unmapped[head.addr] = head
             self._expandable[pool.small] = head.addr
 
@@ -462,11 +463,16 @@ class CachingAllocator:
         self.segments += 1
         self.peak_reserved = max(self.peak_reserved, self.reserved)
 
-    def _new_address(self, size: int) -> int:
+    def _expandable_address(self, size: int) -> int:
         addr = self._next_addr
-        # segments are far apart: no two are ever adjacent (merges stay within a segment)
-        self._next_addr += -(-size // K_LARGE_BUFFER) * K_LARGE_BUFFER + K_LARGE_BUFFER
+        self._next_addr += size + K_LARGE_BUFFER
         return addr
+
+    def _new_address(self, size: int) -> int:
+        # each new segment below the last (allocsim.CachingAllocator._new_address); far
+        # apart: no two are ever adjacent (merges stay within a segment)
+        self._top -= -(-size // K_LARGE_BUFFER) * K_LARGE_BUFFER + K_LARGE_BUFFER
+        return self._top
 
 
 def _expandable_size(b: Block) -> int:

@@ -123,18 +123,18 @@ def test_phi2_without_a_pad_token_is_flagged() -> None:
     assert [f.rule for f in result.errors] == ["pad-token-missing"]
 
 
-def test_gemma3_1b_with_its_published_tokenizer_is_flagged() -> None:
+def test_gemma3_1b_with_its_published_tokenizer_is_warned() -> None:
     """Gemma 3's tokenizer adds <image_soft_token> at 262144 (len 262145), past the 1B's 262144
     embedding rows: a text spelling the token encodes to id 262144 and the lookup fails (the
-    mechanism tests/crash/test_crash_vocab.py reproduces on a real embedding). The 4B and 12B
-    have 262208 rows and pass."""
+    mechanism tests/crash/test_crash_vocab.py reproduces on a real embedding), but plain text
+    never does, and the model is fine-tuned with that tokenizer as published: a warning
+    (tests/test_vocab_special_beyond.py). The 4B and 12B have 262208 rows and pass."""
     result = check(CONF, "config", ["model=gemma-3-1b", "tokenizer=gemma-3"])
-    (finding,) = result.errors
+    assert result.errors == []
+    (finding,) = result.warnings
     assert finding.rule == "vocab-mismatch"
-    assert f"{GEMMA3_LEN} tokens" in finding.message and "262144 embedding rows" in finding.message
-    assert (f"model.vocab_size={GEMMA3_LEN}", f"model.padded_vocab_size={GEMMA3_LEN}") in [
-        fix.overrides for fix in finding.fixes
-    ]
+    assert "(id 262144, tokenizer.placeholder_tokens_from=262144)" in finding.message
+    assert (f"model.padded_vocab_size={GEMMA3_LEN}",) in [fix.overrides for fix in finding.fixes]
 
 
 @pytest.mark.parametrize("group", ["tokenizer", "data", "trainer"])

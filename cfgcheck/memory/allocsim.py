@@ -16,6 +16,7 @@ Plain Python, no torch: a 7B step (a few thousand events) runs in milliseconds
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from cfgcheck.memory.allocconf import (
@@ -137,7 +138,12 @@ class CachingAllocator:
     """``DeviceCachingAllocator`` for one device and one stream. ``capacity``: the bytes
     cudaMalloc can hand out (the GPU less the CUDA context); ``None`` for unlimited."""
 
-    def __init__(self, conf: AllocConf | None = None, capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        conf: AllocConf | None = None,
+        capacity: int | None = None,
+        addresses: Iterable[int] | None = None,
+    ) -> None:
         self.conf = conf or AllocConf()
         self.capacity = capacity
         self.small = Pool(True)
@@ -149,7 +155,10 @@ class CachingAllocator:
         self.retries = 0
         self.ooms = 0
         self.segments = 0
-        self._next_addr = 1 << 40
+        self._next_addr = 1 << 40  # expandable segments' address space, upward
+        self._top = 1 << 56  # cudaMalloc'ed segments, downward (:meth:`_new_address`)
+        # where a recorded run's cudaMalloc calls placed its segments, in order
+        self._placed: Iterator[int] | None = None if addresses is None else iter(addresses)
         self._expandable: dict[bool, int] = {}  # pool (small?) -> its segment's base address
         fraction = self.conf.memory_fraction
         self.allowed = (
@@ -455,7 +464,8 @@ class CachingAllocator:
         if pool.small not in self._expandable:
             space = (self.capacity or 1 << 50) * 9 // 8
             space = -(-space // self._page(pool)) * self._page(pool)
-            head = Block(space, self._new_address(space), pool.small, True, mapped=False)
+            head = Block(space, self._next_addr, pool.small, True, mapped=False)
+            self._next_addr += space + K_LARGE_BUFFER
             pool.unmapped[head.addr] = head
             self._expandable[pool.small] = head.addr
 
@@ -554,10 +564,23 @@ class CachingAllocator:
         self.peak_reserved = max(self.peak_reserved, self.reserved)
 
     def _new_address(self, size: int) -> int:
-        addr = self._next_addr
+        """Where cudaMalloc places a new segment. Only the order of the segments' addresses
+        matters: blocks merge within a segment only, and best fit breaks a tie between free
+        blocks of one size by address (``BlockComparatorSize``: stream, size, then ptr). The
+        CUDA driver hands fresh virtual ranges out downward: in the allocator histories of
+        four H200 runs (benchmarks/calibration/traces/, ``segment_alloc`` addresses) each new
+        segment lies below the one before, except where the driver refills a range freed
+        outside torch's allocator, which is not modelled. The order matters: replaying the
+        OLMoE full fine-tuning history with upward addresses gives 2.0 % less reserved; with
+        downward ones it is exact, as with the recorded addresses (tests/
+        test_allocsim_cuda_traces.py)."""
+        if self._placed is not None:
+            addr = next(self._placed, None)
+            if addr is not None:
+                return addr
         # segments are far apart: no two are ever adjacent (merges stay within a segment)
-        self._next_addr += -(-size // K_LARGE_BUFFER) * K_LARGE_BUFFER + K_LARGE_BUFFER
-        return addr
+        self._top -= -(-size // K_LARGE_BUFFER) * K_LARGE_BUFFER + K_LARGE_BUFFER
+        return self._top
 
 
 def _expandable_size(b: Block) -> int:
@@ -572,22 +595,30 @@ END = -4
 
 
 def simulate(
-    events: list[Event], conf: AllocConf | None = None, capacity: int | None = None
+    events: list[Event],
+    conf: AllocConf | None = None,
+    capacity: int | None = None,
+    addresses: Iterable[int] | None = None,
 ) -> SimResult:
     """Run ``events`` through the allocator: ``(id, size)`` allocates, ``(id, FREE)`` frees,
     ``(0, RESET)`` resets the peaks, ``(n, REPEAT) ... (0, END)`` repeats a block that frees
     what it allocates (a micro-batch of gradient accumulation). A repetition that leaves the
-    allocator as it found it would do so again, with the same peaks: the rest are skipped."""
-    return replay(events, conf, capacity)[0]
+    allocator as it found it would do so again, with the same peaks: the rest are skipped.
+    ``addresses``: where cudaMalloc placed each new segment, in order (a recorded run's
+    ``segment_alloc`` addresses); by default each lies below the last."""
+    return replay(events, conf, capacity, addresses)[0]
 
 
 def replay(
-    events: list[Event], conf: AllocConf | None = None, capacity: int | None = None
+    events: list[Event],
+    conf: AllocConf | None = None,
+    capacity: int | None = None,
+    addresses: Iterable[int] | None = None,
 ) -> tuple[SimResult, int | None]:
     """:func:`simulate`, with the repetitions a REPEAT block needed: the result is the same
     for any count of at least that many (the skipped repetitions change nothing); None when a
     block ran all its repetitions without reaching that point (then it depends on the count)."""
-    a = CachingAllocator(conf, capacity)
+    a = CachingAllocator(conf, capacity, addresses)
     live: dict[int, Block] = {}
     needed: int | None = 0
     i, n = 0, len(events)

@@ -461,7 +461,15 @@ def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate
     allocated = sum(c.bytes for c in comps)
     if t.gradient_checkpointing and not layer:
         layer = act.layer_activations(m, t, masked).bytes(tokens, seq)
-    cache = allocator.cached_bytes(t, st, allocated, m.head_rows * tokens, layer, grads)
+    cache = allocator.cached_bytes(
+        t,
+        st,
+        allocated,
+        m.head_rows * tokens,
+        layer,
+        grads,
+        step - recompute if phase == "optimizer step" and recompute else None,
+    )
     comps.append(Component("fragmentation", "allocator cache", cache.bytes, cache.note))
     comps.append(
         Component("cuda_context", "CUDA context", int(CUDA_CONTEXT_GIB * GIB), CONTEXT_NOTE)

@@ -703,7 +703,10 @@ EXPLANATIONS: dict[str, Explanation] = {
         "vocab_size), and a checkpoint is used with the tokenizer it was trained with. A larger "
         "embedding than the tokenizer is fine; a smaller or other tokenizer is graded by what is "
         "known: an error when weights are loaded (model.pretrained, LoRA / QLoRA), a warning "
-        "from scratch, an info for rows past the trained vocabulary.",
+        "from scratch, an info for rows past the trained vocabulary. Ids past the rows that "
+        "the tokenizer section declares placeholders (tokenizer.placeholder_tokens_from: "
+        "tokens neither text nor the chat template produces, Gemma 3 1B's image placeholder) "
+        "are a warning.",
         "`IndexError: index out of range in self` (CPU) or a CUDA device-side assert on the "
         "first batch holding a token id at or above the embedding rows; with the wrong "
         "tokenizer, ids map to the wrong embeddings and training silently degrades.",

@@ -69,7 +69,9 @@ def vocab_mismatch(cfg: RunConfig) -> Iterator[Problem]:
     source = _source(m)
     top = max(facts.size - 1, facts.max_id if facts.max_id is not None else -1)
     if top >= m.rows:
-        yield _too_few_rows(m, facts, top + 1, source)
+        yield _placeholders_beyond_rows(m, facts, top + 1) or _too_few_rows(
+            m, facts, top + 1, source
+        )
         return
     if source is not None and source.tokenizer is not None:
         problem = _against_own_tokenizer(cfg, facts, source)
@@ -100,6 +102,42 @@ def _loads_weights(cfg: RunConfig) -> str | None:
     if trainer is not None and trainer.finetuning in ("lora", "qlora"):
         return f"trainer.finetuning={trainer.finetuning} adapts a trained base model"
     return None
+
+
+def _placeholders_beyond_rows(m: ModelConfig, facts: TokenizerFacts, needed: int) -> Problem | None:
+    """Only tokens the tokenizer section declares placeholders (``placeholder_tokens_from``:
+    neither text nor the chat template produces them) lack a row, and the run's own special
+    tokens have one: a warning. Encoding text yields an added token only where the text spells
+    it out, so the data never reaches those ids unless a sample does. Gemma 3 1B: its 262144
+    rows end before ``<image_soft_token>`` (262144), its tokenizer's one added token, an image
+    placeholder the processor expands, and the model is fine-tuned with that tokenizer as
+    published. Chat markers added past the rows are no placeholders: the template writes them
+    into every sample (tests/crash/test_crash_vocab.py), an error."""
+    start = facts.placeholders_from
+    if start is None or start > m.rows or facts.size is None or start >= facts.size:
+        return None
+    if any(i >= m.rows for i in facts.special_ids().values()):
+        return None  # the pad / eos / bos / unk id itself is beyond: the collator uses it
+    if facts.max_id is not None and facts.max_id >= facts.size:
+        return None  # ids beyond len(tokenizer): not the declared placeholders
+    ids = f"id {m.rows}" if needed - 1 == m.rows else f"ids {m.rows}-{needed - 1}"
+    return Problem(
+        "warning",
+        (facts.size_path, "model.padded_vocab_size"),
+        f"the tokenizer's placeholder tokens ({ids}, tokenizer.placeholder_tokens_from="
+        f"{start}) have no embedding row in model {m.name} ({m.rows} rows, "
+        "model.padded_vocab_size): plain text never encodes to them, but a sample that spells "
+        'one out crashes the batch: "IndexError: index out of range in self" on CPU, a '
+        "device-side assert on CUDA",
+        "keep those tokens out of the data, or resize the embedding (transformers: "
+        f"model.resize_token_embeddings({needed})) and set model.padded_vocab_size={needed}",
+        fixes=(
+            Fix(
+                (f"model.padded_vocab_size={needed}",),
+                "the embedding is resized to the tokenizer (resize_token_embeddings)",
+            ),
+        ),
+    )
 
 
 def _too_few_rows(

@@ -19,6 +19,13 @@ class TokenizerConfig(Section):
     vocab_size: Vocab | None = Field(
         None, description="Declared len(tokenizer): base vocabulary plus added tokens."
     )
+    placeholder_tokens_from: TokenId | None = Field(
+        None,
+        description="The first id of added tokens that neither text nor the chat template "
+        "produces (image placeholders, reserved ids), which a model may leave without an "
+        "embedding row: Gemma 3 1B's <image_soft_token>. Ids beyond the rows from here up "
+        "are a warning, not an error.",
+    )
     pad_token: str | None = Field(
         None, description="The pad token string, set on the tokenizer as a training script does."
     )

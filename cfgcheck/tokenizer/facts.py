@@ -54,6 +54,8 @@ class TokenizerFacts:
     # Why tokenizer.path could not be resolved (the declared values are used instead).
     error: str | None = None
     max_id: int | None = None
+    # ids from here up are placeholders text never produces (tokenizer.placeholder_tokens_from)
+    placeholders_from: int | None = None
 
     @property
     def has_pad(self) -> bool:
@@ -97,6 +99,7 @@ def declared_facts(tok: TokenizerConfig) -> TokenizerFacts:
         bos_token_id=tok.bos_token_id,
         unk_token=tok.unk_token,
         unk_token_id=tok.unk_token_id,
+        placeholders_from=tok.placeholder_tokens_from,
     )
 
 
@@ -190,6 +193,7 @@ def merge(tok: TokenizerConfig, real: ResolvedTokenizer) -> TokenizerFacts:
         conflicts=tuple(conflicts),
         unknown_tokens=unknown,
         max_id=real.max_id,
+        placeholders_from=tok.placeholder_tokens_from,
     )
 
 
