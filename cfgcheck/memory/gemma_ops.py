@@ -148,7 +148,15 @@ def layout(m: ModelConfig) -> dict[str, Any]:
         return {"gemma": True}
     pattern = m.sliding_window_pattern or 6
     sliding = tuple(bool((i + 1) % pattern) for i in range(m.n_layer))
-    return {"gemma": True, "qk_norm": True, "sandwich": True, "sliding": sliding}
+    # ``set(config.layer_types)`` orders the rotary tables (Gemma3TextModel.forward) and the
+    # multimodal model's masks (masking_utils ``create_masks_for_generate``): string hashing
+    # decides it per process, so this process's order (the tracer's in the tests; a GPU
+    # run's may be either)
+    types = [("sliding_attention" if x else "full_attention") for x in sliding]
+    order = tuple(x == "sliding_attention" for x in set(types))
+    return {"gemma": True, "qk_norm": True, "sandwich": True, "sliding": sliding,
+            "table_order": order,
+            "mask_order": order if architecture_of(m) == "gemma3" else ()}  # fmt: skip
 
 
 def norm_names(m: ModelConfig) -> tuple[str, ...]:

@@ -112,6 +112,10 @@ class Ops:
     qk_norm: bool = False
     sandwich: bool = False
     sliding: tuple[bool, ...] = ()
+    # the order the attention types' rotary tables and (multimodal) masks are made in:
+    # ``set(layer_types)``'s, which string hashing decides per process (gemma_ops.layout)
+    table_order: tuple[bool, ...] = ()
+    mask_order: tuple[bool, ...] = ()
 
     @property
     def tokens(self) -> int:

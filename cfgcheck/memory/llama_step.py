@@ -354,9 +354,10 @@ def micro_batch(o: Ops, w: Weights, ckpt: bool = False) -> None:
     # ``position_embeddings`` for each of ``set(config.layer_types)``)
     masks = [mask] if mask is not None else []
     if o.mask and o.sliding:
-        masks = [_mask(o, sl) for sl in (False, True)]
+        made = {sl: _mask(o, sl) for sl in o.mask_order or (False, True)}
+        masks = [made[False], made[True]]
     types = o.sliding or (False,) * len(w.layers)
-    order = list(dict.fromkeys(types))
+    order = list(o.table_order or dict.fromkeys(types))
     tables = {t: _tables(o) for t in order}
     layers: list[Layer] = []
     x = emb
