@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -256,18 +257,22 @@ def test_the_embedding_gradients_are_those_of_the_traced_step(tied: bool) -> Non
     assert traced.count(-size) >= (8 if tied else 4)  # the temporaries above are in it
 
 
-def _most_live(ev: list[tuple[int, int]], size: int) -> int:
-    """The most tensors of ``size`` bytes live at once."""
+def _live_before(ev: list[tuple[int, int]], of: int) -> Iterator[tuple[int, int]]:
+    """For each allocation (its bytes), how many tensors of ``of`` bytes are live before it."""
     live: dict[int, int] = {}
-    count = most = 0
+    count = 0
     for i, n in ev:
         if n > 0:
+            yield n, count
             live[i] = n
-            count += n == size
-            most = max(most, count)
+            count += n == of
         elif n == FREE or n == -1:
-            count -= live.pop(i, 0) == size
-    return most
+            count -= live.pop(i, 0) == of
+
+
+def _most_live(ev: list[tuple[int, int]], size: int) -> int:
+    """The most tensors of ``size`` bytes live at once."""
+    return max((count + (n == size) for n, count in _live_before(ev, size)), default=0)
 
 
 @pytest.mark.tracer
@@ -312,6 +317,56 @@ def test_a_tied_model_frees_its_first_lm_head_weight_while_it_is_built(tied: boo
     built = simulate(ev[: ev.index((0, RESET)) + 1])
     weight = MID["vocab_size"] * MID["n_embd"] * 2
     assert (built.reserved_at_end - built.peak_allocated >= weight) is tied
+
+
+@pytest.mark.tracer
+def test_a_tied_model_loaded_from_its_checkpoint_makes_no_lm_head_weight(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``from_pretrained`` builds the model on the meta device with its ties held back
+    (transformers 5.24 ``modeling_utils.py`` ``get_init_context``: ``init.no_tie_weights()``,
+    ``torch.device("meta")``), then materialises the checkpoint's tensors: a tied model's
+    lm_head weight is never made (traced on CPU: a tiny tied checkpoint saved, loaded the way
+    users load one, loading kept on the traced thread). ``from_config`` makes and frees it. The
+    generated build follows: the block only for a model named by its shape, not for
+    ``model.pretrained``."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    from tests.alloc_tracer import AllocTracer, gpu_measure
+
+    monkeypatch.setenv("HF_DEACTIVATE_ASYNC_LOAD", "1")  # no loader threads: all traced
+    m = _tiny_llama(tie_embeddings=True)
+    cfg = gpu_measure().hf_config(m.model_dump())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(tmp_path)
+    size = 1000 * 64 * 2  # vocabulary x hidden, bf16
+    traced = {}
+    for how in ("from_config", "from_pretrained"):
+        tracer = AllocTracer()
+        tracer.record = True
+        with warnings.catch_warnings(), tracer:
+            warnings.simplefilter("ignore")
+            if how == "from_config":
+                model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+            else:
+                model = tf.AutoModelForCausalLM.from_pretrained(
+                    tmp_path, dtype=torch.bfloat16, device_map="cpu"
+                )
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+        traced[how] = _sizes_of(tracer.events, {size})
+        del model
+    assert traced == {"from_config": [size, size, -size], "from_pretrained": [size]}
+    t = TrainerConfig(
+        micro_batch_size=2, precision="bf16-true", optimizer="adamw", finetuning="full"
+    )
+    d = DataConfig(max_seq_length=24)
+    for model_cfg, block in (
+        (m, True),
+        (m.model_copy(update={"pretrained": str(tmp_path)}), False),
+    ):
+        ev = step_events(model_cfg, d, t, steps=1)
+        assert (-size in _sizes_of(ev[: ev.index((0, RESET))], {size})) is block
 
 
 @pytest.mark.tracer
@@ -399,18 +454,7 @@ def test_a_biased_linear_takes_a_cublaslt_workspace_in_the_forward() -> None:
 def _live_at(ev: list[tuple[int, int]], size: int, of: int) -> list[int]:
     """For each allocation of ``size`` bytes, how many tensors of ``of`` bytes are live; only
     those made while one is (the backward's, not the optimizer's)."""
-    live: dict[int, int] = {}
-    count = 0
-    out = []
-    for i, n in ev:
-        if n > 0:
-            if n == size and count:
-                out.append(count)
-            live[i] = n
-            count += n == of
-        elif n == FREE or n == -1:
-            count -= live.pop(i, 0) == of
-    return out
+    return [count for n, count in _live_before(ev, of) if n == size and count]
 
 
 @pytest.mark.tracer

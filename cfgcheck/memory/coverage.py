@@ -1,4 +1,4 @@
-"""Which settings the H100 measurements (benchmarks/calibration/) cover, and the margin the
+"""Which settings the H100 and H200 measurements (benchmarks/calibration/) cover, and the margin the
 estimate states for a run: the calibrated error bound where every setting was measured, a wider
 one where any was not. The verdict (:mod:`cfgcheck.memory.verdict`) says "fits" only when the
 estimate plus its margin fits, so an uncovered setting never gets a confident "fits".
@@ -16,13 +16,31 @@ from cfgcheck.schema.trainer import TrainerConfig
 
 # worst device-level |error| the calibration test allows on every measured run
 CALIBRATED_MARGIN = 0.10
-# stated margin when any setting of the run was not measured (a mixture-of-experts step
-# included: the CPU trace of tiny Mixtral / Qwen3-MoE / OLMoE, tests/test_memory_tracer_moe.py,
-# finds the estimate within -3 % to +8 % with or without checkpointing and mixed precision, but
-# no MoE run is measured on a GPU)
+# stated margin when any setting of the run was not measured
 UNCALIBRATED_MARGIN = 0.25
 
-ARCHITECTURES = (None, "llama", "mistral", "qwen2", "gemma", "phi")
+# the architectures of the measured rows: the H100 rows' dense families, and the H200 rows'
+# (benchmarks/calibration/h200.jsonl): Gemma 3 text and multimodal (q/k norms, post-attention
+# and post-MLP norms, a 512-token sliding window shorter than the sequence, eager and sdpa,
+# LoRA and full fine-tuning), gpt-oss (128-token window, sinks, expert LoRA through
+# target_parameters), Qwen3-MoE, Mixtral, OLMoE (full fine-tuning too), Qwen1.5-MoE (shared
+# experts) and DeepSeek-V2-Lite (multi-head latent attention); allocated within 0.7 % on all
+ARCHITECTURES = (
+    None,
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "phi",
+    "gemma3_text",
+    "gemma3",
+    "gpt_oss",
+    "qwen3_moe",
+    "mixtral",
+    "olmoe",
+    "qwen2_moe",
+    "deepseek_v2",
+)
 CALIBRATED: dict[str, tuple[object, ...]] = {
     "framework": ("hf",),
     "precision": ("bf16-true", "32-true"),
@@ -43,36 +61,39 @@ class Coverage:
     notes: tuple[str, ...]
 
 
-def _latent_attention(m: ModelConfig) -> list[str]:
-    """DeepSeek-V2/V3's multi-head latent attention (``kv_lora_rank`` in config.json), counted
-    from transformers' source (memory/mla.py) and traced on CPU, not measured on a GPU."""
+def _feature_gaps(m: ModelConfig, seq: int) -> list[str]:
+    """Mechanisms measured only in the H200 rows' architectures: a gap for a shape without
+    one of them (a hand-written shape, or another family that has them)."""
+    gaps = []
     if mla(m) is not None:
-        return [
+        gaps.append(
             "multi-head latent attention (MLA, DeepSeek-V2/V3; counted from transformers' "
-            "source and traced on CPU, not measured on a GPU)"
-        ]
-    return []
-
-
-def _model_gaps(m: ModelConfig, seq: int) -> list[str]:
-    gaps = _latent_attention(m)
-    if m.architecture not in ARCHITECTURES:
-        gaps.append(f"model.architecture={m.architecture}")
+            "source and traced on CPU)"
+        )
     if m.n_expert:
         gaps.append(
             "mixture-of-experts router and per-expert dispatch (counted from transformers' "
-            "source and traced on CPU, not measured on a GPU)"
+            "source and traced on CPU)"
         )
-    if m.weight_format is not None:
-        gaps.append(f"a pre-quantized checkpoint ({m.weight_format}), counted from its format")
     if m.norm_qk:
         gaps.append("model.norm_qk (q/k norms)")
     if m.post_attention_norm or m.post_mlp_norm:
         gaps.append("post-attention / post-MLP norms")
-    if m.attention_logit_softcapping or m.final_logit_softcapping:
-        gaps.append("logit soft-capping")
     if m.sliding_window_size is not None and m.sliding_window_size < seq:
         gaps.append(f"a sliding window ({m.sliding_window_size}) shorter than the sequence")
+    return gaps
+
+
+def _model_gaps(m: ModelConfig, seq: int) -> list[str]:
+    gaps = []
+    if m.architecture is None or m.architecture not in ARCHITECTURES:
+        gaps.extend(_feature_gaps(m, seq))
+    if m.architecture not in ARCHITECTURES:
+        gaps.append(f"model.architecture={m.architecture}")
+    if m.weight_format is not None:
+        gaps.append(f"a pre-quantized checkpoint ({m.weight_format}), counted from its format")
+    if m.attention_logit_softcapping or m.final_logit_softcapping:
+        gaps.append("logit soft-capping")
     return gaps
 
 

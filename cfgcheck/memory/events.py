@@ -115,10 +115,17 @@ def _untied_head_at_build(ev: Seq, m: ModelConfig, master: int) -> None:
     ``setattr(parent, name, source_param)``) and the first weight is freed, its segment kept in
     the allocator's cache and counted in the reserved figure that ``reset_peak_memory_stats``
     keeps (traced on CPU in tests/test_memory_events.py). This is gpu_measure.py's
-    build, ``AutoModelForCausalLM.from_config`` under ``torch.device("cuda")``; a
-    ``from_pretrained`` load ties the weights before they are materialised and makes no such
-    tensor (its reserved figure is at most this weight lower)."""
-    if m.tie_embeddings and m.head == "causal_lm" and not count_params(m).lm_head:
+    build, ``AutoModelForCausalLM.from_config`` under ``torch.device("cuda")``, for a model
+    named by its shape. A checkpoint (``model.pretrained``) is loaded with ``from_pretrained``,
+    which builds the model on the meta device with its ties held back
+    (``modeling_utils.py:3816`` ``init.no_tie_weights()``, ``:3840`` ``torch.device("meta")``)
+    and materialises only the checkpoint's tensors: no such weight (traced too)."""
+    if (
+        m.pretrained is None
+        and m.tie_embeddings
+        and m.head == "causal_lm"
+        and not count_params(m).lm_head
+    ):
         ev.free(ev.alloc(m.head_rows * m.n_embd * master))
 
 

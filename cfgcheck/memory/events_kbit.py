@@ -2,12 +2,14 @@
 ``prepare_model_for_kbit_training``, PEFT LoRA): the input of :mod:`cfgcheck.memory.allocsim`
 for the runs :func:`cfgcheck.memory.events.step_events` leaves out.
 
-Unlike the dense sequence, this one is op by op: every tensor of the token dimension (hidden,
+Op by op, with the dense Llama layout's ops (:mod:`cfgcheck.memory.layer_ops`; the 4-bit linear
+in :mod:`cfgcheck.memory.kbit_ops`): every tensor of the token dimension (hidden,
 query/key/value, intermediate, rank-r), every dequantized weight and the attention mask, each
 made and freed where the CPU trace of gpu_measure.py's loop makes and frees it
 (tests/alloc_tracer.py with bitsandbytes 0.50's CPU backend; tests/test_memory_events_kbit.py
-checks the sizes and their order). Left out: per-token statistics and scalars (norm variances,
-rotary tables, the loss), which the small pool holds.
+checks the sizes and their order, tests/test_alloc_identity.py which tensor each free undoes).
+Left out: per-token statistics and scalars (norm variances, rotary tables, the loss), which the
+small pool holds (``Ops.stats`` False).
 
 The mechanisms, per source:
 
@@ -25,7 +27,8 @@ The mechanisms, per source:
   returns. A CPU trace cannot see it (one op): :func:`linear_forward` adds it for CUDA;
 * the lm_head is fp32: the logits are fp32 and ``logits.float()`` (transformers
   ``ForCausalLMLoss``) makes no copy; nothing saves the final norm's output (frozen head);
-* autograd frees each node's saved tensors once it ran; non-reentrant checkpointing
+* autograd frees each node's saved tensors once it ran (a recomputed one with the node's
+  apply, before its incoming gradient: ``Ops.unpacked``); non-reentrant checkpointing
   recomputes a layer when its first saved tensor is unpacked and stops after the last one is
   packed (torch/utils/checkpoint.py, ``_StopRecomputationError``), dropping the rest;
 * the optimizer: bitsandbytes' paged 8-bit AdamW keeps its states in managed memory (outside
@@ -37,16 +40,8 @@ from __future__ import annotations
 
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import Seq, blas_workspace, one_plain_gpu
-from cfgcheck.memory.kbit_layer import Layout, layer_backward, layer_forward
-from cfgcheck.memory.kbit_ops import (
-    ATTN_IN,
-    BLOCK,
-    NESTED_BLOCK,
-    Ctx,
-    Linear,
-    rms_norm,
-    rms_norm_backward,
-)
+from cfgcheck.memory.kbit_layer import Layout, layer_backward, layer_forward, norm, norm_back
+from cfgcheck.memory.kbit_ops import ATTN_IN, BLOCK, NESTED_BLOCK, KbitOps, Linear
 from cfgcheck.memory.params import adapted_modules, block_linears, count_params
 from cfgcheck.memory.stack import FOUR_BIT, sdpa_masked, stack
 from cfgcheck.pipeline import Pipeline
@@ -116,15 +111,15 @@ def kbit_step_events(
         for x in block_linears(m)
     }
     load_quantized(ev, m, t.quantization)
-    loras: list[dict[str, tuple[int, int]]] = []
+    loras: list[dict[str, tuple[tuple[int, int], ...]]] = []
     trainable: list[tuple[int, int]] = []
     for _ in range(m.n_layer):
         layer = {}
         for x in lin.values():
             if x.adapted:
-                a_n, b_n = 4 * rank * x.n_in, 4 * rank * x.n_out
-                layer[x.name] = (ev.alloc(a_n), ev.alloc(b_n))
-                trainable += [(layer[x.name][0], a_n), (layer[x.name][1], b_n)]
+                sizes = (4 * rank * x.n_in, 4 * rank * x.n_out)
+                layer[x.name] = tuple((ev.alloc(n), n) for n in sizes)
+                trainable += layer[x.name]
         loras.append(layer)
     for _ in range(3 if b > 1 or d.collator != "packed" else 2):  # ids, mask / positions, labels
         ev.alloc(8 * T)
@@ -150,8 +145,13 @@ def kbit_step_events(
             if micro == 1:  # the other micro-batches: the same allocations (see events.py)
                 ev.mark((accum - 1, REPEAT))
                 start = ev.next_id
-            c = Ctx(ev, T, rank, t.lora.dropout > 0, fallback, t.quantization == "nf4-dq",
-                    {}, grads)  # fmt: skip
+            c = KbitOps(
+                ev.alloc, ev.free, ev.matmul, p=4, b=b, s=seq, h=h * T, q=L.q // 4,
+                kv=L.kv // 4, inter=L.inter // 4, head_dim=m.head_dim, n_head=m.n_head,
+                vocab=v, mask=masked, kinds={x.name: x.kind for x in lin.values()},
+                rank=rank, dropout=t.lora.dropout > 0, grads=grads, stats=False,
+                fallback=fallback, nested=t.quantization == "nf4-dq",
+            )  # fmt: skip
             hidden = ev.alloc(4 * h * T)  # the embedding's fp32 output
             inputs, saved = [hidden], []
             for i in range(m.n_layer):
@@ -160,7 +160,7 @@ def kbit_step_events(
                 out, sv = layer_forward(c, L, keep=not ckpt)
                 saved.append(None if ckpt else sv)
                 inputs.append(out)
-            normed = rms_norm(c, h)
+            normed = norm(c)
             if not ckpt:  # nothing saves the embedding's output: LlamaModel.forward returns
                 ev.free(hidden)
             logits = ev.alloc(4 * v * T)  # fp32 head: logits.float() is the same tensor
@@ -172,13 +172,15 @@ def kbit_step_events(
             g = ev.alloc(4 * h * T)  # the head's input gradient (its weight is frozen)
             ev.matmul("backward")
             ev.free(g_ls)
-            g = rms_norm_backward(c, h, g, inputs[-1])
+            g = norm_back(c, g, inputs[-1])
             for i in reversed(range(m.n_layer)):
                 c.lora = loras[i]
                 # the embedding's output: a leaf that needs its gradient under checkpointing
                 # (``enable_input_require_grads``), held to the end; else none flows into it
                 c.input_grad = i > 0 or ckpt
-                g = layer_backward(c, L, g, inputs[i] if i else 0, saved[i])
+                c.unpacked = ckpt  # the saved tensors are recomputed ones
+                gi = layer_backward(c, L, g, inputs[i] if i else 0, saved[i])
+                g = gi or 0
             ev.free(*([g] if g else []), *([hidden] if ckpt else []))
             if micro == 1:
                 ev.mark((0, END))
@@ -187,7 +189,8 @@ def kbit_step_events(
             states_made = True
             _optimizer_states(ev, t, trainable)
         if t.optimizer == "adamw":
-            ev.free(*[ev.alloc(nb) for _, nb in trainable])  # _foreach_sqrt(exp_avg_sqs)
+            tmp = [ev.alloc(nb) for _, nb in trainable]  # _foreach_sqrt(exp_avg_sqs)
+            ev.free(*reversed(tmp))  # CPython's list_dealloc: the last item first
         ev.free(*(grads[i] for i, _ in trainable if i in grads))  # zero_grad, in param order
     return ev.events
 

@@ -43,8 +43,13 @@ sources, as installed and traced (transformers 5.24 ``models/llama/modeling_llam
   (``mm_mat2_backward`` / ``mm_mat1_backward``); AccumulateGrad keeps the first gradient as
   ``.grad`` and adds the others in place, freeing them.
 
-This module has the modules' ops (norm, linear, rotary embedding);
-:mod:`cfgcheck.memory.llama_step` puts them together into a layer and a micro-batch. The
+This module has the modules' ops (norm, linear and its LoRA branch, rotary embedding, gradient
+accumulation) and their recorder :class:`Ops`; :mod:`cfgcheck.memory.llama_step` puts them
+together into a layer and a micro-batch, and QLoRA's layer (:mod:`cfgcheck.memory.kbit_layer`)
+calls them too, with bitsandbytes' 4-bit linear (:mod:`cfgcheck.memory.kbit_ops`) as one more
+kind of linear. Under checkpointing a recomputed saved tensor goes with its node's apply, before
+the node's incoming gradient (``Ops.unpacked``; tests/test_alloc_identity.py checks which
+tensor each free undoes). The
 traced step (tests/alloc_tracer.py on meta tensors at full size,
 benchmarks/allocator_meta_trace.py) is the reference: tests/test_layer_ops.py checks the
 sequence equals it for every tensor above 1 MiB (the large pool, ``kSmallSize``).
@@ -116,6 +121,9 @@ class Ops:
     # ``set(layer_types)``'s, which string hashing decides per process (gemma_ops.layout)
     table_order: tuple[bool, ...] = ()
     mask_order: tuple[bool, ...] = ()
+    # the small pool's per-token statistics (the norms' mean and rsqrt) are made: the QLoRA
+    # generator (cfgcheck/memory/events_kbit.py) leaves them out
+    stats: bool = True
 
     @property
     def tokens(self) -> int:
@@ -134,6 +142,14 @@ class Ops:
     @property
     def full(self) -> bool:
         return all(k == "full" for k in self.kinds.values())
+
+    def small(self, n: int) -> int:
+        """A per-token statistic's tensor (0: not made, see ``stats``)."""
+        return self.alloc(n) if self.stats else 0
+
+    def drop(self, *ids: int) -> None:
+        """Free the tensors made (not the statistics left out, id 0)."""
+        self.free(*(i for i in ids if i))
 
     def grad(self, param: int, g: int) -> None:
         """AccumulateGrad: the first gradient becomes ``.grad``, the next ones are added into it
@@ -223,14 +239,14 @@ def norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
     h4, small = 4 * o.h, 4 * o.tokens
     c = o.alloc(h4) if o.p != 4 else x  # hidden_states.to(torch.float32)
     pw = o.alloc(h4)  # pow(2)
-    mean = o.alloc(small)
+    mean = o.small(small)
     o.free(pw)
-    add = o.alloc(small)  # variance + eps
-    r = o.alloc(small)
-    o.free(add)
+    add = o.small(small)  # variance + eps
+    r = o.small(small)
+    o.drop(add)
     n = o.alloc(h4)  # hidden_states * rsqrt
     if not graph or not o.saving:  # the rsqrt and the fp32 copy go as names are rebound
-        o.free(r)
+        o.drop(r)
         if c != x:
             o.free(c)
     trains = o.full and o.saving
@@ -249,7 +265,7 @@ def norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
             normed = n
         else:
             o.free(n)
-    o.free(mean)
+    o.drop(mean)
     return Norm(c, r, normed, out, graph)
 
 
@@ -264,7 +280,7 @@ def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | 
     if nm.normed is not None:
         tmp = o.alloc(row)
         wg = o.alloc(weight[1])
-        o.free(tmp, g, nm.normed)
+        o.free(*((nm.normed, tmp, g) if o.unpacked else (tmp, g, nm.normed)))
         o.grad(weight[0], wg)
     else:
         o.free(g)
@@ -275,19 +291,22 @@ def norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | 
     # MulBackward0 of x * rsqrt: rsqrt's gradient (g * x, summed), x's (g * rsqrt)
     tmp = o.alloc(h4)
     gx = o.alloc(h4)
-    rs = o.alloc(small)
+    rs = o.small(small)
     o.free(tmp, gn)
     if o.p == 4 and buf is not None:  # fp32: x is the norm's input, its buffer adds
         gx = add_grad(o, h4, buf, gx)
     # rsqrt, add, mean: their backward on the statistics
-    a, b_, c_ = o.alloc(small), o.alloc(small), o.alloc(small)
-    o.free(b_, a, rs, nm.rsqrt)
+    a, b_, c_ = o.small(small), o.small(small), o.small(small)
+    o.drop(b_, a, rs, nm.rsqrt)
     dv = o.alloc(h4)  # MeanBackward0: the gradient spread over the row
-    o.free(c_)
+    o.drop(c_)
     pw = o.alloc(h4)  # PowBackward0: 2 * x * grad
     t1 = o.alloc(h4)
     gp = o.alloc(h4)
-    o.free(t1, pw, dv, nm.x)
+    # x (0 where the caller holds it): a recomputed one goes with the node's apply, before
+    # its input (the checkpoint's frame's input after it, as saved tensors go)
+    recomputed = o.unpacked and nm.x not in o.frame
+    o.drop(t1, pw, *((nm.x, dv) if recomputed else (dv, nm.x)))
     o.free(*o.frame)  # PowBackward0 held the frame's last holder: the frame goes
     o.frame = ()
     gx = add_grad(o, h4, gx, gp)
@@ -328,8 +347,24 @@ def linear_forward(
     if kind != "lora":
         return out, None
     xc = o.alloc(4 * nin)  # _cast_input_dtype(x, float32)
+    mul, saved = lora_forward(o, xc, nin, nout, graph)
+    add = o.alloc(4 * nout)  # result + ..., fp32
+    o.free(mul, out)
+    res = o.alloc(o.p * nout)  # result.to(torch_result_dtype)
+    o.free(add)
+    if o.dropout or not o.saving:
+        o.free(xc)
+    return res, saved
+
+
+def lora_forward(
+    o: Ops, x: int, nin: int, nout: int, graph: bool, stop: bool = False
+) -> tuple[int, Adapter]:
+    """PEFT's LoRA branch ``lora_B(lora_A(dropout(x))) * scaling`` on the fp32 ``x`` (the
+    caller's; ``graph``: it has a gradient): returns the scaled product and what the backward
+    keeps. ``stop``: a checkpoint's recomputation that ends once lora_A's output, the last
+    saved tensor, is made (no product: 0)."""
     mask = None
-    x = xc
     if o.dropout:  # native_dropout: the output and a bool mask (kept when x has a gradient)
         x = o.alloc(4 * nin)
         mask = o.alloc(nin)
@@ -339,18 +374,52 @@ def linear_forward(
     a = o.alloc(4 * o.rank * o.tokens)
     if not o.saving and o.dropout:  # lora_A's input goes when lora_A returns
         o.free(x)
+    if stop:
+        return 0, Adapter(x, mask, a)
     bb = o.alloc(4 * nout)
     if not o.saving:  # lora_B's input
         o.free(a)
     mul = o.alloc(4 * nout)  # * scaling
     o.free(bb)
-    add = o.alloc(4 * nout)  # result + ..., fp32
-    o.free(mul, out)
-    res = o.alloc(o.p * nout)  # result.to(torch_result_dtype)
-    o.free(add)
-    if o.dropout or not o.saving:
-        o.free(xc)
-    return res, Adapter(x, mask, a)
+    return mul, Adapter(x, mask, a)
+
+
+def lora_backward(
+    o: Ops,
+    m: int,
+    saved: Adapter,
+    nin: int,
+    nout: int,
+    w: tuple[tuple[int, int], ...],
+    graph: bool,
+    into: int | None = None,
+) -> int | None:
+    """The backward of :func:`lora_forward` from the product's gradient ``m`` (freed):
+    lora_B's and lora_A's ``MmBackward0`` (the weight's gradient first, its AccumulateGrad
+    right after the node), then the dropout's. ``w``: (id, bytes) of lora_A and lora_B;
+    ``saved.x``: lora_A's saved input (0 where the caller releases it); ``into``: the buffer
+    lora_A's input gradient is added to when no node lies between (no dropout), before
+    lora_A's AccumulateGrad runs. Returns the gradient of ``x`` (None without ``graph``)."""
+    db = o.alloc(4 * nout // o.tokens * o.rank)  # lora_B's weight: out x rank
+    ga = o.alloc(4 * o.rank * o.tokens)
+    o.free(*((saved.a, m) if o.unpacked else (m, saved.a)))
+    o.grad(w[1][0], db)
+    da = o.alloc(4 * o.rank * nin // o.tokens)
+    done = (saved.x, ga) if o.unpacked else (ga, saved.x)
+    if not graph:
+        o.drop(*done)
+        o.grad(w[0][0], da)
+        return None
+    gd = o.alloc(4 * nin)
+    o.drop(*done)
+    if saved.mask is None:
+        gd = add_grad(o, 4 * nin, into, gd)
+    o.grad(w[0][0], da)
+    if saved.mask is not None:  # NativeDropoutBackward0
+        gm = o.alloc(4 * nin)
+        o.free(*((saved.mask, gd) if o.unpacked else (gd, saved.mask)))
+        gd = gm
+    return gd
 
 
 def linear_backward(
@@ -395,22 +464,9 @@ def linear_backward(
     gb = o.alloc(o.p * nout) if graph else None  # AddBackward0: the base's, cast back
     m = o.alloc(4 * nout)  # MulBackward0 (scaling)
     o.free(g32)
-    db = o.alloc(4 * nout // o.tokens * o.rank)  # lora_B's weight: out x rank
-    ga = o.alloc(4 * o.rank * o.tokens)
-    o.free(*((saved.a, m) if o.unpacked else (m, saved.a)))  # a recomputed a goes first
-    o.grad(w[1][0], db)
-    da = o.alloc(4 * o.rank * nin // o.tokens)
-    if not graph:
-        o.free(*((saved.x, ga) if o.unpacked else (ga, saved.x)))
-        o.grad(w[0][0], da)
+    gd = lora_backward(o, m, saved, nin, nout, w, graph)
+    if gd is None:
         return buf
-    gd = o.alloc(4 * nin)
-    o.free(*((saved.x, ga) if o.unpacked else (ga, saved.x)))
-    o.grad(w[0][0], da)
-    if saved.mask is not None:  # NativeDropoutBackward0
-        gm = o.alloc(4 * nin)
-        o.free(*((saved.mask, gd) if o.unpacked else (gd, saved.mask)))
-        gd = gm
     gx = o.alloc(o.p * nin)  # ToCopyBackward0 of the fp32 copy
     o.free(gd)
     buf = add_grad(o, o.p * nin, buf, gx)

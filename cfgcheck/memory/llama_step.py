@@ -210,10 +210,10 @@ def layer_backward(
     gp = linear("down_proj", gd, o.sandwich, o.inter, hd, None, (lay.prod,) if full else ())
     assert gp is not None
     gu, ga = o.alloc(ib), o.alloc(ib)  # MulBackward0: other's gradient, then self's
-    o.free(gp, lay.up, lay.act)
+    o.free(*((lay.act, lay.up, gp) if o.unpacked else (gp, lay.up, lay.act)))
     gx = linear("up_proj", gu, True, hd, o.inter, None)
     gg = o.alloc(ib)  # SiluBackward0
-    o.free(ga, lay.gate)
+    o.free(*((lay.gate, ga) if o.unpacked else (ga, lay.gate)))
     gate_full = kd["gate_proj"] == "full"
     gx = linear("gate_proj", gg, True, hd, o.inter, gx, (lay.norm2.out,) if gate_full else ())
     assert gx is not None
