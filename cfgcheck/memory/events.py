@@ -38,7 +38,8 @@ steps of forward, ``loss.backward()``, ``opt.step()``, ``zero_grad(set_to_none=T
 For transformers' Llama layout, checkpointed or not (:func:`cfgcheck.memory.layer_ops.exact`:
 full fine-tuning in 16/32-bit weights or LoRA with q_proj) each micro-batch is generated op
 by op by :mod:`cfgcheck.memory.layer_ops` (the mask, rotary tables, norm statistics, every
-autograd temporary above; equal to the traced sequence above 1 MiB, tests/test_layer_ops.py).
+autograd temporary above; equal to the traced sequence above 1 MiB, tests/test_layer_ops.py),
+and so are Gemma's and Gemma 3's (:mod:`cfgcheck.memory.gemma_ops`, tests/test_gemma_ops.py).
 Elsewhere the per-op sequence is not generated: tests/test_allocsim_traced.py runs the
 simulator on the trace of the real op sequence instead (at the H100 rows' full size on meta
 tensors: their allocated peak to the byte), tests/test_memory_events.py checks this
@@ -54,7 +55,7 @@ sequence.
 
 from __future__ import annotations
 
-from cfgcheck.memory import events_moe, layer_ops, llama_step, weights
+from cfgcheck.memory import events_moe, gemma_ops, layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace, one_plain_gpu
@@ -203,11 +204,17 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     param_ids = [ev.alloc(n * master) for _, n in params]
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
+    gemma = gemma_ops.exact(m, d, t)
     moe = events_moe.Moe.of(m, t) if m.n_expert else None  # covered: events_moe.covered
-    exact = layer_ops.exact(m, d, t) or moe is not None
+    exact = gemma or layer_ops.exact(m, d, t) or moe is not None
+    qk_w = gemma_ops.qk_norm_weights(ev.alloc, m, master) if gemma else []
+    for nb in gemma_ops.outside_tensors(m, t, master, s.adapter) if gemma else []:
+        ev.alloc(nb)
+    if full:
+        trainable += [p for x in qk_w for ps in x.values() for p in ps]
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
-        kinds = layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {}
+        kinds = _kinds(m, t, gemma)
         experts = events_moe.adapter_sizes(m, t)  # PEFT's ParamWrapper on expert parameters
         for _ in range(m.n_layer):
             made: dict[str, tuple[tuple[int, int], ...]] = {}
@@ -261,29 +268,33 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             ev.alloc, ev.free, ev.matmul, p=p, b=b, s=seq, h=m.n_embd * tokens,
             q=m.n_head * hs * tokens, kv=(m.n_query_groups or m.n_head) * hs * tokens,
             inter=m.mlp_width * tokens, head_dim=hs, n_head=m.n_head, vocab=m.head_rows,
-            mask=masked, kinds=layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {},
+            mask=masked, kinds=_kinds(m, t, gemma),
             rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
-            mask_first=architecture_of(m) == "qwen2",
+            mask_first=architecture_of(m) in ("qwen2", *gemma_ops.GEMMA3),
+            **(gemma_ops.layout(m) if gemma else {}),
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)
         layer_w: list[dict[str, tuple[tuple[int, int], ...]]] = []
         for i in range(m.n_layer):
             first = 1 + i * per_layer_params
+            norms = gemma_ops.norm_names(m)
             if full:
-                names = [*layer_ops.LINEARS, "input_layernorm", "post_attention_layernorm"]
+                names = [*layer_ops.LINEARS, *norms]
                 if moe is not None:  # by name: the router and experts among them
                     names = [x for x, _ in events_moe.layer_params(m)]
                 layer_w.append({x: (sized[first + j],) for j, x in enumerate(names)})
             else:
-                norms = {"input_layernorm": (frozen,), "post_attention_layernorm": (frozen,)}
-                layer_w.append({**adapters[i], **norms})
+                layer_w.append({**adapters[i], **dict.fromkeys(norms, (frozen,))})
+            if qk_w:
+                layer_w[-1].update(qk_w[i])
+        untied = bool(count_params(m).lm_head)  # else the lm_head is the embedding
         exact_w = llama_step.Weights(
             layer_w,
-            sized[-2] if full else frozen,
-            sized[-1] if full else None,
+            sized[-1 - untied] if full else frozen,
+            sized[-1 if untied else 0] if full else None,
             sized[0] if full else None,
         )
     for step in range(steps):
@@ -660,3 +671,10 @@ def _grad(ev: Seq, grads: dict[int, int], param: int, nbytes: int) -> None:
         grads[param] = ev.alloc(nbytes)
     else:  # accumulation: a new gradient, added into ``.grad`` in place, then freed
         ev.free(ev.alloc(nbytes))
+
+
+def _kinds(m: ModelConfig, t: TrainerConfig, gemma: bool) -> dict[str, str]:
+    """Each adapted linear's kind, from the layout's own module."""
+    if gemma:
+        return gemma_ops.kinds(m, t) or {}
+    return layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {}

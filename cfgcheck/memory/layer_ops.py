@@ -110,6 +110,17 @@ class Ops:
     # the checkpointed layer's input, kept by its frame until the last node holding one of
     # its saved tensors' holders is done
     frame: tuple[int, ...] = ()
+    # Gemma's scaled embedding, fp32 norm and tied lm_head (cfgcheck/memory/gemma_ops.py)
+    gemma: bool = False
+    # Gemma 3: q_norm / k_norm, norms on each sub-block's output (``sandwich``), and each
+    # layer's attention type (True: sliding window; its own mask and rotary tables)
+    qk_norm: bool = False
+    sandwich: bool = False
+    sliding: tuple[bool, ...] = ()
+    # the order the attention types' rotary tables and (multimodal) masks are made in:
+    # ``set(layer_types)``'s, which string hashing decides per process (gemma_ops.layout)
+    table_order: tuple[bool, ...] = ()
+    mask_order: tuple[bool, ...] = ()
     # the small pool's per-token statistics (the norms' mean and rsqrt) are made: the QLoRA
     # generator (cfgcheck/memory/events_kbit.py) leaves them out
     stats: bool = True
@@ -121,6 +132,12 @@ class Ops:
     @property
     def gqa(self) -> bool:
         return self.q != self.kv
+
+    @property
+    def repeat(self) -> bool:
+        """``repeat_kv`` copies k and v: grouped heads, more than one k/v head (with one its
+        ``expand`` and ``reshape`` are views)."""
+        return self.gqa and self.kv > self.head_dim * self.tokens
 
     @property
     def full(self) -> bool:

@@ -29,9 +29,10 @@ in ``torch.utils.checkpoint.checkpoint``; torch 2.13.0 ``torch/utils/checkpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from cfgcheck.memory import gemma_ops
 from cfgcheck.memory.layer_ops import (
     Adapter,
     Norm,
@@ -46,6 +47,15 @@ from cfgcheck.memory.layer_ops import (
 
 if TYPE_CHECKING:
     from cfgcheck.memory.events_moe import Moe, Saved
+
+
+def _norm_forward(o: Ops, x: int, graph: bool = True) -> Norm:
+    """The layout's RMSNorm: Llama's, or Gemma's (fp32 weight multiplication)."""
+    return (gemma_ops.norm_forward if o.gemma else norm_forward)(o, x, graph)
+
+
+def _norm_backward(o: Ops, g: int, nm: Norm, weight: tuple[int, int], buf: int | None) -> int:
+    return (gemma_ops.norm_backward if o.gemma else norm_backward)(o, g, nm, weight, buf)
 
 
 @dataclass
@@ -69,6 +79,10 @@ class Layer:
     graph: bool  # the layer's input has a gradient
     moe: Saved | None = None  # a mixture-of-experts block's saved tensors (events_moe.py)
     qk: tuple[Norm, Norm] | None = None  # the q and k norms (Qwen3)
+    # Gemma 3's further norms (gemma_ops.py), and its output's gradient cast to fp32 before
+    # a checkpoint's recomputation (the post-feedforward norm's ToCopyBackward0 saves nothing)
+    norms: dict[str, Norm] = field(default_factory=dict)
+    cast: int | None = None
 
 
 def layer_forward(
@@ -98,7 +112,7 @@ def layer_forward(
             ad[name] = saved
         return out
 
-    n1 = norm_forward(o, x, graph)
+    n1 = _norm_forward(o, x, graph)
     qm = linear("q_proj", hd, o.q, graph)
     qk: tuple[Norm, Norm] | None = None
     if qk_norm:  # q_norm on each head, its input gone once it ran
@@ -111,10 +125,13 @@ def layer_forward(
         o.free(km)
         km, qk = kn.out, (qn, kn)
     vm = linear("v_proj", hd, o.kv, graph)
+    ex: dict[str, Norm] = {}
+    if o.qk_norm:  # Gemma 3: the rotary embedding takes the normed q and k
+        qm, km = gemma_ops.qk_norm_forward(o, qm, km, graph, ex)
     q = rope_forward(o, qb)
     k = rope_forward(o, kvb)
     o.free(qm, km)
-    kk, vv = (o.alloc(qb), o.alloc(qb)) if o.gqa else (k, vm)  # repeat_kv
+    kk, vv = (o.alloc(qb), o.alloc(qb)) if o.repeat else (k, vm)  # repeat_kv
     bias = None
     if o.mask:  # the boolean mask as an additive bias: where(mask.logical_not(), -inf, 0)
         nt = o.alloc(o.b * o.s * o.s)
@@ -126,18 +143,20 @@ def layer_forward(
         o.free(lse)
         if bias is not None:
             o.free(bias)
-        if o.gqa:
+        if o.repeat:
             o.free(kk, vv)
     out = linear("o_proj", o.q, hd, True)
     if not o.saving:  # attn_output rebound, then self_attn's locals
         o.free(attn, q)
-    if o.gqa or not o.saving:
+    if o.repeat or not o.saving:
         o.free(k, vm)
     if not o.full or not o.saving:  # nothing kept the norm's output: it goes with self_attn
         o.free(n1.out)
+    if o.sandwich:
+        out = gemma_ops.post_norm_forward(o, out, ex, "post_attention_layernorm")
     r1 = o.alloc(row)
     o.free(out)
-    n2 = norm_forward(o, r1)
+    n2 = _norm_forward(o, r1)
     if moe is not None:  # the block's output, then the layer's end as below
         y, saved = moe.forward(o, n2.out, stop)
         if not o.full or not o.saving:  # a frozen router keeps not its input
@@ -160,7 +179,7 @@ def layer_forward(
     prod = o.alloc(ib)
     if not o.saving:
         o.free(act, up)
-    if stop:  # _StopRecomputationError at down_proj's last pack (see recompute)
+    if stop and not o.sandwich:  # _StopRecomputationError at down_proj's last pack
         return _stopped(o, x, Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod,
                                     -1, ad, graph, None, qk), r1)  # fmt: skip
     down = linear("down_proj", o.inter, hd, True)
@@ -168,13 +187,22 @@ def layer_forward(
         o.free(prod)
     if not o.full or not o.saving:
         o.free(n2.out)
+    if o.sandwich:  # a recomputation stops in this norm (gemma_ops.stopped)
+        down_in = down
+        down = gemma_ops.post_norm_forward(o, down, ex, "post_feedforward_layernorm", stop)
+        if stop:
+            gemma_ops.stopped(o, down_in, r1, ex)
+            return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, -1, ad,
+                         graph, None, qk, ex)  # fmt: skip
     r2 = o.alloc(row)
     o.free(down)
     if o.p != 4 or not o.saving:  # the fp32 norms keep their inputs themselves
         o.free(r1)
         if free_input:
             o.free(x)
-    return Layer(n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph, None, qk)
+    return Layer(
+        n1, n2, q, kk, vv, bias, attn, lse, gate, act, up, prod, r2, ad, graph, None, qk, ex
+    )
 
 
 def _stopped(o: Ops, x: int, lay: Layer, r1: int) -> Layer:
@@ -225,7 +253,8 @@ def layer_backward(
         gx = _mlp_backward(o, g, lay, w)
     assert gx is not None
     # the post-attention norm; its input's buffer holds g (the residual's path)
-    s = norm_backward(o, gx, lay.norm2, w["post_attention_layernorm"][0], g)
+    pre = "pre_feedforward_layernorm" if o.sandwich else "post_attention_layernorm"
+    s = _norm_backward(o, gx, lay.norm2, w[pre][0], g)
     return _attention_backward(o, s, lay, w, tables, frame)
 
 
@@ -244,8 +273,13 @@ def _mlp_backward(
         )
 
     full = kd["down_proj"] == "full"
+    ex = lay.norms
+    gd = g
+    if o.sandwich:  # the post-feedforward norm; the residual's buffer holds g
+        name = "post_feedforward_layernorm"
+        gd = gemma_ops.norm_backward(o, g, ex[name], w[name][0], None, g32=lay.cast, owned=False)
     # the MLP: down, the product, up, SiLU, gate (the order of their sequence numbers)
-    gp = linear("down_proj", g, False, o.inter, hd, None, (lay.prod,) if full else ())
+    gp = linear("down_proj", gd, o.sandwich, o.inter, hd, None, (lay.prod,) if full else ())
     assert gp is not None
     gu, ga = o.alloc(ib), o.alloc(ib)  # MulBackward0: other's gradient, then self's
     o.free(*((lay.act, lay.up, gp) if o.unpacked else (gp, lay.up, lay.act)))
@@ -277,7 +311,12 @@ def _attention_backward(
 
     # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q;
     # without a gradient on the layer's input only o_proj holds s
-    go = linear("o_proj", s, not lay.graph, o.q, hd, None)
+    ga, owned = s, not lay.graph
+    if o.sandwich:  # the post-attention norm, s also in the input's buffer
+        name = "post_attention_layernorm"
+        ga = gemma_ops.norm_backward(o, s, lay.norms[name], w[name][0], None, owned=owned)
+        owned = True
+    go = linear("o_proj", ga, owned, o.q, hd, None)
     assert go is not None
     need = {x: lay.graph or kd[x + "_proj"] != "frozen" for x in "qkv"}
     grads = {x: o.alloc(qb if o.gqa or x == "q" else kvb) for x in "qkv"}
@@ -296,6 +335,8 @@ def _attention_backward(
     if need["k"]:
         grads["k"] = rope_backward(o, grads["k"], kvb, None)
     grads["q"] = rope_backward(o, grads["q"], qb, tables)
+    if o.qk_norm:
+        gemma_ops.qk_norm_backward(o, grads, need, lay.norms, w)
     total: int | None = None
     for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
         if not need[x]:
@@ -306,8 +347,10 @@ def _attention_backward(
             grads[x] = norm_backward(_per_head(o, o.q if x == "q" else o.kv), grads[x], nm,
                                      weight, None)  # fmt: skip
         c = grads[x]
-        if x != "v" or o.gqa:  # the transposed gradient made contiguous for the view; the
-            # kernel's own v gradient has the input's strides (no copy)
+        # the transposed gradient made contiguous for the view; the kernel's own v gradient
+        # has the input's strides, and with one k/v head (b, 1, s, d) transposed is
+        # contiguous: no copy
+        if (x != "v" or o.gqa) and (x == "q" or o.repeat or not o.gqa):
             c = o.alloc(size)
             o.free(grads[x])
         name = x + "_proj"
@@ -319,7 +362,7 @@ def _attention_backward(
         return None
     assert total is not None
     o.frame = frame
-    return norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
+    return _norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
 
 
 def _per_head(o: Ops, size: int) -> Ops:
@@ -345,44 +388,33 @@ class Weights:
     embedding: Param | None
 
 
-def micro_batch(
-    o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None, qk_norm: bool = False
-) -> None:
-    """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
-    ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing; ``moe``:
-    a mixture-of-experts block in each layer's MLP place."""
-    row = o.p * o.h
-    emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
-    mask = None
-    bss = o.b * o.s * o.s
-    if o.mask and o.packed:  # masking_utils: causal and the packed sequences' mask, per row
-        le = o.alloc(bss)
-        causal = o.alloc(bss)
+def _mask(o: Ops, window: bool) -> int:
+    """``sdpa_mask``: and_masks(causal, padding), each ``and`` a new bool tensor; with a
+    sliding window the causal function is and_masks(sliding_window_overlay, causal)."""
+    ss = o.s * o.s
+    if window:
+        gt = o.alloc(ss)
+        inner = o.alloc(ss)
+        o.free(gt)
+        le = o.alloc(ss)
+        both = o.alloc(ss)
+        o.free(le, inner)
+        causal = o.alloc(ss)
+        o.free(both)
+    else:
+        le = o.alloc(ss)
+        causal = o.alloc(ss)
         o.free(le)
-        same = o.alloc(bss)  # packed_sequence_mask_function: same sequence index
-        mask = o.alloc(bss)
-        o.free(same, causal)
-    elif o.mask:  # sdpa_mask: and_masks(causal, padding), each and a new bool tensor
-        ss = o.s * o.s
-        if o.window:  # the causal function is and_masks(sliding_window_overlay, causal)
-            gt = o.alloc(ss)
-            inner = o.alloc(ss)
-            o.free(gt)
-            le = o.alloc(ss)
-            both = o.alloc(ss)
-            o.free(le, inner)
-            causal = o.alloc(ss)
-            o.free(both)
-        else:
-            le = o.alloc(ss)
-            causal = o.alloc(ss)
-            o.free(le)
-        mask = o.alloc(bss)
-        o.free(causal)
-    # LlamaRotaryEmbedding: fp32 frequencies, cat, cos and sin (times attention_scaling),
-    # cast to the compute dtype; kept by every rotary multiplication. Without position_ids
-    # LlamaModel makes them for one row (``arange(...).unsqueeze(0)``, modeling_llama.py
-    # lines 379-380), broadcast over the batch
+    mask = o.alloc(o.b * ss)
+    o.free(causal)
+    return mask
+
+
+def _tables(o: Ops) -> tuple[int, int]:
+    """LlamaRotaryEmbedding: fp32 frequencies, cat, cos and sin (times attention_scaling),
+    cast to the compute dtype; kept by every rotary multiplication. Without position_ids
+    LlamaModel makes them for one row (``arange(...).unsqueeze(0)``, modeling_llama.py
+    lines 379-380), broadcast over the batch."""
     hd = (o.tokens if o.packed else o.s) * o.head_dim
     freqs = o.alloc(4 * hd // 2)
     cat = o.alloc(4 * hd)
@@ -395,9 +427,42 @@ def micro_batch(
     if o.p != 4:
         cos16, sin16 = o.alloc(o.p * hd), o.alloc(o.p * hd)
         o.free(freqs, cat, cos, sin)
-        cos, sin = cos16, sin16
-    else:
-        o.free(freqs, cat)
+        return cos16, sin16
+    o.free(freqs, cat)
+    return cos, sin
+
+
+def micro_batch(
+    o: Ops, w: Weights, ckpt: bool = False, moe: Moe | None = None, qk_norm: bool = False
+) -> None:
+    """Forward, loss and backward of one micro-batch (``model(**batch).loss``, then
+    ``backward()``); ``ckpt``: each layer under non-reentrant gradient checkpointing; ``moe``:
+    a mixture-of-experts block in each layer's MLP place."""
+    row = o.p * o.h
+    emb = o.alloc(row)  # the embedding's output (``inputs_embeds``, kept by LlamaModel)
+    if o.gemma:  # times the scale, a new tensor (gemma_ops.scaled_embedding)
+        emb = gemma_ops.scaled_embedding(o, emb)
+    mask = None
+    bss = o.b * o.s * o.s
+    if o.mask and o.packed:  # masking_utils: causal and the packed sequences' mask, per row
+        le = o.alloc(bss)
+        causal = o.alloc(bss)
+        o.free(le)
+        same = o.alloc(bss)  # packed_sequence_mask_function: same sequence index
+        mask = o.alloc(bss)
+        o.free(same, causal)
+    elif o.mask and not o.sliding:
+        mask = _mask(o, o.window)
+    # Gemma 3: the full and the sliding window's masks, then rotary tables per attention type
+    # (modeling_gemma3.py ``Gemma3TextModel.forward``: ``causal_mask_mapping``, then
+    # ``position_embeddings`` for each of ``set(config.layer_types)``)
+    masks = [mask] if mask is not None else []
+    if o.mask and o.sliding:
+        made = {sl: _mask(o, sl) for sl in o.mask_order or (False, True)}
+        masks = [made[False], made[True]]
+    types = o.sliding or (False,) * len(w.layers)
+    order = list(o.table_order or dict.fromkeys(types))
+    tables = {t: _tables(o) for t in order}
     layers: list[Layer] = []
     x = emb
     # the embedding's output has a gradient when the embedding trains, or with checkpointing:
@@ -415,22 +480,22 @@ def micro_batch(
         o.saving = True
         inputs.append(x)
         x = layers[-1].out
-    final = norm_forward(o, x)
+    final = _norm_forward(o, x)
     if o.p != 4:  # the last hidden state goes as the name is rebound
         o.free(x)
     # LlamaModel returns: its locals go in their order, the embedding output (an argument)
     # before the mask; in Qwen2Model the mask's arguments hold the embedding output. Under
     # checkpointing each layer's frame keeps both (its input, the mask among its kwargs)
-    held = () if mask is None else (mask,)
-    if ckpt:
-        mask = None
-    if o.mask_first and mask is not None:
-        o.free(mask)
-        mask = None
+    # the masks each layer's frame is the last to hold (its type's first layer)
+    first = {types.index(t): t for t in order}
+    held = {i: (masks[min(t, len(masks) - 1)],) if masks else () for i, t in first.items()}
+    live = [] if ckpt else masks
+    if o.mask_first:
+        o.free(*live)
+        live = []
     if o.p != 4 and not ckpt:
         o.free(emb)
-    if mask is not None:
-        o.free(mask)
+    o.free(*live)
     # the lm_head, then ForCausalLMLoss: logits.float(), cross_entropy (log_softmax, nll)
     v = o.vocab * o.tokens
     logits = o.alloc(o.p * v)
@@ -446,6 +511,7 @@ def micro_batch(
     g_ls = o.alloc(4 * v)
     o.free(g_nll, logp)
     g_logits = g_ls
+    head_grad: int | None = None
     if o.p != 4:
         g_logits = o.alloc(o.p * v)
         o.free(g_ls)
@@ -454,31 +520,43 @@ def micro_batch(
         o.matmul("backward")  # the backward's first matmul: its thread's cuBLAS workspace
         gx = o.alloc(row)
         o.free(g_logits, final.out)
-        o.grad(w.head[0], dw)
+        if w.embedding is not None and w.head[0] == w.embedding[0]:
+            head_grad = dw  # tied: it waits in the shared weight's input buffer
+        else:
+            o.grad(w.head[0], dw)
     else:
         gx = o.alloc(row)
         o.matmul("backward")
         o.free(g_logits)
-    g: int | None = norm_backward(o, gx, final, w.final_norm, None)
+    g: int | None = _norm_backward(o, gx, final, w.final_norm, None)
     for i in reversed(range(len(layers))):
         assert g is not None
 
-        def rerun(i: int = i) -> Layer:
+        def rerun(i: int = i, g: int = g) -> Layer:
+            # (Gemma 3: the post-feedforward norm's gradient, after its output's cast)
+            cast = gemma_ops.cast_grad(o, g, free_g=False) if o.sandwich else None
             lay = layer_forward(o, inputs[i], False, graph or i > 0, True, moe, qk_norm)
+            lay.cast = cast
             o.unpacked = True
             # the embedding's output made to require a gradient is a leaf: it stays (with
             # its .grad) to the end of the backward
-            # with the first layer's frame go the mask, then its input unless that is a leaf
-            o.frame = (inputs[i],) if i > 0 else (*held, emb) if w.embedding is not None else held
+            # (the layer's keyword arguments: its mask, then the rotary tables, which its
+            # type's first layer's frame is the last to hold), then its input unless that
+            # is a leaf
+            own = (*held[i], *tables[types[i]]) if i in first else ()
+            o.frame = (*own, inputs[i]) if i > 0 or w.embedding is not None else own
             return lay
 
         if ckpt and moe is None:  # down_proj's node unpacks first: the layer recomputed
             layers[i] = rerun()
-        tables = (cos, sin) if i == 0 else None
+        t = tables[types[i]] if i in first and not ckpt else None
         later = rerun if ckpt and moe is not None else None  # inside the block's backward
-        g = layer_backward(o, g, layers[i], w.layers[i], tables, moe, later)
+        g = layer_backward(o, g, layers[i], w.layers[i], t, moe, later)
         o.unpacked = False
-    if w.embedding is not None:
+    if w.embedding is not None and o.gemma:
+        assert g is not None
+        gemma_ops.embedding_backward(o, g, w.embedding, head_grad)
+    elif w.embedding is not None:
         assert g is not None
         dw = o.alloc(w.embedding[1])  # embedding_dense_backward
         o.free(g)
