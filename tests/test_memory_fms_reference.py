@@ -130,10 +130,11 @@ def test_published_out_of_memory_runs_do_not_fit_an_a100_80gb() -> None:
         assert verdict(est, a100) == "does not fit", (method, batch, gpus, est.total_gib)
 
 
-def test_completed_runs_over_the_gpu_only_by_the_allocator_cache_may_not_fit() -> None:
-    """Mistral-7B full fine-tuning completed on an A100-80GB although its estimated reserved
-    peak is over the GPU: torch frees its cached blocks and retries before it raises
-    out-of-memory, so the verdict is "may not fit", never "does not fit"; still never "fits"."""
+def test_completed_runs_are_never_refused_nor_passed_without_margin() -> None:
+    """Mistral-7B full fine-tuning completed on an A100-80GB: the estimate (allocated within
+    0.1 % of the published 72.43 GB) fits the GPU, but not with the margin its flash attention
+    carries (not calibrated), so the verdict is "may not fit": never "does not fit", and
+    never a confident "fits"."""
     import memory_accuracy
 
     from cfgcheck.memory import estimate
@@ -147,5 +148,5 @@ def test_completed_runs_over_the_gpu_only_by_the_allocator_cache_may_not_fit() -
     for row in full_one_gpu:
         model, data, trainer, _ = memory_accuracy.row_config(row)
         est = estimate(model, data, trainer)
-        assert required_bytes(est) <= a100 < est.total_bytes
+        assert required_bytes(est) <= est.total_bytes <= a100 < est.total_bytes * (1 + est.margin)
         assert verdict(est, a100) == "may not fit"

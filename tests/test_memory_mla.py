@@ -94,15 +94,19 @@ def test_latent_attention_bytes_equal_transformers(family: str, kernel: str) -> 
 
 @requires("torch", "transformers")
 def test_mla_is_counted_not_given_the_unmodelled_margin() -> None:
-    """MLA is counted: the estimate states the usual margin for what no GPU measured and
-    says MLA is traced on CPU, not that it is not modelled."""
-    from cfgcheck.memory.coverage import UNCALIBRATED_MARGIN
+    """MLA is counted: DeepSeek-V2 (DeepSeek-V2-Lite measured on an H200) states the
+    calibrated margin; DeepSeek-V3, never measured, the usual margin for what no GPU measured,
+    saying MLA is traced on CPU, not that it is not modelled."""
+    from cfgcheck.memory.coverage import CALIBRATED_MARGIN, UNCALIBRATED_MARGIN
     from cfgcheck.memory.estimate import estimate
     from cfgcheck.schema import DataConfig, TrainerConfig
 
     for family in FAMILIES:
         t = TrainerConfig(micro_batch_size=2, finetuning="full", precision="bf16-true")
         est = estimate(model_config(family), DataConfig(max_seq_length=256), t)
+        assert not any("not modelled" in n for n in est.notes)
+        if family == "deepseek_v2":
+            assert est.margin == CALIBRATED_MARGIN
+            continue
         assert est.margin == UNCALIBRATED_MARGIN
         assert any("latent attention" in n and "traced on CPU" in n for n in est.notes)
-        assert not any("not modelled" in n for n in est.notes)

@@ -19,7 +19,9 @@ included, and checks :data:`LAYERS`):
 3. estimate: the terms stacked into the peak of a step (``estimate``), or into the step's
    allocation events that ``allocsim`` replays (``events``; ``events_kbit`` with ``kbit_layer``
    and ``kbit_ops`` for QLoRA, ``events_liger`` for Liger's fused loss, all built with
-   ``event_seq``; ``layer_ops`` and ``llama_step`` for the Llama layout op by op);
+   ``event_seq``; ``layer_ops`` and ``llama_step`` for the Llama layout op by op, with
+   ``gemma_ops`` for Gemma's, ``events_moe`` and ``param_wrapper`` for mixture-of-experts
+   blocks; ``sim_cache`` keeps replays and simulated steps on disk);
 4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``; ``simulated``
    the simulation's figures next to it).
 """
@@ -60,6 +62,10 @@ LAYERS: dict[str, int] = {
     "kbit_ops": 3,
     "layer_ops": 3,
     "llama_step": 3,
+    "gemma_ops": 3,
+    "events_moe": 3,
+    "param_wrapper": 3,
+    "sim_cache": 3,
     "simulated": 4,
     "estimate": 3,
     "verdict": 4,
