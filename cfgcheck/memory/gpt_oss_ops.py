@@ -35,7 +35,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cfgcheck.memory.allocsim import Event
 from cfgcheck.memory.layer_ops import Adapter, Ops, linear_forward
+from cfgcheck.pipeline import Pipeline
+from cfgcheck.schema.data import DataConfig
+from cfgcheck.schema.model import ModelConfig
+from cfgcheck.schema.trainer import TrainerConfig
 
 
 @dataclass(frozen=True)
@@ -238,14 +243,17 @@ def experts_forward(o: Ops, x: int, ex: Experts) -> dict[str, int]:
     o.free(weighted)
     out = o.alloc(p * t * h)  # sum over top_k
     o.free(sort_v, routed, hist_in, hist, bias_down, unperm, logits)
-    return {"out": out, "scores": scores, "top_i": top_i, "perm": perm, "token_idx": token_idx, "weights_g": weights_g,
-            "offsets": offsets, "gate_up": gate_up, "gate": gate, "sig": sig, "glu": glu,
-            "up1": up1, "down": down, "inv_perm": inv_perm}  # fmt: skip
+    return {"out": out, "scores": scores, "top_i": top_i, "perm": perm, "token_idx": token_idx,
+            "weights_g": weights_g, "offsets": offsets, "gate_up": gate_up, "gate": gate,
+            "sig": sig, "glu": glu, "up1": up1, "down": down, "inv_perm": inv_perm}  # fmt: skip
 
 
 def forward(o: Ops, layers: int, ex: Experts) -> list[Layer]:
-    """``model(**batch)`` up to the final norm's output: the embedding, the masks, the
-    rotary tables, each layer (alternating sliding and full masks, ``layer_types``)."""
+    """``model(**batch).loss`` with a frozen lm_head: the embedding, the masks, the rotary
+    tables, each layer (alternating sliding and full masks, ``layer_types``), the final norm,
+    ``GptOssModel.forward``'s locals going (the masks, the embedding's output), the logits,
+    their fp32 copy and ``log_softmax`` (``ForCausalLMLoss``); the log-probabilities stay,
+    kept by the loss. Returns the layers' kept tensors."""
     emb = o.alloc(o.p * o.h)
     full, sliding = masks(o)
     rotary_tables(o)
@@ -256,4 +264,39 @@ def forward(o: Ops, layers: int, ex: Experts) -> list[Layer]:
         lay = layer_forward(o, x, i > 0, mask, ex, free_input=i > 0)
         out.append(lay)
         x = lay.out
+    final, _ = norm(o, True)
+    o.free(x, full, sliding, emb)
+    v = o.vocab * o.tokens
+    logits = o.alloc(o.p * v)
+    up = o.alloc(4 * v)
+    o.alloc(4 * v)  # log_softmax, kept by nll_loss
+    o.free(up, final, logits)
     return out
+
+
+def forward_events(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[Event]:
+    """The reset, then one micro-batch's forward and loss (:func:`forward`) of a gpt-oss run
+    with LoRA on the attention projections, not checkpointed."""
+    from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace
+    from cfgcheck.memory.events_moe import kinds
+    from cfgcheck.memory.modules import traced
+    from cfgcheck.memory.stack import stack
+
+    tr = traced(m)
+    if tr is None or not tr.experts or t.gradient_checkpointing or t.finetuning != "lora":
+        raise ValueError("gpt_oss_ops: LoRA on gpt-oss's attention, not checkpointed")
+    seq = Pipeline.from_data(d).memory_length()
+    hs = m.head_size or m.n_embd // m.n_head
+    tokens = t.micro_batch_size * seq
+    ev = Seq(workspace=blas_workspace(t), lt_workspace=BLAS_LT_WORKSPACE)
+    ev.reset()
+    o = Ops(
+        ev.alloc, ev.free, ev.matmul, p=stack(m, t).act, b=t.micro_batch_size, s=seq,
+        h=m.n_embd * tokens, q=m.n_head * hs * tokens,
+        kv=(m.n_query_groups or m.n_head) * hs * tokens, inter=m.mlp_width * tokens,
+        head_dim=hs, n_head=m.n_head, vocab=m.head_rows, mask=True,
+        kinds=kinds(m, t) or {}, rank=t.lora.rank or 0, dropout=bool(t.lora.dropout),
+    )  # fmt: skip
+    e = tr.experts[0]
+    forward(o, m.n_layer, Experts(e.n_expert, e.top_k, e.width))
+    return ev.events
