@@ -33,10 +33,11 @@ Sources (transformers 5.24 ``models/gpt_oss/modeling_gpt_oss.py``; line numbers 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cfgcheck.memory.allocsim import Event
-from cfgcheck.memory.layer_ops import Adapter, Ops, linear_forward
+from cfgcheck.memory import layer_ops
+from cfgcheck.memory.layer_ops import Adapter, Norm, Ops, add_grad, linear_backward, linear_forward
 from cfgcheck.pipeline import Pipeline
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
@@ -56,8 +57,8 @@ class Experts:
 class Layer:
     """What a gpt-oss layer keeps for its backward (ids; -1: not kept)."""
 
-    norm1: int  # the fp32 copies (kept when the norm's input has a gradient)
-    norm2: int
+    norm1: Norm
+    norm2: Norm
     q: int  # the rotary q (kept by the scores' bmm when k has a gradient)
     k: int  # repeat_kv's copies
     v: int
@@ -111,8 +112,9 @@ def masks(o: Ops) -> tuple[int, int]:
     return full, sliding
 
 
-def norm(o: Ops, graph: bool) -> tuple[int, int]:
-    """``GptOssRMSNorm`` on a 16-bit input: returns its output and the kept fp32 copy (-1)."""
+def norm(o: Ops, graph: bool) -> Norm:
+    """``GptOssRMSNorm`` on a 16-bit input (``graph``: it has a gradient, the fp32 copy and
+    the rsqrt are kept)."""
     h4, small = 4 * o.h, 4 * o.tokens
     c = o.alloc(h4)
     pw = o.alloc(h4)
@@ -125,12 +127,23 @@ def norm(o: Ops, graph: bool) -> tuple[int, int]:
     if not graph:
         o.drop(r)
         o.free(c)
-        c = -1
     wn = o.alloc(h4)  # self.weight * hidden_states, fp32
     out = o.alloc(o.p * o.h)
     o.free(wn, n)
     o.drop(mean)
-    return out, c
+    return Norm(c, r, None, out, graph)
+
+
+def norm_backward(o: Ops, g: int, nm: Norm, buf: int | None) -> int:
+    """The backward of :func:`norm` (a frozen weight) for ``g`` (freed), added into ``buf``:
+    the cast's ``ToCopyBackward0`` first, the weight's product in fp32, then Llama's fp32
+    norm's backward (:func:`cfgcheck.memory.layer_ops.norm_backward`), cast back."""
+    g32 = o.alloc(4 * o.h)
+    o.free(g)
+    gx = layer_ops.norm_backward(replace(o, p=4), g32, nm, (0, 0), None)
+    gin = o.alloc(o.p * o.h)
+    o.free(gx)
+    return add_grad(o, o.p * o.h, buf, gin)
 
 
 def rotary(o: Ops, size: int) -> int:
@@ -159,7 +172,8 @@ def layer_forward(o: Ops, x: int, graph: bool, mask: int, ex: Experts, free_inpu
             ad[name] = saved
         return out
 
-    n1, c1 = norm(o, graph)
+    nm1 = norm(o, graph)
+    n1 = nm1.out
     qm = linear("q_proj", hd, o.q, graph)
     km = linear("k_proj", hd, o.kv, graph)
     vm = linear("v_proj", hd, o.kv, graph)
@@ -195,14 +209,15 @@ def layer_forward(o: Ops, x: int, graph: bool, mask: int, ex: Experts, free_inpu
         o.free(n1)
     r1 = o.alloc(o.p * hd)
     o.free(out)
-    n2, c2 = norm(o, True)
+    nm2 = norm(o, True)
+    n2 = nm2.out
     moe = experts_forward(o, n2, ex)
     o.free(n2)  # a frozen router keeps not its input
     r2 = o.alloc(o.p * hd)
     o.free(moe.pop("out"), r1)
     if free_input:
         o.free(x)
-    return Layer(c1, c2, q, kk, vv, idx, probs, r2, ad, moe)
+    return Layer(nm1, nm2, q, kk, vv, idx, probs, r2, ad, moe)
 
 
 def experts_forward(o: Ops, x: int, ex: Experts) -> dict[str, int]:
@@ -248,35 +263,188 @@ def experts_forward(o: Ops, x: int, ex: Experts) -> dict[str, int]:
             "sig": sig, "glu": glu, "up1": up1, "down": down, "inv_perm": inv_perm}  # fmt: skip
 
 
-def forward(o: Ops, layers: int, ex: Experts) -> list[Layer]:
-    """``model(**batch).loss`` with a frozen lm_head: the embedding, the masks, the rotary
-    tables, each layer (alternating sliding and full masks, ``layer_types``), the final norm,
-    ``GptOssModel.forward``'s locals going (the masks, the embedding's output), the logits,
-    their fp32 copy and ``log_softmax`` (``ForCausalLMLoss``); the log-probabilities stay,
-    kept by the loss. Returns the layers' kept tensors."""
+def rotary_backward(o: Ops, g: int, size: int) -> int:
+    """The backward of :func:`rotary` for ``g`` (freed): ``CatBackward0``'s halves (views),
+    ``AddBackward0``, the products by sequence number (``first * sin``, ``second * cos``),
+    ``SubBackward0``'s negation, ``second * sin``, ``first * cos``, each half's two gradients
+    summed, then ``chunk``'s ``cat``."""
+    half = size // 2
+    a4, a3 = o.alloc(half), o.alloc(half)
+    neg = o.alloc(half)
+    a2 = o.alloc(half)
+    o.free(neg)
+    s2 = o.alloc(half)
+    o.free(a3, a2)
+    a1 = o.alloc(half)
+    o.free(g)
+    s1 = o.alloc(half)
+    o.free(a4, a1)
+    cat = o.alloc(size)
+    o.free(s1, s2)
+    return cat
+
+
+def layer_backward(
+    o: Ops, g: int, lay: Layer, w: dict[str, tuple[tuple[int, int], ...]], ex: Experts
+) -> int | None:
+    """The layer's backward for ``g`` (its output's gradient, held by the residual): the
+    experts, the post-attention norm, the attention; the layer input's gradient (None when it
+    has none)."""
+    kd, qb, kvb, hd, ad = o.kinds, o.p * o.q, o.p * o.kv, o.h, lay.adapters
+    gm = experts_backward(o, g, lay.moe, ex)
+    s = norm_backward(o, gm, lay.norm2, g)
+
+    def linear(
+        name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None, graph: bool
+    ) -> int | None:
+        return linear_backward(o, kd[name], g, free_g, nin, nout, ad.get(name), buf, (), w[name],
+                               graph)  # fmt: skip
+
+    go = linear("o_proj", s, not lay.norm1.graph, o.q, hd, None, True)
+    assert go is not None
+    gc = o.alloc(qb)  # the transposed gradient made contiguous
+    o.free(go)
+    need = {x: lay.norm1.graph or kd[x + "_proj"] != "frozen" for x in "qkv"}
+    # attn_weights @ value_states: mat2's gradient, then self's (the scores' width)
+    sc = o.p * o.b * o.n_head * o.s * o.s
+    rows = o.b * o.n_head * o.s
+    gv = o.alloc(qb)
+    gp = o.alloc(sc)
+    o.free(gc, lay.v)
+    sl = o.alloc(sc + o.p * rows)  # the sink column's zeros: SliceBackward0
+    o.free(gp)
+    gs = o.alloc(sc + o.p * rows)  # SoftmaxBackward0
+    o.free(sl, lay.probs)
+    o.free(o.alloc(sc + o.p * rows))  # SubBackward0: the max's gradient negated, summed
+    o.small(o.p * rows)
+    z = o.alloc(sc + o.p * rows)  # MaxBackward0: new_zeros, scatter
+    sct = o.alloc(sc + o.p * rows)
+    o.free(z, lay.max_idx)
+    both = o.alloc(sc + o.p * rows)
+    o.free(gs, sct)
+    gm2 = o.alloc(sc)  # CatBackward0's slice (a view), the mask's add, the scaling's mul
+    o.free(both)
+    gk = o.alloc(qb) if need["k"] else -1  # query @ key^T: mat2's gradient, then self's
+    gq = o.alloc(qb)
+    o.free(gm2, lay.k, *(() if lay.q == -1 else (lay.q,)))
+    grads: dict[str, int] = {}
+    if need["v"]:  # repeat_kv's sums, v's first
+        grads["v"] = o.alloc(kvb)
+    o.free(gv)
+    if need["k"]:
+        grads["k"] = o.alloc(kvb)
+        o.free(gk)
+        grads["k"] = rotary_backward(o, grads["k"], kvb)
+    grads["q"] = rotary_backward(o, gq, qb)
+    total: int | None = None
+    for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
+        if not need[x]:
+            continue
+        c = o.alloc(size)  # the transposed gradient made contiguous for the view
+        o.free(grads[x])
+        nout = o.q if x == "q" else o.kv
+        total = linear(x + "_proj", c, True, hd, nout, total, lay.norm1.graph)
+    if not lay.norm1.graph:
+        return None
+    assert total is not None
+    return norm_backward(o, total, lay.norm1, s)
+
+
+def experts_backward(o: Ops, g: int, sv: dict[str, int], ex: Experts) -> int:
+    """The backward of :func:`experts_forward` for ``g`` (not freed), the experts frozen:
+    returns the block input's gradient."""
+    p, t, e, k, w = o.p, o.tokens, ex.n_expert, ex.top_k, ex.width
+    h, s = o.h // t, t * k
+    a, f = o.alloc, o.free
+    expanded = a(p * s * h)  # SumBackward0's expand, made contiguous
+    gw = a(p * s * h)  # IndexBackward0 of the un-permutation: new_zeros, index_put_
+    f(expanded, sv["inv_perm"])
+    x1, x2 = a(p * s * h), a(p * s * h)  # MulBackward0 of the weighting
+    g_wsum = a(p * s)  # the routing weights' gradient, summed over the hidden size
+    f(x1, gw, sv["weights_g"], sv["down"])
+    g_prod = a(p * s * w)  # the down projection's grouped backward
+    f(x2)
+    g_glu, g_up1 = a(p * s * w), a(p * s * w)  # (up + 1) * glu
+    f(g_prod, sv["glu"], sv["up1"])
+    g_sig, g_gate = a(p * s * w), a(p * s * w)  # gate * sigmoid(...)
+    f(g_glu, sv["gate"])
+    g_in = a(p * s * w)  # SigmoidBackward0
+    f(g_sig, sv["sig"])
+    g_alpha = a(p * s * w)  # gate * alpha
+    f(g_in)
+    g_sum = a(p * s * w)  # the clamped gate's two gradients
+    f(g_gate, g_alpha)
+    ge, le = a(s * w), a(s * w)  # up's clamp: where((x >= -limit) & (x <= limit), g, 0)
+    g_upc = a(p * s * w)
+    f(le, ge, g_up1)
+    le = a(s * w)  # gate's clamp (max only)
+    g_gc = a(p * s * w)
+    f(le, g_sum, sv["gate_up"])
+    sl_up = a(p * s * 2 * w)  # the strided slices' backward, up's first
+    f(g_upc)
+    sl_gate = a(p * s * 2 * w)
+    f(g_gc)
+    g_cat = a(p * s * 2 * w)
+    f(sl_up, sl_gate)
+    g_routed = a(p * s * h)  # the up projection's grouped backward
+    f(g_cat, sv["offsets"])
+    g_wg = a(p * s)  # the routing weights' gather backward
+    f(g_wsum, sv["perm"])
+    g_x = a(p * t * h)  # the routed copies' gather backward
+    f(g_routed, sv["token_idx"])
+    sb = a(p * s)  # SoftmaxBackward0 over the k values
+    f(g_wg, sv["scores"])
+    z, sc = a(p * t * e), a(p * t * e)  # TopkBackward0: new_zeros, scatter
+    f(z, sb, sv["top_i"])
+    gm = a(p * t * h)  # the router's linear: its input's gradient
+    o.free(sc)
+    total = a(p * t * h)  # the block input's two gradients summed
+    f(g_x, gm)
+    return total
+
+
+def micro_batch(o: Ops, w: list[dict[str, tuple[tuple[int, int], ...]]], ex: Experts) -> None:
+    """``model(**batch).loss`` then ``backward()`` with a frozen lm_head: the embedding, the
+    masks, the rotary tables, each layer (alternating sliding and full masks,
+    ``layer_types``), the final norm, ``GptOssModel.forward``'s locals going (the masks, the
+    embedding's output), the logits, their fp32 copy and ``log_softmax``
+    (``ForCausalLMLoss``); the backward in reverse. ``w``: per layer, (id, bytes) of each
+    attention linear's lora_A and lora_B (nothing when frozen)."""
     emb = o.alloc(o.p * o.h)
     full, sliding = masks(o)
     rotary_tables(o)
-    out: list[Layer] = []
+    layers: list[Layer] = []
     x = emb
-    for i in range(layers):
+    for i in range(len(w)):
         mask = sliding if i % 2 == 0 else full
         lay = layer_forward(o, x, i > 0, mask, ex, free_input=i > 0)
-        out.append(lay)
+        layers.append(lay)
         x = lay.out
-    final, _ = norm(o, True)
+    final = norm(o, True)
     o.free(x, full, sliding, emb)
     v = o.vocab * o.tokens
     logits = o.alloc(o.p * v)
     up = o.alloc(4 * v)
-    o.alloc(4 * v)  # log_softmax, kept by nll_loss
-    o.free(up, final, logits)
-    return out
+    logp = o.alloc(4 * v)  # log_softmax, kept by nll_loss
+    o.free(up, final.out, logits)
+    # backward: nll_loss, log_softmax, the cast back, the frozen lm_head's input gradient
+    g_nll = o.alloc(4 * v)
+    g_ls = o.alloc(4 * v)
+    o.free(g_nll, logp)
+    g_logits = o.alloc(o.p * v)
+    o.free(g_ls)
+    gx = o.alloc(o.p * o.h)
+    o.matmul("backward")
+    o.free(g_logits)
+    g: int | None = norm_backward(o, gx, final, None)
+    for i in reversed(range(len(layers))):
+        assert g is not None
+        g = layer_backward(o, g, layers[i], w[i], ex)
 
 
-def forward_events(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[Event]:
-    """The reset, then one micro-batch's forward and loss (:func:`forward`) of a gpt-oss run
-    with LoRA on the attention projections, not checkpointed."""
+def micro_batch_events(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[Event]:
+    """The reset, then one micro-batch (:func:`micro_batch`) of a gpt-oss run with LoRA on
+    the attention projections, not checkpointed, the adapters' ids made first."""
     from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace
     from cfgcheck.memory.events_moe import kinds
     from cfgcheck.memory.modules import traced
@@ -289,14 +457,27 @@ def forward_events(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[Even
     hs = m.head_size or m.n_embd // m.n_head
     tokens = t.micro_batch_size * seq
     ev = Seq(workspace=blas_workspace(t), lt_workspace=BLAS_LT_WORKSPACE)
+    r = t.lora.rank or 0
+    k = kinds(m, t) or {}
+    kvh = m.n_query_groups or m.n_head
+    w = []
+    for _ in range(m.n_layer):
+        made: dict[str, tuple[tuple[int, int], ...]] = {}
+        for name, nout in (("q_proj", m.n_head * hs), ("k_proj", kvh * hs), ("v_proj", kvh * hs),
+                           ("o_proj", m.n_embd)):  # fmt: skip
+            nin = m.n_head * hs if name == "o_proj" else m.n_embd
+            made[name] = ()
+            if k[name] == "lora":
+                made[name] = tuple((ev.alloc(4 * n), 4 * n) for n in (r * nin, nout * r))
+        w.append(made)
     ev.reset()
     o = Ops(
         ev.alloc, ev.free, ev.matmul, p=stack(m, t).act, b=t.micro_batch_size, s=seq,
         h=m.n_embd * tokens, q=m.n_head * hs * tokens,
         kv=(m.n_query_groups or m.n_head) * hs * tokens, inter=m.mlp_width * tokens,
         head_dim=hs, n_head=m.n_head, vocab=m.head_rows, mask=True,
-        kinds=kinds(m, t) or {}, rank=t.lora.rank or 0, dropout=bool(t.lora.dropout),
+        kinds=k, rank=t.lora.rank or 0, dropout=bool(t.lora.dropout),
     )  # fmt: skip
     e = tr.experts[0]
-    forward(o, m.n_layer, Experts(e.n_expert, e.top_k, e.width))
+    micro_batch(o, w, Experts(e.n_expert, e.top_k, e.width))
     return ev.events
