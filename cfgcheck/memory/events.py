@@ -54,7 +54,7 @@ sequence.
 
 from __future__ import annotations
 
-from cfgcheck.memory import events_moe, layer_ops, llama_step, weights
+from cfgcheck.memory import events_moe, gpt_oss_ops, layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace, one_plain_gpu
@@ -83,7 +83,7 @@ def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         one_plain_gpu(t)
         and t.quantization == "none"
         and not m.weight_format
-        and (not (m.n_expert or 0) or events_moe.covered(m, t))
+        and (not (m.n_expert or 0) or events_moe.covered(m, t) or gpt_oss_ops.covered(m, t))
         and t.optimizer in ("adamw", "sgd")
         and (t.loss_chunking == "none" or covered_fused(m, t))
         and not t.precision.endswith("-mixed")
@@ -203,8 +203,9 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     param_ids = [ev.alloc(n * master) for _, n in params]
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
-    moe = events_moe.Moe.of(m, t) if m.n_expert else None  # covered: events_moe.covered
-    exact = layer_ops.exact(m, d, t) or moe is not None
+    oss = gpt_oss_ops.experts(m, t)
+    moe = events_moe.Moe.of(m, t) if m.n_expert and oss is None else None  # events_moe.covered
+    exact = layer_ops.exact(m, d, t) or moe is not None or oss is not None
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
         kinds = layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {}
@@ -298,13 +299,16 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                llama_step.micro_batch(
-                    ops,
-                    exact_w,
-                    t.gradient_checkpointing,
-                    moe,
-                    qk_norm=m.norm_qk and moe is not None,
-                )
+                if oss is not None:  # gpt-oss (gpt_oss_ops.py)
+                    gpt_oss_ops.micro_batch(ops, adapters, oss)
+                else:
+                    llama_step.micro_batch(
+                        ops,
+                        exact_w,
+                        t.gradient_checkpointing,
+                        moe,
+                        qk_norm=m.norm_qk and moe is not None,
+                    )
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start

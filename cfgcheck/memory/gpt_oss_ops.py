@@ -442,6 +442,47 @@ def micro_batch(o: Ops, w: list[dict[str, tuple[tuple[int, int], ...]]], ex: Exp
         g = layer_backward(o, g, layers[i], w[i], ex)
 
 
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def covered(m: ModelConfig, t: TrainerConfig) -> bool:
+    """The gpt-oss runs generated op by op (see the module docstring)."""
+    from cfgcheck.memory.modules import architecture_of, traced
+
+    tr = traced(m) if m.n_expert else None
+    if tr is None or architecture_of(m) != "gpt_oss" or len(tr.experts) != m.n_layer:
+        return False
+    first = tr.experts[0]
+    hf = m.hf_config or {}
+    types = hf.get("layer_types") or []
+    alternating = [("sliding_attention", "full_attention")[i % 2] for i in range(m.n_layer)]
+    return (
+        all((e.n_expert, e.top_k, e.width) == (first.n_expert, first.top_k, first.width)
+            for e in tr.experts)  # fmt: skip
+        and list(types[: m.n_layer]) == alternating
+        and t.finetuning == "lora"
+        and set(t.lora.targets) <= set(ATTENTION)
+        and not t.lora.target_parameters
+        and not t.gradient_checkpointing
+        and t.loss_chunking == "none"
+        and t.attention == "eager"
+        and t.precision in ("bf16-true", "16-true")
+        and not hf.get("output_router_logits")
+        and not m.tie_embeddings
+    )
+
+
+def experts(m: ModelConfig, t: TrainerConfig) -> Experts | None:
+    """The experts' sizes of a covered run (None otherwise)."""
+    from cfgcheck.memory.modules import traced
+
+    tr = traced(m)
+    if not covered(m, t) or tr is None:
+        return None
+    e = tr.experts[0]
+    return Experts(e.n_expert, e.top_k, e.width)
+
+
 def micro_batch_events(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[Event]:
     """The reset, then one micro-batch (:func:`micro_batch`) of a gpt-oss run with LoRA on
     the attention projections, not checkpointed, the adapters' ids made first."""
