@@ -1,53 +1,50 @@
-"""gpt-oss's generated forward (cfgcheck/memory/gpt_oss_ops.py) equals transformers' own above
-256 KiB: gpu_measure.py's loop traced op by op on meta tensors
+"""gpt-oss's generated step (cfgcheck/memory/gpt_oss_ops.py, from events.py's step_events)
+equals transformers' own above 256 KiB: gpu_measure.py's loop traced op by op on meta tensors
 (benchmarks/allocator_meta_trace.py, tests/alloc_tracer.py ``record=True``), the published
 gpt-oss-20b config.json (conf/model preset) cut to two layers (one sliding, one full), eager
-attention with sinks, LoRA on q and v (dropout 0.05), 2 rows of 512 tokens. Compared: the
-events after the peaks' reset up to the loss's log-probabilities (the backward is not
-generated yet, so gpt-oss is not ``covered``)."""
+attention with sinks, LoRA on q and v (dropout 0.05), 2 rows of 512 tokens, two micro-batches,
+two optimizer steps (tests/test_memory_events_moe.py ``_check``)."""
 
 from __future__ import annotations
-
-import warnings
-from typing import Any
 
 import pytest
 
 from cfgcheck.memory import gpt_oss_ops
 from cfgcheck.memory.events import covered
-from tests.test_memory_events_moe import MIB, _run
+from tests.test_memory_events_moe import _check, _run
 
 
-def test_gpt_oss_is_not_covered_yet() -> None:
-    """The forward alone is generated: the step stays on the pattern figure."""
+def test_what_is_covered() -> None:
+    """LoRA on the attention projections, eager, not checkpointed; not the checkpointed step,
+    LoRA on the experts (``target_parameters``) or SDPA (transformers has no SDPA path with
+    sinks)."""
     m, _, t = _run("gpt_oss", "++trainer.attention=eager")
-    assert not covered(m, t)
-    with pytest.raises(ValueError):
-        gpt_oss_ops.forward_events(m, *_run("gpt_oss", "++trainer.gradient_checkpointing=true")[1:])
+    assert covered(m, t) and gpt_oss_ops.covered(m, t)
+    assert gpt_oss_ops.experts(m, t) == gpt_oss_ops.Experts(32, 4, 2880)
+    for over in (
+        {"gradient_checkpointing": True},
+        {"attention": "sdpa"},
+        {"finetuning": "full"},
+        {"lora": t.lora.model_copy(update={"target_parameters": ["mlp.experts.down_proj"]})},
+        {"lora": t.lora.model_copy(update={"targets": ["q_proj", "gate_up_proj"]})},
+    ):
+        assert not covered(m, t.model_copy(update=over)), over
+        assert gpt_oss_ops.experts(m, t.model_copy(update=over)) is None
 
 
 @pytest.mark.tracer
-def test_gpt_oss_forward_is_the_traced_one() -> None:
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("peft")
-    from benchmarks.allocator_meta_trace import meta_tracing
-    from benchmarks.allocator_sequence_diff import reduced
-    from cfgcheck.memory.event_seq import blas_workspace
-    from tests.alloc_tracer import cuda_events, traced_step
+def test_gpt_oss_lora_sequence_is_the_traced_one() -> None:
+    _check("gpt_oss", False, "++trainer.attention=eager")
 
-    m, d, t = _run("gpt_oss", "++trainer.gradient_checkpointing=false", "++trainer.attention=eager")
-    spec: dict[str, Any] = {"model": m.model_dump(), "trainer": t.model_dump(),
-                            "data": d.model_dump()}  # fmt: skip
-    torch.set_num_threads(1)
-    with warnings.catch_warnings(), meta_tracing():
-        warnings.simplefilter("ignore")
-        r = traced_step(spec, record=True)
-    threshold = MIB // 4  # the masks (0.25 MiB booleans) among them
-    real = reduced(cuda_events(r, blas_workspace(t)), threshold)
-    real = real[real.index("R") + 1 :]
-    gen = reduced(gpt_oss_ops.forward_events(m, d, t), threshold)[1:]
-    # two layers: the attention's 64 MiB scores, the experts' routed rows, the loss
-    assert len(gen) > 250
-    assert gen == real[: len(gen)]
-    assert real[len(gen)] == gen[-5]  # the backward's first: nll_loss's gradient (fp32 logits)
+
+@pytest.mark.tracer
+@pytest.mark.slow
+def test_gpt_oss_one_row_sequence_is_the_traced_one() -> None:
+    """One row: the transposed output gradient of the attention is a view (no copy)."""
+    _check(
+        "gpt_oss",
+        False,
+        "++trainer.attention=eager",
+        "++trainer.micro_batch_size=1",
+        "++data.max_seq_length=256",
+    )

@@ -302,8 +302,10 @@ def layer_backward(
 
     go = linear("o_proj", s, not lay.norm1.graph, o.q, hd, None, True)
     assert go is not None
-    gc = o.alloc(qb)  # the transposed gradient made contiguous
-    o.free(go)
+    gc = go
+    if o.b > 1:  # the transposed gradient made contiguous (a view for one row)
+        gc = o.alloc(qb)
+        o.free(go)
     need = {x: lay.norm1.graph or kd[x + "_proj"] != "frozen" for x in "qkv"}
     # attn_weights @ value_states: mat2's gradient, then self's (the scores' width)
     sc = o.p * o.b * o.n_head * o.s * o.s
