@@ -300,7 +300,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             if ops is not None:
                 ops.grads = grads
                 if oss is not None:  # gpt-oss (gpt_oss_ops.py)
-                    gpt_oss_ops.micro_batch(ops, adapters, oss)
+                    gpt_oss_ops.micro_batch(ops, adapters, oss, t.gradient_checkpointing)
                 else:
                     llama_step.micro_batch(
                         ops,

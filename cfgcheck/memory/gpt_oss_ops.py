@@ -33,6 +33,7 @@ Sources (transformers 5.24 ``models/gpt_oss/modeling_gpt_oss.py``; line numbers 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from cfgcheck.memory.allocsim import Event
@@ -124,7 +125,7 @@ def norm(o: Ops, graph: bool) -> Norm:
     r = o.small(small)
     o.drop(add)
     n = o.alloc(h4)
-    if not graph:
+    if not graph or not o.saving:
         o.drop(r)
         o.free(c)
     wn = o.alloc(h4)  # self.weight * hidden_states, fp32
@@ -141,6 +142,7 @@ def norm_backward(o: Ops, g: int, nm: Norm, buf: int | None) -> int:
     g32 = o.alloc(4 * o.h)
     o.free(g)
     gx = layer_ops.norm_backward(replace(o, p=4), g32, nm, (0, 0), None)
+    o.frame = ()  # freed with PowBackward0 (the copy's)
     gin = o.alloc(o.p * o.h)
     o.free(gx)
     return add_grad(o, o.p * o.h, buf, gin)
@@ -160,9 +162,14 @@ def rotary(o: Ops, size: int) -> int:
     return cat
 
 
-def layer_forward(o: Ops, x: int, graph: bool, mask: int, ex: Experts, free_input: bool) -> Layer:
-    """``GptOssDecoderLayer.forward`` on ``x`` (``graph``: it has a gradient); ``mask``: the
-    layer's additive mask."""
+def layer_forward(
+    o: Ops, x: int, graph: bool, ex: Experts, free_input: bool, stop: bool = False
+) -> Layer:
+    """``GptOssDecoderLayer.forward`` on ``x`` (``graph``: it has a gradient; ``free_input``:
+    the caller drops ``x`` when the layer returns). Under checkpointing (``o.saving`` False)
+    nothing is kept: each tensor goes when Python drops it, the attention's probabilities
+    (returned as ``_``) when the MLP's return rebinds ``_``; ``stop``: the checkpoint's
+    recomputation, which ends inside the experts (:func:`experts_forward`)."""
     kd, qb, kvb, hd = o.kinds, o.p * o.q, o.p * o.kv, o.h
     ad: dict[str, Adapter] = {}
 
@@ -191,28 +198,38 @@ def layer_forward(o: Ops, x: int, graph: bool, mask: int, ex: Experts, free_inpu
     o.free(scaled)
     cat = o.alloc(sc + o.p * rows)
     values, idx = o.alloc(o.p * rows), o.alloc(8 * rows)
+    if not o.saving:  # max's namedtuple goes once .values is read
+        o.free(idx)
     shifted = o.alloc(sc + o.p * rows)
     o.free(values, cat)
     probs = o.alloc(sc + o.p * rows)
     o.free(masked)
     av = o.alloc(qb)
     attn = o.alloc(qb)  # transpose(1, 2).contiguous()
-    o.free(av, shifted)
+    o.free(av)
+    if not o.saving:  # eager_attention_forward's locals: repeat_kv's copies, the logits
+        o.free(kk, vv)
+    o.free(shifted)
     out = linear("o_proj", o.q, hd, True)
-    if kd["o_proj"] == "frozen":
+    if kd["o_proj"] == "frozen" or not o.saving:
         o.free(attn)
-    if not k_grad:
+    if not k_grad or not o.saving:
         o.free(q)
         q = -1
     o.free(k, vm)
-    if kd["q_proj"] == "frozen" or o.dropout:  # nothing but the adapters' copies kept it
+    if kd["q_proj"] == "frozen" or o.dropout or not o.saving:  # only adapters' copies kept it
         o.free(n1)
     r1 = o.alloc(o.p * hd)
     o.free(out)
     nm2 = norm(o, True)
     n2 = nm2.out
-    moe = experts_forward(o, n2, ex)
+    moe = experts_forward(o, n2, ex, stop)
     o.free(n2)  # a frozen router keeps not its input
+    if stop:
+        o.free(r1)
+        return Layer(nm1, nm2, q, kk, vv, idx, probs, -1, ad, moe)
+    if not o.saving:
+        o.free(probs, moe.pop("scores"))
     r2 = o.alloc(o.p * hd)
     o.free(moe.pop("out"), r1)
     if free_input:
@@ -220,9 +237,13 @@ def layer_forward(o: Ops, x: int, graph: bool, mask: int, ex: Experts, free_inpu
     return Layer(nm1, nm2, q, kk, vv, idx, probs, r2, ad, moe)
 
 
-def experts_forward(o: Ops, x: int, ex: Experts) -> dict[str, int]:
+def experts_forward(o: Ops, x: int, ex: Experts, stop: bool = False) -> dict[str, int]:
     """``GptOssMLP.forward``: the router, then ``grouped_mm_experts_forward`` with the
-    experts' biases and the clamped SwiGLU; returns the kept tensors and ``out``."""
+    experts' biases and the clamped SwiGLU; returns the kept tensors and ``out``. Under
+    checkpointing (``o.saving`` False) each goes as Python drops it; ``stop``: the
+    recomputation ends where the un-permutation's index packs ``inv_perm``, its last saved
+    tensor (its output never made), the function's locals going with the exception."""
+    keep = o.saving
     p, t, e, k, w = o.p, o.tokens, ex.n_expert, ex.top_k, ex.width
     h, s = o.h // t, t * k
     logits = o.alloc(p * t * e)  # F.linear(hidden_states, weight, bias)
@@ -232,6 +253,8 @@ def experts_forward(o: Ops, x: int, ex: Experts) -> dict[str, int]:
     sort_v, perm = o.alloc(8 * s), o.alloc(8 * s)
     token_idx = o.alloc(8 * s)  # perm // top_k
     routed = o.alloc(p * s * h)
+    if not keep:
+        o.free(token_idx)
     weights_g = o.alloc(p * s)
     hist_in = o.alloc(4 * s)
     hist = o.alloc(4 * e)
@@ -244,9 +267,14 @@ def experts_forward(o: Ops, x: int, ex: Experts) -> dict[str, int]:
     sig = o.alloc(p * s * w)
     o.free(ga)
     glu = o.alloc(p * s * w)
+    if not keep:
+        o.free(sig)
     up1 = o.alloc(p * s * w)  # up + 1
     prod = o.alloc(p * s * w)
-    o.free(up)  # _apply_gate returns: its local
+    if keep:
+        o.free(up)  # _apply_gate returns: its local
+    else:  # the temporary up + 1, the locals, then the grouped linear's output (rebound)
+        o.free(up1, gate, up, glu, gate_up)
     bias_down = o.alloc(p * s * h)  # self.down_proj_bias[expert_ids_g]
     o.free(bias_up)
     down = o.alloc(p * s * h)
@@ -254,13 +282,22 @@ def experts_forward(o: Ops, x: int, ex: Experts) -> dict[str, int]:
     weighted = o.alloc(p * s * h)
     inv_perm = o.alloc(8 * s)
     o.free(o.alloc(8 * s))  # arange
+    saved = {"scores": scores, "top_i": top_i, "perm": perm, "token_idx": token_idx,
+             "weights_g": weights_g, "offsets": offsets, "gate_up": gate_up, "gate": gate,
+             "sig": sig, "glu": glu, "up1": up1, "down": down, "inv_perm": inv_perm}  # fmt: skip
+    if stop:
+        o.free(sort_v, routed, hist_in, hist, bias_down, weighted, logits)
+        return saved
     unperm = o.alloc(p * s * h)
     o.free(weighted)
     out = o.alloc(p * t * h)  # sum over top_k
-    o.free(sort_v, routed, hist_in, hist, bias_down, unperm, logits)
-    return {"out": out, "scores": scores, "top_i": top_i, "perm": perm, "token_idx": token_idx,
-            "weights_g": weights_g, "offsets": offsets, "gate_up": gate_up, "gate": gate,
-            "sig": sig, "glu": glu, "up1": up1, "down": down, "inv_perm": inv_perm}  # fmt: skip
+    if keep:
+        o.free(sort_v, routed, hist_in, hist, bias_down, unperm, logits)
+    else:
+        o.free(sort_v, perm, routed, weights_g, hist_in, hist, offsets, bias_down, down, unperm)
+        o.free(inv_perm, logits, top_i)
+        return {"out": out, "scores": scores}
+    return {"out": out, **saved}
 
 
 def rotary_backward(o: Ops, g: int, size: int) -> int:
@@ -285,13 +322,29 @@ def rotary_backward(o: Ops, g: int, size: int) -> int:
 
 
 def layer_backward(
-    o: Ops, g: int, lay: Layer, w: dict[str, tuple[tuple[int, int], ...]], ex: Experts
+    o: Ops,
+    g: int,
+    lay: Layer,
+    w: dict[str, tuple[tuple[int, int], ...]],
+    ex: Experts,
+    recompute: Callable[[], Layer] | None = None,
 ) -> int | None:
     """The layer's backward for ``g`` (its output's gradient, held by the residual): the
     experts, the post-attention norm, the attention; the layer input's gradient (None when it
-    has none)."""
-    kd, qb, kvb, hd, ad = o.kinds, o.p * o.q, o.p * o.kv, o.h, lay.adapters
-    gm = experts_backward(o, g, lay.moe, ex)
+    has none). ``recompute``: under checkpointing, the layer's recomputation, which the
+    un-permutation's ``IndexBackward0`` runs (the first node to unpack a saved tensor)."""
+    kd, qb, kvb, hd = o.kinds, o.p * o.q, o.p * o.kv, o.h
+    box = [lay]
+
+    def rerun() -> dict[str, int]:
+        assert recompute is not None
+        box[0] = recompute()
+        return box[0].moe
+
+    gm = experts_backward(o, g, lay.moe, ex, rerun if recompute is not None else None)
+    lay = box[0]
+    ad, un = lay.adapters, o.unpacked
+    frame, o.frame = o.frame, ()  # the checkpoint's frame: its last holder is norm1's
     s = norm_backward(o, gm, lay.norm2, g)
 
     def linear(
@@ -299,6 +352,10 @@ def layer_backward(
     ) -> int | None:
         return linear_backward(o, kd[name], g, free_g, nin, nout, ad.get(name), buf, (), w[name],
                                graph)  # fmt: skip
+
+    def node(inputs: tuple[int, ...], saved: tuple[int, ...]) -> None:
+        # after a node its inputs, then its saved tensors; recomputed ones go first
+        o.free(*(x for x in (saved + inputs if un else inputs + saved) if x != -1))
 
     go = linear("o_proj", s, not lay.norm1.graph, o.q, hd, None, True)
     assert go is not None
@@ -312,23 +369,27 @@ def layer_backward(
     rows = o.b * o.n_head * o.s
     gv = o.alloc(qb)
     gp = o.alloc(sc)
-    o.free(gc, lay.v)
+    node((gc,), (lay.v,))
     sl = o.alloc(sc + o.p * rows)  # the sink column's zeros: SliceBackward0
     o.free(gp)
     gs = o.alloc(sc + o.p * rows)  # SoftmaxBackward0
-    o.free(sl, lay.probs)
+    node((sl,), (lay.probs,))
     o.free(o.alloc(sc + o.p * rows))  # SubBackward0: the max's gradient negated, summed
-    o.small(o.p * rows)
+    gmax = o.alloc(o.p * rows)
     z = o.alloc(sc + o.p * rows)  # MaxBackward0: new_zeros, scatter
     sct = o.alloc(sc + o.p * rows)
-    o.free(z, lay.max_idx)
+    o.free(z)
+    node((gmax,), (lay.max_idx,))
     both = o.alloc(sc + o.p * rows)
     o.free(gs, sct)
     gm2 = o.alloc(sc)  # CatBackward0's slice (a view), the mask's add, the scaling's mul
     o.free(both)
     gk = o.alloc(qb) if need["k"] else -1  # query @ key^T: mat2's gradient, then self's
     gq = o.alloc(qb)
-    o.free(gm2, lay.k, *(() if lay.q == -1 else (lay.q,)))
+    if un:
+        o.free(*(x for x in (lay.q, lay.k, gm2) if x != -1))
+    else:
+        o.free(*(x for x in (gm2, lay.k, lay.q) if x != -1))
     grads: dict[str, int] = {}
     if need["v"]:  # repeat_kv's sums, v's first
         grads["v"] = o.alloc(kvb)
@@ -347,31 +408,47 @@ def layer_backward(
         nout = o.q if x == "q" else o.kv
         total = linear(x + "_proj", c, True, hd, nout, total, lay.norm1.graph)
     if not lay.norm1.graph:
+        o.free(*frame)
         return None
     assert total is not None
+    o.frame = frame
     return norm_backward(o, total, lay.norm1, s)
 
 
-def experts_backward(o: Ops, g: int, sv: dict[str, int], ex: Experts) -> int:
+def experts_backward(
+    o: Ops, g: int, sv: dict[str, int], ex: Experts, recompute: Callable[[], dict[str, int]] | None
+) -> int:
     """The backward of :func:`experts_forward` for ``g`` (not freed), the experts frozen:
-    returns the block input's gradient."""
+    returns the block input's gradient. ``recompute``: reruns the layer when the
+    un-permutation's index unpacks ``inv_perm`` and returns the block's saved tensors."""
     p, t, e, k, w = o.p, o.tokens, ex.n_expert, ex.top_k, ex.width
     h, s = o.h // t, t * k
     a, f = o.alloc, o.free
     expanded = a(p * s * h)  # SumBackward0's expand, made contiguous
+    if recompute is not None:
+        sv = recompute()
+    un = o.unpacked
+
+    def node(inputs: tuple[int, ...], saved: tuple[int, ...]) -> None:
+        f(*(saved + inputs if un else inputs + saved))
+
     gw = a(p * s * h)  # IndexBackward0 of the un-permutation: new_zeros, index_put_
-    f(expanded, sv["inv_perm"])
+    node((expanded,), (sv["inv_perm"],))
     x1, x2 = a(p * s * h), a(p * s * h)  # MulBackward0 of the weighting
+    if un:
+        f(sv["down"], sv["weights_g"])
     g_wsum = a(p * s)  # the routing weights' gradient, summed over the hidden size
-    f(x1, gw, sv["weights_g"], sv["down"])
+    f(x1, gw)
+    if not un:
+        f(sv["weights_g"], sv["down"])
     g_prod = a(p * s * w)  # the down projection's grouped backward
     f(x2)
     g_glu, g_up1 = a(p * s * w), a(p * s * w)  # (up + 1) * glu
-    f(g_prod, sv["glu"], sv["up1"])
+    f(*((sv["up1"], sv["glu"], g_prod) if un else (g_prod, sv["glu"], sv["up1"])))
     g_sig, g_gate = a(p * s * w), a(p * s * w)  # gate * sigmoid(...)
-    f(g_glu, sv["gate"])
+    node((g_glu,), (sv["gate"],))
     g_in = a(p * s * w)  # SigmoidBackward0
-    f(g_sig, sv["sig"])
+    node((g_sig,), (sv["sig"],))
     g_alpha = a(p * s * w)  # gate * alpha
     f(g_in)
     g_sum = a(p * s * w)  # the clamped gate's two gradients
@@ -381,7 +458,8 @@ def experts_backward(o: Ops, g: int, sv: dict[str, int], ex: Experts) -> int:
     f(le, ge, g_up1)
     le = a(s * w)  # gate's clamp (max only)
     g_gc = a(p * s * w)
-    f(le, g_sum, sv["gate_up"])
+    f(le)
+    node((g_sum,), (sv["gate_up"],))
     sl_up = a(p * s * 2 * w)  # the strided slices' backward, up's first
     f(g_upc)
     sl_gate = a(p * s * 2 * w)
@@ -389,41 +467,55 @@ def experts_backward(o: Ops, g: int, sv: dict[str, int], ex: Experts) -> int:
     g_cat = a(p * s * 2 * w)
     f(sl_up, sl_gate)
     g_routed = a(p * s * h)  # the up projection's grouped backward
-    f(g_cat, sv["offsets"])
+    node((g_cat,), (sv["offsets"],))
     g_wg = a(p * s)  # the routing weights' gather backward
-    f(g_wsum, sv["perm"])
+    node((g_wsum,), (sv["perm"],))
     g_x = a(p * t * h)  # the routed copies' gather backward
-    f(g_routed, sv["token_idx"])
+    node((g_routed,), (sv["token_idx"],))
     sb = a(p * s)  # SoftmaxBackward0 over the k values
-    f(g_wg, sv["scores"])
+    node((g_wg,), (sv["scores"],))
     z, sc = a(p * t * e), a(p * t * e)  # TopkBackward0: new_zeros, scatter
-    f(z, sb, sv["top_i"])
+    f(z)
+    node((sb,), (sv["top_i"],))
     gm = a(p * t * h)  # the router's linear: its input's gradient
-    o.free(sc)
+    o.matmul("backward")
+    f(sc)
     total = a(p * t * h)  # the block input's two gradients summed
     f(g_x, gm)
     return total
 
 
-def micro_batch(o: Ops, w: list[dict[str, tuple[tuple[int, int], ...]]], ex: Experts) -> None:
+def micro_batch(
+    o: Ops, w: list[dict[str, tuple[tuple[int, int], ...]]], ex: Experts, ckpt: bool = False
+) -> None:
     """``model(**batch).loss`` then ``backward()`` with a frozen lm_head: the embedding, the
     masks, the rotary tables, each layer (alternating sliding and full masks,
     ``layer_types``), the final norm, ``GptOssModel.forward``'s locals going (the masks, the
     embedding's output), the logits, their fp32 copy and ``log_softmax``
     (``ForCausalLMLoss``); the backward in reverse. ``w``: per layer, (id, bytes) of each
-    attention linear's lora_A and lora_B (nothing when frozen)."""
+    attention linear's lora_A and lora_B (nothing when frozen). ``ckpt``: each layer under
+    non-reentrant gradient checkpointing (as :mod:`cfgcheck.memory.llama_step`: PEFT makes
+    the embedding's output require a gradient, a leaf kept to the end of the backward; each
+    layer's frame keeps its input and its mask, which goes with the lowest layer of its
+    type)."""
+    forward_matmul = o.matmul
     emb = o.alloc(o.p * o.h)
     full, sliding = masks(o)
     rotary_tables(o)
     layers: list[Layer] = []
+    inputs: list[int] = []
     x = emb
     for i in range(len(w)):
-        mask = sliding if i % 2 == 0 else full
-        lay = layer_forward(o, x, i > 0, mask, ex, free_input=i > 0)
+        o.saving = not ckpt
+        lay = layer_forward(o, x, i > 0 or ckpt, ex, free_input=i > 0 and not ckpt)
+        o.saving = True
         layers.append(lay)
+        inputs.append(x)
         x = lay.out
     final = norm(o, True)
-    o.free(x, full, sliding, emb)
+    o.free(x)
+    if not ckpt:
+        o.free(full, sliding, emb)
     v = o.vocab * o.tokens
     logits = o.alloc(o.p * v)
     up = o.alloc(4 * v)
@@ -441,7 +533,22 @@ def micro_batch(o: Ops, w: list[dict[str, tuple[tuple[int, int], ...]]], ex: Exp
     g: int | None = norm_backward(o, gx, final, None)
     for i in reversed(range(len(layers))):
         assert g is not None
-        g = layer_backward(o, g, layers[i], w[i], ex)
+
+        def rerun(i: int = i) -> Layer:
+            # on autograd's thread: its first biased linear takes that thread's cuBLASLt
+            # workspace (tests/alloc_tracer.py ``cuda_events``)
+            matmul, o.matmul = o.matmul, lambda _: forward_matmul("lt-backward")
+            lay = layer_forward(o, inputs[i], True, ex, False, stop=True)
+            o.matmul = matmul
+            o.unpacked = True
+            mask = (sliding,) if i == 0 else (full,) if i == 1 else ()
+            o.frame = (*mask, *((inputs[i],) if i > 0 else ()))
+            return lay
+
+        g = layer_backward(o, g, layers[i], w[i], ex, rerun if ckpt else None)
+        o.unpacked = False
+    if ckpt and g is not None:  # the leaf's .grad, then the leaf as the graph goes
+        o.free(g, emb)
 
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -465,7 +572,6 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and t.finetuning == "lora"
         and set(t.lora.targets) <= set(ATTENTION)
         and not t.lora.target_parameters
-        and not t.gradient_checkpointing
         and t.loss_chunking == "none"
         and t.attention == "eager"
         and t.precision in ("bf16-true", "16-true")
@@ -494,8 +600,8 @@ def micro_batch_events(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[
     from cfgcheck.memory.stack import stack
 
     tr = traced(m)
-    if tr is None or not tr.experts or t.gradient_checkpointing or t.finetuning != "lora":
-        raise ValueError("gpt_oss_ops: LoRA on gpt-oss's attention, not checkpointed")
+    if tr is None or not tr.experts or t.finetuning != "lora":
+        raise ValueError("gpt_oss_ops: LoRA on gpt-oss's attention")
     seq = Pipeline.from_data(d).memory_length()
     hs = m.head_size or m.n_embd // m.n_head
     tokens = t.micro_batch_size * seq
@@ -522,5 +628,5 @@ def micro_batch_events(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[
         kinds=k, rank=t.lora.rank or 0, dropout=bool(t.lora.dropout),
     )  # fmt: skip
     e = tr.experts[0]
-    micro_batch(o, w, Experts(e.n_expert, e.top_k, e.width))
+    micro_batch(o, w, Experts(e.n_expert, e.top_k, e.width), t.gradient_checkpointing)
     return ev.events
