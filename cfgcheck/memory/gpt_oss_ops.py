@@ -1,19 +1,15 @@
-"""gpt-oss's forward op by op: the allocations and frees of transformers' ``GptOssModel`` as
-the CUDA caching allocator sees them, for PEFT LoRA on the attention projections, eager
-attention, 16-bit weights, no checkpointing (:func:`forward`). Not yet the backward: the step
-stays on the pattern figure (:func:`cfgcheck.memory.events.covered` is false for gpt-oss);
-tests/test_gpt_oss_ops.py checks this forward against transformers' own, traced on meta.
+"""gpt-oss's step op by op: the allocations and frees of transformers' ``GptOssForCausalLM``
+(``model(**batch).loss`` and its ``backward()``) as the CUDA caching allocator sees them, for
+PEFT LoRA on the attention projections, eager attention (transformers has no other path with
+sinks), 16-bit weights, frozen experts and router, with or without non-reentrant gradient
+checkpointing (:func:`micro_batch`, called from :func:`cfgcheck.memory.events.step_events`;
+:func:`covered`). tests/test_gpt_oss_ops.py checks two optimizer steps against
+transformers' own, traced on meta tensors.
 
 Sources (transformers 5.24 ``models/gpt_oss/modeling_gpt_oss.py``; line numbers of that file):
 
-* ``GptOssModel.forward`` (l.435-480): ``create_causal_mask`` then
-  ``create_sliding_window_causal_mask`` (eager: each a boolean mask made by ``and_masks``
-  then ``where``'d into an additive mask in the compute dtype, both alive to the model's
-  end); ``GptOssRotaryEmbedding.forward`` (l.186-192): ``freqs`` only half a head wide (no
-  ``cat``), ``cos()``/``sin()`` times ``attention_scaling`` (YaRN), cast to the dtype.
-* ``GptOssRMSNorm.forward`` (l.57-62): the weight multiplies the fp32 normalised tensor
-  before the cast (``(self.weight * hidden_states).to(input_dtype)``), so both fp32 products
-  are alive at the cast; the fp32 copy is kept when the input has a gradient.
+* the masks, the rotary tables, the RMSNorm and the rotary embedding:
+  :mod:`cfgcheck.memory.gpt_oss_pieces`;
 * ``GptOssAttention.forward`` (l.288-329) with biased q/k/v/o (``addmm``);
   ``_apply_rotary_emb`` (l.205-213): ``chunk``, four half-width products, ``sub``, ``add``,
   ``cat``; ``eager_attention_forward`` (l.226-256): ``repeat_kv``'s copies, the scores'
@@ -22,36 +18,36 @@ Sources (transformers 5.24 ``models/gpt_oss/modeling_gpt_oss.py``; line numbers 
   their own dtype (kept), the sink column dropped by a view, ``bmm`` with v, the transposed
   copy. The first ``bmm`` keeps the rotary q only when k has a gradient (``BmmBackward0``
   saves ``self`` for ``mat2``'s gradient).
-* ``GptOssTopKRouter.forward`` (l.126-131): the biased linear, ``topk`` then ``softmax`` over
-  the k values (their dtype); ``integrations/moe.py`` ``grouped_mm_experts_forward``
-  (l.424-530): ``sort``, the routed copies, the bias gathers
-  (``self.gate_up_proj_bias[expert_ids_g]``, l.480, alive until reassigned at l.508),
-  ``_grouped_mm``, ``GptOssExperts._apply_gate`` (l.82-88: two clamps, ``gate * alpha``,
-  ``sigmoid``, the product, ``up + 1``, the gated output; the clamped ``up`` a local), the
-  down projection, the weighting, the un-permutation and the sum.
+* the MoE block: :mod:`cfgcheck.memory.gpt_oss_experts`;
+* the backward node by node as autograd orders them (highest sequence number first), each
+  node's saved tensors released after it (recomputed ones with its apply, before its
+  inputs): o_proj, the transposed gradient's copy (a view for one row), the second
+  ``bmm`` (mat2's gradient first), the sink column's ``SliceBackward0``, the softmax's, the
+  shift's negation, ``MaxBackward0``'s ``scatter``, the scaling, the first ``bmm``,
+  ``repeat_kv``'s sums (v's first), the rotary's halves (k's, then q's), v, k and q
+  (:func:`cfgcheck.memory.layer_ops.linear_backward`), the input norm;
+* non-reentrant checkpointing as :mod:`cfgcheck.memory.llama_step` models it, the first
+  node to unpack being the un-permutation's index; the recomputation's biased linears run
+  on autograd's thread, whose first ``addmm`` takes that thread's cuBLASLt workspace.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from cfgcheck.memory.allocsim import Event
-from cfgcheck.memory import layer_ops
-from cfgcheck.memory.layer_ops import Adapter, Norm, Ops, add_grad, linear_backward, linear_forward
-from cfgcheck.pipeline import Pipeline
-from cfgcheck.schema.data import DataConfig
+from cfgcheck.memory.gpt_oss_experts import Experts, experts_backward, experts_forward
+from cfgcheck.memory.gpt_oss_pieces import (
+    masks,
+    norm,
+    norm_backward,
+    rotary,
+    rotary_backward,
+    rotary_tables,
+)
+from cfgcheck.memory.layer_ops import Adapter, Norm, Ops, linear_backward, linear_forward
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
-
-
-@dataclass(frozen=True)
-class Experts:
-    """E experts, k per token, W one expert's width."""
-
-    n_expert: int
-    top_k: int
-    width: int
 
 
 @dataclass
@@ -68,98 +64,6 @@ class Layer:
     out: int
     adapters: dict[str, Adapter] = field(default_factory=dict)
     moe: dict[str, int] = field(default_factory=dict)
-
-
-def rotary_tables(o: Ops) -> tuple[int, int]:
-    """``GptOssRotaryEmbedding.forward``: the position ids as float, ``freqs`` (half a head
-    wide, fp32), cos and sin times ``attention_scaling``, cast; returns cos and sin."""
-    half = o.s * o.head_dim // 2
-    pos = o.alloc(4 * o.s)
-    freqs = o.alloc(4 * half)
-    o.free(pos)
-    tables = []
-    for _ in range(2):
-        raw = o.alloc(4 * half)
-        scaled = o.alloc(4 * half)
-        o.free(raw)
-        tables.append(scaled)
-    cos, sin = o.alloc(o.p * half), o.alloc(o.p * half)
-    o.free(freqs, *tables)
-    return cos, sin
-
-
-def masks(o: Ops) -> tuple[int, int]:
-    """The full and the sliding additive masks (``where`` of the boolean ``and_masks``)."""
-    ss, bss = o.s * o.s, o.b * o.s * o.s
-    le = o.alloc(ss)
-    causal = o.alloc(ss)
-    o.free(le)
-    both = o.alloc(bss)
-    o.free(causal)
-    full = o.alloc(o.p * bss)
-    o.free(both)
-    gt = o.alloc(ss)  # sliding_window_overlay and causal
-    inner = o.alloc(ss)
-    o.free(gt)
-    le = o.alloc(ss)
-    both = o.alloc(ss)
-    o.free(le, inner)
-    causal = o.alloc(ss)
-    o.free(both)
-    mask = o.alloc(bss)
-    o.free(causal)
-    sliding = o.alloc(o.p * bss)
-    o.free(mask)
-    return full, sliding
-
-
-def norm(o: Ops, graph: bool) -> Norm:
-    """``GptOssRMSNorm`` on a 16-bit input (``graph``: it has a gradient, the fp32 copy and
-    the rsqrt are kept)."""
-    h4, small = 4 * o.h, 4 * o.tokens
-    c = o.alloc(h4)
-    pw = o.alloc(h4)
-    mean = o.small(small)
-    o.free(pw)
-    add = o.small(small)
-    r = o.small(small)
-    o.drop(add)
-    n = o.alloc(h4)
-    if not graph or not o.saving:
-        o.drop(r)
-        o.free(c)
-    wn = o.alloc(h4)  # self.weight * hidden_states, fp32
-    out = o.alloc(o.p * o.h)
-    o.free(wn, n)
-    o.drop(mean)
-    return Norm(c, r, None, out, graph)
-
-
-def norm_backward(o: Ops, g: int, nm: Norm, buf: int | None) -> int:
-    """The backward of :func:`norm` (a frozen weight) for ``g`` (freed), added into ``buf``:
-    the cast's ``ToCopyBackward0`` first, the weight's product in fp32, then Llama's fp32
-    norm's backward (:func:`cfgcheck.memory.layer_ops.norm_backward`), cast back."""
-    g32 = o.alloc(4 * o.h)
-    o.free(g)
-    gx = layer_ops.norm_backward(replace(o, p=4), g32, nm, (0, 0), None)
-    o.frame = ()  # freed with PowBackward0 (the copy's)
-    gin = o.alloc(o.p * o.h)
-    o.free(gx)
-    return add_grad(o, o.p * o.h, buf, gin)
-
-
-def rotary(o: Ops, size: int) -> int:
-    """``_apply_rotary_emb`` on a tensor of ``size`` bytes: returns the ``cat``."""
-    half = size // 2
-    m1, m2 = o.alloc(half), o.alloc(half)
-    sub = o.alloc(half)
-    o.free(m1, m2)
-    m3, m4 = o.alloc(half), o.alloc(half)
-    add = o.alloc(half)
-    o.free(m3, m4)
-    cat = o.alloc(size)
-    o.free(sub, add)
-    return cat
 
 
 def layer_forward(
@@ -235,90 +139,6 @@ def layer_forward(
     if free_input:
         o.free(x)
     return Layer(nm1, nm2, q, kk, vv, idx, probs, r2, ad, moe)
-
-
-def experts_forward(o: Ops, x: int, ex: Experts, stop: bool = False) -> dict[str, int]:
-    """``GptOssMLP.forward``: the router, then ``grouped_mm_experts_forward`` with the
-    experts' biases and the clamped SwiGLU; returns the kept tensors and ``out``. Under
-    checkpointing (``o.saving`` False) each goes as Python drops it; ``stop``: the
-    recomputation ends where the un-permutation's index packs ``inv_perm``, its last saved
-    tensor (its output never made), the function's locals going with the exception."""
-    keep = o.saving
-    p, t, e, k, w = o.p, o.tokens, ex.n_expert, ex.top_k, ex.width
-    h, s = o.h // t, t * k
-    logits = o.alloc(p * t * e)  # F.linear(hidden_states, weight, bias)
-    top_v, top_i = o.alloc(p * s), o.alloc(8 * s)
-    scores = o.alloc(p * s)  # softmax over the k values, their dtype
-    o.free(top_v)
-    sort_v, perm = o.alloc(8 * s), o.alloc(8 * s)
-    token_idx = o.alloc(8 * s)  # perm // top_k
-    routed = o.alloc(p * s * h)
-    if not keep:
-        o.free(token_idx)
-    weights_g = o.alloc(p * s)
-    hist_in = o.alloc(4 * s)
-    hist = o.alloc(4 * e)
-    offsets = o.alloc(4 * e)
-    bias_up = o.alloc(p * s * 2 * w)  # self.gate_up_proj_bias[expert_ids_g]
-    gate_up = o.alloc(p * s * 2 * w)  # _grouped_mm, the bias added in place
-    gate = o.alloc(p * s * w)  # gate.clamp(max=limit)
-    up = o.alloc(p * s * w)  # up.clamp(-limit, limit)
-    ga = o.alloc(p * s * w)  # gate * alpha
-    sig = o.alloc(p * s * w)
-    o.free(ga)
-    glu = o.alloc(p * s * w)
-    if not keep:
-        o.free(sig)
-    up1 = o.alloc(p * s * w)  # up + 1
-    prod = o.alloc(p * s * w)
-    if keep:
-        o.free(up)  # _apply_gate returns: its local
-    else:  # the temporary up + 1, the locals, then the grouped linear's output (rebound)
-        o.free(up1, gate, up, glu, gate_up)
-    bias_down = o.alloc(p * s * h)  # self.down_proj_bias[expert_ids_g]
-    o.free(bias_up)
-    down = o.alloc(p * s * h)
-    o.free(prod)  # a frozen down projection keeps not its input
-    weighted = o.alloc(p * s * h)
-    inv_perm = o.alloc(8 * s)
-    o.free(o.alloc(8 * s))  # arange
-    saved = {"scores": scores, "top_i": top_i, "perm": perm, "token_idx": token_idx,
-             "weights_g": weights_g, "offsets": offsets, "gate_up": gate_up, "gate": gate,
-             "sig": sig, "glu": glu, "up1": up1, "down": down, "inv_perm": inv_perm}  # fmt: skip
-    if stop:
-        o.free(sort_v, routed, hist_in, hist, bias_down, weighted, logits)
-        return saved
-    unperm = o.alloc(p * s * h)
-    o.free(weighted)
-    out = o.alloc(p * t * h)  # sum over top_k
-    if keep:
-        o.free(sort_v, routed, hist_in, hist, bias_down, unperm, logits)
-    else:
-        o.free(sort_v, perm, routed, weights_g, hist_in, hist, offsets, bias_down, down, unperm)
-        o.free(inv_perm, logits, top_i)
-        return {"out": out, "scores": scores}
-    return {"out": out, **saved}
-
-
-def rotary_backward(o: Ops, g: int, size: int) -> int:
-    """The backward of :func:`rotary` for ``g`` (freed): ``CatBackward0``'s halves (views),
-    ``AddBackward0``, the products by sequence number (``first * sin``, ``second * cos``),
-    ``SubBackward0``'s negation, ``second * sin``, ``first * cos``, each half's two gradients
-    summed, then ``chunk``'s ``cat``."""
-    half = size // 2
-    a4, a3 = o.alloc(half), o.alloc(half)
-    neg = o.alloc(half)
-    a2 = o.alloc(half)
-    o.free(neg)
-    s2 = o.alloc(half)
-    o.free(a3, a2)
-    a1 = o.alloc(half)
-    o.free(g)
-    s1 = o.alloc(half)
-    o.free(a4, a1)
-    cat = o.alloc(size)
-    o.free(s1, s2)
-    return cat
 
 
 def layer_backward(
@@ -415,76 +235,6 @@ def layer_backward(
     return norm_backward(o, total, lay.norm1, s)
 
 
-def experts_backward(
-    o: Ops, g: int, sv: dict[str, int], ex: Experts, recompute: Callable[[], dict[str, int]] | None
-) -> int:
-    """The backward of :func:`experts_forward` for ``g`` (not freed), the experts frozen:
-    returns the block input's gradient. ``recompute``: reruns the layer when the
-    un-permutation's index unpacks ``inv_perm`` and returns the block's saved tensors."""
-    p, t, e, k, w = o.p, o.tokens, ex.n_expert, ex.top_k, ex.width
-    h, s = o.h // t, t * k
-    a, f = o.alloc, o.free
-    expanded = a(p * s * h)  # SumBackward0's expand, made contiguous
-    if recompute is not None:
-        sv = recompute()
-    un = o.unpacked
-
-    def node(inputs: tuple[int, ...], saved: tuple[int, ...]) -> None:
-        f(*(saved + inputs if un else inputs + saved))
-
-    gw = a(p * s * h)  # IndexBackward0 of the un-permutation: new_zeros, index_put_
-    node((expanded,), (sv["inv_perm"],))
-    x1, x2 = a(p * s * h), a(p * s * h)  # MulBackward0 of the weighting
-    if un:
-        f(sv["down"], sv["weights_g"])
-    g_wsum = a(p * s)  # the routing weights' gradient, summed over the hidden size
-    f(x1, gw)
-    if not un:
-        f(sv["weights_g"], sv["down"])
-    g_prod = a(p * s * w)  # the down projection's grouped backward
-    f(x2)
-    g_glu, g_up1 = a(p * s * w), a(p * s * w)  # (up + 1) * glu
-    f(*((sv["up1"], sv["glu"], g_prod) if un else (g_prod, sv["glu"], sv["up1"])))
-    g_sig, g_gate = a(p * s * w), a(p * s * w)  # gate * sigmoid(...)
-    node((g_glu,), (sv["gate"],))
-    g_in = a(p * s * w)  # SigmoidBackward0
-    node((g_sig,), (sv["sig"],))
-    g_alpha = a(p * s * w)  # gate * alpha
-    f(g_in)
-    g_sum = a(p * s * w)  # the clamped gate's two gradients
-    f(g_gate, g_alpha)
-    ge, le = a(s * w), a(s * w)  # up's clamp: where((x >= -limit) & (x <= limit), g, 0)
-    g_upc = a(p * s * w)
-    f(le, ge, g_up1)
-    le = a(s * w)  # gate's clamp (max only)
-    g_gc = a(p * s * w)
-    f(le)
-    node((g_sum,), (sv["gate_up"],))
-    sl_up = a(p * s * 2 * w)  # the strided slices' backward, up's first
-    f(g_upc)
-    sl_gate = a(p * s * 2 * w)
-    f(g_gc)
-    g_cat = a(p * s * 2 * w)
-    f(sl_up, sl_gate)
-    g_routed = a(p * s * h)  # the up projection's grouped backward
-    node((g_cat,), (sv["offsets"],))
-    g_wg = a(p * s)  # the routing weights' gather backward
-    node((g_wsum,), (sv["perm"],))
-    g_x = a(p * t * h)  # the routed copies' gather backward
-    node((g_routed,), (sv["token_idx"],))
-    sb = a(p * s)  # SoftmaxBackward0 over the k values
-    node((g_wg,), (sv["scores"],))
-    z, sc = a(p * t * e), a(p * t * e)  # TopkBackward0: new_zeros, scatter
-    f(z)
-    node((sb,), (sv["top_i"],))
-    gm = a(p * t * h)  # the router's linear: its input's gradient
-    o.matmul("backward")
-    f(sc)
-    total = a(p * t * h)  # the block input's two gradients summed
-    f(g_x, gm)
-    return total
-
-
 def micro_batch(
     o: Ops, w: list[dict[str, tuple[tuple[int, int], ...]]], ex: Experts, ckpt: bool = False
 ) -> None:
@@ -566,8 +316,10 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     types = hf.get("layer_types") or []
     alternating = [("sliding_attention", "full_attention")[i % 2] for i in range(m.n_layer)]
     return (
-        all((e.n_expert, e.top_k, e.width) == (first.n_expert, first.top_k, first.width)
-            for e in tr.experts)  # fmt: skip
+        all(
+            (e.n_expert, e.top_k, e.width) == (first.n_expert, first.top_k, first.width)
+            for e in tr.experts
+        )
         and list(types[: m.n_layer]) == alternating
         and t.finetuning == "lora"
         and set(t.lora.targets) <= set(ATTENTION)
@@ -589,44 +341,3 @@ def experts(m: ModelConfig, t: TrainerConfig) -> Experts | None:
         return None
     e = tr.experts[0]
     return Experts(e.n_expert, e.top_k, e.width)
-
-
-def micro_batch_events(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> list[Event]:
-    """The reset, then one micro-batch (:func:`micro_batch`) of a gpt-oss run with LoRA on
-    the attention projections, not checkpointed, the adapters' ids made first."""
-    from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace
-    from cfgcheck.memory.events_moe import kinds
-    from cfgcheck.memory.modules import traced
-    from cfgcheck.memory.stack import stack
-
-    tr = traced(m)
-    if tr is None or not tr.experts or t.finetuning != "lora":
-        raise ValueError("gpt_oss_ops: LoRA on gpt-oss's attention")
-    seq = Pipeline.from_data(d).memory_length()
-    hs = m.head_size or m.n_embd // m.n_head
-    tokens = t.micro_batch_size * seq
-    ev = Seq(workspace=blas_workspace(t), lt_workspace=BLAS_LT_WORKSPACE)
-    r = t.lora.rank or 0
-    k = kinds(m, t) or {}
-    kvh = m.n_query_groups or m.n_head
-    w = []
-    for _ in range(m.n_layer):
-        made: dict[str, tuple[tuple[int, int], ...]] = {}
-        for name, nout in (("q_proj", m.n_head * hs), ("k_proj", kvh * hs), ("v_proj", kvh * hs),
-                           ("o_proj", m.n_embd)):  # fmt: skip
-            nin = m.n_head * hs if name == "o_proj" else m.n_embd
-            made[name] = ()
-            if k[name] == "lora":
-                made[name] = tuple((ev.alloc(4 * n), 4 * n) for n in (r * nin, nout * r))
-        w.append(made)
-    ev.reset()
-    o = Ops(
-        ev.alloc, ev.free, ev.matmul, p=stack(m, t).act, b=t.micro_batch_size, s=seq,
-        h=m.n_embd * tokens, q=m.n_head * hs * tokens,
-        kv=(m.n_query_groups or m.n_head) * hs * tokens, inter=m.mlp_width * tokens,
-        head_dim=hs, n_head=m.n_head, vocab=m.head_rows, mask=True,
-        kinds=k, rank=t.lora.rank or 0, dropout=bool(t.lora.dropout),
-    )  # fmt: skip
-    e = tr.experts[0]
-    micro_batch(o, w, Experts(e.n_expert, e.top_k, e.width), t.gradient_checkpointing)
-    return ev.events
