@@ -23,16 +23,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cfgcheck.memory import param_wrapper
 from cfgcheck.memory.layer_ops import Ops
 
 
 @dataclass(frozen=True)
 class Experts:
-    """E experts, k per token, W one expert's width."""
+    """E experts, k per token, W one expert's width; the fused parameters PEFT's
+    ``ParamWrapper`` adapts (``target_parameters``) and their LoRA rank."""
 
     n_expert: int
     top_k: int
     width: int
+    adapted: tuple[str, ...] = ()
+    rank: int = 0
+
+    def shapes(self, h: int) -> dict[str, tuple[int, int]]:
+        """One expert's stored matrix of each fused parameter, gpt-oss's transposed layout
+        (``is_transposed``: experts x in x out); PEFT's ``lhs`` (lora_A's transpose) is the
+        first dimension's side, cast first (:func:`cfgcheck.memory.param_wrapper.register`)."""
+        return {"gate_up_proj": (h, 2 * self.width), "down_proj": (self.width, h)}
 
 
 def experts_forward(o: Ops, x: int, ex: Experts, stop: bool = False) -> dict[str, int]:
@@ -48,6 +58,10 @@ def experts_forward(o: Ops, x: int, ex: Experts, stop: bool = False) -> dict[str
     top_v, top_i = o.alloc(p * s), o.alloc(8 * s)
     scores = o.alloc(p * s)  # softmax over the k values, their dtype
     o.free(top_v)
+    # ParamWrapper.forward: each adapted parameter's parametrization registered
+    r, shapes = ex.rank * e, ex.shapes(h)
+    casts = param_wrapper.register(o, ex.adapted, r, e, shapes)
+    merged: dict[str, int] = {}
     sort_v, perm = o.alloc(8 * s), o.alloc(8 * s)
     token_idx = o.alloc(8 * s)  # perm // top_k
     routed = o.alloc(p * s * h)
@@ -57,6 +71,8 @@ def experts_forward(o: Ops, x: int, ex: Experts, stop: bool = False) -> dict[str
     hist_in = o.alloc(4 * s)
     hist = o.alloc(4 * e)
     offsets = o.alloc(4 * e)
+    if "gate_up_proj" in casts:  # self.gate_up_proj read: the parametrization's baddbmm
+        merged["gate_up_proj"] = o.alloc(p * e * h * 2 * w)
     bias_up = o.alloc(p * s * 2 * w)  # self.gate_up_proj_bias[expert_ids_g]
     gate_up = o.alloc(p * s * 2 * w)  # _grouped_mm, the bias added in place
     gate = o.alloc(p * s * w)  # gate.clamp(max=limit)
@@ -73,24 +89,31 @@ def experts_forward(o: Ops, x: int, ex: Experts, stop: bool = False) -> dict[str
         o.free(up)  # _apply_gate returns: its local
     else:  # the temporary up + 1, the locals, then the grouped linear's output (rebound)
         o.free(up1, gate, up, glu, gate_up)
+    if "down_proj" in casts:
+        merged["down_proj"] = o.alloc(p * e * w * h)
     bias_down = o.alloc(p * s * h)  # self.down_proj_bias[expert_ids_g]
     o.free(bias_up)
     down = o.alloc(p * s * h)
-    o.free(prod)  # a frozen down projection keeps not its input
+    if not ("down_proj" in merged and keep):
+        o.free(prod)  # a frozen down projection keeps not its input
     weighted = o.alloc(p * s * h)
     inv_perm = o.alloc(8 * s)
     o.free(o.alloc(8 * s))  # arange
     saved = {"scores": scores, "top_i": top_i, "perm": perm, "token_idx": token_idx,
              "weights_g": weights_g, "offsets": offsets, "gate_up": gate_up, "gate": gate,
-             "sig": sig, "glu": glu, "up1": up1, "down": down, "inv_perm": inv_perm}  # fmt: skip
+             "sig": sig, "glu": glu, "up1": up1, "down": down, "inv_perm": inv_perm,
+             "routed": routed, "prod": prod}  # fmt: skip
+    for name, (lhs, rhs) in casts.items():
+        saved |= {name + ".lhs": lhs, name + ".rhs": rhs, name + ".merged": merged[name]}
+    kept_routed = () if "gate_up_proj" in merged and keep else (routed,)
     if stop:
-        o.free(sort_v, routed, hist_in, hist, bias_down, weighted, logits)
+        o.free(sort_v, *kept_routed, hist_in, hist, bias_down, weighted, logits)
         return saved
     unperm = o.alloc(p * s * h)
     o.free(weighted)
     out = o.alloc(p * t * h)  # sum over top_k
     if keep:
-        o.free(sort_v, routed, hist_in, hist, bias_down, unperm, logits)
+        o.free(sort_v, *kept_routed, hist_in, hist, bias_down, unperm, logits)
     else:
         o.free(sort_v, perm, routed, weights_g, hist_in, hist, offsets, bias_down, down, unperm)
         o.free(inv_perm, logits, top_i)
@@ -99,7 +122,12 @@ def experts_forward(o: Ops, x: int, ex: Experts, stop: bool = False) -> dict[str
 
 
 def experts_backward(
-    o: Ops, g: int, sv: dict[str, int], ex: Experts, recompute: Callable[[], dict[str, int]] | None
+    o: Ops,
+    g: int,
+    sv: dict[str, int],
+    ex: Experts,
+    recompute: Callable[[], dict[str, int]] | None,
+    weights: dict[str, tuple[tuple[int, int], ...]] | None = None,
 ) -> int:
     """The backward of :func:`experts_forward` for ``g`` (not freed), the experts frozen:
     returns the block input's gradient. ``recompute``: reruns the layer when the
@@ -124,8 +152,18 @@ def experts_backward(
     f(x1, gw)
     if not un:
         f(sv["weights_g"], sv["down"])
-    g_prod = a(p * s * w)  # the down projection's grouped backward
-    f(x2)
+    r, shapes = ex.rank * e, ex.shapes(h)
+    lora: dict[str, tuple[int, int]] = {}  # the factors' gradients, the weights' dtype
+    if "down_proj.merged" in sv:  # the merged weight's gradient, then the input's
+        dw = a(p * e * w * h)
+        g_prod = a(p * s * w)
+        kept = (sv["down_proj.merged"], sv["prod"])
+        f(*((kept[1], kept[0], x2) if un else (x2, *kept)))
+        casts = (sv["down_proj.lhs"], sv["down_proj.rhs"])
+        lora["down_proj"] = param_wrapper.baddbmm_backward(o, r, shapes["down_proj"], dw, casts)
+    else:
+        g_prod = a(p * s * w)  # the down projection's grouped backward
+        f(x2)
     g_glu, g_up1 = a(p * s * w), a(p * s * w)  # (up + 1) * glu
     f(*((sv["up1"], sv["glu"], g_prod) if un else (g_prod, sv["glu"], sv["up1"])))
     g_sig, g_gate = a(p * s * w), a(p * s * w)  # gate * sigmoid(...)
@@ -149,12 +187,26 @@ def experts_backward(
     f(g_gc)
     g_cat = a(p * s * 2 * w)
     f(sl_up, sl_gate)
-    g_routed = a(p * s * h)  # the up projection's grouped backward
-    node((g_cat,), (sv["offsets"],))
+    if "gate_up_proj.merged" in sv:
+        dw = a(p * e * h * 2 * w)
+        g_routed = a(p * s * h)
+        kept = (sv["gate_up_proj.merged"], sv["routed"])
+        f(*((kept[1], kept[0], g_cat) if un else (g_cat, *kept)))
+        casts = (sv["gate_up_proj.lhs"], sv["gate_up_proj.rhs"])
+        lora["gate_up_proj"] = param_wrapper.baddbmm_backward(
+            o, r, shapes["gate_up_proj"], dw, casts
+        )
+        f(sv["offsets"])
+    else:
+        g_routed = a(p * s * h)  # the up projection's grouped backward
+        node((g_cat,), (sv["offsets"],))
     g_wg = a(p * s)  # the routing weights' gather backward
     node((g_wsum,), (sv["perm"],))
     g_x = a(p * t * h)  # the routed copies' gather backward
     node((g_routed,), (sv["token_idx"],))
+    if lora:
+        assert weights is not None
+        factor_grads(o, ex.adapted, lora, weights)
     sb = a(p * s)  # SoftmaxBackward0 over the k values
     node((g_wg,), (sv["scores"],))
     z, sc = a(p * t * e), a(p * t * e)  # TopkBackward0: new_zeros, scatter
@@ -166,3 +218,28 @@ def experts_backward(
     total = a(p * t * h)  # the block input's two gradients summed
     f(g_x, gm)
     return total
+
+
+def factor_grads(
+    o: Ops,
+    names: tuple[str, ...],
+    grads: dict[str, tuple[int, int]],
+    weights: dict[str, tuple[tuple[int, int], ...]],
+) -> None:
+    """The casts' ``ToCopyBackward0`` (the last made first), gpt-oss's transposed layout:
+    ``rhs`` is lora_B's transposed view, ``lhs`` lora_A's (peft ``ParamWrapper.
+    get_delta_factors``, not swapped), so lora_B's fp32 gradient comes first; each made
+    contiguous for ``AccumulateGrad`` (a transposed view's gradient), lora_B's first."""
+    for name in reversed(names):
+        (a_id, a_nb), (b_id, b_nb) = weights["experts." + name]
+        lhs_g, rhs_g = grads[name]
+        gb = o.alloc(b_nb)
+        o.free(rhs_g)
+        ga = o.alloc(a_nb)
+        o.free(lhs_g)
+        cb = o.alloc(b_nb)
+        o.free(gb)
+        o.grad(b_id, cb)
+        ca = o.alloc(a_nb)
+        o.free(ga)
+        o.grad(a_id, ca)

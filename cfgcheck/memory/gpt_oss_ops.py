@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cfgcheck.memory import param_wrapper
 from cfgcheck.memory.gpt_oss_experts import Experts, experts_backward, experts_forward
 from cfgcheck.memory.gpt_oss_pieces import (
     masks,
@@ -121,8 +122,7 @@ def layer_forward(
         o.free(q)
         q = -1
     o.free(k, vm)
-    if kd["q_proj"] == "frozen" or o.dropout or not o.saving:  # only adapters' copies kept it
-        o.free(n1)
+    o.free(n1)  # the adapters keep their own fp32 copies, the frozen bases nothing
     r1 = o.alloc(o.p * hd)
     o.free(out)
     nm2 = norm(o, True)
@@ -161,7 +161,7 @@ def layer_backward(
         box[0] = recompute()
         return box[0].moe
 
-    gm = experts_backward(o, g, lay.moe, ex, rerun if recompute is not None else None)
+    gm = experts_backward(o, g, lay.moe, ex, rerun if recompute is not None else None, w)
     lay = box[0]
     ad, un = lay.adapters, o.unpacked
     frame, o.frame = o.frame, ()  # the checkpoint's frame: its last holder is norm1's
@@ -323,7 +323,9 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and list(types[: m.n_layer]) == alternating
         and t.finetuning == "lora"
         and set(t.lora.targets) <= set(ATTENTION)
-        and not t.lora.target_parameters
+        # LoRA on the fused experts (PEFT's ParamWrapper) not checkpointed
+        and param_wrapper.adapted_experts(t) is not None
+        and not (t.lora.target_parameters and t.gradient_checkpointing)
         and t.loss_chunking == "none"
         and t.attention == "eager"
         and t.precision in ("bf16-true", "16-true")
@@ -340,4 +342,5 @@ def experts(m: ModelConfig, t: TrainerConfig) -> Experts | None:
     if not covered(m, t) or tr is None:
         return None
     e = tr.experts[0]
-    return Experts(e.n_expert, e.top_k, e.width)
+    adapted = param_wrapper.adapted_experts(t) or ()
+    return Experts(e.n_expert, e.top_k, e.width, adapted, t.lora.rank or 0)
