@@ -343,4 +343,4 @@ def experts(m: ModelConfig, t: TrainerConfig) -> Experts | None:
         return None
     e = tr.experts[0]
     adapted = param_wrapper.adapted_experts(t) or ()
-    return Experts(e.n_expert, e.top_k, e.width, adapted, t.lora.rank or 0)
+    return Experts(e.n_expert, e.top_k, e.width, adapted, (t.lora.rank or 0) if adapted else 0)
