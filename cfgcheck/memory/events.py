@@ -70,9 +70,10 @@ from cfgcheck.schema.trainer import TrainerConfig
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
-    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`); Mixtral and
-    Qwen3-MoE with LoRA on attention and their experts or full fine-tuning
-    (:mod:`cfgcheck.memory.events_moe`)."""
+    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`); Mixtral,
+    Qwen3-MoE and OLMoE with LoRA on attention and their experts or full fine-tuning
+    (:mod:`cfgcheck.memory.events_moe`); gpt-oss with LoRA on attention and its experts
+    (:mod:`cfgcheck.memory.gpt_oss_ops`)."""
     from cfgcheck.memory.events_kbit import kbit_covered
 
     return kbit_covered(m, t) or _dense_covered(m, t)

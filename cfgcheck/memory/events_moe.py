@@ -2,8 +2,10 @@
 block, as :mod:`cfgcheck.memory.llama_step` runs it in place of the Llama MLP (called from
 :func:`cfgcheck.memory.events.step_events`).
 
-Covered (:func:`covered`): Mixtral and Qwen3-MoE (transformers 5.24
-``models/mixtral/modeling_mixtral.py``, ``models/qwen3_moe/modeling_qwen3_moe.py``) with PEFT
+Covered (:func:`covered`): Mixtral, Qwen3-MoE and OLMoE (transformers 5.24
+``models/mixtral/modeling_mixtral.py``, ``models/qwen3_moe/modeling_qwen3_moe.py``,
+``models/olmoe/modeling_olmoe.py``: no renormalisation of the top-k, :attr:`Moe.renorm`; q / k
+norms over the whole projection, :attr:`Moe.qk_whole`) with PEFT
 LoRA on the attention projections (q_proj among them), frozen router, or full fine-tuning
 (the router's and the experts' weight gradients), SDPA, 16-bit weights,
 with or without non-reentrant gradient checkpointing (the recomputation: :meth:`Moe.forward`,
