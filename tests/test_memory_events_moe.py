@@ -29,16 +29,23 @@ from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20
 PRESETS = {"mixtral": "mixtral-8x7b", "qwen3_moe": "qwen3-30b-a3b", "gpt_oss": "gpt-oss-20b"}
+OLMOE = ROOT / "benchmarks" / "calibration" / "models" / "olmoe-1b-7b"  # its config.json
 
 
 def _run(family: str, *overrides: str) -> tuple[ModelConfig, DataConfig, TrainerConfig]:
-    """The family's preset (its published config.json) with LoRA on q and v (the shipped
-    default, dropout 0.05), two layers deep, 2 rows of 512 tokens, two micro-batches."""
+    """The family's preset (its published config.json; OLMoE's from the calibration runs'
+    model folder) with LoRA on q and v (the shipped default, dropout 0.05), two layers deep,
+    2 rows of 512 tokens, two micro-batches."""
+    model = (
+        ("model=pretrained", f"model.pretrained={OLMOE}", "tokenizer=olmo-2")
+        if family == "olmoe"
+        else (f"model={PRESETS[family]}",)
+    )
     cfg = check(
         ROOT / "conf",
         "config",
         (
-            f"model={PRESETS[family]}",
+            *model,
             "++data.max_seq_length=512",
             "++trainer.micro_batch_size=2",
             "++trainer.gradient_accumulation_steps=2",
@@ -58,7 +65,7 @@ def _run(family: str, *overrides: str) -> tuple[ModelConfig, DataConfig, Trainer
 def test_what_is_covered() -> None:
     """Mixtral and Qwen3-MoE with LoRA on attention projections and on the fused experts
     through ``target_parameters`` (PEFT's ParamWrapper), full fine-tuning, checkpointed or
-    not; not gpt-oss (eager attention with sinks, expert biases), the router's or some
+    not; not gpt-oss (tests/test_gpt_oss_ops.py), the router's or some
     layers' parameters or the router's auxiliary loss (not generated: the pattern-based
     figure)."""
     for family in ("mixtral", "qwen3_moe"):
@@ -80,8 +87,10 @@ def test_what_is_covered() -> None:
         assert not covered(m, t.model_copy(update={"lora": lora}))
     aux = m.model_copy(update={"hf_config": {**(m.hf_config or {}), "output_router_logits": True}})
     assert not covered(aux, t)
-    m, _, t = _run("gpt_oss", "++trainer.attention=eager")
-    assert not covered(m, t)
+    m, _, t = _run("olmoe")  # softmax then top-k, no renormalisation
+    assert covered(m, t) and events_moe.covered(m, t)
+    m, _, t = _run("gpt_oss", "++trainer.attention=eager")  # gpt_oss_ops.py, not this module
+    assert not events_moe.covered(m, t)
 
 
 def _check(family: str, ckpt: bool, *overrides: str) -> None:
@@ -96,8 +105,9 @@ def _check(family: str, ckpt: bool, *overrides: str) -> None:
 
     m, d, t = _run(family, f"++trainer.gradient_checkpointing={str(ckpt).lower()}", *overrides)
     assert covered(m, t)
-    spec: dict[str, Any] = {"model": m.model_dump(), "trainer": t.model_dump(),
-                            "data": d.model_dump()}  # fmt: skip
+    model = m.model_dump()
+    model["vocab_size"] = model["vocab_size"] or model["padded_vocab_size"]  # OLMoE's folder
+    spec: dict[str, Any] = {"model": model, "trainer": t.model_dump(), "data": d.model_dump()}
     torch.set_num_threads(1)
     with warnings.catch_warnings(), meta_tracing():
         warnings.simplefilter("ignore")
@@ -159,3 +169,30 @@ def test_full_sequence_is_the_traced_one(family: str, ckpt: bool) -> None:
     grouped linears' backward, the router's before its input's; Qwen3's q / k norms keep
     their cast and make their weights' gradients."""
     _check(family, ckpt, "++trainer.finetuning=full")
+
+
+@pytest.mark.tracer
+@pytest.mark.parametrize(
+    ("ckpt", "overrides"),
+    [
+        (False, ()),
+        pytest.param(True, ("++trainer.finetuning=full",), marks=pytest.mark.slow),
+        pytest.param(True, (), marks=pytest.mark.slow),
+        pytest.param(False, ("++trainer.finetuning=full",), marks=pytest.mark.slow),
+        pytest.param(
+            False,
+            (
+                "++trainer.lora.target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]",
+                "++trainer.lora.dropout=0",
+            ),
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_olmoe_sequence_is_the_traced_one(ckpt: bool, overrides: tuple[str, ...]) -> None:
+    """OLMoE (transformers 5.24 ``models/olmoe/modeling_olmoe.py``): ``OlmoeTopKRouter``'s
+    fp32 softmax then ``topk`` without renormalisation (``norm_topk_prob`` false, l.327-336),
+    cast to the logits' dtype; its q / k norms over the whole projection (l.239-240: before
+    the heads' view, statistics per token), so the views' backward (the transposed
+    gradients' copies, k's then q's) runs before v_proj's."""
+    _check("olmoe", ckpt, *overrides)

@@ -21,7 +21,8 @@ included, and checks :data:`LAYERS`):
    and ``kbit_ops`` for QLoRA, ``events_liger`` for Liger's fused loss, all built with
    ``event_seq``; ``layer_ops`` and ``llama_step`` for the Llama layout op by op, with
    ``gemma_ops`` for Gemma's, ``events_moe`` and ``param_wrapper`` for mixture-of-experts
-   blocks; ``sim_cache`` keeps replays and simulated steps on disk);
+   blocks, ``gpt_oss_ops`` with ``gpt_oss_pieces`` and ``gpt_oss_experts`` for gpt-oss;
+   ``sim_cache`` keeps replays and simulated steps on disk);
 4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``; ``simulated``
    the simulation's figures next to it).
 """
@@ -65,6 +66,9 @@ LAYERS: dict[str, int] = {
     "gemma_ops": 3,
     "events_moe": 3,
     "param_wrapper": 3,
+    "gpt_oss_ops": 3,
+    "gpt_oss_pieces": 3,
+    "gpt_oss_experts": 3,
     "sim_cache": 3,
     "simulated": 4,
     "estimate": 3,

@@ -66,9 +66,14 @@ class Seq:
 
     def matmul(self, thread: str) -> None:
         """A matmul's output was just allocated on ``thread`` ("forward" or "backward"): its
-        first one takes that thread's cuBLAS workspace (kept to the end)."""
+        first one takes that thread's cuBLAS workspace (kept to the end). ``lt-backward``: a
+        biased linear (``addmm``, cuBLASLt) on autograd's thread, a checkpoint's recomputation:
+        its first takes that thread's cuBLASLt workspace."""
         if thread not in self.threads:
             self.threads.add(thread)
+            if thread == "lt-backward":
+                self.alloc(self.lt_workspace)
+                return
             self.alloc(self.workspace)
             if thread == "forward":
                 self.alloc(self.lt_workspace)

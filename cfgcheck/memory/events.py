@@ -55,7 +55,7 @@ sequence.
 
 from __future__ import annotations
 
-from cfgcheck.memory import events_moe, gemma_ops, layer_ops, llama_step, weights
+from cfgcheck.memory import events_moe, gemma_ops, gpt_oss_ops, layer_ops, llama_step, weights
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace, one_plain_gpu
@@ -71,9 +71,10 @@ from cfgcheck.schema.trainer import TrainerConfig
 
 def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     """The settings :func:`step_events` generates: hf, dense, no quantization, no sharding,
-    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`); Mixtral and
-    Qwen3-MoE with LoRA on attention and their experts or full fine-tuning
-    (:mod:`cfgcheck.memory.events_moe`)."""
+    no offload; QLoRA on Llama-like models (:mod:`cfgcheck.memory.events_kbit`); Mixtral,
+    Qwen3-MoE and OLMoE with LoRA on attention and their experts or full fine-tuning
+    (:mod:`cfgcheck.memory.events_moe`); gpt-oss with LoRA on attention and its experts
+    (:mod:`cfgcheck.memory.gpt_oss_ops`)."""
     from cfgcheck.memory.events_kbit import kbit_covered
 
     return kbit_covered(m, t) or _dense_covered(m, t)
@@ -84,7 +85,7 @@ def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         one_plain_gpu(t)
         and t.quantization == "none"
         and not m.weight_format
-        and (not (m.n_expert or 0) or events_moe.covered(m, t))
+        and (not (m.n_expert or 0) or events_moe.covered(m, t) or gpt_oss_ops.covered(m, t))
         and t.optimizer in ("adamw", "sgd")
         and (t.loss_chunking == "none" or covered_fused(m, t))
         and not t.precision.endswith("-mixed")
@@ -205,8 +206,9 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
     gemma = gemma_ops.exact(m, d, t)
-    moe = events_moe.Moe.of(m, t) if m.n_expert else None  # covered: events_moe.covered
-    exact = gemma or layer_ops.exact(m, d, t) or moe is not None
+    oss = gpt_oss_ops.experts(m, t)
+    moe = events_moe.Moe.of(m, t) if m.n_expert and oss is None else None  # events_moe.covered
+    exact = gemma or layer_ops.exact(m, d, t) or moe is not None or oss is not None
     qk_w = gemma_ops.qk_norm_weights(ev.alloc, m, master) if gemma else []
     for nb in gemma_ops.outside_tensors(m, t, master, s.adapter) if gemma else []:
         ev.alloc(nb)
@@ -309,13 +311,16 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 start = ev.next_id
             if ops is not None:
                 ops.grads = grads
-                llama_step.micro_batch(
-                    ops,
-                    exact_w,
-                    t.gradient_checkpointing,
-                    moe,
-                    qk_norm=m.norm_qk and moe is not None,
-                )
+                if oss is not None:  # gpt-oss (gpt_oss_ops.py)
+                    gpt_oss_ops.micro_batch(ops, adapters, oss, t.gradient_checkpointing)
+                else:
+                    llama_step.micro_batch(
+                        ops,
+                        exact_w,
+                        t.gradient_checkpointing,
+                        moe,
+                        qk_norm=m.norm_qk and moe is not None,
+                    )
                 if micro == 1:
                     ev.mark((0, END))
                     ev.next_id = start

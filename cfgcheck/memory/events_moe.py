@@ -2,8 +2,10 @@
 block, as :mod:`cfgcheck.memory.llama_step` runs it in place of the Llama MLP (called from
 :func:`cfgcheck.memory.events.step_events`).
 
-Covered (:func:`covered`): Mixtral and Qwen3-MoE (transformers 5.24
-``models/mixtral/modeling_mixtral.py``, ``models/qwen3_moe/modeling_qwen3_moe.py``) with PEFT
+Covered (:func:`covered`): Mixtral, Qwen3-MoE and OLMoE (transformers 5.24
+``models/mixtral/modeling_mixtral.py``, ``models/qwen3_moe/modeling_qwen3_moe.py``,
+``models/olmoe/modeling_olmoe.py``: no renormalisation of the top-k, :attr:`Moe.renorm`; q / k
+norms over the whole projection, :attr:`Moe.qk_whole`) with PEFT
 LoRA on the attention projections (q_proj among them), frozen router, or full fine-tuning
 (the router's and the experts' weight gradients), SDPA, 16-bit weights,
 with or without non-reentrant gradient checkpointing (the recomputation: :meth:`Moe.forward`,
@@ -55,7 +57,7 @@ from cfgcheck.schema.trainer import TrainerConfig
 
 # the routers this module generates: softmax over every expert in fp32, top-k, the top-k
 # renormalised (Qwen3-MoE: ``norm_topk_prob``), Qwen3-MoE's cast back to the logits' dtype
-FAMILIES = frozenset({"mixtral", "qwen3_moe"})
+FAMILIES = frozenset({"mixtral", "qwen3_moe", "olmoe"})
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
@@ -87,7 +89,7 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true")
         and not hf.get("output_router_logits")
-        and (architecture_of(m) == "mixtral" or bool(hf.get("norm_topk_prob")))
+        and (architecture_of(m) != "qwen3_moe" or bool(hf.get("norm_topk_prob")))
         and m.sliding_window_size is None
         and not m.tie_embeddings
         and not m.attn_bias
@@ -165,6 +167,9 @@ class Moe:
     rw: int  # bytes per element of the routing weights (fp32, or the logits' dtype)
     rank: int = 0
     adapted: tuple[str, ...] = ()  # the experts' parameters PEFT's ParamWrapper adapts
+    renorm: bool = True  # the top-k values divided by their sum (OLMoE's norm_topk_prob: not)
+    # OLMoE's q / k norms run over the whole projection (statistics per token), Qwen3's per head
+    qk_whole: bool = False
 
     @classmethod
     def of(cls, m: ModelConfig, t: TrainerConfig) -> Moe:
@@ -174,8 +179,10 @@ class Moe:
         s = stack(m, t)
         rw = s.act if m.architecture in ROUTER_WEIGHTS_IN_LOGITS_DTYPE else 4
         adapted = () if t.finetuning == "full" else param_wrapper.adapted_experts(t) or ()
+        olmoe = architecture_of(m) == "olmoe"
+        renorm = not olmoe or bool((m.hf_config or {}).get("norm_topk_prob"))
         return cls(e.n_expert, e.top_k, e.width, _weighted_bytes(m, s), rw, t.lora.rank or 0,
-                   adapted)  # fmt: skip
+                   adapted, renorm, olmoe)  # fmt: skip
 
     def shapes(self, h: int) -> dict[str, tuple[int, int]]:
         """(out, in) of one expert's matrix of each fused parameter."""
@@ -197,14 +204,16 @@ class Moe:
         sm = a(4 * t * e)
         f(c)
         top_v, top_i = a(4 * s), a(8 * s)
-        top_sum = a(4 * t)
-        top_copy = a(4 * s)  # the in-place division's saved copy
+        top_sum = top_copy = -1
+        if self.renorm:
+            top_sum = a(4 * t)
+            top_copy = a(4 * s)  # the in-place division's saved copy
         if self.rw != 4:  # .to(router_logits.dtype): the fp32 values go
             cast = a(self.rw * s)
             f(top_v)
             top_v = cast
         if not keep:
-            f(top_copy, top_sum, sm)
+            f(*(x for x in (top_copy, top_sum) if x != -1), sm)
         # ParamWrapper.forward: each adapted parameter's parametrization registered (its
         # factors cast to the weights' dtype; register_parametrization evaluates it once,
         # a merged weight made and dropped)
@@ -359,18 +368,19 @@ class Moe:
             g32 = a(4 * s)
             f(g_wg)
             g_wg = g32
-        # DivBackward0 of the renormalised top-k values
-        d1, d2, neg, mul = a(4 * s), a(4 * s), a(4 * s), a(4 * s)
-        f(neg, d2, d1)
-        d3 = a(4 * s)
-        if un:
-            f(sv.top_copy, sv.top_sum)
-        ssum = a(4 * t)
-        f(mul, g_wg)
-        if not un:
-            f(sv.top_sum, sv.top_copy)
-        add = a(4 * s)
-        f(d3, ssum)
+        add = g_wg
+        if self.renorm:  # DivBackward0 of the renormalised top-k values
+            d1, d2, neg, mul = a(4 * s), a(4 * s), a(4 * s), a(4 * s)
+            f(neg, d2, d1)
+            d3 = a(4 * s)
+            if un:
+                f(sv.top_copy, sv.top_sum)
+            ssum = a(4 * t)
+            f(mul, g_wg)
+            if not un:
+                f(sv.top_sum, sv.top_copy)
+            add = a(4 * s)
+            f(d3, ssum)
         z = a(4 * t * e)  # TopkBackward0: new_zeros, scatter
         sc = a(4 * t * e)
         f(z)

@@ -116,12 +116,12 @@ def layer_forward(
     qm = linear("q_proj", hd, o.q, graph)
     qk: tuple[Norm, Norm] | None = None
     if qk_norm:  # q_norm on each head, its input gone once it ran
-        qn = norm_forward(_per_head(o, o.q), qm, True)
+        qn = norm_forward(_per_head(o, o.q, moe), qm, True)
         o.free(qm)
         qm = qn.out
     km = linear("k_proj", hd, o.kv, graph)
     if qk_norm:
-        kn = norm_forward(_per_head(o, o.kv), km, graph or kd["k_proj"] != "frozen")
+        kn = norm_forward(_per_head(o, o.kv, moe), km, graph or kd["k_proj"] != "frozen")
         o.free(km)
         km, qk = kn.out, (qn, kn)
     vm = linear("v_proj", hd, o.kv, graph)
@@ -255,7 +255,7 @@ def layer_backward(
     # the post-attention norm; its input's buffer holds g (the residual's path)
     pre = "pre_feedforward_layernorm" if o.sandwich else "post_attention_layernorm"
     s = _norm_backward(o, gx, lay.norm2, w[pre][0], g)
-    return _attention_backward(o, s, lay, w, tables, frame)
+    return _attention_backward(o, s, lay, w, tables, frame, moe)
 
 
 def _mlp_backward(
@@ -297,6 +297,7 @@ def _attention_backward(
     w: dict[str, tuple[tuple[int, int], ...]],
     tables: tuple[int, int] | None,
     frame: tuple[int, ...],
+    moe: Moe | None = None,
 ) -> int | None:
     """The attention's backward for the gradient ``s`` of the post-attention residual."""
     qb, kvb, kd, ad, hd = o.p * o.q, o.p * o.kv, o.kinds, lay.adapters, o.h
@@ -337,6 +338,14 @@ def _attention_backward(
     grads["q"] = rope_backward(o, grads["q"], qb, tables)
     if o.qk_norm:
         gemma_ops.qk_norm_backward(o, grads, need, lay.norms, w)
+    # OLMoE's q / k norms run on the whole projection, before the heads' views: the views'
+    # backward (the transposed gradients' copies, k's then q's) comes before v_proj's
+    whole = moe is not None and moe.qk_whole
+    for x in ("k", "q") if whole else ():
+        if need[x]:
+            c = o.alloc(kvb if x == "k" else qb)
+            o.free(grads[x])
+            grads[x] = c
     total: int | None = None
     for x, size in (("v", kvb), ("k", kvb), ("q", qb)):
         if not need[x]:
@@ -344,15 +353,16 @@ def _attention_backward(
         if x != "v" and lay.qk is not None:  # the head norm's backward first
             nm = lay.qk[0 if x == "q" else 1]
             weight = w.get(x + "_norm", ((0, 0),))[0]  # (id, bytes) when it trains
-            grads[x] = norm_backward(_per_head(o, o.q if x == "q" else o.kv), grads[x], nm,
+            grads[x] = norm_backward(_per_head(o, o.q if x == "q" else o.kv, moe), grads[x], nm,
                                      weight, None)  # fmt: skip
-        c = grads[x]
         # the transposed gradient made contiguous for the view; the kernel's own v gradient
         # has the input's strides, and with one k/v head (b, 1, s, d) transposed is
-        # contiguous: no copy
-        if (x != "v" or o.gqa) and (x == "q" or o.repeat or not o.gqa):
+        # contiguous: no copy (OLMoE: made above)
+        if (x != "v" or o.gqa) and (x == "q" or o.repeat or not o.gqa) and not whole:
             c = o.alloc(size)
             o.free(grads[x])
+            grads[x] = c
+        c = grads[x]
         name = x + "_proj"
         last = (lay.norm1.out,) if x == "q" and kd[name] == "full" else ()
         nout = o.q if x == "q" else o.kv
@@ -365,10 +375,11 @@ def _attention_backward(
     return _norm_backward(o, total, lay.norm1, w["input_layernorm"][0], s)
 
 
-def _per_head(o: Ops, size: int) -> Ops:
+def _per_head(o: Ops, size: int, moe: Moe | None = None) -> Ops:
     """The ops of a norm over each head of a tensor of ``size`` elements: its statistics per
-    head and token, no checkpoint frame of its own."""
-    heads = size // (o.tokens * o.head_dim)
+    head and token, no checkpoint frame of its own; OLMoE's (``moe.qk_whole``) over the whole
+    projection, its statistics per token."""
+    heads = 1 if moe is not None and moe.qk_whole else size // (o.tokens * o.head_dim)
     return replace(o, h=size, b=o.b * heads, frame=())
 
 
