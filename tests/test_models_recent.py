@@ -272,9 +272,11 @@ def test_memory_estimate_of_a_moe_counts_all_experts_and_states_its_margin(
     report = json.loads(proc.stdout)
     m = model_of(tmp_path, "allenai/OLMoE-1B-7B-0924")
     pc = count_params(m)
-    assert report["estimate"]["params"] == pc.total and report["estimate"]["margin"] == 0.25
+    assert report["estimate"]["params"] == pc.total
+    # OLMoE full fine-tuning is measured (benchmarks/calibration/h200.jsonl): the calibrated
+    # margin, not the 25 % of an unmeasured family
+    assert report["estimate"]["margin"] == 0.10
     assert report["estimate"]["active_params"] == pc.active < pc.total
-    assert "mixture-of-experts" in proc.stdout
     weights = next(c for c in report["estimate"]["components"] if c["key"] == "weights")
     assert weights["bytes"] == 2 * pc.total  # every expert, bf16-true (the default)
 
