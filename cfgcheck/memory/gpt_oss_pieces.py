@@ -42,28 +42,15 @@ def rotary_tables(o: Ops) -> tuple[int, int]:
 
 
 def masks(o: Ops) -> tuple[int, int]:
-    """The full and the sliding additive masks (``where`` of the boolean ``and_masks``)."""
-    ss, bss = o.s * o.s, o.b * o.s * o.s
-    le = o.alloc(ss)
-    causal = o.alloc(ss)
-    o.free(le)
-    both = o.alloc(bss)
-    o.free(causal)
-    full = o.alloc(o.p * bss)
-    o.free(both)
-    gt = o.alloc(ss)  # sliding_window_overlay and causal
-    inner = o.alloc(ss)
-    o.free(gt)
-    le = o.alloc(ss)
-    both = o.alloc(ss)
-    o.free(le, inner)
-    causal = o.alloc(ss)
-    o.free(both)
-    mask = o.alloc(bss)
-    o.free(causal)
-    sliding = o.alloc(o.p * bss)
-    o.free(mask)
-    return full, sliding
+    """The full and the sliding additive masks: each boolean mask
+    (:func:`cfgcheck.memory.layer_ops.sdpa_mask`), then its ``where`` in the compute dtype."""
+    full = layer_ops.sdpa_mask(o, False)
+    additive = o.alloc(o.p * o.b * o.s * o.s)
+    o.free(full)
+    sliding = layer_ops.sdpa_mask(o, True)
+    additive_sliding = o.alloc(o.p * o.b * o.s * o.s)
+    o.free(sliding)
+    return additive, additive_sliding
 
 
 def norm(o: Ops, graph: bool) -> Norm:

@@ -508,3 +508,26 @@ def rope_backward(o: Ops, g: int, size: int, tables: tuple[int, int] | None) -> 
     if tables:
         o.free(tables[0])
     return add_grad(o, size, acc, b)
+
+
+def sdpa_mask(o: Ops, window: bool) -> int:
+    """transformers' ``masking_utils.sdpa_mask``: and_masks(causal, padding), each ``and`` a
+    new bool tensor, the batch's mask last; with a sliding window the causal function is
+    and_masks(sliding_window_overlay, causal)."""
+    ss = o.s * o.s
+    if window:
+        gt = o.alloc(ss)
+        inner = o.alloc(ss)
+        o.free(gt)
+        le = o.alloc(ss)
+        both = o.alloc(ss)
+        o.free(le, inner)
+        causal = o.alloc(ss)
+        o.free(both)
+    else:
+        le = o.alloc(ss)
+        causal = o.alloc(ss)
+        o.free(le)
+    mask = o.alloc(o.b * ss)
+    o.free(causal)
+    return mask

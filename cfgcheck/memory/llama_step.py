@@ -43,6 +43,7 @@ from cfgcheck.memory.layer_ops import (
     norm_forward,
     rope_backward,
     rope_forward,
+    sdpa_mask,
 )
 
 if TYPE_CHECKING:
@@ -399,28 +400,6 @@ class Weights:
     embedding: Param | None
 
 
-def _mask(o: Ops, window: bool) -> int:
-    """``sdpa_mask``: and_masks(causal, padding), each ``and`` a new bool tensor; with a
-    sliding window the causal function is and_masks(sliding_window_overlay, causal)."""
-    ss = o.s * o.s
-    if window:
-        gt = o.alloc(ss)
-        inner = o.alloc(ss)
-        o.free(gt)
-        le = o.alloc(ss)
-        both = o.alloc(ss)
-        o.free(le, inner)
-        causal = o.alloc(ss)
-        o.free(both)
-    else:
-        le = o.alloc(ss)
-        causal = o.alloc(ss)
-        o.free(le)
-    mask = o.alloc(o.b * ss)
-    o.free(causal)
-    return mask
-
-
 def _tables(o: Ops) -> tuple[int, int]:
     """LlamaRotaryEmbedding: fp32 frequencies, cat, cos and sin (times attention_scaling),
     cast to the compute dtype; kept by every rotary multiplication. Without position_ids
@@ -463,13 +442,13 @@ def micro_batch(
         mask = o.alloc(bss)
         o.free(same, causal)
     elif o.mask and not o.sliding:
-        mask = _mask(o, o.window)
+        mask = sdpa_mask(o, o.window)
     # Gemma 3: the full and the sliding window's masks, then rotary tables per attention type
     # (modeling_gemma3.py ``Gemma3TextModel.forward``: ``causal_mask_mapping``, then
     # ``position_embeddings`` for each of ``set(config.layer_types)``)
     masks = [mask] if mask is not None else []
     if o.mask and o.sliding:
-        made = {sl: _mask(o, sl) for sl in o.mask_order or (False, True)}
+        made = {sl: sdpa_mask(o, sl) for sl in o.mask_order or (False, True)}
         masks = [made[False], made[True]]
     types = o.sliding or (False,) * len(w.layers)
     order = list(o.table_order or dict.fromkeys(types))
