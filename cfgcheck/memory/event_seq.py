@@ -7,6 +7,7 @@ fused loss); it knows nothing of models, so they import it and not each other.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from cfgcheck.memory.allocsim import FREE, RESET, Event
 from cfgcheck.memory.devices import lookup
@@ -31,7 +32,12 @@ BLAS_LT_WORKSPACE = 1024 * 1024
 def blas_workspace(t: TrainerConfig) -> int:
     """The cuBLAS workspace of the run's GPU: 32 MiB on sm90 (H100, H200), 8 MiB + 128 KiB on
     the others; a GPU not named (or not known) gets the larger one."""
-    spec = lookup(t.gpu.name) if t.gpu is not None and t.gpu.name else None
+    return _workspace_of(t.gpu.name if t.gpu is not None else None)
+
+
+@lru_cache(maxsize=64)  # by the name alone; the table's look-up compares every alias
+def _workspace_of(name: str | None) -> int:
+    spec = lookup(name) if name else None
     if spec is not None and spec.capability is not None and spec.capability != (9, 0):
         return BLAS_WORKSPACE
     return BLAS_WORKSPACE_SM90
@@ -53,10 +59,11 @@ class Seq:
         return i
 
     def free(self, *ids: int) -> None:
-        if len(ids) == 1:  # most calls (no generator for one event)
-            self.events.append((ids[0], FREE))
-        else:
-            self.events.extend([(i, FREE) for i in ids])
+        # a plain loop: cheaper than building a list (a comprehension is a call of its own
+        # before Python 3.12) for the one to six ids of most calls
+        events = self.events
+        for i in ids:
+            events.append((i, FREE))
 
     def reset(self) -> None:
         self.events.append((0, RESET))

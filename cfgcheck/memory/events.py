@@ -218,15 +218,17 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
         kinds = _kinds(m, t, gemma)
         experts = events_moe.adapter_sizes(m, t)  # PEFT's ParamWrapper on expert parameters
+        r = t.lora.rank or 0
+        linears = block_linears(m)
+        lora = [x for x in linears if kinds[x.name] == "lora"]
         for _ in range(m.n_layer):
-            made: dict[str, tuple[tuple[int, int], ...]] = {}
-            for x in block_linears(m):
-                made[x.name] = ()
-                if kinds[x.name] == "lora":
-                    r = t.lora.rank or 0
-                    sizes = (r * x.in_features * s.adapter, x.out_features * r * s.adapter)
-                    made[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
-                    trainable += made[x.name]
+            made: dict[str, tuple[tuple[int, int], ...]] = {x.name: () for x in linears}
+            for x in lora:
+                # sizes made per layer: each layer's own int objects, as marshal (the events'
+                # content key, sim_cache.content_key) writes shared objects as references
+                sizes = (r * x.in_features * s.adapter, x.out_features * r * s.adapter)
+                made[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
+                trainable += made[x.name]
             for name, *numels in experts:
                 key = "experts." + name
                 made[key] = tuple((ev.alloc(n * s.adapter), n * s.adapter) for n in numels)
@@ -241,7 +243,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
         ev.alloc(8 * tokens)
     ev.reset()
     masked = sdpa_masked(m, d, t, s, seq)
-    pieces, mlp_kept = layer_tensors(m, t, masked, tokens, seq)
+    # the saved tensors of a layer not generated op by op
+    pieces, mlp_kept = ([], slice(0)) if exact else layer_tensors(m, t, masked, tokens, seq)
     gated = m.mlp in ("swiglu", "geglu")
     # each MLP linear's parameters (weight, bias) as offsets in a layer's parameters, the last
     # linear first: the order autograd reaches them
@@ -280,13 +283,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)
         layer_w: list[dict[str, tuple[tuple[int, int], ...]]] = []
+        norms = gemma_ops.norm_names(m)
+        names = [*layer_ops.LINEARS, *norms]
+        if full and moe is not None:  # by name: the router and experts among them
+            names = [x for x, _ in events_moe.layer_params(m)]
         for i in range(m.n_layer):
             first = 1 + i * per_layer_params
-            norms = gemma_ops.norm_names(m)
             if full:
-                names = [*layer_ops.LINEARS, *norms]
-                if moe is not None:  # by name: the router and experts among them
-                    names = [x for x, _ in events_moe.layer_params(m)]
                 layer_w.append({x: (sized[first + j],) for j, x in enumerate(names)})
             else:
                 layer_w.append({**adapters[i], **dict.fromkeys(norms, (frozen,))})

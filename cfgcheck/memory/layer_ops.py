@@ -124,32 +124,27 @@ class Ops:
     # the small pool's per-token statistics (the norms' mean and rsqrt) are made: the QLoRA
     # generator (cfgcheck/memory/events_kbit.py) leaves them out
     stats: bool = True
+    # derived from the sizes and kinds above once, when made (``dataclasses.replace`` makes
+    # them again): the ops read them for every tensor
+    tokens: int = field(init=False, default=0)
+    gqa: bool = field(init=False, default=False)
+    # ``repeat_kv`` copies k and v: grouped heads, more than one k/v head (with one its
+    # ``expand`` and ``reshape`` are views)
+    repeat: bool = field(init=False, default=False)
+    full: bool = field(init=False, default=False)  # every block linear's weight trains
+    # a per-token statistic's tensor: ``alloc`` itself, or 0 (not made, see ``stats``)
+    small: Alloc = field(init=False, repr=False, compare=False)
 
-    @property
-    def tokens(self) -> int:
-        return self.b * self.s
-
-    @property
-    def gqa(self) -> bool:
-        return self.q != self.kv
-
-    @property
-    def repeat(self) -> bool:
-        """``repeat_kv`` copies k and v: grouped heads, more than one k/v head (with one its
-        ``expand`` and ``reshape`` are views)."""
-        return self.gqa and self.kv > self.head_dim * self.tokens
-
-    @property
-    def full(self) -> bool:
-        return all(k == "full" for k in self.kinds.values())
-
-    def small(self, n: int) -> int:
-        """A per-token statistic's tensor (0: not made, see ``stats``)."""
-        return self.alloc(n) if self.stats else 0
+    def __post_init__(self) -> None:
+        self.tokens = self.b * self.s
+        self.gqa = self.q != self.kv
+        self.repeat = self.gqa and self.kv > self.head_dim * self.tokens
+        self.full = all(k == "full" for k in self.kinds.values())
+        self.small = self.alloc if self.stats else _not_made
 
     def drop(self, *ids: int) -> None:
         """Free the tensors made (not the statistics left out, id 0)."""
-        self.free(*(i for i in ids if i))
+        self.free(*(filter(None, ids) if 0 in ids else ids))
 
     def grad(self, param: int, g: int) -> None:
         """AccumulateGrad: the first gradient becomes ``.grad``, the next ones are added into it
@@ -158,6 +153,11 @@ class Ops:
             self.free(g)
         else:
             self.grads[param] = g
+
+
+def _not_made(size: int) -> int:
+    """A statistic's id when it is not made (``Ops.stats`` False)."""
+    return 0
 
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
