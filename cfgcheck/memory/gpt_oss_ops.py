@@ -46,7 +46,7 @@ from cfgcheck.memory.gpt_oss_pieces import (
     rotary_backward,
     rotary_tables,
 )
-from cfgcheck.memory.layer_ops import Adapter, Norm, Ops, linear_backward, linear_forward
+from cfgcheck.memory.layer_ops import Adapter, Linears, Norm, Ops
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
 
@@ -76,13 +76,8 @@ def layer_forward(
     (returned as ``_``) when the MLP's return rebinds ``_``; ``stop``: the checkpoint's
     recomputation, which ends inside the experts (:func:`experts_forward`)."""
     kd, qb, kvb, hd = o.kinds, o.p * o.q, o.p * o.kv, o.h
-    ad: dict[str, Adapter] = {}
-
-    def linear(name: str, nin: int, nout: int, g: bool) -> int:
-        out, saved = linear_forward(o, kd[name], nin, nout, g)
-        if saved is not None:
-            ad[name] = saved
-        return out
+    lin = Linears(o)
+    linear, ad = lin.forward, lin.adapters
 
     nm1 = norm(o, graph)
     n1 = nm1.out
@@ -163,21 +158,16 @@ def layer_backward(
 
     gm = experts_backward(o, g, lay.moe, ex, rerun if recompute is not None else None, w)
     lay = box[0]
-    ad, un = lay.adapters, o.unpacked
+    un = o.unpacked
     frame, o.frame = o.frame, ()  # the checkpoint's frame: its last holder is norm1's
     s = norm_backward(o, gm, lay.norm2, g)
-
-    def linear(
-        name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None, graph: bool
-    ) -> int | None:
-        return linear_backward(o, kd[name], g, free_g, nin, nout, ad.get(name), buf, (), w[name],
-                               graph)  # fmt: skip
+    lin = Linears(o, lay.adapters, w)
 
     def node(inputs: tuple[int, ...], saved: tuple[int, ...]) -> None:
         # after a node its inputs, then its saved tensors; recomputed ones go first
         o.free(*(x for x in (saved + inputs if un else inputs + saved) if x != -1))
 
-    go = linear("o_proj", s, not lay.norm1.graph, o.q, hd, None, True)
+    go = lin.backward("o_proj", s, not lay.norm1.graph, o.q, hd, None)
     assert go is not None
     gc = go
     if o.b > 1:  # the transposed gradient made contiguous (a view for one row)
@@ -226,7 +216,7 @@ def layer_backward(
         c = o.alloc(size)  # the transposed gradient made contiguous for the view
         o.free(grads[x])
         nout = o.q if x == "q" else o.kv
-        total = linear(x + "_proj", c, True, hd, nout, total, lay.norm1.graph)
+        total = lin.backward(x + "_proj", c, True, hd, nout, total, (), lay.norm1.graph)
     if not lay.norm1.graph:
         o.free(*frame)
         return None

@@ -57,7 +57,7 @@ sequence equals it for every tensor above 1 MiB (the large pool, ``kSmallSize``)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cfgcheck.memory.modules import architecture_of
@@ -474,6 +474,43 @@ def linear_backward(
     gbx = o.alloc(o.p * nin)  # the frozen base's MmBackward0
     o.free(gb)
     return add_grad(o, o.p * nin, buf, gbx)
+
+
+@dataclass
+class Linears:
+    """A layer's block linears by name (their kinds in ``o.kinds``), bound to the ops and the
+    layer's LoRA adapters: :meth:`forward` records what each adapted linear keeps in
+    ``adapters``, :meth:`backward` reads it; ``w``: (id, bytes) of each linear's trained
+    tensors (the backward's)."""
+
+    o: Ops
+    adapters: dict[str, Adapter] = field(default_factory=dict)
+    w: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+    def forward(self, name: str, nin: int, nout: int, graph: bool) -> int:
+        """:func:`linear_forward` of the linear ``name``: its output."""
+        out, saved = linear_forward(self.o, self.o.kinds[name], nin, nout, graph)
+        if saved is not None:
+            self.adapters[name] = saved
+        return out
+
+    def backward(
+        self,
+        name: str,
+        g: int,
+        free_g: bool,
+        nin: int,
+        nout: int,
+        buf: int | None,
+        release: tuple[int, ...] = (),
+        graph: bool = True,
+    ) -> int | None:
+        """:func:`linear_backward` of the linear ``name``."""
+        o = self.o
+        return linear_backward(
+            o, o.kinds[name], g, free_g, nin, nout, self.adapters.get(name), buf, release,
+            self.w[name], graph,
+        )  # fmt: skip
 
 
 def rope_forward(o: Ops, size: int) -> int:

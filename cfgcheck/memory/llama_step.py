@@ -35,10 +35,9 @@ from typing import TYPE_CHECKING
 from cfgcheck.memory import gemma_ops
 from cfgcheck.memory.layer_ops import (
     Adapter,
+    Linears,
     Norm,
     Ops,
-    linear_backward,
-    linear_forward,
     norm_backward,
     norm_forward,
     rope_backward,
@@ -105,13 +104,8 @@ def layer_forward(
     row, qb, kvb = o.p * o.h, o.p * o.q, o.p * o.kv
     kd = o.kinds
     hd = o.h
-    ad: dict[str, Adapter] = {}
-
-    def linear(name: str, nin: int, nout: int, g: bool) -> int:
-        out, saved = linear_forward(o, kd[name], nin, nout, g)
-        if saved is not None:
-            ad[name] = saved
-        return out
+    lin = Linears(o)
+    linear, ad = lin.forward, lin.adapters
 
     n1 = _norm_forward(o, x, graph)
     qm = linear("q_proj", hd, o.q, graph)
@@ -263,16 +257,8 @@ def _mlp_backward(
     o: Ops, g: int, lay: Layer, w: dict[str, tuple[tuple[int, int], ...]]
 ) -> int | None:
     """The Llama MLP's backward: its input's gradient."""
-    ib, kd, ad, hd = o.p * o.inter, o.kinds, lay.adapters, o.h
-
-    def linear(
-        name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None,
-        release: tuple[int, ...] = (), graph: bool = True,
-    ) -> int | None:  # fmt: skip
-        return linear_backward(
-            o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
-        )
-
+    ib, kd, hd = o.p * o.inter, o.kinds, o.h
+    linear = Linears(o, lay.adapters, w).backward
     full = kd["down_proj"] == "full"
     ex = lay.norms
     gd = g
@@ -301,16 +287,8 @@ def _attention_backward(
     moe: Moe | None = None,
 ) -> int | None:
     """The attention's backward for the gradient ``s`` of the post-attention residual."""
-    qb, kvb, kd, ad, hd = o.p * o.q, o.p * o.kv, o.kinds, lay.adapters, o.h
-
-    def linear(
-        name: str, g: int, free_g: bool, nin: int, nout: int, buf: int | None,
-        release: tuple[int, ...] = (), graph: bool = True,
-    ) -> int | None:  # fmt: skip
-        return linear_backward(
-            o, kd[name], g, free_g, nin, nout, ad.get(name), buf, release, w[name], graph
-        )
-
+    qb, kvb, kd, hd = o.p * o.q, o.p * o.kv, o.kinds, o.h
+    linear = Linears(o, lay.adapters, w).backward
     # the attention: o_proj, the kernel, repeat_kv's sums, the rotary k then q, then v, k, q;
     # without a gradient on the layer's input only o_proj holds s
     ga, owned = s, not lay.graph
