@@ -24,7 +24,7 @@ pytest.importorskip("peft")
 
 from benchmarks.allocator_meta_trace import meta_tracing  # noqa: E402
 from benchmarks.allocator_sequence_diff import first_difference, reduced  # noqa: E402
-from cfgcheck.memory import gemma_ops, layer_ops  # noqa: E402
+from cfgcheck.memory import gemma_layout, layer_ops  # noqa: E402
 from cfgcheck.memory.events import blas_workspace, step_events  # noqa: E402
 from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig  # noqa: E402
 from tests.alloc_tracer import cuda_events, traced_step  # noqa: E402
@@ -158,7 +158,7 @@ def _run(name: str) -> tuple[ModelConfig, DataConfig, TrainerConfig]:
 )
 def test_the_generated_gemma_sequence_is_the_traced_one(name: str) -> None:
     m, d, t = _run(name)
-    assert gemma_ops.exact(m, d, t) and not layer_ops.exact(m, d, t)
+    assert gemma_layout.exact(m, d, t) and not layer_ops.exact(m, d, t)
     spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
     torch.set_num_threads(1)
     with warnings.catch_warnings(), meta_tracing():
@@ -183,12 +183,12 @@ def test_what_gemma_ops_does_not_generate() -> None:
         {"sliding_window_size": 256},
         {"architecture": "gemma3_text"},
     ):
-        assert not gemma_ops.exact(m.model_copy(update=change), d, t), change
-    assert not gemma_ops.exact(m, d, t.model_copy(update={"attention": "eager"}))
-    assert not gemma_ops.exact(m.model_copy(update={"mlp": "swiglu", "name": "x"}), d, t)
+        assert not gemma_layout.exact(m.model_copy(update=change), d, t), change
+    assert not gemma_layout.exact(m, d, t.model_copy(update={"attention": "eager"}))
+    assert not gemma_layout.exact(m.model_copy(update={"mlp": "swiglu", "name": "x"}), d, t)
     m3, d3, t3 = _run("gemma3-lora-qv-ckpt")
-    assert gemma_ops.exact(m3, d3, t3)
-    assert not gemma_ops.exact(m3, d3.model_copy(update={"collator": "packed"}), t3)
+    assert gemma_layout.exact(m3, d3, t3)
+    assert not gemma_layout.exact(m3, d3.model_copy(update={"collator": "packed"}), t3)
     one_row = t3.model_copy(update={"micro_batch_size": 1, "gradient_accumulation_steps": 4})
-    assert not gemma_ops.exact(m3, d3, one_row)
-    assert not gemma_ops.exact(m3.model_copy(update={"final_logit_softcapping": 30.0}), d3, t3)
+    assert not gemma_layout.exact(m3, d3, one_row)
+    assert not gemma_layout.exact(m3.model_copy(update={"final_logit_softcapping": 30.0}), d3, t3)

@@ -20,8 +20,9 @@ included, and checks :data:`LAYERS`):
    allocation events that ``allocsim`` replays (``events``; ``events_kbit`` with ``kbit_layer``
    and ``kbit_ops`` for QLoRA, ``events_liger`` for Liger's fused loss, all built with
    ``event_seq``; ``layer_ops`` and ``llama_step`` for the Llama layout op by op, with
-   ``gemma_ops`` for Gemma's, ``events_moe`` and ``param_wrapper`` for mixture-of-experts
-   blocks, ``gpt_oss_ops`` with ``gpt_oss_pieces`` and ``gpt_oss_experts`` for gpt-oss;
+   ``gemma_ops`` for Gemma's (``gemma_layout``: the runs it covers), ``events_moe`` and
+   ``param_wrapper`` for mixture-of-experts blocks, ``gpt_oss_ops`` with ``gpt_oss_pieces``
+   and ``gpt_oss_experts`` for gpt-oss;
    ``sim_cache`` keeps replays and simulated steps on disk);
 4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``; ``simulated``
    the simulation's figures next to it).
@@ -64,6 +65,7 @@ LAYERS: dict[str, int] = {
     "layer_ops": 3,
     "llama_step": 3,
     "gemma_ops": 3,
+    "gemma_layout": 3,
     "events_moe": 3,
     "param_wrapper": 3,
     "gpt_oss_ops": 3,

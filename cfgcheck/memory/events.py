@@ -55,7 +55,14 @@ sequence.
 
 from __future__ import annotations
 
-from cfgcheck.memory import events_moe, gemma_ops, gpt_oss_ops, layer_ops, llama_step, weights
+from cfgcheck.memory import (
+    events_moe,
+    gemma_layout,
+    gpt_oss_ops,
+    layer_ops,
+    llama_step,
+    weights,
+)
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
 from cfgcheck.memory.allocsim import END, REPEAT, Event
 from cfgcheck.memory.event_seq import BLAS_LT_WORKSPACE, Seq, blas_workspace, one_plain_gpu
@@ -205,12 +212,12 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     param_ids = [ev.alloc(n * master) for _, n in params]
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
-    gemma = gemma_ops.exact(m, d, t)
+    gemma = gemma_layout.exact(m, d, t)
     oss = gpt_oss_ops.experts(m, t)
     moe = events_moe.Moe.of(m, t) if m.n_expert and oss is None else None  # events_moe.covered
     exact = gemma or layer_ops.exact(m, d, t) or moe is not None or oss is not None
-    qk_w = gemma_ops.qk_norm_weights(ev.alloc, m, master) if gemma else []
-    for nb in gemma_ops.outside_tensors(m, t, master, s.adapter) if gemma else []:
+    qk_w = gemma_layout.qk_norm_weights(ev.alloc, m, master) if gemma else []
+    for nb in gemma_layout.outside_tensors(m, t, master, s.adapter) if gemma else []:
         ev.alloc(nb)
     if full:
         trainable += [p for x in qk_w for ps in x.values() for p in ps]
@@ -277,13 +284,13 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             rank=t.lora.rank or 0,
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
-            mask_first=architecture_of(m) in ("qwen2", *gemma_ops.GEMMA3),
-            **(gemma_ops.layout(m) if gemma else {}),
+            mask_first=architecture_of(m) in ("qwen2", *gemma_layout.GEMMA3),
+            **(gemma_layout.layout(m) if gemma else {}),
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)
         layer_w: list[dict[str, tuple[tuple[int, int], ...]]] = []
-        norms = gemma_ops.norm_names(m)
+        norms = gemma_layout.norm_names(m)
         names = [*layer_ops.LINEARS, *norms]
         if full and moe is not None:  # by name: the router and experts among them
             names = [x for x, _ in events_moe.layer_params(m)]
@@ -684,5 +691,5 @@ def _grad(ev: Seq, grads: dict[int, int], param: int, nbytes: int) -> None:
 def _kinds(m: ModelConfig, t: TrainerConfig, gemma: bool) -> dict[str, str]:
     """Each adapted linear's kind, from the layout's own module."""
     if gemma:
-        return gemma_ops.kinds(m, t) or {}
+        return gemma_layout.kinds(m, t) or {}
     return layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {}

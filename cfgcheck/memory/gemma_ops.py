@@ -3,7 +3,8 @@
 :mod:`cfgcheck.memory.llama_step`, which puts the modules together and calls these where
 ``Ops.gemma`` / ``qk_norm`` / ``sandwich`` / ``sliding`` are set).
 
-Covered (:func:`exact`): transformers' Gemma (``model_type`` gemma), Gemma 3's text model
+Covered (:func:`cfgcheck.memory.gemma_layout.exact`, with the linears' kinds and the layout's
+:class:`Ops` fields): transformers' Gemma (``model_type`` gemma), Gemma 3's text model
 (gemma3_text) and its multimodal model's (gemma3): GeGLU MLP, RMSNorm, tied embeddings, SDPA,
 with or without non-reentrant gradient checkpointing, full fine-tuning in 16 or 32-bit weights
 (the tied embedding trains) or PEFT LoRA as :func:`layer_ops.kinds` allows. The sources, as
@@ -31,7 +32,7 @@ installed and traced (transformers 5.24 ``models/gemma/modeling_gemma.py``,
   ``create_masks_for_generate``, line 883, in ``set(layer_types)`` order) and rotary tables
   per attention type (line 533); under checkpointing the recomputation stops in the
   post-feedforward norm (:func:`stopped`). The multimodal model builds its vision tower
-  (:func:`outside_tensors`), which a text batch never runs.
+  (:func:`cfgcheck.memory.gemma_layout.outside_tensors`), which a text batch never runs.
 
 tests/test_gemma_ops.py checks the generated sequence equals the traced one above 1 MiB (the
 large pool), as tests/test_layer_ops.py does for Llama.
@@ -39,144 +40,9 @@ large pool), as tests/test_layer_ops.py does for Llama.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from math import prod
-from typing import Any
+from dataclasses import dataclass
 
 from cfgcheck.memory.layer_ops import Norm, Ops, add_grad
-from cfgcheck.memory.layer_ops import kinds as layer_kinds
-from cfgcheck.memory.modules import architecture_of, traced
-from cfgcheck.memory.params import Adapted, adapted_modules, block_linears
-from cfgcheck.memory.stack import padded_batches
-from cfgcheck.pipeline import Pipeline
-from cfgcheck.schema.data import DataConfig
-from cfgcheck.schema.model import ModelConfig
-from cfgcheck.schema.trainer import TrainerConfig
-
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-GEMMA3 = ("gemma3_text", "gemma3")
-
-
-def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
-    """The Gemma settings generated op by op (see the module docstring)."""
-    arch = architecture_of(m)
-    g3 = arch in GEMMA3
-    seq = Pipeline.from_data(d).memory_length()
-    return (
-        (arch == "gemma" or g3)
-        and not (t.gradient_checkpointing and (kinds(m, t) or {}).get("down_proj") == "lora")
-        and t.loss_chunking == "none"
-        and t.attention == "sdpa"
-        and t.precision in ("bf16-true", "16-true", "32-true")
-        and m.norm == "rmsnorm"
-        and m.mlp == "geglu"
-        and tuple(x.name for x in block_linears(m)) == LINEARS
-        and not any(x.bias for x in block_linears(m))
-        and m.norm_qk == g3
-        and m.post_attention_norm == g3
-        and m.post_mlp_norm == g3
-        and not m.shared_attention_norm
-        and not m.parallel_residual
-        and not m.attention_logit_softcapping
-        and not m.final_logit_softcapping
-        # Gemma 3: a window shorter than the sequence on padded rows (both masks made) or
-        # none at all (neither)
-        and (
-            m.sliding_window_size is None
-            if not g3
-            else (m.sliding_window_size or 0) >= seq or padded_batches(d, t)
-        )
-        and d.collator != "packed"
-        and (m.rotary_fraction or 1.0) == 1.0
-        and m.tie_embeddings
-        and kinds(m, t) is not None
-    )
-
-
-def _text_only(m: ModelConfig, t: TrainerConfig) -> Adapted:
-    """The adapted linears less those outside the language model (Gemma 3's vision tower,
-    matched by the same target names: they run not on a text batch)."""
-    a = adapted_modules(m, t.lora.targets, t.framework)
-    return replace(a, linears=tuple((x, n) for x, n in a.linears if x.roles))
-
-
-def kinds(m: ModelConfig, t: TrainerConfig) -> dict[str, str] | None:
-    """:func:`cfgcheck.memory.layer_ops.kinds`, the vision tower's adapters of Gemma 3's
-    multimodal model aside (built, never given a gradient: :func:`outside_tensors`)."""
-    k = layer_kinds(m, t)
-    if k is not None or architecture_of(m) != "gemma3" or t.finetuning != "lora":
-        return k
-    if t.lora.target_parameters or t.precision not in ("bf16-true", "16-true"):
-        return None
-    a = _text_only(m, t)
-    if a.lm_head or a.embedding_rows or any(n not in (0, m.n_layer) for _, n in a.linears):
-        return None
-    names = {x.name for x, n in a.linears if n}
-    return {x: "lora" if x in names else "frozen" for x in LINEARS} if "q_proj" in names else None
-
-
-def outside_tensors(m: ModelConfig, t: TrainerConfig, master: int, adapter: int) -> list[int]:
-    """Bytes of the tensors built outside the language model, which the step never touches:
-    Gemma 3's vision tower and projector (every parameter of the meta-device trace outside
-    the text model and the lm_head), and PEFT's adapters on the tower's linears."""
-    tr = traced(m)
-    if tr is None or architecture_of(m) != "gemma3":
-        return []
-    text = tr.layers.rsplit(".", 1)[0] + "."
-    out = [
-        prod(shape) * master
-        for path, shape in tr.param_shapes.items()
-        if not path.startswith(text) and path != (tr.lm_head or "") + ".weight"
-    ]
-    if t.finetuning == "lora":
-        r = t.lora.rank or 0
-        a = adapted_modules(m, t.lora.targets, t.framework)
-        for x, n in a.linears:
-            if not x.roles:
-                out += [r * x.in_features * adapter, x.out_features * r * adapter] * n
-    return out
-
-
-def layout(m: ModelConfig) -> dict[str, Any]:
-    """The :class:`Ops` fields of a Gemma layout: Gemma 3's q/k norms, sandwich norms, each
-    layer's attention type (transformers' ``Gemma3TextConfig.layer_types``: sliding unless
-    ``(i + 1) % sliding_window_pattern == 0``)."""
-    if architecture_of(m) not in GEMMA3:
-        return {"gemma": True}
-    pattern = m.sliding_window_pattern or 6
-    sliding = tuple(bool((i + 1) % pattern) for i in range(m.n_layer))
-    # ``set(config.layer_types)`` orders the rotary tables (Gemma3TextModel.forward) and the
-    # multimodal model's masks (masking_utils ``create_masks_for_generate``): string hashing
-    # decides it per process, so this process's order (the tracer's in the tests; a GPU
-    # run's may be either)
-    types = [("sliding_attention" if x else "full_attention") for x in sliding]
-    order = tuple(x == "sliding_attention" for x in set(types))
-    return {"gemma": True, "qk_norm": True, "sandwich": True, "sliding": sliding,
-            "table_order": order,
-            "mask_order": order if architecture_of(m) == "gemma3" else ()}  # fmt: skip
-
-
-def norm_names(m: ModelConfig) -> tuple[str, ...]:
-    """A layer's norms in module order (Gemma 3's q_norm and k_norm apart: their weights
-    are not among cfgcheck's parameter tensors)."""
-    if architecture_of(m) not in GEMMA3:
-        return ("input_layernorm", "post_attention_layernorm")
-    return ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-            "post_feedforward_layernorm")  # fmt: skip
-
-
-def qk_norm_weights(
-    alloc: Callable[[int], int], m: ModelConfig, master: int
-) -> list[dict[str, tuple[tuple[int, int], ...]]]:
-    """Gemma 3's ``q_norm`` and ``k_norm`` weights per layer (``head_dim`` elements each), made
-    with the model: (id, bytes) by name; none for Gemma."""
-    if architecture_of(m) not in GEMMA3:
-        return []
-    nb = (m.head_size or m.n_embd // m.n_head) * master
-    return [{x: ((alloc(nb), nb),) for x in ("q_norm", "k_norm")} for _ in range(m.n_layer)]
 
 
 def scaled_embedding(o: Ops, emb: int) -> int:

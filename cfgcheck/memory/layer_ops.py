@@ -118,7 +118,7 @@ class Ops:
     sandwich: bool = False
     sliding: tuple[bool, ...] = ()
     # the order the attention types' rotary tables and (multimodal) masks are made in:
-    # ``set(layer_types)``'s, which string hashing decides per process (gemma_ops.layout)
+    # ``set(layer_types)``'s, which string hashing decides per process (gemma_layout.layout)
     table_order: tuple[bool, ...] = ()
     mask_order: tuple[bool, ...] = ()
     # the small pool's per-token statistics (the norms' mean and rsqrt) are made: the QLoRA
