@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from cfgcheck.memory import gpt_oss_ops
+from cfgcheck.memory import gpt_oss_layout
 from cfgcheck.memory.events import covered
+from cfgcheck.memory.gpt_oss_experts import Experts
 from tests.test_memory_events_moe import _check, _run
 
 
@@ -19,13 +20,13 @@ def test_what_is_covered() -> None:
     (``target_parameters``) not checkpointed; not full fine-tuning, the router's parameters or
     SDPA (transformers has no SDPA path with sinks)."""
     m, _, t = _run("gpt_oss", "++trainer.attention=eager")
-    assert covered(m, t) and gpt_oss_ops.covered(m, t)
-    assert gpt_oss_ops.experts(m, t) == gpt_oss_ops.Experts(32, 4, 2880)
+    assert covered(m, t) and gpt_oss_layout.covered(m, t)
+    assert gpt_oss_layout.experts(m, t) == Experts(32, 4, 2880)
     assert covered(m, t.model_copy(update={"gradient_checkpointing": True}))
     experts = t.lora.model_copy(update={"target_parameters": ["mlp.experts.down_proj"]})
     assert covered(m, t.model_copy(update={"lora": experts}))
-    assert gpt_oss_ops.experts(m, t.model_copy(update={"lora": experts})) == (
-        gpt_oss_ops.Experts(32, 4, 2880, ("down_proj",), t.lora.rank or 0)
+    assert gpt_oss_layout.experts(m, t.model_copy(update={"lora": experts})) == (
+        Experts(32, 4, 2880, ("down_proj",), t.lora.rank or 0)
     )
     for over in (
         {"attention": "sdpa"},
@@ -35,7 +36,7 @@ def test_what_is_covered() -> None:
         {"lora": t.lora.model_copy(update={"targets": ["q_proj", "gate_up_proj"]})},
     ):
         assert not covered(m, t.model_copy(update=over)), over
-        assert gpt_oss_ops.experts(m, t.model_copy(update=over)) is None
+        assert gpt_oss_layout.experts(m, t.model_copy(update=over)) is None
 
 
 @pytest.mark.tracer

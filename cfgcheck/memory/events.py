@@ -58,6 +58,7 @@ from __future__ import annotations
 from cfgcheck.memory import (
     events_moe,
     gemma_layout,
+    gpt_oss_layout,
     gpt_oss_ops,
     layer_ops,
     llama_step,
@@ -92,7 +93,7 @@ def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         one_plain_gpu(t)
         and t.quantization == "none"
         and not m.weight_format
-        and (not (m.n_expert or 0) or events_moe.covered(m, t) or gpt_oss_ops.covered(m, t))
+        and (not (m.n_expert or 0) or events_moe.covered(m, t) or gpt_oss_layout.covered(m, t))
         and t.optimizer in ("adamw", "sgd")
         and (t.loss_chunking == "none" or covered_fused(m, t))
         and not t.precision.endswith("-mixed")
@@ -213,7 +214,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     _untied_head_at_build(ev, m, master)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
     gemma = gemma_layout.exact(m, d, t)
-    oss = gpt_oss_ops.experts(m, t)
+    oss = gpt_oss_layout.experts(m, t)
     moe = events_moe.Moe.of(m, t) if m.n_expert and oss is None else None  # events_moe.covered
     exact = gemma or layer_ops.exact(m, d, t) or moe is not None or oss is not None
     qk_w = gemma_layout.qk_norm_weights(ev.alloc, m, master) if gemma else []

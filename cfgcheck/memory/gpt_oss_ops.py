@@ -3,8 +3,8 @@
 PEFT LoRA on the attention projections, eager attention (transformers has no other path with
 sinks), 16-bit weights, frozen experts and router, with or without non-reentrant gradient
 checkpointing (:func:`micro_batch`, called from :func:`cfgcheck.memory.events.step_events`;
-:func:`covered`). tests/test_gpt_oss_ops.py checks two optimizer steps against
-transformers' own, traced on meta tensors.
+the runs covered: :mod:`cfgcheck.memory.gpt_oss_layout`). tests/test_gpt_oss_ops.py checks two
+optimizer steps against transformers' own, traced on meta tensors.
 
 Sources (transformers 5.24 ``models/gpt_oss/modeling_gpt_oss.py``; line numbers of that file):
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cfgcheck.memory import param_wrapper
 from cfgcheck.memory.gpt_oss_experts import Experts, experts_backward, experts_forward
 from cfgcheck.memory.gpt_oss_pieces import (
     masks,
@@ -47,8 +46,6 @@ from cfgcheck.memory.gpt_oss_pieces import (
     rotary_tables,
 )
 from cfgcheck.memory.layer_ops import Adapter, Linears, Norm, Ops
-from cfgcheck.schema.model import ModelConfig
-from cfgcheck.schema.trainer import TrainerConfig
 
 
 @dataclass
@@ -289,48 +286,3 @@ def micro_batch(
         o.unpacked = False
     if ckpt and g is not None:  # the leaf's .grad, then the leaf as the graph goes
         o.free(g, emb)
-
-
-ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-def covered(m: ModelConfig, t: TrainerConfig) -> bool:
-    """The gpt-oss runs generated op by op (see the module docstring)."""
-    from cfgcheck.memory.modules import architecture_of, traced
-
-    tr = traced(m) if m.n_expert else None
-    if tr is None or architecture_of(m) != "gpt_oss" or len(tr.experts) != m.n_layer:
-        return False
-    first = tr.experts[0]
-    hf = m.hf_config or {}
-    types = hf.get("layer_types") or []
-    alternating = [("sliding_attention", "full_attention")[i % 2] for i in range(m.n_layer)]
-    return (
-        all(
-            (e.n_expert, e.top_k, e.width) == (first.n_expert, first.top_k, first.width)
-            for e in tr.experts
-        )
-        and list(types[: m.n_layer]) == alternating
-        and t.finetuning == "lora"
-        and set(t.lora.targets) <= set(ATTENTION)
-        # LoRA on the fused experts (PEFT's ParamWrapper) not checkpointed
-        and param_wrapper.adapted_experts(t) is not None
-        and not (t.lora.target_parameters and t.gradient_checkpointing)
-        and t.loss_chunking == "none"
-        and t.attention == "eager"
-        and t.precision in ("bf16-true", "16-true")
-        and not hf.get("output_router_logits")
-        and not m.tie_embeddings
-    )
-
-
-def experts(m: ModelConfig, t: TrainerConfig) -> Experts | None:
-    """The experts' sizes of a covered run (None otherwise)."""
-    from cfgcheck.memory.modules import traced
-
-    tr = traced(m)
-    if not covered(m, t) or tr is None:
-        return None
-    e = tr.experts[0]
-    adapted = param_wrapper.adapted_experts(t) or ()
-    return Experts(e.n_expert, e.top_k, e.width, adapted, (t.lora.rank or 0) if adapted else 0)
