@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from cfgcheck import check
-from cfgcheck.memory import events_moe
+from cfgcheck.memory import moe_layout
 from cfgcheck.memory.events import covered
 from cfgcheck.schema import DataConfig, ModelConfig, TrainerConfig
 
@@ -71,7 +71,7 @@ def test_what_is_covered() -> None:
     for family in ("mixtral", "qwen3_moe"):
         for ckpt in ("true", "false"):
             m, _, t = _run(family, f"++trainer.gradient_checkpointing={ckpt}")
-            assert covered(m, t) and events_moe.covered(m, t)
+            assert covered(m, t) and moe_layout.covered(m, t)
     m, _, t = _run("mixtral")
     assert covered(m, t.model_copy(update={"finetuning": "full"}))
     experts = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
@@ -88,9 +88,9 @@ def test_what_is_covered() -> None:
     aux = m.model_copy(update={"hf_config": {**(m.hf_config or {}), "output_router_logits": True}})
     assert not covered(aux, t)
     m, _, t = _run("olmoe")  # softmax then top-k, no renormalisation
-    assert covered(m, t) and events_moe.covered(m, t)
+    assert covered(m, t) and moe_layout.covered(m, t)
     m, _, t = _run("gpt_oss", "++trainer.attention=eager")  # gpt_oss_ops.py, not this module
-    assert not events_moe.covered(m, t)
+    assert not moe_layout.covered(m, t)
 
 
 def _check(family: str, ckpt: bool, *overrides: str) -> None:

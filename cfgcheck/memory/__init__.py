@@ -21,8 +21,9 @@ included, and checks :data:`LAYERS`):
    and ``kbit_ops`` for QLoRA, ``events_liger`` for Liger's fused loss, all built with
    ``event_seq``; ``layer_ops`` and ``llama_step`` for the Llama layout op by op, with
    ``gemma_ops`` for Gemma's (``gemma_layout``: the runs it covers), ``events_moe`` and
-   ``param_wrapper`` for mixture-of-experts blocks, ``gpt_oss_ops`` with ``gpt_oss_pieces``
-   and ``gpt_oss_experts`` for gpt-oss (``gpt_oss_layout``: the runs it covers);
+   ``param_wrapper`` for mixture-of-experts blocks (``moe_layout``: the runs covered),
+   ``gpt_oss_ops`` with ``gpt_oss_pieces`` and ``gpt_oss_experts`` for gpt-oss
+   (``gpt_oss_layout``: the runs it covers);
    ``sim_cache`` keeps replays and simulated steps on disk);
 4. verdict: what is said about an estimate (``verdict``, ``fixes``, ``plot``; ``simulated``
    the simulation's figures next to it).
@@ -67,6 +68,7 @@ LAYERS: dict[str, int] = {
     "gemma_ops": 3,
     "gemma_layout": 3,
     "events_moe": 3,
+    "moe_layout": 3,
     "param_wrapper": 3,
     "gpt_oss_ops": 3,
     "gpt_oss_layout": 3,

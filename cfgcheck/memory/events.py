@@ -62,6 +62,7 @@ from cfgcheck.memory import (
     gpt_oss_ops,
     layer_ops,
     llama_step,
+    moe_layout,
     weights,
 )
 from cfgcheck.memory.activations import checkpoint_bytes, head_activations, layer_activations
@@ -93,7 +94,7 @@ def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
         one_plain_gpu(t)
         and t.quantization == "none"
         and not m.weight_format
-        and (not (m.n_expert or 0) or events_moe.covered(m, t) or gpt_oss_layout.covered(m, t))
+        and (not (m.n_expert or 0) or moe_layout.covered(m, t) or gpt_oss_layout.covered(m, t))
         and t.optimizer in ("adamw", "sgd")
         and (t.loss_chunking == "none" or covered_fused(m, t))
         and not t.precision.endswith("-mixed")
@@ -112,7 +113,7 @@ def _param_tensors(m: ModelConfig) -> list[tuple[str, int]]:
     n_norms = (1 if m.shared_attention_norm else 2) + m.post_attention_norm + m.post_mlp_norm
     per_layer += [("norm", norm)] * (n_norms * (2 if m.norm == "layernorm" else 1))
     if m.n_expert:  # a MoE layer's parameters in module order (router, experts among them)
-        moe = events_moe.layer_params(m)
+        moe = moe_layout.layer_params(m)
         per_layer = [("norm" if x.endswith("norm") else "linear", n) for x, n in moe]
     for _ in range(m.n_layer):
         full.extend(per_layer)
@@ -215,7 +216,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     trainable = list(zip(param_ids, (n * master for _, n in params), strict=True)) if full else []
     gemma = gemma_layout.exact(m, d, t)
     oss = gpt_oss_layout.experts(m, t)
-    moe = events_moe.Moe.of(m, t) if m.n_expert and oss is None else None  # events_moe.covered
+    moe = events_moe.Moe.of(m, t) if m.n_expert and oss is None else None  # moe_layout.covered
     exact = gemma or layer_ops.exact(m, d, t) or moe is not None or oss is not None
     qk_w = gemma_layout.qk_norm_weights(ev.alloc, m, master) if gemma else []
     for nb in gemma_layout.outside_tensors(m, t, master, s.adapter) if gemma else []:
@@ -225,7 +226,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     adapters: list[dict[str, tuple[tuple[int, int], ...]]] = []
     if not full and exact:  # PEFT's lora_A and lora_B per adapted linear, in module order
         kinds = _kinds(m, t, gemma)
-        experts = events_moe.adapter_sizes(m, t)  # PEFT's ParamWrapper on expert parameters
+        experts = moe_layout.adapter_sizes(m, t)  # PEFT's ParamWrapper on expert parameters
         r = t.lora.rank or 0
         linears = block_linears(m)
         lora = [x for x in linears if kinds[x.name] == "lora"]
@@ -294,7 +295,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
         norms = gemma_layout.norm_names(m)
         names = [*layer_ops.LINEARS, *norms]
         if full and moe is not None:  # by name: the router and experts among them
-            names = [x for x, _ in events_moe.layer_params(m)]
+            names = [x for x, _ in moe_layout.layer_params(m)]
         for i in range(m.n_layer):
             first = 1 + i * per_layer_params
             if full:
@@ -693,4 +694,4 @@ def _kinds(m: ModelConfig, t: TrainerConfig, gemma: bool) -> dict[str, str]:
     """Each adapted linear's kind, from the layout's own module."""
     if gemma:
         return gemma_layout.kinds(m, t) or {}
-    return layer_ops.kinds(m, t) or events_moe.kinds(m, t) or {}
+    return layer_ops.kinds(m, t) or moe_layout.kinds(m, t) or {}
