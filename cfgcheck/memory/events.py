@@ -271,9 +271,8 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
     norm_kind = "fp32" if res == 4 else ("gemma" if s.norm_out == 4 else "llama")
     ckpt_layer = checkpoint_bytes(m, t, tokens) // max(1, m.n_layer)
     states: list[int] = []
-    per_layer_params = (len(params) - 2 - (1 if count_params(m).lm_head else 0)) // max(
-        1, m.n_layer
-    )
+    untied = bool(count_params(m).lm_head)  # else the lm_head is the embedding
+    per_layer_params = (len(params) - 2 - (1 if untied else 0)) // max(1, m.n_layer)
     # the Llama layout op by op (cfgcheck/memory/layer_ops.py)
     ops = None
     if exact:
@@ -304,7 +303,6 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 layer_w.append({**adapters[i], **dict.fromkeys(norms, (frozen,))})
             if qk_w:
                 layer_w[-1].update(qk_w[i])
-        untied = bool(count_params(m).lm_head)  # else the lm_head is the embedding
         exact_w = llama_step.Weights(
             layer_w,
             sized[-1 - untied] if full else frozen,
@@ -350,7 +348,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
                 saved.append(ids)
                 mlp_ids.append([] if ckpt else ids[mlp_kept])
             head, later = _final_norm(ev, m, t, tokens)
-            tied = full and m.tie_embeddings and not count_params(m).lm_head
+            tied = full and m.tie_embeddings and not untied
             if t.loss_chunking == "fused":  # Liger's: no logits (events_liger.py)
                 g_hidden = fused_loss(ev, m, t, tokens, later)
                 ev.matmul("backward")  # the backward's first matmul comes later: moved here
