@@ -190,9 +190,9 @@ def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = step_events
 
-    def counted(*args: Any) -> list[Event]:
+    def counted(*args: Any, **kwargs: Any) -> list[Event]:
         calls.append(1)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(simulated, "step_events", counted)
     return calls

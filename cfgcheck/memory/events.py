@@ -89,6 +89,22 @@ def covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return kbit_covered(m, t) or _dense_covered(m, t)
 
 
+Order = tuple[bool, ...] | None
+
+
+def orders(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> tuple[Order, ...]:
+    """The ``type_order`` values whose events a run of these settings may make: both orders of
+    Gemma 3's two attention types, which a process's string hashing picks
+    (:func:`cfgcheck.memory.gemma_layout.type_orders`); ``(None,)`` where the events are one
+    sequence."""
+    from cfgcheck.memory.events_kbit import kbit_covered
+
+    if kbit_covered(m, t) or not gemma_layout.exact(m, d, t):
+        return (None,)
+    found = gemma_layout.type_orders(m)
+    return found if len(found) > 1 else (None,)
+
+
 def _dense_covered(m: ModelConfig, t: TrainerConfig) -> bool:
     return (
         one_plain_gpu(t)
@@ -194,8 +210,16 @@ def layer_tensors(
     return out, mlp_kept
 
 
-def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2) -> list[Event]:
-    """Build, reset, then ``steps`` optimizer steps (see the module docstring)."""
+def step_events(
+    m: ModelConfig,
+    d: DataConfig,
+    t: TrainerConfig,
+    steps: int = 2,
+    type_order: tuple[bool, ...] | None = None,
+) -> list[Event]:
+    """Build, reset, then ``steps`` optimizer steps (see the module docstring).
+    ``type_order``: the order Gemma 3's per-attention-type tensors are made in (one of
+    :func:`orders`; None: this process's)."""
     from cfgcheck.memory.events_kbit import kbit_covered, kbit_step_events
 
     if kbit_covered(m, t):
@@ -286,7 +310,7 @@ def step_events(m: ModelConfig, d: DataConfig, t: TrainerConfig, steps: int = 2)
             dropout=bool(t.lora.dropout), packed=d.collator == "packed",
             window=m.sliding_window_size is not None,
             mask_first=architecture_of(m) in ("qwen2", *gemma_layout.GEMMA3),
-            **(gemma_layout.layout(m) if gemma else {}),
+            **(gemma_layout.layout(m, type_order) if gemma else {}),
         )  # fmt: skip
         sized = [(pid, n * master) for pid, (_, n) in zip(param_ids, params, strict=True)]
         frozen = (0, 0)

@@ -56,6 +56,9 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
             if not g3
             else (m.sliding_window_size or 0) >= seq or padded_batches(d, t)
         )
+        # Gemma 3 with both attention types, as every published one (one type makes one mask
+        # and one table set, not generated)
+        and (not g3 or len(type_orders(m)) == 2)
         and d.collator != "packed"
         and (m.rotary_fraction or 1.0) == 1.0
         and m.tie_embeddings
@@ -107,21 +110,38 @@ def outside_tensors(m: ModelConfig, t: TrainerConfig, master: int, adapter: int)
     return out
 
 
-def layout(m: ModelConfig) -> dict[str, Any]:
+def type_orders(m: ModelConfig) -> tuple[tuple[bool, ...], ...]:
+    """The orders a process can make Gemma 3's per-type tensors in: ``set(config.layer_types)``
+    orders the rotary tables (Gemma3TextModel.forward) and the multimodal model's masks
+    (masking_utils ``create_masks_for_generate``), and string hashing decides a set's order
+    per process (``PYTHONHASHSEED``, random by default): a run may take either (True: the
+    sliding window's first). One order where the layers have one type; none for Gemma."""
+    if architecture_of(m) not in GEMMA3:
+        return ()
+    kinds = {bool((i + 1) % (m.sliding_window_pattern or 6)) for i in range(m.n_layer)}
+    return ((True, False), (False, True)) if len(kinds) == 2 else (tuple(kinds),)
+
+
+def process_order(m: ModelConfig) -> tuple[bool, ...]:
+    """This process's order of :func:`type_orders` (the tracer's, in the tests)."""
+    types = [("sliding_attention" if x else "full_attention") for x in _sliding(m)]
+    return tuple(x == "sliding_attention" for x in set(types))
+
+
+def _sliding(m: ModelConfig) -> tuple[bool, ...]:
+    pattern = m.sliding_window_pattern or 6
+    return tuple(bool((i + 1) % pattern) for i in range(m.n_layer))
+
+
+def layout(m: ModelConfig, order: tuple[bool, ...] | None = None) -> dict[str, Any]:
     """The :class:`Ops` fields of a Gemma layout: Gemma 3's q/k norms, sandwich norms, each
     layer's attention type (transformers' ``Gemma3TextConfig.layer_types``: sliding unless
-    ``(i + 1) % sliding_window_pattern == 0``)."""
+    ``(i + 1) % sliding_window_pattern == 0``), its per-type tensors made in ``order`` (one of
+    :func:`type_orders`; None: this process's, :func:`process_order`)."""
     if architecture_of(m) not in GEMMA3:
         return {"gemma": True}
-    pattern = m.sliding_window_pattern or 6
-    sliding = tuple(bool((i + 1) % pattern) for i in range(m.n_layer))
-    # ``set(config.layer_types)`` orders the rotary tables (Gemma3TextModel.forward) and the
-    # multimodal model's masks (masking_utils ``create_masks_for_generate``): string hashing
-    # decides it per process, so this process's order (the tracer's in the tests; a GPU
-    # run's may be either)
-    types = [("sliding_attention" if x else "full_attention") for x in sliding]
-    order = tuple(x == "sliding_attention" for x in set(types))
-    return {"gemma": True, "qk_norm": True, "sandwich": True, "sliding": sliding,
+    order = process_order(m) if order is None else order
+    return {"gemma": True, "qk_norm": True, "sandwich": True, "sliding": _sliding(m),
             "table_order": order,
             "mask_order": order if architecture_of(m) == "gemma3" else ()}  # fmt: skip
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from cfgcheck.memory.allocsim import AllocConf, Event, SimResult, parse_alloc_conf
 from cfgcheck.memory.estimate import UNREAD_TRAINER_FIELDS
-from cfgcheck.memory.events import covered, step_events
+from cfgcheck.memory.events import Order, covered, orders, step_events
 from cfgcheck.memory.sim_cache import load_step, replay_cached, store_step
 from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
 from cfgcheck.schema.data import DataConfig
@@ -72,13 +72,14 @@ Keys = tuple[Hashable, Hashable | None]
 UNREAD_BY_STEP = UNREAD_TRAINER_FIELDS - {"gpu"} | {"global_batch_size"}
 
 
-def _keys(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Keys:
+def _keys(m: ModelConfig, d: DataConfig, t: TrainerConfig, order: Order = None) -> Keys:
     """The step's content key: what the estimate's key holds (every trainer field it reads
-    but ``global_batch_size``) and ``trainer.gpu`` (the events read the cuBLAS workspace of
-    the GPU); then the key of every ``gradient_accumulation_steps`` >= 2 (the events differ
-    only in the count of the repeated micro-batch), None below."""
+    but ``global_batch_size``), ``trainer.gpu`` (the events read the cuBLAS workspace of
+    the GPU) and the events' ``order`` (:func:`cfgcheck.memory.events.orders`); then the key
+    of every ``gradient_accumulation_steps`` >= 2 (the events differ only in the count of the
+    repeated micro-batch), None below."""
     trainer = [(k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in UNREAD_BY_STEP]
-    head = ("simulation", frozen(m), frozen(d), type(t))
+    head = ("simulation", frozen(m), frozen(d), type(t), order)
     exact = (*head, tuple(trainer))
     if t.gradient_accumulation_steps < 2:
         return exact, None
@@ -131,21 +132,35 @@ def _replay(
     return found
 
 
-def _replays(
-    m: ModelConfig, d: DataConfig, t: TrainerConfig, capacity: int | None
-) -> tuple[int, SimResult, SimResult]:
-    """(events, the replay with no memory limit, the replay on ``capacity`` bytes). The
-    replays are cached, not the events (a megabyte each): both replays share one generation."""
+Replays = tuple[int, SimResult, SimResult]
+
+
+def _replays(m: ModelConfig, d: DataConfig, t: TrainerConfig, capacity: int | None) -> Replays:
+    """(events, the replay with no memory limit, the replay on ``capacity`` bytes) of the
+    step; where a run may make one of several event sequences (Gemma 3's per-type tensors in
+    either order, :func:`cfgcheck.memory.events.orders`), the most severe: out of memory,
+    then a retry, then the larger reserved peak. So the figure is the same in every process,
+    whatever its string hashing, and "fits" holds for either order."""
+    found = [_replays_of(m, d, t, capacity, order) for order in orders(m, d, t)]
+    return max(found, key=lambda r: (r[2].ooms > 0, r[2].retries > 0, r[1].peak_reserved,
+                                     r[2].peak_reserved))  # fmt: skip
+
+
+def _replays_of(
+    m: ModelConfig, d: DataConfig, t: TrainerConfig, capacity: int | None, order: Order
+) -> Replays:
+    """:func:`_replays` of the events made in ``order``. The replays are cached, not the
+    events (a megabyte each): both replays share one generation."""
     conf = alloc_conf(t)
     made: list[list[Event]] = []
 
     def events() -> list[Event]:
         if not made:
-            made.append(step_events(m, d, t))
+            made.append(step_events(m, d, t, type_order=order))
         return made[0]
 
     try:
-        keys: Keys | None = _keys(m, d, t)
+        keys: Keys | None = _keys(m, d, t, order)
     except Unkeyable:
         keys = None
     n, free = _replay(m, d, t, conf, None, keys, events)
