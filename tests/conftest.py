@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +80,26 @@ def default_config() -> dict[str, Any]:
 def cfg(default_config: dict[str, Any]) -> dict[str, Any]:
     """A fresh deep copy of the default config that a test may edit."""
     return copy.deepcopy(default_config)
+
+
+@dataclass(frozen=True)
+class HookRepo:
+    """A git repository of this working tree's package at a commit, and the PRE_COMMIT_HOME
+    the session's pre-commit runs share (tests/test_precommit.py ``pre_commit_run``)."""
+
+    path: Path
+    ref: str
+    home: Path
+
+
+@pytest.fixture(scope="session")
+def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> HookRepo:
+    """This working tree's package committed into a fresh git repository, once a session: every
+    pre-commit run of the session installs the hook from it into one PRE_COMMIT_HOME, so the
+    hook's environment (a virtualenv and ``pip install`` of the package) is built once."""
+    from tests.test_precommit import snapshot_hook_repo
+
+    root = tmp_path_factory.mktemp("pre-commit")
+    (root / "hook-repo").mkdir()
+    ref = snapshot_hook_repo(root / "hook-repo")
+    return HookRepo(root / "hook-repo", ref, root / "pre-commit-home")

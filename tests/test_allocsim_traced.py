@@ -96,9 +96,33 @@ def test_a_tight_capacity_takes_the_free_and_retry_path() -> None:
     assert exp.peak_allocated == free.peak_allocated
 
 
+FULL_SIZE_ROWS = ("tl-full-b4", "tl-lora-ckpt-b16-s2048", "gemma-full-ckpt-b2")
+
+
+@pytest.fixture(scope="module")
+def meta_trace_table() -> str:
+    """benchmarks/allocator_meta_trace.py's table of :data:`FULL_SIZE_ROWS`: one run of the
+    script for the three rows (it imports torch, transformers and PEFT once)."""
+    import subprocess
+    import sys
+
+    from tests.alloc_tracer import ROOT
+
+    return subprocess.run(
+        [sys.executable, "benchmarks/allocator_meta_trace.py", *FULL_SIZE_ROWS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("run_id", ["tl-full-b4", "tl-lora-ckpt-b16-s2048", "gemma-full-ckpt-b2"])
-def test_the_real_op_sequence_at_full_size_gives_the_h100_peaks(run_id: str) -> None:
+@pytest.mark.parametrize("run_id", FULL_SIZE_ROWS)
+def test_the_real_op_sequence_at_full_size_gives_the_h100_peaks(
+    run_id: str, meta_trace_table: str
+) -> None:
     """GPU truth: gpu_measure.py's loop on meta tensors at the H100 run's full size
     (benchmarks/allocator_meta_trace.py), with cuBLAS's two workspaces where CUDA takes them
     (``cuda_events``), replayed through the simulator: ``max_memory_allocated()`` of the H100
@@ -106,19 +130,7 @@ def test_the_real_op_sequence_at_full_size_gives_the_h100_peaks(run_id: str) -> 
     Without the workspaces the allocated peak is 64 MiB short on every such run; Gemma-2B full
     fine-tuning is 6.2 % under in reserved without the build traced (the lm_head weight that
     its build frees stays cached: tests/alloc_tracer.py ``traced_step``)."""
-    import subprocess
-    import sys
-
-    from tests.alloc_tracer import ROOT
-
-    out = subprocess.run(
-        [sys.executable, "benchmarks/allocator_meta_trace.py", run_id],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    ).stdout
+    out = meta_trace_table
     row = next(line for line in out.splitlines() if line.startswith(f"| {run_id} |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert int(cells[4].replace(",", "")) == 0  # allocated - measured, bytes

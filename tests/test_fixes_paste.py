@@ -1,11 +1,17 @@
 """Every fix the text report prints pastes: over a corpus of failing configs (the shipped
 ``conf/`` with overrides, and native LitGPT / Axolotl / TRL / torchtune files), each ``fix:``
-line of ``cfgcheck check`` is pasted, as printed, after the same command line and run through
-``bash -c`` for real. The finding must be gone and no new error appear (gpu-memory included).
-Native fixes must be written in the format's keys and flags, never in cfgcheck's."""
+line of ``cfgcheck check`` is pasted, as printed, after the same command line: ``bash -c`` turns
+the line into the command's words for real (quoting, word splitting, globbing, as a terminal
+does), and cfgcheck's command line (``cfgcheck.cli.main``, what the ``cfgcheck`` script runs)
+gets those words, in this process: a fresh process per paste made this file the slowest of the
+suite, and the installed command is run by tests/test_cli.py and tests/test_docs_examples.py.
+The finding must be gone and no new error appear (gpu-memory included). Native fixes must be
+written in the format's keys and flags, never in cfgcheck's."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shlex
@@ -14,9 +20,10 @@ from functools import cache
 
 import pytest
 
+from cfgcheck.cli import main
 from cfgcheck.findings import Finding
 from cfgcheck.fixcheck import new_errors
-from tests.conftest import COMMAND, REPO
+from tests.conftest import REPO
 from tests.sources.support import example
 from tests.test_fixes_corpus import CORPUS
 
@@ -70,11 +77,18 @@ HEAD = re.compile(r"^(error|warning|info)\[([\w-]+)\] (.*)$")
 FIX_LINE = "  fix: "
 
 
-def bash(command: str) -> subprocess.CompletedProcess[str]:
-    """``command`` run by bash, as a user pastes it into a terminal."""
-    return subprocess.run(
-        ["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=120
+def words(line: str) -> list[str]:
+    """The arguments bash gives a command typed as ``cfgcheck LINE`` in a terminal (``printf``
+    prints each word it receives, NUL-terminated)."""
+    proc = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {line}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
+    assert proc.returncode == 0, f"bash: {line}: {proc.stderr}"
+    return proc.stdout.split("\0")[:-1]
 
 
 def text_fixes(report: str) -> list[tuple[str, tuple[str, ...], str]]:
@@ -98,20 +112,25 @@ def findings(payload: str) -> list[Finding]:
     ]
 
 
-def cfgcheck_check(args: str, *, as_json: bool) -> subprocess.CompletedProcess[str]:
+def cfgcheck_check(args: str, *, as_json: bool) -> str:
+    """The output of ``cfgcheck check [--format json] ARGS`` typed into bash."""
     fmt = " --format json" if as_json else ""
-    proc = bash(f"{shlex.join(COMMAND)} check{fmt} {args}")
-    assert proc.returncode in (0, 1), f"cfgcheck check {args}: {proc.stderr}"
-    return proc
+    argv = words(f"check{fmt} {args}")
+    assert argv[0] == "check", argv
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse's usage error
+            code = e.code if isinstance(e.code, int) else 2
+    assert code in (0, 1), f"cfgcheck check {args}: {err.getvalue()}"
+    return out.getvalue()
 
 
 @cache
 def run(prefix: str) -> tuple[str, str]:
-    """(text report, JSON report) of ``cfgcheck check PREFIX`` through bash."""
-    return (
-        cfgcheck_check(prefix, as_json=False).stdout,
-        cfgcheck_check(prefix, as_json=True).stdout,
-    )
+    """(text report, JSON report) of ``cfgcheck check PREFIX`` typed into bash."""
+    return cfgcheck_check(prefix, as_json=False), cfgcheck_check(prefix, as_json=True)
 
 
 def check_pastes(prefix: str) -> list[str]:
@@ -120,7 +139,7 @@ def check_pastes(prefix: str) -> list[str]:
     before = findings(payload)
     fixes = text_fixes(report)
     for rule, paths, fragment in fixes:
-        after = findings(cfgcheck_check(f"{prefix} {fragment}", as_json=True).stdout)
+        after = findings(cfgcheck_check(f"{prefix} {fragment}", as_json=True))
         left = [f for f in after if (f.rule, f.paths) == (rule, paths)]
         assert not left, f"{prefix} {fragment}: leaves {rule}: {left[0].message}"
         new = new_errors(before, after)

@@ -13,6 +13,7 @@ benchmarks/memory_calibration.py (docs/memory.md).
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any
 
@@ -108,13 +109,11 @@ def _run(name: str) -> tuple[ModelConfig, DataConfig, TrainerConfig]:
 QUICK = ("full-bf16", "lora-qv", "full-bf16-ckpt", "lora-qv-ckpt")
 
 
-@pytest.mark.parametrize(
-    "name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.slow) for n in SETTINGS]
-)
-def test_the_generated_sequence_is_the_traced_one(name: str) -> None:
-    m, d, t = _run(name)
-    assert layer_ops.exact(m, d, t)
-    spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
+def _assert_traced_equals_generated(
+    m: ModelConfig, d: DataConfig, t: TrainerConfig, spec: dict[str, Any]
+) -> None:
+    """``spec`` (``model``, ``trainer``, ``data`` dicts) traced on meta tensors, reduced to the
+    tensors above 1 MiB, equals the sequence generated for ``m``, ``d``, ``t``."""
     torch.set_num_threads(1)
     with warnings.catch_warnings(), meta_tracing():
         warnings.simplefilter("ignore")
@@ -125,6 +124,16 @@ def test_the_generated_sequence_is_the_traced_one(name: str) -> None:
     assert len(gen) > 500  # the layers' tensors, op by op, over two steps
     at = first_difference(gen, real)
     assert at is None, (at, gen[max(0, at - 5) : at + 10], real[max(0, at - 5) : at + 10])
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.slow) for n in SETTINGS]
+)
+def test_the_generated_sequence_is_the_traced_one(name: str) -> None:
+    m, d, t = _run(name)
+    assert layer_ops.exact(m, d, t)
+    spec = {"model": m.model_dump(), "trainer": t.model_dump(), "data": d.model_dump()}
+    _assert_traced_equals_generated(m, d, t, spec)
 
 
 def test_what_is_not_generated_op_by_op() -> None:
@@ -146,6 +155,13 @@ def test_what_is_not_generated_op_by_op() -> None:
     assert not layer_ops.exact(m, d, t.model_copy(update={"gradient_checkpointing": True}))
 
 
+# the generator's per-layer paths (cfgcheck/memory/llama_step.py ``step``): the first layer
+# (``i > 0``: its input kept or freed, its graph), the first of each attention type (the masks
+# and rotary tables its frame is the last to hold), the last (the final norm's gradient), and
+# a middle one, which the rows' other layers repeat
+ROW_LAYERS = 3
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "run_id",
@@ -158,19 +174,24 @@ def test_what_is_not_generated_op_by_op() -> None:
     ],
 )
 def test_the_h100_rows_sequence_is_the_traced_one(run_id: str) -> None:
-    """The H100 calibration rows at their full size (22 layers, benchmarks/calibration/
-    runs.json): the generated sequence is the real one above 1 MiB."""
-    import subprocess
-    import sys
-
+    """The H100 calibration rows (benchmarks/calibration/runs.json) as
+    benchmarks/allocator_sequence_diff.py checks them: the row's spec traced, the config
+    ``check`` composes from its overrides generated, at the row's batch, sequence length,
+    accumulation, width and settings (which tensors cross 1 MiB depends on them), three
+    layers deep instead of 22 (``ROW_LAYERS``): the generated sequence is the real one above
+    1 MiB. ``python benchmarks/allocator_sequence_diff.py RUN_ID --min-mib 1.01`` checks the
+    22 layers."""
+    from benchmarks.memory_calibration import DATA
+    from cfgcheck import check
+    from cfgcheck.memory.events import covered
     from tests.alloc_tracer import ROOT
 
-    out = subprocess.run(
-        [sys.executable, "benchmarks/allocator_sequence_diff.py", run_id, "--min-mib", "1.01"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    ).stdout
-    assert "equal" in out, out
+    runs = {r["id"]: r for r in json.loads((DATA / "runs.json").read_text())}
+    spec = runs[run_id]
+    cfg = check(ROOT / "conf", "config", (*spec["overrides"], "trainer.gpu.name=H100")).config
+    assert cfg is not None and covered(cfg.model, cfg.trainer)
+    assert cfg.model.n_layer == spec["model"]["n_layer"] == 22
+    assert cfg.model.hf_config is None  # the depth is n_layer alone
+    spec = {**spec, "model": {**spec["model"], "n_layer": ROW_LAYERS}}
+    m = cfg.model.model_copy(update={"n_layer": ROW_LAYERS})
+    _assert_traced_equals_generated(m, cfg.data, cfg.trainer, spec)

@@ -4,6 +4,8 @@ still ends with the whole config's verdict and exit status."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shutil
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cfgcheck.cli import main
 from tests.conftest import CONF, REPO, run_cfgcheck
 
 # The demo tokenizer (a real tokenizer.json, so `cfgcheck data` can scan) with a matching model
@@ -38,9 +41,14 @@ def heads(text: str) -> set[tuple[str, str]]:
 
 
 def json_run(*args: str) -> tuple[int, dict[str, object]]:
-    proc = run_cfgcheck(*args, "--format", "json")
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    """``cfgcheck ARGS --format json`` from the repository root: cfgcheck's command line
+    (``cfgcheck.cli.main``, what the installed command runs) in this process; the installed
+    command itself runs below (the issue's two cases, the hook)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*args, "--format", "json"])
+    assert code in (0, 1), err.getvalue()
+    return code, json.loads(out.getvalue())
 
 
 @pytest.mark.slow

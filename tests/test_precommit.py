@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from cfgcheck.cli.hook import Target, package_header, targets
-from tests.conftest import COMMAND, CONF, REPO
+from tests.conftest import COMMAND, CONF, REPO, HookRepo
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -34,10 +34,7 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def snapshot_hook_repo(dest: Path) -> str:
-    """This working tree's package, committed into a fresh git repo; returns the commit.
-
-    A fixed ref lets both ``try-repo`` runs share one hook environment.
-    """
+    """This working tree's package, committed into a fresh git repo; returns the commit."""
     listed = git(REPO, "ls-files", "-co", "--exclude-standard", "--", *HOOK_REPO_PATHS)
     for name in listed.splitlines():
         if (REPO / name).is_file():
@@ -47,6 +44,30 @@ def snapshot_hook_repo(dest: Path) -> str:
     git(dest, "add", ".")
     git(dest, "commit", "-q", "-m", "snapshot")
     return git(dest, "rev-parse", "HEAD")
+
+
+def pre_commit_run(hook: HookRepo, hook_id: str, project: Path) -> subprocess.CompletedProcess[str]:
+    """``pre-commit run HOOK_ID`` on the files staged in ``project``, its config naming the hook
+    repository at its commit as a user's ``.pre-commit-config.yaml`` does (kept outside the
+    project: ``--config``). pre-commit installs the hook's environment (a virtualenv, ``pip
+    install`` of the repository) into ``PRE_COMMIT_HOME`` on the first run and reuses it, as on
+    a user's later commits (``pre-commit try-repo`` builds it anew in a temporary store on
+    every call)."""
+    config = hook.home.parent / f"{hook_id}.pre-commit-config.yaml"
+    repo = {"repo": str(hook.path), "rev": hook.ref, "hooks": [{"id": hook_id}]}
+    config.write_text(yaml.safe_dump({"repos": [repo]}))
+    env = {**os.environ, **GIT_ENV, "PRE_COMMIT_HOME": str(hook.home)}
+    env.pop("VIRTUAL_ENV", None)
+    command = [sys.executable, "-m", "pre_commit", "run", hook_id, "--config", str(config)]
+    return subprocess.run(
+        [*command, "--color", "never"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_hook_definition() -> None:
@@ -67,11 +88,9 @@ def test_hook_definition() -> None:
 
 
 @pytest.mark.slow
-def test_pre_commit_try_repo_fails_on_a_bad_config_and_passes_a_good_one(tmp_path: Path) -> None:
-    hook_repo = tmp_path / "hook-repo"
-    hook_repo.mkdir()
-    ref = snapshot_hook_repo(hook_repo)
-
+def test_pre_commit_fails_on_a_bad_config_and_passes_a_good_one(
+    tmp_path: Path, hook_repo: HookRepo
+) -> None:
     project = tmp_path / "project"
     project.mkdir()
     shutil.copytree(CONF, project / "conf")
@@ -80,27 +99,14 @@ def test_pre_commit_try_repo_fails_on_a_bad_config_and_passes_a_good_one(tmp_pat
     git(project, "add", ".")
     git(project, "commit", "-q", "-m", "configs")
 
-    env = {**os.environ, **GIT_ENV, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
-    env.pop("VIRTUAL_ENV", None)
-
-    command = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "cfgcheck"]
-
-    def try_repo() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*command, "--ref", ref, "--color", "never"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+    def run_hook() -> subprocess.CompletedProcess[str]:
+        return pre_commit_run(hook_repo, "cfgcheck", project)
 
     data = project / "conf" / "data" / "alpaca-tiny.yaml"
     text = data.read_text()
     data.write_text(text.replace("max_seq_length: 1024", "max_seq_length: 3063"))
     git(project, "add", "conf/data/alpaca-tiny.yaml")
-    bad = try_repo()
+    bad = run_hook()
     line = 1 + data.read_text().splitlines().index("max_seq_length: 3063")
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "cfgcheck" in bad.stdout and "Failed" in bad.stdout
@@ -109,7 +115,7 @@ def test_pre_commit_try_repo_fails_on_a_bad_config_and_passes_a_good_one(tmp_pat
 
     data.write_text(text.replace("max_seq_length: 1024", "max_seq_length: 2048"))
     git(project, "add", "conf/data/alpaca-tiny.yaml")
-    good = try_repo()
+    good = run_hook()
     assert good.returncode == 0, good.stdout + good.stderr
     assert "Passed" in good.stdout
 

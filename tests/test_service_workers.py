@@ -55,6 +55,7 @@ class Server:
         self.proc = proc
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self.out: str | None = None  # what it printed, once stopped
 
 
 def start(port: int, *options: str, workers: int = 2, env: dict[str, str] | None = None) -> Server:
@@ -98,6 +99,9 @@ def start(port: int, *options: str, workers: int = 2, env: dict[str, str] | None
 
 
 def stop(server: Server) -> str:
+    """SIGTERM, then everything the server printed (once stopped, the same text again)."""
+    if server.out is not None:
+        return server.out
     if server.proc.poll() is None:
         server.proc.send_signal(signal.SIGTERM)
     try:
@@ -106,17 +110,28 @@ def stop(server: Server) -> str:
         server.proc.kill()
         out, _ = server.proc.communicate()
         pytest.fail(f"cfgcheck serve did not exit within 60 s of SIGTERM: {out}")
+    server.out = out
     return out
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    s = start(free_port())
-    try:
-        yield s
-    finally:
+def servers() -> Iterator[list[Server]]:
+    """The servers this module started (a start costs two workers' imports), each stopped at
+    the end and its output checked."""
+    started: list[Server] = []
+    yield started
+    for s in started:
         out = stop(s)
         assert "Traceback" not in out, out
+
+
+@pytest.fixture
+def server(servers: list[Server]) -> Server:
+    """The module's running server; a new one where the last was stopped (the SIGTERM test,
+    last in this file, stops it)."""
+    if not servers or servers[-1].proc.poll() is not None:
+        servers.append(start(free_port()))
+    return servers[-1]
 
 
 def test_two_worker_processes_answer_health(server: Server) -> None:
@@ -189,41 +204,6 @@ def test_malformed_and_oversized_bodies(server: Server) -> None:
     assert big.status_code == 413
 
 
-def test_sigterm_drains_a_request_in_flight() -> None:
-    s = start(free_port())
-    body = json.dumps({"overrides": ["data.max_seq_length=3063"]}).encode()
-    head = (
-        f"POST /v1/validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode()
-    try:
-        conn = socket.create_connection(("127.0.0.1", s.port), timeout=60)
-        conn.sendall(head + body[:10])  # in flight: the head and part of the body
-        time.sleep(0.5)
-        s.proc.send_signal(signal.SIGTERM)
-        time.sleep(1.0)
-        # Draining: the workers stop accepting, no new request is served ...
-        with pytest.raises(httpx.TransportError):
-            httpx.get(f"{s.url}/healthz", timeout=5)
-        # ... while the request in flight is answered in full.
-        conn.sendall(body[10:])
-        answer = b""
-        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-        conn.close()
-    finally:
-        out = stop(s)
-    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
-    verdict = json.loads(answer.split(b"\r\n\r\n", 1)[1])
-    assert verdict["ok"] is False
-    assert s.proc.returncode == 0, out
-    assert "Traceback" not in out, out
-    assert "Stopping parent process" in out
-
-
 def test_the_dockerfiles_healthcheck_passes_against_a_real_server(server: Server) -> None:
     from tests.test_dockerfile import healthcheck_command
 
@@ -256,3 +236,39 @@ def test_worker_and_thread_counts_are_checked(option: list[str], phrase: str) ->
     )
     assert proc.returncode == 2
     assert phrase in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sigterm_drains_a_request_in_flight(server: Server) -> None:
+    """The module's server, which the tests above have used (last in this file: it stops it)."""
+    s = server
+    body = json.dumps({"overrides": ["data.max_seq_length=3063"]}).encode()
+    head = (
+        f"POST /v1/validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    try:
+        conn = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        conn.sendall(head + body[:10])  # in flight: the head and part of the body
+        time.sleep(0.5)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        # Draining: the workers stop accepting, no new request is served ...
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{s.url}/healthz", timeout=5)
+        # ... while the request in flight is answered in full.
+        conn.sendall(body[10:])
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        conn.close()
+    finally:
+        out = stop(s)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    verdict = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert verdict["ok"] is False
+    assert s.proc.returncode == 0, out
+    assert "Traceback" not in out, out
+    assert "Stopping parent process" in out

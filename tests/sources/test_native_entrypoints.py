@@ -4,7 +4,6 @@ the service's ``format`` requests and the library call, each with a native file.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import cfgcheck
-from tests.conftest import REPO, requires, run_cfgcheck
+from tests.conftest import REPO, HookRepo, requires, run_cfgcheck
 from tests.sources.support import example, line_of, write
 
 AXOLOTL = example("axolotl", "mistral-lora.yml")
@@ -117,12 +116,9 @@ def test_hook_from_checks_each_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_pre_commit_hook_per_format(tmp_path: Path) -> None:
-    from tests.test_precommit import GIT_ENV, git, snapshot_hook_repo
+def test_pre_commit_hook_per_format(tmp_path: Path, hook_repo: HookRepo) -> None:
+    from tests.test_precommit import git, pre_commit_run
 
-    hook_repo = tmp_path / "hook-repo"
-    hook_repo.mkdir()
-    ref = snapshot_hook_repo(hook_repo)
     project = tmp_path / "project"
     (project / "examples").mkdir(parents=True)
     config = project / "examples" / "lora.yml"
@@ -130,40 +126,19 @@ def test_pre_commit_hook_per_format(tmp_path: Path) -> None:
     git(project, "init", "-q")
     git(project, "add", ".")
     git(project, "commit", "-q", "-m", "configs")
-    env = {**os.environ, **GIT_ENV, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
-    env.pop("VIRTUAL_ENV", None)
 
-    def try_repo() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pre_commit",
-                "try-repo",
-                str(hook_repo),
-                "cfgcheck-axolotl",
-                "--ref",
-                ref,
-                "--color",
-                "never",
-            ],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+    def run_hook() -> subprocess.CompletedProcess[str]:
+        return pre_commit_run(hook_repo, "cfgcheck-axolotl", project)
 
     config.write_text(AXOLOTL.read_text() + "deepspeed: zero2.json\nfsdp: [full_shard]\n")
     git(project, "add", ".")
-    bad = try_repo()
+    bad = run_hook()
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "error[axolotl-deepspeed-with-fsdp]" in bad.stdout
     assert f"examples/lora.yml:{line_of(config, 'fsdp')}: fsdp set here" in bad.stdout
     shutil.copy(AXOLOTL, config)
     git(project, "add", ".")
-    good = try_repo()
+    good = run_hook()
     assert good.returncode == 0, good.stdout + good.stderr
 
 
