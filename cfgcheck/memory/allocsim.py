@@ -18,7 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
+from operator import length_hint
 
 from cfgcheck.memory.allocconf import (
     K_LARGE_BUFFER,
@@ -686,6 +686,7 @@ def _run_plain(
     ``gc_base`` changes (``free_calls`` counts only with garbage collection on)."""
     pop = live.pop
     small, large = a.small, a.large
+    skeys, sblocks, lkeys, lblocks = small.keys, small.blocks, large.keys, large.blocks
     # A block merged into a neighbour is unreachable (out of its pool, unlinked, never in
     # ``live``); it becomes a later split's rest, all of whose fields are set here or are
     # those of every free block on this path (mapped, not expandable, not allocated, gc_base
@@ -696,16 +697,18 @@ def _run_plain(
     mnsr = a.conf.max_non_split_rounding
     allocated, peak = a.allocated, a.peak_allocated
     try:
-        for ident, size in islice(events, start, stop):
+        todo = iter(events[start:stop])  # a list iterator: the fastest loop, and it counts
+        for ident, size in todo:
             if size >= 0:
-                size = K_MIN_BLOCK if size < K_MIN_BLOCK else -(-size // K_MIN_BLOCK) * K_MIN_BLOCK
-                is_small = size <= K_SMALL_SIZE
-                pool = small if is_small else large
-                keys = pool.keys
+                if size & 511 or not size:  # round_size (kMinBlockSize is 512 = 511 + 1)
+                    size = (size | 511) + 1
+                if size <= K_SMALL_SIZE:
+                    keys, blocks, is_small = skeys, sblocks, True
+                else:
+                    keys, blocks, is_small = lkeys, lblocks, False
                 i = bisect_left(keys, size << 64)
                 if i != len(keys):
                     key = keys[i]
-                    blocks = pool.blocks
                     b = blocks[key]
                     bsize = b.size
                     # "Do not return an oversized block for a large request"; "Allow oversized
@@ -741,7 +744,7 @@ def _run_plain(
                         live[ident] = b
                         continue
                 a.allocated, a.peak_allocated = allocated, peak
-                got = a._no_free_block(pool, size)
+                got = a._no_free_block(small if is_small else large, size)
                 allocated, peak = a.allocated, a.peak_allocated
                 if got is not None:
                     live[ident] = got
@@ -753,8 +756,10 @@ def _run_plain(
                 blk.allocated = False
                 bsize = blk.size
                 allocated -= bsize
-                pool = small if blk.small else large
-                keys, blocks = pool.keys, pool.blocks
+                if blk.small:
+                    keys, blocks = skeys, sblocks
+                else:
+                    keys, blocks = lkeys, lblocks
                 prev = blk.prev
                 if prev is not None and not prev.allocated:
                     key = prev.size << 64 | prev.addr
@@ -784,7 +789,7 @@ def _run_plain(
                 peak = allocated
                 a.peak_reserved = a.reserved
             elif size == REPEAT and top:  # the first REPEAT from ``start``
-                return events.index((ident, size), start)
+                return stop - 1 - length_hint(todo)
             else:  # a marker out of place: taken as an allocation, as it always was
                 a.allocated, a.peak_allocated = allocated, peak
                 got = a.malloc(size)
