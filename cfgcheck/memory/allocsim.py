@@ -15,7 +15,7 @@ Plain Python, no torch: a 7B step (a few thousand events) runs in milliseconds
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import length_hint
@@ -96,25 +96,33 @@ class Block:
 
 @dataclass
 class Pool:
-    """``BlockPool``: free mapped blocks by (size, address) (:meth:`Block.key`), unmapped ones
-    by address."""
+    """``BlockPool``: free mapped blocks ordered by (size, address): their keys
+    (:meth:`Block.key`, all distinct) sorted in ``keys`` and the blocks in the same order in
+    ``blocks`` (a block is found by its index: no hashing of the wide keys); unmapped blocks by
+    address."""
 
     small: bool
     keys: list[int] = field(default_factory=list)
-    blocks: dict[int, Block] = field(default_factory=dict)
+    blocks: list[Block] = field(default_factory=list)
     unmapped: dict[int, Block] = field(default_factory=dict)
     free_calls: int = 0  # get_free_blocks_call_count
 
     def insert(self, b: Block) -> None:  # insert_into_blocks (sets gc_count_base)
         b.gc_base = self.free_calls
         k = b.size << 64 | b.addr
-        insort(self.keys, k)
-        self.blocks[k] = b
+        i = bisect_left(self.keys, k)
+        self.keys.insert(i, k)
+        self.blocks.insert(i, b)
 
     def erase(self, b: Block) -> None:
-        k = b.size << 64 | b.addr
-        del self.keys[bisect_left(self.keys, k)]
-        del self.blocks[k]
+        i = bisect_left(self.keys, b.size << 64 | b.addr)
+        del self.keys[i]
+        del self.blocks[i]
+
+    def get(self, k: int) -> Block | None:
+        """The free block whose key is ``k``, if any."""
+        i = bisect_left(self.keys, k)
+        return self.blocks[i] if i != len(self.keys) and self.keys[i] == k else None
 
     def lower_bound(self, size: int) -> int:
         return bisect_left(self.keys, size << 64)
@@ -181,11 +189,10 @@ class CachingAllocator:
         pool = self.small if small else self.large
         if self._plain:
             # get_free_block and alloc_found_block as below, inline (most requests end here)
-            keys = pool.keys
+            keys, blocks = pool.keys, pool.blocks
             i = bisect_left(keys, size << 64)
             if i != len(keys):
-                k = keys[i]
-                b = pool.blocks[k]
+                b = blocks[i]
                 bsize = b.size
                 conf = self.conf
                 mss = conf.max_split_size
@@ -194,7 +201,7 @@ class CachingAllocator:
                 limit = mss if size < mss else size + conf.max_non_split_rounding
                 if bsize < limit:
                     del keys[i]
-                    del pool.blocks[k]
+                    del blocks[i]
                     remaining = bsize - size
                     if (
                         remaining >= K_MIN_BLOCK
@@ -211,8 +218,9 @@ class CachingAllocator:
                         b.size = bsize = size
                         rest.gc_base = pool.free_calls
                         rk = remaining << 64 | addr
-                        insort(keys, rk)
-                        pool.blocks[rk] = rest
+                        i = bisect_left(keys, rk)
+                        keys.insert(i, rk)
+                        blocks.insert(i, rest)
                     b.allocated = True
                     self.allocated = allocated = self.allocated + bsize
                     if allocated > self.peak_allocated:
@@ -255,9 +263,9 @@ class CachingAllocator:
         prev = block.prev
         if prev is not None and not prev.allocated:
             if prev.mapped:  # try_merge_blocks with the block before, inline
-                k = prev.size << 64 | prev.addr
-                del keys[bisect_left(keys, k)]
-                del blocks[k]
+                i = bisect_left(keys, prev.size << 64 | prev.addr)
+                del keys[i]
+                del blocks[i]
                 block.addr = prev.addr
                 block.prev = before = prev.prev
                 if before is not None:
@@ -268,9 +276,9 @@ class CachingAllocator:
         nxt = block.next  # unchanged by a merge with ``prev``
         if nxt is not None and not nxt.allocated:
             if nxt.mapped:  # and with the block after
-                k = nxt.size << 64 | nxt.addr
-                del keys[bisect_left(keys, k)]
-                del blocks[k]
+                i = bisect_left(keys, nxt.size << 64 | nxt.addr)
+                del keys[i]
+                del blocks[i]
                 block.next = after = nxt.next
                 if after is not None:
                     after.prev = block
@@ -279,8 +287,9 @@ class CachingAllocator:
                 self._try_merge(block, nxt, pool)
         block.gc_base = pool.free_calls  # insert_into_blocks
         k = block.size << 64 | block.addr
-        insort(keys, k)
-        blocks[k] = block
+        i = bisect_left(keys, k)
+        keys.insert(i, k)
+        blocks.insert(i, block)
 
     def result(self) -> SimResult:
         return SimResult(
@@ -305,18 +314,16 @@ class CachingAllocator:
         i = bisect_left(keys, size << 64)
         if i == len(keys):
             return None
-        k = keys[i]
-        b = pool.blocks[k]
+        b = pool.blocks[i]
         if b.expandable:
             # "for the purposes of best fit we consider its size to be the size it can expand
             # to": skip to a later block whose expandable size is smaller
             j = i + 1
             while b.expandable and j < len(keys):
-                nxt = pool.blocks[keys[j]]
+                nxt = pool.blocks[j]
                 if _expandable_size(nxt) >= _expandable_size(b):
                     break
                 b, i, j = nxt, j, j + 1
-            k = keys[i]
         mss = self.conf.max_split_size
         # "Do not return an oversized block for a large request"
         if size < mss and b.size >= mss:
@@ -325,7 +332,7 @@ class CachingAllocator:
         if size >= mss and b.size >= size + self.conf.max_non_split_rounding:
             return None
         del keys[i]  # pool.erase(b): b's key is keys[i]
-        del pool.blocks[k]
+        del pool.blocks[i]
         return b
 
     def _alloc_block(self, pool: Pool, size: int, alloc_size: int) -> Block | None:
@@ -400,11 +407,11 @@ class CachingAllocator:
         key = max(size, mss)
         i = pool.lower_bound(key)
         if i < len(pool.keys):
-            self._release_block(pool, pool.blocks[pool.keys[i]])
+            self._release_block(pool, pool.blocks[i])
             return True
         released = 0
         while i > 0 and released < key:
-            b = pool.blocks[pool.keys[i - 1]]
+            b = pool.blocks[i - 1]
             if b.size < mss:
                 break
             released += b.size
@@ -418,7 +425,7 @@ class CachingAllocator:
         (``unmap_block``)."""
         for pool in (self.large, self.small):
             for k in list(pool.keys):
-                b = pool.blocks.get(k)
+                b = pool.get(k)
                 if b is None:
                     continue
                 if b.expandable:
@@ -439,7 +446,7 @@ class CachingAllocator:
         def age(b: Block) -> int:
             return pool.free_calls - b.gc_base
 
-        cands = [pool.blocks[k] for k in pool.keys if not pool.blocks[k].is_split()]
+        cands = [b for b in pool.blocks if not b.is_split()]
         total_age = sum(age(b) for b in cands)
         count = len(cands)
         reclaimed, freed = 0, True
@@ -447,7 +454,7 @@ class CachingAllocator:
             avg = total_age / count
             freed = False
             for k in list(pool.keys):
-                b = pool.blocks.get(k)
+                b = pool.get(k)
                 if b is None or b.is_split() or b.expandable or age(b) < avg:
                     continue
                 freed = True
@@ -708,14 +715,13 @@ def _run_plain(
                     keys, blocks, is_small = lkeys, lblocks, False
                 i = bisect_left(keys, size << 64)
                 if i != len(keys):
-                    key = keys[i]
-                    b = blocks[key]
+                    b = blocks[i]
                     bsize = b.size
                     # "Do not return an oversized block for a large request"; "Allow oversized
                     # block size to be rounded up but within a limit"
                     if bsize < (mss if size < mss else size + mnsr):
                         del keys[i]
-                        del blocks[key]
+                        del blocks[i]
                         remaining = bsize - size
                         if (
                             remaining >= K_MIN_BLOCK
@@ -735,8 +741,9 @@ def _run_plain(
                             b.next = rest
                             b.size = bsize = size
                             key = remaining << 64 | addr
-                            insort(keys, key)
-                            blocks[key] = rest
+                            i = bisect_left(keys, key)
+                            keys.insert(i, key)
+                            blocks.insert(i, rest)
                         b.allocated = True
                         allocated += bsize
                         if allocated > peak:
@@ -762,9 +769,9 @@ def _run_plain(
                     keys, blocks = lkeys, lblocks
                 prev = blk.prev
                 if prev is not None and not prev.allocated:
-                    key = prev.size << 64 | prev.addr
-                    del keys[bisect_left(keys, key)]
-                    del blocks[key]
+                    i = bisect_left(keys, prev.size << 64 | prev.addr)
+                    del keys[i]
+                    del blocks[i]
                     blk.addr = prev.addr
                     blk.prev = before = prev.prev
                     if before is not None:
@@ -773,9 +780,9 @@ def _run_plain(
                     recycle(prev)
                 nxt = blk.next
                 if nxt is not None and not nxt.allocated:
-                    key = nxt.size << 64 | nxt.addr
-                    del keys[bisect_left(keys, key)]
-                    del blocks[key]
+                    i = bisect_left(keys, nxt.size << 64 | nxt.addr)
+                    del keys[i]
+                    del blocks[i]
                     blk.next = after = nxt.next
                     if after is not None:
                         after.prev = blk
@@ -783,8 +790,9 @@ def _run_plain(
                     recycle(nxt)
                 blk.size = bsize
                 key = bsize << 64 | blk.addr
-                insort(keys, key)
-                blocks[key] = blk
+                i = bisect_left(keys, key)
+                keys.insert(i, key)
+                blocks.insert(i, blk)
             elif size == RESET:  # reset_peaks
                 peak = allocated
                 a.peak_reserved = a.reserved
