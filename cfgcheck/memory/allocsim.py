@@ -714,8 +714,11 @@ def _run_plain(
                 else:
                     keys, blocks, is_small = lkeys, lblocks, False
                 i = bisect_left(keys, size << 64)
-                if i != len(keys):
+                try:
                     b = blocks[i]
+                except IndexError:  # no free block as large (rare): a new segment, below
+                    pass
+                else:
                     bsize = b.size
                     # "Do not return an oversized block for a large request"; "Allow oversized
                     # block size to be rounded up but within a limit"
