@@ -635,11 +635,11 @@ def replay(
     while i < n:
         i = _run(a, live, events, i, n, True)
         if i < n:  # events[i] is (count, REPEAT)
-            j = events.index((0, END), i)
             count, done = events[i][0], False
+            j = n  # the block's (0, END): the first repetition stops there and returns it
             for rep in range(1, count + 1):
                 before = _state(a)
-                _run(a, live, events, i + 1, j, False)
+                j = _run(a, live, events, i + 1, j, False)
                 if _state(a) == before:
                     done = True
                     if needed is not None:
@@ -647,6 +647,8 @@ def replay(
                     break
             if not done:
                 needed = None
+            if j == n:  # no repetition ran (or there is no END: ValueError, as it always was)
+                j = events.index((0, END), i)
             i = j + 1
     return a.result(), needed
 
@@ -655,10 +657,11 @@ def _run(
     a: CachingAllocator, live: dict[int, Block], events: list[Event], start: int, stop: int,
     top: bool,
 ) -> int:  # fmt: skip
-    """Replay ``events[start:stop]``; at the top level stop at a REPEAT and return its index
-    (``stop`` when there is none). Without expandable segments or garbage collection the
-    found-block paths of :meth:`CachingAllocator.malloc` and :meth:`CachingAllocator.free`
-    run inline (:func:`_run_plain`: the same steps)."""
+    """Replay ``events[start:stop]``; at the top level stop at a REPEAT and return its index,
+    inside a REPEAT block at its ``(0, END)`` (``stop`` when there is none). Without
+    expandable segments or garbage collection the found-block paths of
+    :meth:`CachingAllocator.malloc` and :meth:`CachingAllocator.free` run inline
+    (:func:`_run_plain`: the same steps)."""
     if a._plain:
         return _run_plain(a, live, events, start, stop, top)
     malloc, free, pop = a.malloc, a.free, live.pop
@@ -674,7 +677,7 @@ def _run(
                 free(blk)
         elif size == RESET:
             a.reset_peaks()
-        elif size == REPEAT and top:
+        elif size == REPEAT if top else size == END and ident == 0:
             return k
         else:  # a marker out of place: taken as an allocation, as it always was
             got = malloc(size)
@@ -799,8 +802,8 @@ def _run_plain(
             elif size == RESET:  # reset_peaks
                 peak = allocated
                 a.peak_reserved = a.reserved
-            elif size == REPEAT and top:  # the first REPEAT from ``start``
-                return stop - 1 - length_hint(todo)
+            elif size == REPEAT if top else size == END and ident == 0:
+                return stop - 1 - length_hint(todo)  # this marker's index
             else:  # a marker out of place: taken as an allocation, as it always was
                 a.allocated, a.peak_allocated = allocated, peak
                 got = a.malloc(size)
