@@ -726,8 +726,6 @@ def _run_plain(
                     # "Do not return an oversized block for a large request"; "Allow oversized
                     # block size to be rounded up but within a limit"
                     if bsize < (mss if size < mss else size + mnsr):
-                        del keys[i]
-                        del blocks[i]
                         remaining = bsize - size
                         if (
                             remaining >= K_MIN_BLOCK
@@ -747,9 +745,20 @@ def _run_plain(
                             b.next = rest
                             b.size = bsize = size
                             key = remaining << 64 | addr
-                            i = bisect_left(keys, key)
-                            keys.insert(i, key)
-                            blocks.insert(i, rest)
+                            # the rest is below the block in the pool's order: most often just
+                            # below, where it takes the block's place (no list shifted)
+                            if i == 0 or keys[i - 1] < key:
+                                keys[i] = key
+                                blocks[i] = rest
+                            else:
+                                del keys[i]
+                                del blocks[i]
+                                i = bisect_left(keys, key, 0, i)
+                                keys.insert(i, key)
+                                blocks.insert(i, rest)
+                        else:
+                            del keys[i]
+                            del blocks[i]
                         b.allocated = True
                         allocated += bsize
                         if allocated > peak:
