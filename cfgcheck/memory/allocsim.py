@@ -796,16 +796,26 @@ def _run_plain(
                 nxt = blk.next
                 if nxt is not None and not nxt.allocated:
                     i = bisect_left(keys, nxt.size << 64 | nxt.addr)
-                    del keys[i]
-                    del blocks[i]
                     blk.next = after = nxt.next
                     if after is not None:
                         after.prev = blk
                     bsize += nxt.size
                     recycle(nxt)
-                blk.size = bsize
-                key = bsize << 64 | blk.addr
-                i = bisect_left(keys, key)
+                    blk.size = bsize
+                    key = bsize << 64 | blk.addr
+                    # above the block after it in the pool's order (keys[:i] are below that):
+                    # often just above, where it takes that block's place
+                    if i + 1 == len(keys) or keys[i + 1] > key:
+                        keys[i] = key
+                        blocks[i] = blk
+                        continue
+                    del keys[i]
+                    del blocks[i]
+                    i = bisect_left(keys, key, i)
+                else:
+                    blk.size = bsize
+                    key = bsize << 64 | blk.addr
+                    i = bisect_left(keys, key)
                 keys.insert(i, key)
                 blocks.insert(i, blk)
             elif size == RESET:  # reset_peaks
