@@ -144,6 +144,25 @@ def test_configs_that_make_the_same_events_share_one_replay(
     assert warm == cold
 
 
+def test_equal_events_share_one_key_whatever_objects_hold_them(
+    cache_dir: Path, replays: list[int]
+) -> None:
+    """The key reads the events' values only: a copy whose ints are other objects (as a
+    second generation of the same step makes them) hits the entry of the first, in the
+    process and on disk."""
+    m, d, t = _cfg("lora", False)
+    events = step_events(m, d, t)
+    copy = [(int(str(ident)), int(str(size))) for ident, size in events]
+    assert copy == events and any(a[1] is not b[1] for a, b in zip(copy, events, strict=True))
+    conf = AllocConf()
+    assert sim_cache.content_key(copy, conf, None) == sim_cache.content_key(events, conf, None)
+    first = sim_cache.replay_cached(events, conf, None)
+    assert _got(sim_cache.replay_cached(copy, conf, None)) == _got(first)
+    ESTIMATES.clear()
+    assert _got(sim_cache.replay_cached(copy, conf, None)) == _got(first)
+    assert replays == [len(events)]
+
+
 def test_planted_or_damaged_entries_are_ignored(cache_dir: Path, replays: list[int]) -> None:
     m, d, t = _cfg("lora", False)
     events = step_events(m, d, t)

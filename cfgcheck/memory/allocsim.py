@@ -15,9 +15,10 @@ Plain Python, no torch: a 7B step (a few thousand events) runs in milliseconds
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import length_hint
 
 from cfgcheck.memory.allocconf import (
     K_LARGE_BUFFER,
@@ -95,25 +96,33 @@ class Block:
 
 @dataclass
 class Pool:
-    """``BlockPool``: free mapped blocks by (size, address) (:meth:`Block.key`), unmapped ones
-    by address."""
+    """``BlockPool``: free mapped blocks ordered by (size, address): their keys
+    (:meth:`Block.key`, all distinct) sorted in ``keys`` and the blocks in the same order in
+    ``blocks`` (a block is found by its index: no hashing of the wide keys); unmapped blocks by
+    address."""
 
     small: bool
     keys: list[int] = field(default_factory=list)
-    blocks: dict[int, Block] = field(default_factory=dict)
+    blocks: list[Block] = field(default_factory=list)
     unmapped: dict[int, Block] = field(default_factory=dict)
     free_calls: int = 0  # get_free_blocks_call_count
 
     def insert(self, b: Block) -> None:  # insert_into_blocks (sets gc_count_base)
         b.gc_base = self.free_calls
         k = b.size << 64 | b.addr
-        insort(self.keys, k)
-        self.blocks[k] = b
+        i = bisect_left(self.keys, k)
+        self.keys.insert(i, k)
+        self.blocks.insert(i, b)
 
     def erase(self, b: Block) -> None:
-        k = b.size << 64 | b.addr
-        del self.keys[bisect_left(self.keys, k)]
-        del self.blocks[k]
+        i = bisect_left(self.keys, b.size << 64 | b.addr)
+        del self.keys[i]
+        del self.blocks[i]
+
+    def get(self, k: int) -> Block | None:
+        """The free block whose key is ``k``, if any."""
+        i = bisect_left(self.keys, k)
+        return self.blocks[i] if i != len(self.keys) and self.keys[i] == k else None
 
     def lower_bound(self, size: int) -> int:
         return bisect_left(self.keys, size << 64)
@@ -168,6 +177,8 @@ class CachingAllocator:
         self._gc = self.allowed is not None and self.conf.garbage_collection_threshold > 0.0
         # no expandable segments, no garbage collection: malloc's found-block path inline
         self._plain = not self.conf.expandable_segments and not self._gc
+        # :func:`_run_plain`: blocks a free merged away, reused for the next split's rest
+        self._spare: list[Block] = []
 
     # -- the public calls ----------------------------------------------------------------
     def malloc(self, orig: int) -> Block | None:
@@ -178,11 +189,10 @@ class CachingAllocator:
         pool = self.small if small else self.large
         if self._plain:
             # get_free_block and alloc_found_block as below, inline (most requests end here)
-            keys = pool.keys
+            keys, blocks = pool.keys, pool.blocks
             i = bisect_left(keys, size << 64)
             if i != len(keys):
-                k = keys[i]
-                b = pool.blocks[k]
+                b = blocks[i]
                 bsize = b.size
                 conf = self.conf
                 mss = conf.max_split_size
@@ -191,7 +201,7 @@ class CachingAllocator:
                 limit = mss if size < mss else size + conf.max_non_split_rounding
                 if bsize < limit:
                     del keys[i]
-                    del pool.blocks[k]
+                    del blocks[i]
                     remaining = bsize - size
                     if (
                         remaining >= K_MIN_BLOCK
@@ -208,8 +218,9 @@ class CachingAllocator:
                         b.size = bsize = size
                         rest.gc_base = pool.free_calls
                         rk = remaining << 64 | addr
-                        insort(keys, rk)
-                        pool.blocks[rk] = rest
+                        i = bisect_left(keys, rk)
+                        keys.insert(i, rk)
+                        blocks.insert(i, rest)
                     b.allocated = True
                     self.allocated = allocated = self.allocated + bsize
                     if allocated > self.peak_allocated:
@@ -252,9 +263,9 @@ class CachingAllocator:
         prev = block.prev
         if prev is not None and not prev.allocated:
             if prev.mapped:  # try_merge_blocks with the block before, inline
-                k = prev.size << 64 | prev.addr
-                del keys[bisect_left(keys, k)]
-                del blocks[k]
+                i = bisect_left(keys, prev.size << 64 | prev.addr)
+                del keys[i]
+                del blocks[i]
                 block.addr = prev.addr
                 block.prev = before = prev.prev
                 if before is not None:
@@ -265,9 +276,9 @@ class CachingAllocator:
         nxt = block.next  # unchanged by a merge with ``prev``
         if nxt is not None and not nxt.allocated:
             if nxt.mapped:  # and with the block after
-                k = nxt.size << 64 | nxt.addr
-                del keys[bisect_left(keys, k)]
-                del blocks[k]
+                i = bisect_left(keys, nxt.size << 64 | nxt.addr)
+                del keys[i]
+                del blocks[i]
                 block.next = after = nxt.next
                 if after is not None:
                     after.prev = block
@@ -276,8 +287,9 @@ class CachingAllocator:
                 self._try_merge(block, nxt, pool)
         block.gc_base = pool.free_calls  # insert_into_blocks
         k = block.size << 64 | block.addr
-        insort(keys, k)
-        blocks[k] = block
+        i = bisect_left(keys, k)
+        keys.insert(i, k)
+        blocks.insert(i, block)
 
     def result(self) -> SimResult:
         return SimResult(
@@ -302,18 +314,16 @@ class CachingAllocator:
         i = bisect_left(keys, size << 64)
         if i == len(keys):
             return None
-        k = keys[i]
-        b = pool.blocks[k]
+        b = pool.blocks[i]
         if b.expandable:
             # "for the purposes of best fit we consider its size to be the size it can expand
             # to": skip to a later block whose expandable size is smaller
             j = i + 1
             while b.expandable and j < len(keys):
-                nxt = pool.blocks[keys[j]]
+                nxt = pool.blocks[j]
                 if _expandable_size(nxt) >= _expandable_size(b):
                     break
                 b, i, j = nxt, j, j + 1
-            k = keys[i]
         mss = self.conf.max_split_size
         # "Do not return an oversized block for a large request"
         if size < mss and b.size >= mss:
@@ -322,7 +332,7 @@ class CachingAllocator:
         if size >= mss and b.size >= size + self.conf.max_non_split_rounding:
             return None
         del keys[i]  # pool.erase(b): b's key is keys[i]
-        del pool.blocks[k]
+        del pool.blocks[i]
         return b
 
     def _alloc_block(self, pool: Pool, size: int, alloc_size: int) -> Block | None:
@@ -397,11 +407,11 @@ class CachingAllocator:
         key = max(size, mss)
         i = pool.lower_bound(key)
         if i < len(pool.keys):
-            self._release_block(pool, pool.blocks[pool.keys[i]])
+            self._release_block(pool, pool.blocks[i])
             return True
         released = 0
         while i > 0 and released < key:
-            b = pool.blocks[pool.keys[i - 1]]
+            b = pool.blocks[i - 1]
             if b.size < mss:
                 break
             released += b.size
@@ -415,7 +425,7 @@ class CachingAllocator:
         (``unmap_block``)."""
         for pool in (self.large, self.small):
             for k in list(pool.keys):
-                b = pool.blocks.get(k)
+                b = pool.get(k)
                 if b is None:
                     continue
                 if b.expandable:
@@ -436,7 +446,7 @@ class CachingAllocator:
         def age(b: Block) -> int:
             return pool.free_calls - b.gc_base
 
-        cands = [pool.blocks[k] for k in pool.keys if not pool.blocks[k].is_split()]
+        cands = [b for b in pool.blocks if not b.is_split()]
         total_age = sum(age(b) for b in cands)
         count = len(cands)
         reclaimed, freed = 0, True
@@ -444,7 +454,7 @@ class CachingAllocator:
             avg = total_age / count
             freed = False
             for k in list(pool.keys):
-                b = pool.blocks.get(k)
+                b = pool.get(k)
                 if b is None or b.is_split() or b.expandable or age(b) < avg:
                     continue
                 freed = True
@@ -625,11 +635,11 @@ def replay(
     while i < n:
         i = _run(a, live, events, i, n, True)
         if i < n:  # events[i] is (count, REPEAT)
-            j = events.index((0, END), i)
             count, done = events[i][0], False
+            j = n  # the block's (0, END): the first repetition stops there and returns it
             for rep in range(1, count + 1):
                 before = _state(a)
-                _run(a, live, events, i + 1, j, False)
+                j = _run(a, live, events, i + 1, j, False)
                 if _state(a) == before:
                     done = True
                     if needed is not None:
@@ -637,6 +647,8 @@ def replay(
                     break
             if not done:
                 needed = None
+            if j == n:  # no repetition ran (or there is no END: ValueError, as it always was)
+                j = events.index((0, END), i)
             i = j + 1
     return a.result(), needed
 
@@ -645,10 +657,11 @@ def _run(
     a: CachingAllocator, live: dict[int, Block], events: list[Event], start: int, stop: int,
     top: bool,
 ) -> int:  # fmt: skip
-    """Replay ``events[start:stop]``; at the top level stop at a REPEAT and return its index
-    (``stop`` when there is none). Without expandable segments or garbage collection the
-    found-block paths of :meth:`CachingAllocator.malloc` and :meth:`CachingAllocator.free`
-    run inline (:func:`_run_plain`: the same steps)."""
+    """Replay ``events[start:stop]``; at the top level stop at a REPEAT and return its index,
+    inside a REPEAT block at its ``(0, END)`` (``stop`` when there is none). Without
+    expandable segments or garbage collection the found-block paths of
+    :meth:`CachingAllocator.malloc` and :meth:`CachingAllocator.free` run inline
+    (:func:`_run_plain`: the same steps)."""
     if a._plain:
         return _run_plain(a, live, events, start, stop, top)
     malloc, free, pop = a.malloc, a.free, live.pop
@@ -664,7 +677,7 @@ def _run(
                 free(blk)
         elif size == RESET:
             a.reset_peaks()
-        elif size == REPEAT and top:
+        elif size == REPEAT if top else size == END and ident == 0:
             return k
         else:  # a marker out of place: taken as an allocation, as it always was
             got = malloc(size)
@@ -683,28 +696,36 @@ def _run_plain(
     ``gc_base`` changes (``free_calls`` counts only with garbage collection on)."""
     pop = live.pop
     small, large = a.small, a.large
+    skeys, sblocks, lkeys, lblocks = small.keys, small.blocks, large.keys, large.blocks
+    # A block merged into a neighbour is unreachable (out of its pool, unlinked, never in
+    # ``live``); it becomes a later split's rest, all of whose fields are set here or are
+    # those of every free block on this path (mapped, not expandable, not allocated, gc_base
+    # 0): recycling saves the Block() call, a third of a split's time.
+    spare = a._spare
+    recycle = spare.append
     mss = a.conf.max_split_size
     mnsr = a.conf.max_non_split_rounding
     allocated, peak = a.allocated, a.peak_allocated
     try:
-        for k in range(start, stop):
-            ident, size = events[k]
+        todo = iter(events[start:stop])  # a list iterator: the fastest loop, and it counts
+        for ident, size in todo:
             if size >= 0:
-                size = K_MIN_BLOCK if size < K_MIN_BLOCK else -(-size // K_MIN_BLOCK) * K_MIN_BLOCK
-                is_small = size <= K_SMALL_SIZE
-                pool = small if is_small else large
-                keys = pool.keys
+                if size & 511 or not size:  # round_size (kMinBlockSize is 512 = 511 + 1)
+                    size = (size | 511) + 1
+                if size <= K_SMALL_SIZE:
+                    keys, blocks, is_small = skeys, sblocks, True
+                else:
+                    keys, blocks, is_small = lkeys, lblocks, False
                 i = bisect_left(keys, size << 64)
-                if i != len(keys):
-                    key = keys[i]
-                    blocks = pool.blocks
-                    b = blocks[key]
+                try:
+                    b = blocks[i]
+                except IndexError:  # no free block as large (rare): a new segment, below
+                    pass
+                else:
                     bsize = b.size
                     # "Do not return an oversized block for a large request"; "Allow oversized
                     # block size to be rounded up but within a limit"
                     if bsize < (mss if size < mss else size + mnsr):
-                        del keys[i]
-                        del blocks[key]
                         remaining = bsize - size
                         if (
                             remaining >= K_MIN_BLOCK
@@ -712,16 +733,32 @@ def _run_plain(
                             else size < mss and remaining > K_SMALL_SIZE
                         ):  # should_split, then alloc_found_block
                             addr = b.addr + size
-                            rest = Block(remaining, addr, is_small)
                             nxt = b.next
+                            if spare:
+                                rest = spare.pop()
+                                rest.size, rest.addr, rest.small = remaining, addr, is_small
+                            else:
+                                rest = Block(remaining, addr, is_small)
                             rest.prev, rest.next = b, nxt
                             if nxt is not None:
                                 nxt.prev = rest
                             b.next = rest
                             b.size = bsize = size
                             key = remaining << 64 | addr
-                            insort(keys, key)
-                            blocks[key] = rest
+                            # the rest is below the block in the pool's order: most often just
+                            # below, where it takes the block's place (no list shifted)
+                            if i == 0 or keys[i - 1] < key:
+                                keys[i] = key
+                                blocks[i] = rest
+                            else:
+                                del keys[i]
+                                del blocks[i]
+                                i = bisect_left(keys, key, 0, i)
+                                keys.insert(i, key)
+                                blocks.insert(i, rest)
+                        else:
+                            del keys[i]
+                            del blocks[i]
                         b.allocated = True
                         allocated += bsize
                         if allocated > peak:
@@ -729,7 +766,7 @@ def _run_plain(
                         live[ident] = b
                         continue
                 a.allocated, a.peak_allocated = allocated, peak
-                got = a._no_free_block(pool, size)
+                got = a._no_free_block(small if is_small else large, size)
                 allocated, peak = a.allocated, a.peak_allocated
                 if got is not None:
                     live[ident] = got
@@ -741,36 +778,51 @@ def _run_plain(
                 blk.allocated = False
                 bsize = blk.size
                 allocated -= bsize
-                pool = small if blk.small else large
-                keys, blocks = pool.keys, pool.blocks
+                if blk.small:
+                    keys, blocks = skeys, sblocks
+                else:
+                    keys, blocks = lkeys, lblocks
                 prev = blk.prev
                 if prev is not None and not prev.allocated:
-                    key = prev.size << 64 | prev.addr
-                    del keys[bisect_left(keys, key)]
-                    del blocks[key]
+                    i = bisect_left(keys, prev.size << 64 | prev.addr)
+                    del keys[i]
+                    del blocks[i]
                     blk.addr = prev.addr
                     blk.prev = before = prev.prev
                     if before is not None:
                         before.next = blk
                     bsize += prev.size
+                    recycle(prev)
                 nxt = blk.next
                 if nxt is not None and not nxt.allocated:
-                    key = nxt.size << 64 | nxt.addr
-                    del keys[bisect_left(keys, key)]
-                    del blocks[key]
+                    i = bisect_left(keys, nxt.size << 64 | nxt.addr)
                     blk.next = after = nxt.next
                     if after is not None:
                         after.prev = blk
                     bsize += nxt.size
-                blk.size = bsize
-                key = bsize << 64 | blk.addr
-                insort(keys, key)
-                blocks[key] = blk
+                    recycle(nxt)
+                    blk.size = bsize
+                    key = bsize << 64 | blk.addr
+                    # above the block after it in the pool's order (keys[:i] are below that):
+                    # often just above, where it takes that block's place
+                    if i + 1 == len(keys) or keys[i + 1] > key:
+                        keys[i] = key
+                        blocks[i] = blk
+                        continue
+                    del keys[i]
+                    del blocks[i]
+                    i = bisect_left(keys, key, i)
+                else:
+                    blk.size = bsize
+                    key = bsize << 64 | blk.addr
+                    i = bisect_left(keys, key)
+                keys.insert(i, key)
+                blocks.insert(i, blk)
             elif size == RESET:  # reset_peaks
                 peak = allocated
                 a.peak_reserved = a.reserved
-            elif size == REPEAT and top:
-                return k
+            elif size == REPEAT if top else size == END and ident == 0:
+                return stop - 1 - length_hint(todo)  # this marker's index
             else:  # a marker out of place: taken as an allocation, as it always was
                 a.allocated, a.peak_allocated = allocated, peak
                 got = a.malloc(size)

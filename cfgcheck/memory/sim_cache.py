@@ -58,11 +58,18 @@ def _code_hash() -> bytes:
     return h.digest()
 
 
+# marshal's format 2 writes every tuple and int out in full; formats 3 and 4 also look every
+# shared object up in a table to write a back-reference, which costs twice as long on a
+# freshly generated step (its sizes are shared ints) and makes the bytes depend on which
+# objects happen to be shared, not only on the values.
+MARSHAL_VERSION = 2
+
+
 def content_key(events: list[Event], conf: AllocConf, capacity: int | None) -> str:
     """The replay's key: SHA-256 over the events (``marshal``'s bytes of the list: its ints
     and their order), the settings and the capacity."""
-    h = hashlib.sha256(marshal.dumps(events))
-    h.update(f"\0marshal={marshal.version}\0{conf!r}\0{capacity!r}".encode())
+    h = hashlib.sha256(marshal.dumps(events, MARSHAL_VERSION))
+    h.update(f"\0marshal={MARSHAL_VERSION}\0{conf!r}\0{capacity!r}".encode())
     return h.hexdigest()
 
 
