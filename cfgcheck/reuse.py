@@ -13,6 +13,12 @@ Two kinds of reuse, both exact (a hit returns what the computation would return)
 Keys are :func:`frozen` contents: types are part of the key (``1``, ``1.0`` and ``True`` differ,
 floats by their ``repr`` so ``-0.0`` and ``0.0`` differ too); a value that has no content key
 (an arbitrary object) is never cached.
+
+* :func:`pinned`: within the block (the estimate, the fix search, the gpu-memory rule, the
+  rules of one check: code that never changes a config), a pydantic section's content key is
+  computed once per object and :func:`derived` keeps what is computed from a section's
+  contents alone (a model's module layout, parameter counts, LoRA's share) process-wide, keyed
+  by the section's :func:`content_number`. Outside the block nothing is memoized by identity.
 """
 
 from __future__ import annotations
@@ -42,14 +48,30 @@ def frozen(value: Any) -> Hashable:
     if isinstance(value, float):
         return ("float", repr(value))
     if isinstance(value, BaseModel):
-        items = [(k, getattr(value, k)) for k in type(value).model_fields]
-        items += sorted((value.model_extra or {}).items())
-        return (type(value), tuple((k, frozen(v)) for k, v in items))
+        memo = _PINNED.get()
+        if memo is None:
+            return _frozen_model(value)
+        hit = memo.get(id(value))
+        if hit is None or hit[0] is not value:
+            # the entry holds the object: its id is not reused while the block lasts
+            hit = memo[id(value)] = [value, _frozen_model(value), None]
+        key: Hashable = hit[1]
+        return key
     if isinstance(value, Mapping):
         return ("map", tuple((frozen(k), frozen(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
         return (type(value).__name__, tuple(frozen(v) for v in value))
     raise Unkeyable(type(value).__name__)
+
+
+def _frozen_model(value: BaseModel) -> Hashable:
+    items = [(k, getattr(value, k)) for k in type(value).model_fields]
+    items += sorted((value.model_extra or {}).items())
+    return (type(value), tuple((k, frozen(v)) for k, v in items))
+
+
+# id(section) -> [section, its frozen key, its content number or None], within pinned()
+_PINNED: ContextVar[dict[int, list[Any]] | None] = ContextVar("cfgcheck_pinned", default=None)
 
 
 class BoundedCache(Generic[K, V]):
@@ -97,6 +119,81 @@ class BoundedCache(Generic[K, V]):
 
 
 ESTIMATES: BoundedCache[Hashable, Any] = BoundedCache(4096)
+DERIVED: BoundedCache[Hashable, Any] = BoundedCache(8192)
+
+
+Pins = dict[int, list[Any]]  # id(section) -> [section, its frozen key, its number or None]
+
+
+@contextmanager
+def pinned(pins: Pins | None = None) -> Iterator[None]:
+    """Within the block, a pydantic section's content key is computed once per object (its
+    fields are taken as they were when first keyed: code inside never changes a config) and
+    :func:`derived` values are shared. Nested blocks share the outer one's keys; ``pins``
+    (an empty dict at first) carries the keys over to a later block of the same configs."""
+    if _PINNED.get() is not None:
+        yield
+        return
+    token = _PINNED.set({} if pins is None else pins)
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
+
+
+class _Numbers:
+    """Content key -> a number that stands for that content only, process-wide: numbers are
+    never reused (when the table is full it starts afresh, and content seen again gets a new
+    number: a miss of what was kept under the old one, never a wrong hit)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._ids: dict[Hashable, int] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def of(self, key: Hashable) -> int:
+        with self._lock:
+            found = self._ids.get(key)
+            if found is None:
+                if len(self._ids) >= self.size:
+                    self._ids.clear()
+                found = self._ids[key] = self._next
+                self._next += 1
+            return found
+
+
+_NUMBERS = _Numbers(4096)
+
+
+def content_number(section: BaseModel) -> int | None:
+    """A number equal for sections of equal contents (:func:`frozen`), computed once per object
+    within :func:`pinned`; None outside it or for a section with no content key."""
+    memo = _PINNED.get()
+    if memo is None:
+        return None
+    hit = memo.get(id(section))
+    if hit is None or hit[0] is not section:
+        try:
+            frozen(section)  # fills the entry
+        except Unkeyable:
+            return None
+        hit = memo[id(section)]
+    if hit[2] is None:
+        hit[2] = _NUMBERS.of(hit[1])
+    number: int = hit[2]
+    return number
+
+
+def derived(tag: str, section: BaseModel, args: Hashable, compute: Callable[[], V]) -> V:
+    """``compute()``, a pure function of ``section``'s contents and ``args`` (named by
+    ``tag``), shared within and across :func:`pinned` blocks; computed afresh outside one.
+    The value is shared: it must be immutable (tuples, frozen dataclasses, numbers)."""
+    number = content_number(section)
+    if number is None:
+        return compute()
+    value: V = DERIVED.get_or((tag, number, args), compute)
+    return value
 
 
 @dataclass

@@ -21,6 +21,7 @@ no torch counter sees but the GPU does.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,7 +43,7 @@ from cfgcheck.memory.recompute import backward_front, recompute_moment, softmax_
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, sdpa_math, stack
 from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
-from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
+from cfgcheck.reuse import ESTIMATES, Unkeyable, content_number, frozen, pinned
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -244,17 +245,25 @@ UNREAD_TRAINER_FIELDS = frozenset({"learning_rate", "gpu"})
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Per-GPU peak memory of a training step of ``m`` on ``d`` with ``t`` (see the module
     docstring). Results are cached by the sections' contents (:mod:`cfgcheck.reuse`)."""
-    try:
-        trainer = tuple(
-            (k, frozen(getattr(t, k)))
-            for k in type(t).model_fields
-            if k not in UNREAD_TRAINER_FIELDS
-        )
-        key = (frozen(m), frozen(d), type(t), trainer)
-    except Unkeyable:
-        return _estimate(m, d, t)
-    found: MemoryEstimate = ESTIMATES.get_or(key, lambda: _estimate(m, d, t))
-    return found
+    with pinned():  # the estimate never changes a section: each is keyed once
+        try:
+            key = _key(m, d, t)
+        except Unkeyable:
+            return _estimate(m, d, t)
+        found: MemoryEstimate = ESTIMATES.get_or(key, lambda: _estimate(m, d, t))
+        return found
+
+
+def _key(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Hashable:
+    """The sections' contents (the model and data by their content numbers, which stand for
+    one content each, process-wide), without the trainer fields the estimate never reads."""
+    model, data = content_number(m), content_number(d)
+    if model is None or data is None:
+        raise Unkeyable("section")
+    trainer = tuple(
+        (k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in UNREAD_TRAINER_FIELDS
+    )
+    return (model, data, type(t), trainer)
 
 
 def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:

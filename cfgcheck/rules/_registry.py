@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cfgcheck.findings import Finding, Fix, Severity
-from cfgcheck.reuse import Scope, Unkeyable, current_scope, frozen
+from cfgcheck.reuse import Pins, Scope, Unkeyable, current_scope, frozen, pinned
 from cfgcheck.schema.run import SECTIONS, RunConfig
 
 
@@ -156,30 +156,44 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
     scope = current_scope()
     shared = scope is not None and expressible_filter() is None
     keys = _Contents(config, scope)
+    # The built-in rules never change the config: its sections are keyed once for all of them
+    # (reuse.pinned), the keys carried from one rule to the next by ``pins``.
+    pins: Pins = {}
     for r in list(_RULES.values()):
         check_budget(f"running rule {r.id}")  # a service request's CPU budget (cfgcheck.budget)
         if not r.requires <= valid:
             continue
-        if scope is None or not shared or not r.builtin:
+        if not r.builtin:
             yield from r.check(config)
+            # a team's rule may read anything, and might change the config: key it afresh
+            keys, pins = _Contents(config, scope), {}
             continue
-        known = scope.rule_reads.setdefault(r.id, [])
-        for reads in known:
-            key = keys.of(r.id, reads)
-            hit = None if key is None else scope.rules.get(key)
-            if hit is not None:
-                yield from hit
-                break
-        else:
-            recorder = _Recorder(config)
-            found = tuple(r.check(cast(RunConfig, recorder)))
-            reads = frozenset(recorder.read)
-            key = keys.of(r.id, reads)
-            if key is not None:
-                if reads not in known:
-                    known.append(reads)
-                scope.rules.get_or(key, lambda found=found: found)  # type: ignore[misc]
-            yield from found
+        with pinned(pins):
+            found = _builtin(r, config, keys, scope if shared else None)
+        yield from found
+
+
+def _builtin(
+    r: Rule, config: RunConfig, keys: _Contents, scope: Scope | None
+) -> tuple[Finding, ...]:
+    """A built-in rule's findings, reused within a shared scope (see :func:`run_rules`)."""
+    if scope is None:
+        return tuple(r.check(config))
+    known = scope.rule_reads.setdefault(r.id, [])
+    for reads in known:
+        key = keys.of(r.id, reads)
+        hit = None if key is None else scope.rules.get(key)
+        if hit is not None:
+            return hit
+    recorder = _Recorder(config)
+    found = tuple(r.check(cast(RunConfig, recorder)))
+    reads = frozenset(recorder.read)
+    key = keys.of(r.id, reads)
+    if key is not None:
+        if reads not in known:
+            known.append(reads)
+        scope.rules.get_or(key, lambda: found)
+    return found
 
 
 class _Recorder:
