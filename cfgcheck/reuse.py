@@ -43,6 +43,9 @@ class Unkeyable(Exception):
 
 def frozen(value: Any) -> Hashable:
     """A hashable key equal for equal contents and types (pydantic models by their fields)."""
+    atom = _ATOMS.get(type(value))
+    if atom is not None:  # the common case first (same key as below)
+        return (atom, value)
     if value is None or isinstance(value, bool | int | str):
         return (type(value).__name__, value)
     if isinstance(value, float):
@@ -64,10 +67,20 @@ def frozen(value: Any) -> Hashable:
     raise Unkeyable(type(value).__name__)
 
 
+# Exact types whose key is (type name, value): most fields of most sections.
+_ATOMS: dict[type, str] = {t: t.__name__ for t in (type(None), bool, int, str)}
+
+
 def _frozen_model(value: BaseModel) -> Hashable:
-    items = [(k, getattr(value, k)) for k in type(value).model_fields]
-    items += sorted((value.model_extra or {}).items())
-    return (type(value), tuple((k, frozen(v)) for k, v in items))
+    fields = value.__dict__
+    items = []
+    for k in type(value).model_fields:
+        v = fields[k] if k in fields else getattr(value, k)
+        atom = _ATOMS.get(type(v))
+        items.append((k, (atom, v) if atom is not None else frozen(v)))
+    for k, v in sorted((value.model_extra or {}).items()):
+        items.append((k, frozen(v)))
+    return (type(value), tuple(items))
 
 
 # id(section) -> [section, its frozen key, its content number or None], within pinned()

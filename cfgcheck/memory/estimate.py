@@ -43,7 +43,7 @@ from cfgcheck.memory.recompute import backward_front, recompute_moment, softmax_
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, sdpa_math, stack
 from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
-from cfgcheck.reuse import ESTIMATES, Unkeyable, content_number, frozen, pinned
+from cfgcheck.reuse import ESTIMATES, Unkeyable, content_number, derived, frozen, pinned
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -234,7 +234,8 @@ def sequence_length(d: DataConfig) -> int:
     """Worst-case tokens per sample, as the pipeline feeds them (:mod:`cfgcheck.pipeline`):
     packed rows are ``max_seq_length``; otherwise the tokenizer's ``max_length`` (which may
     be above ``max_seq_length``) rounded up to ``pad_to_multiple_of``."""
-    return Pipeline.from_data(d).memory_length()
+    # a function of the data section alone (building the pipeline validates a trainer)
+    return derived("sequence_length", d, (), lambda: Pipeline.from_data(d).memory_length())
 
 
 # Trainer settings the estimate never reads (no module of cfgcheck/memory/ names them; a test

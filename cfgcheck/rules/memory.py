@@ -11,6 +11,7 @@ from cfgcheck.memory import devices, rl
 from cfgcheck.memory.estimate import GIB, MemoryEstimate, estimate
 from cfgcheck.memory.fixes import fixes
 from cfgcheck.memory.verdict import decide
+from cfgcheck.reuse import derived
 from cfgcheck.rules._registry import Problem, rule
 from cfgcheck.schema.run import RunConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -61,8 +62,13 @@ def _fixes(cfg: RunConfig, budget: int) -> tuple[str, tuple[Fix, ...]]:
 
 
 def _available(cfg: RunConfig) -> tuple[devices.Available | None, Problem | None]:
+    gpu, per_node = cfg.trainer.gpu, cfg.trainer.devices
     try:
-        return devices.available(cfg.trainer.gpu, cfg.trainer.devices), None
+        if gpu is None or devices.current_devices():  # live GPUs: asked every time
+            return devices.available(gpu, per_node), None
+        # the declared GPU: a function of trainer.gpu's contents (a table lookup by name)
+        found = derived("available", gpu, per_node, lambda: devices.available(gpu, per_node))
+        return found, None
     except devices.GpuNameError:
         # An unknown or ambiguous trainer.gpu.name: the gpu-name rule reports it (with the
         # known names and a did-you-mean); there is nothing to check memory against.
