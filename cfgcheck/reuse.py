@@ -26,8 +26,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -83,8 +83,8 @@ def _frozen_model(value: BaseModel) -> Hashable:
     return (type(value), tuple(items))
 
 
-# id(section) -> [section, its frozen key, its content number or None], within pinned()
-_PINNED: ContextVar[dict[int, list[Any]] | None] = ContextVar("cfgcheck_pinned", default=None)
+Pins = dict[int, list[Any]]  # id(section) -> [section, its frozen key, its number or None]
+_PINNED: ContextVar[Pins | None] = ContextVar("cfgcheck_pinned", default=None)  # see pinned()
 
 
 class BoundedCache(Generic[K, V]):
@@ -135,23 +135,31 @@ ESTIMATES: BoundedCache[Hashable, Any] = BoundedCache(4096)
 DERIVED: BoundedCache[Hashable, Any] = BoundedCache(8192)
 
 
-Pins = dict[int, list[Any]]  # id(section) -> [section, its frozen key, its number or None]
-
-
-@contextmanager
-def pinned(pins: Pins | None = None) -> Iterator[None]:
+def pinned(pins: Pins | None = None) -> AbstractContextManager[None]:
     """Within the block, a pydantic section's content key is computed once per object (its
     fields are taken as they were when first keyed: code inside never changes a config) and
     :func:`derived` values are shared. Nested blocks share the outer one's keys; ``pins``
     (an empty dict at first) carries the keys over to a later block of the same configs."""
-    if _PINNED.get() is not None:
-        yield
-        return
-    token = _PINNED.set({} if pins is None else pins)
-    try:
-        yield
-    finally:
-        _PINNED.reset(token)
+    return _Pinned(pins)
+
+
+class _Pinned:
+    """:func:`pinned`'s block: a plain class (entered once per rule of every check)."""
+
+    __slots__ = ("_pins", "_token")
+
+    def __init__(self, pins: Pins | None) -> None:
+        self._pins = pins
+        self._token: Token[Pins | None] | None = None
+
+    def __enter__(self) -> None:
+        if _PINNED.get() is None:
+            self._token = _PINNED.set({} if self._pins is None else self._pins)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _PINNED.reset(self._token)
+            self._token = None
 
 
 class _Numbers:

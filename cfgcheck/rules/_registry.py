@@ -14,6 +14,7 @@ in use has that section and it passed.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -51,7 +52,7 @@ class Rule:
     # The rule's whole docstring (what ``cfgcheck explain`` prints for a team rule).
     doc: str = ""
 
-    @property
+    @functools.cached_property  # asked for every rule of every check
     def builtin(self) -> bool:
         """Shipped with cfgcheck (explained in cfgcheck/rules/explanations.py)."""
         return self.func.__module__.startswith("cfgcheck.")
@@ -155,10 +156,10 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
     valid = frozenset(valid_sections)
     scope = current_scope()
     shared = scope is not None and expressible_filter() is None
-    keys = _Contents(config, scope)
+    pins: Pins = {}
+    keys = _Contents(config, scope, pins)
     # The built-in rules never change the config: its sections are keyed once for all of them
     # (reuse.pinned), the keys carried from one rule to the next by ``pins``.
-    pins: Pins = {}
     for r in list(_RULES.values()):
         check_budget(f"running rule {r.id}")  # a service request's CPU budget (cfgcheck.budget)
         if not r.requires <= valid:
@@ -166,19 +167,19 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
         if not r.builtin:
             yield from r.check(config)
             # a team's rule may read anything, and might change the config: key it afresh
-            keys, pins = _Contents(config, scope), {}
+            pins = {}
+            keys = _Contents(config, scope, pins)
             continue
-        with pinned(pins):
-            found = _builtin(r, config, keys, scope if shared else None)
-        yield from found
+        yield from _builtin(r, config, keys, scope if shared else None, pins)
 
 
 def _builtin(
-    r: Rule, config: RunConfig, keys: _Contents, scope: Scope | None
+    r: Rule, config: RunConfig, keys: _Contents, scope: Scope | None, pins: Pins
 ) -> tuple[Finding, ...]:
     """A built-in rule's findings, reused within a shared scope (see :func:`run_rules`)."""
     if scope is None:
-        return tuple(r.check(config))
+        with pinned(pins):
+            return tuple(r.check(config))
     known = scope.rule_reads.setdefault(r.id, [])
     for reads in known:
         key = keys.of(r.id, reads)
@@ -186,7 +187,8 @@ def _builtin(
         if hit is not None:
             return hit
     recorder = _Recorder(config)
-    found = tuple(r.check(cast(RunConfig, recorder)))
+    with pinned(pins):
+        found = tuple(r.check(cast(RunConfig, recorder)))
     reads = frozenset(recorder.read)
     key = keys.of(r.id, reads)
     if key is not None:
@@ -216,22 +218,26 @@ _ABSENT = ("absent",)
 class _Contents:
     """Content keys of a config's top-level attributes, each computed once (None: no key)."""
 
-    def __init__(self, config: RunConfig, scope: Scope | None) -> None:
+    def __init__(self, config: RunConfig, scope: Scope | None, pins: Pins) -> None:
         self._config = config
         self._scope = scope
+        self._pins = pins  # the sections' keys, shared with the rules (reuse.pinned)
         self._keys: dict[str, Hashable | None] = {}
+        self._parts: dict[frozenset[str], tuple[tuple[str, Hashable], ...] | None] = {}
 
     def _attr(self, name: str) -> Hashable | None:
         if name not in self._keys:
             try:
-                key = frozen(getattr(self._config, name, _ABSENT))
+                with pinned(self._pins):
+                    key = frozen(getattr(self._config, name, _ABSENT))
                 self._keys[name] = key if self._scope is None else self._scope.intern(key)
             except Unkeyable:  # e.g. a method: the rule reads more than sections
                 self._keys[name] = None
         return self._keys[name]
 
     def of(self, rule_id: str, reads: frozenset[str]) -> Hashable | None:
-        parts = [(s, self._attr(s)) for s in sorted(reads)]
-        if any(k is None for _, k in parts):
-            return None
-        return (rule_id, tuple(parts))
+        if reads not in self._parts:  # rules that read the same sections share the part
+            parts = tuple((s, self._attr(s)) for s in sorted(reads))
+            self._parts[reads] = None if any(k is None for _, k in parts) else parts
+        found = self._parts[reads]
+        return None if found is None else (rule_id, found)
