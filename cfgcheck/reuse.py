@@ -206,6 +206,17 @@ def content_number(section: BaseModel) -> int | None:
     return number
 
 
+def number_of(value: Any) -> int:
+    """A number standing for ``value``'s contents (:func:`frozen`) in this process, from the
+    table :func:`content_number` draws on (a section's number is computed once per object
+    within :func:`pinned`). Raises :class:`Unkeyable` for a value with no content key."""
+    if isinstance(value, BaseModel):
+        number = content_number(value)
+        if number is not None:
+            return number
+    return _NUMBERS.of(frozen(value))
+
+
 def derived(tag: str, section: BaseModel, args: Hashable, compute: Callable[[], V]) -> V:
     """``compute()``, a pure function of ``section``'s contents and ``args`` (named by
     ``tag``), shared within and across :func:`pinned` blocks; computed afresh outside one.
@@ -227,6 +238,8 @@ class Scope:
     fixes: BoundedCache[Hashable, Any] = field(default_factory=lambda: BoundedCache(4096))
     # rule id -> the sets of config attributes it was seen to read (see run_rules)
     rule_reads: dict[str, list[frozenset[str]]] = field(default_factory=dict)
+    # what the checks of the block take as fixed: whether live GPUs are visible (rules/memory.py)
+    facts: dict[str, Any] = field(default_factory=dict)
     _ids: dict[Hashable, int] = field(default_factory=dict)
     _next: int = 0
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cfgcheck.findings import Finding, Fix, Severity
-from cfgcheck.reuse import Pins, Scope, Unkeyable, current_scope, frozen, pinned
+from cfgcheck.reuse import Pins, Scope, Unkeyable, current_scope, number_of, pinned
 from cfgcheck.schema.run import SECTIONS, RunConfig
 
 
@@ -157,7 +157,7 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
     scope = current_scope()
     shared = scope is not None and expressible_filter() is None
     pins: Pins = {}
-    keys = _Contents(config, scope, pins)
+    keys = _Contents(config, pins)
     # The built-in rules never change the config: its sections are keyed once for all of them
     # (reuse.pinned), the keys carried from one rule to the next by ``pins``.
     for r in list(_RULES.values()):
@@ -168,7 +168,7 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
             yield from r.check(config)
             # a team's rule may read anything, and might change the config: key it afresh
             pins = {}
-            keys = _Contents(config, scope, pins)
+            keys = _Contents(config, pins)
             continue
         yield from _builtin(r, config, keys, scope if shared else None, pins)
 
@@ -216,11 +216,11 @@ _ABSENT = ("absent",)
 
 
 class _Contents:
-    """Content keys of a config's top-level attributes, each computed once (None: no key)."""
+    """Content keys of a config's top-level attributes, each computed once (None: no key):
+    numbers that stand for one content each (:func:`cfgcheck.reuse.number_of`)."""
 
-    def __init__(self, config: RunConfig, scope: Scope | None, pins: Pins) -> None:
+    def __init__(self, config: RunConfig, pins: Pins) -> None:
         self._config = config
-        self._scope = scope
         self._pins = pins  # the sections' keys, shared with the rules (reuse.pinned)
         self._keys: dict[str, Hashable | None] = {}
         self._parts: dict[frozenset[str], tuple[tuple[str, Hashable], ...] | None] = {}
@@ -228,9 +228,8 @@ class _Contents:
     def _attr(self, name: str) -> Hashable | None:
         if name not in self._keys:
             try:
-                with pinned(self._pins):
-                    key = frozen(getattr(self._config, name, _ABSENT))
-                self._keys[name] = key if self._scope is None else self._scope.intern(key)
+                with pinned(self._pins):  # a section's number is then the estimate's too
+                    self._keys[name] = number_of(getattr(self._config, name, _ABSENT))
             except Unkeyable:  # e.g. a method: the rule reads more than sections
                 self._keys[name] = None
         return self._keys[name]
