@@ -57,13 +57,22 @@ def frozen(value: Any) -> Hashable:
         hit = memo.get(id(value))
         if hit is None or hit[0] is not value:
             # the entry holds the object: its id is not reused while the block lasts
-            hit = memo[id(value)] = [value, _frozen_model(value), None]
+            hit = memo[id(value)] = [value, _frozen_model(value), None, {}]
         key: Hashable = hit[1]
         return key
+    atoms = _ATOMS  # below: frozen(x) inlined for the atoms (a raw config is mostly those)
     if isinstance(value, Mapping):
-        return ("map", tuple((frozen(k), frozen(v)) for k, v in value.items()))
+        pairs = [
+            (
+                (ka, k) if (ka := atoms.get(type(k))) is not None else frozen(k),
+                (va, v) if (va := atoms.get(type(v))) is not None else frozen(v),
+            )
+            for k, v in value.items()
+        ]
+        return ("map", tuple(pairs))
     if isinstance(value, list | tuple):
-        return (type(value).__name__, tuple(frozen(v) for v in value))
+        items = [(a, v) if (a := atoms.get(type(v))) is not None else frozen(v) for v in value]
+        return (type(value).__name__, tuple(items))
     raise Unkeyable(type(value).__name__)
 
 
@@ -72,18 +81,29 @@ _ATOMS: dict[type, str] = {t: t.__name__ for t in (type(None), bool, int, str)}
 
 
 def _frozen_model(value: BaseModel) -> Hashable:
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(cls.model_fields)
     fields = value.__dict__
-    items = []
-    for k in type(value).model_fields:
-        v = fields[k] if k in fields else getattr(value, k)
-        atom = _ATOMS.get(type(v))
-        items.append((k, (atom, v) if atom is not None else frozen(v)))
-    for k, v in sorted((value.model_extra or {}).items()):
-        items.append((k, frozen(v)))
-    return (type(value), tuple(items))
+    atoms = _ATOMS
+    items = [
+        (k, (a, v) if (a := atoms.get(type(v))) is not None else frozen(v))
+        for k in names
+        for v in (fields[k] if k in fields else getattr(value, k),)
+    ]
+    extra = value.__pydantic_extra__
+    if extra:
+        items += [(k, frozen(v)) for k, v in sorted(extra.items())]
+    return (cls, tuple(items))
 
 
-Pins = dict[int, list[Any]]  # id(section) -> [section, its frozen key, its number or None]
+# A model class's field names, in order (fixed once the class is built).
+_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+# id(section) -> [section, its frozen key, its number or None, {fields left out: number}]
+Pins = dict[int, list[Any]]
 _PINNED: ContextVar[Pins | None] = ContextVar("cfgcheck_pinned", default=None)  # see pinned()
 
 
@@ -190,20 +210,41 @@ _NUMBERS = _Numbers(4096)
 def content_number(section: BaseModel) -> int | None:
     """A number equal for sections of equal contents (:func:`frozen`), computed once per object
     within :func:`pinned`; None outside it or for a section with no content key."""
-    memo = _PINNED.get()
-    if memo is None:
+    if _PINNED.get() is None:
         return None
-    hit = memo.get(id(section))
-    if hit is None or hit[0] is not section:
-        try:
-            frozen(section)  # fills the entry
-        except Unkeyable:
-            return None
-        hit = memo[id(section)]
-    if hit[2] is None:
-        hit[2] = _NUMBERS.of(hit[1])
-    number: int = hit[2]
+    try:
+        entry = _entry(section)
+    except Unkeyable:
+        return None
+    if entry[2] is None:
+        entry[2] = _NUMBERS.of(entry[1])
+    number: int = entry[2]
     return number
+
+
+def _entry(section: BaseModel) -> list[Any]:
+    """``section``'s entry in the current :func:`pinned` block (made on first use)."""
+    pins = _PINNED.get()
+    assert pins is not None  # callers check
+    entry = pins.get(id(section))
+    if entry is None or entry[0] is not section:
+        frozen(section)  # makes the entry
+        entry = pins[id(section)]
+    return entry
+
+
+def fields_number(section: BaseModel, leave_out: frozenset[str]) -> int | None:
+    """:func:`content_number` of ``section`` without the fields named in ``leave_out``: a
+    number standing for the other fields' contents (None outside :func:`pinned` or for a
+    section with no content key)."""
+    if content_number(section) is None:  # fills the section's entry
+        return None
+    entry = _entry(section)
+    partial: dict[frozenset[str], int] = entry[3]
+    if leave_out not in partial:
+        pairs = tuple(pair for pair in entry[1][1] if pair[0] not in leave_out)
+        partial[leave_out] = _NUMBERS.of(("fields", type(section), pairs))
+    return partial[leave_out]
 
 
 def number_of(value: Any) -> int:

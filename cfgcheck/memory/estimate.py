@@ -43,7 +43,7 @@ from cfgcheck.memory.recompute import backward_front, recompute_moment, softmax_
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, sdpa_math, stack
 from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
-from cfgcheck.reuse import ESTIMATES, Unkeyable, content_number, derived, frozen, pinned
+from cfgcheck.reuse import ESTIMATES, Unkeyable, content_number, derived, fields_number, pinned
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -256,15 +256,13 @@ def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
 
 
 def _key(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Hashable:
-    """The sections' contents (the model and data by their content numbers, which stand for
-    one content each, process-wide), without the trainer fields the estimate never reads."""
+    """The sections' contents by their content numbers (each stands for one content,
+    process-wide), without the trainer fields the estimate never reads."""
     model, data = content_number(m), content_number(d)
-    if model is None or data is None:
+    trainer = fields_number(t, UNREAD_TRAINER_FIELDS)
+    if model is None or data is None or trainer is None:
         raise Unkeyable("section")
-    trainer = tuple(
-        (k, frozen(getattr(t, k))) for k in type(t).model_fields if k not in UNREAD_TRAINER_FIELDS
-    )
-    return (model, data, type(t), trainer)
+    return ("estimate", model, data, trainer)
 
 
 def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
