@@ -43,14 +43,17 @@ class Unkeyable(Exception):
 
 def frozen(value: Any) -> Hashable:
     """A hashable key equal for equal contents and types (pydantic models by their fields)."""
-    atom = _ATOMS.get(type(value))
-    if atom is not None:  # the common case first (same key as below)
+    kind = type(value)
+    atom = _ATOMS.get(kind)
+    if atom is not None:  # the common cases first, by exact type (the same keys as below)
         return (atom, value)
-    if value is None or isinstance(value, bool | int | str):
-        return (type(value).__name__, value)
-    if isinstance(value, float):
+    if kind is float:
         return ("float", repr(value))
-    if isinstance(value, BaseModel):
+    if kind is dict:
+        return _frozen_map(value)
+    if kind is list or kind is tuple:
+        return _frozen_items(value)
+    if kind in _FIELDS or isinstance(value, BaseModel):
         memo = _PINNED.get()
         if memo is None:
             return _frozen_model(value)
@@ -60,20 +63,33 @@ def frozen(value: Any) -> Hashable:
             hit = memo[id(value)] = [value, _frozen_model(value), None, {}]
         key: Hashable = hit[1]
         return key
-    atoms = _ATOMS  # below: frozen(x) inlined for the atoms (a raw config is mostly those)
+    if value is None or isinstance(value, bool | int | str):
+        return (kind.__name__, value)
+    if isinstance(value, float):
+        return ("float", repr(value))
     if isinstance(value, Mapping):
-        pairs = [
-            (
-                (ka, k) if (ka := atoms.get(type(k))) is not None else frozen(k),
-                (va, v) if (va := atoms.get(type(v))) is not None else frozen(v),
-            )
-            for k, v in value.items()
-        ]
-        return ("map", tuple(pairs))
+        return _frozen_map(value)
     if isinstance(value, list | tuple):
-        items = [(a, v) if (a := atoms.get(type(v))) is not None else frozen(v) for v in value]
-        return (type(value).__name__, tuple(items))
-    raise Unkeyable(type(value).__name__)
+        return _frozen_items(value)
+    raise Unkeyable(kind.__name__)
+
+
+def _frozen_map(value: Mapping[Any, Any]) -> Hashable:
+    atoms = _ATOMS  # frozen(x) inlined for the atoms (a raw config is mostly those)
+    pairs = [
+        (
+            (ka, k) if (ka := atoms.get(type(k))) is not None else frozen(k),
+            (va, v) if (va := atoms.get(type(v))) is not None else frozen(v),
+        )
+        for k, v in value.items()
+    ]
+    return ("map", tuple(pairs))
+
+
+def _frozen_items(value: list[Any] | tuple[Any, ...]) -> Hashable:
+    atoms = _ATOMS
+    items = [(a, v) if (a := atoms.get(type(v))) is not None else frozen(v) for v in value]
+    return (type(value).__name__, tuple(items))
 
 
 # Exact types whose key is (type name, value): most fields of most sections.
