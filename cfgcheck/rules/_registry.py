@@ -21,6 +21,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+from pydantic import BaseModel
+
 from cfgcheck.findings import Finding, Fix, Severity
 from cfgcheck.reuse import Pins, Scope, Unkeyable, current_scope, number_of, pinned
 from cfgcheck.schema.run import SECTIONS, RunConfig
@@ -228,8 +230,13 @@ class _Contents:
     def _attr(self, name: str) -> Hashable | None:
         if name not in self._keys:
             try:
+                value = getattr(self._config, name, _ABSENT)
                 with pinned(self._pins):  # a section's number is then the estimate's too
-                    self._keys[name] = number_of(getattr(self._config, name, _ABSENT))
+                    number = number_of(value)
+                # rules read which fields a section was given (head_size given or derived):
+                # equal contents with other fields given are other configs to them
+                given = value.model_fields_set if isinstance(value, BaseModel) else None
+                self._keys[name] = number if given is None else (number, frozenset(given))
             except Unkeyable:  # e.g. a method: the rule reads more than sections
                 self._keys[name] = None
         return self._keys[name]
