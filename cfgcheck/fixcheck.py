@@ -22,7 +22,7 @@ import copy
 import dataclasses
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -288,6 +288,9 @@ class _SharedChecks:
         self._raw = raw
         self._before = before
         self._before_key = tuple((f.rule, f.severity, f.paths, f.message) for f in before)
+        # the config's key by the top-level keys a finding's fixes set (most set none but
+        # sections': one key for every finding of the config)
+        self._kept: dict[frozenset[str], Hashable] = {}
 
     def checked(self, trial: _Trial, finding: Finding) -> tuple[Fix, ...] | None:
         """The checked fixes (shared), or None when they cannot be shared: check them."""
@@ -296,15 +299,18 @@ class _SharedChecks:
 
         if self._scope is None:
             return None
-        touched = {
+        touched = frozenset(
             o.lstrip("~+").split("=", 1)[0].split(".", 1)[0]
             for fix in finding.fixes
             for o in fix.overrides
-        }
-        kept = {k: v for k, v in self._raw.items() if k in SECTIONS or k in touched}
+        )
         try:
+            config = self._kept.get(touched)
+            if config is None:
+                kept = {k: v for k, v in self._raw.items() if k in SECTIONS or k in touched}
+                config = self._kept[touched] = frozen(kept)
             key = (
-                frozen(kept),
+                config,
                 self._before_key,
                 (finding.rule, finding.severity, finding.paths, finding.message),
                 finding.fixes,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cfgcheck.findings import CheckResult
 from cfgcheck.memory.estimate import UNREAD_TRAINER_FIELDS, estimate
 from cfgcheck.reuse import ESTIMATES, BoundedCache, Unkeyable, frozen, shared_scope
 from cfgcheck.schema.data import DataConfig
@@ -119,3 +120,60 @@ def test_rule_results_shared_in_a_scope_equal_a_fresh_check() -> None:
     fresh = validate({**raw, "seed": 7})
     assert [f.to_dict() for f in second.findings] == [f.to_dict() for f in fresh.findings]
     assert [f.to_dict() for f in first.findings] == [f.to_dict() for f in validate(raw).findings]
+
+
+def test_rule_results_in_a_scope_tell_a_given_field_from_a_derived_one() -> None:
+    """Equal contents, but head_size given in one and derived in the other: the
+    head-size-mismatch rule reads which (model_fields_set), so neither reuses the other's."""
+    from cfgcheck import check
+
+    base = check(CONF, "config", [])
+    assert base.config is not None
+    raw = base.config.model_dump(exclude_unset=True)
+    derived = {**raw, "model": {**raw["model"], "n_embd": 2050, "n_head": 32}}
+    derived["model"].pop("head_size", None)
+    given = {**derived, "model": {**derived["model"], "head_size": 2050 // 32}}
+
+    def rule(result: CheckResult) -> list[dict[str, object]]:
+        return [f.to_dict() for f in result.findings if f.rule == "head-size-mismatch"]
+
+    with shared_scope():
+        in_scope = [rule(validate(derived)), rule(validate(given))]
+    fresh = [rule(validate(derived)), rule(validate(given))]
+    assert in_scope == fresh
+    assert fresh[0] and fresh[0] != fresh[1]  # the rule tells them apart
+
+
+def test_pinned_keys_and_derived_values_equal_fresh_ones() -> None:
+    """Within pinned(), a section is keyed once per object; derived values (block linears,
+    parameter counts, LoRA's share) are shared by content and equal what is computed afresh."""
+    from cfgcheck.memory.params import adapted_modules, count_params, lora_params
+    from cfgcheck.reuse import DERIVED, content_number, derived, frozen, pinned
+
+    DERIVED.clear()
+    m, _, t = _sections()
+    copy = ModelConfig.model_validate(m.model_dump())
+    targets, rank = t.lora.targets, t.lora.rank or 8
+    fresh = (count_params(m), adapted_modules(m, targets), lora_params(m, rank, targets))
+    assert content_number(m) is None  # outside a block: nothing is memoized by identity
+    with pinned():
+        assert content_number(m) == content_number(copy) is not None
+        assert frozen(m) is frozen(m)  # once per object
+        shared = (
+            count_params(copy),
+            adapted_modules(copy, targets),
+            lora_params(copy, rank, targets),
+        )
+        other = m.model_copy(update={"n_layer": m.n_layer + 1})
+        assert content_number(other) != content_number(m)
+        assert count_params(other).total > count_params(m).total
+        calls: list[int] = []
+
+        def compute(value: int) -> int:
+            calls.append(value)
+            return value
+
+        assert derived("test", m, (), lambda: compute(5)) == 5
+        assert derived("test", copy, (), lambda: compute(6)) == 5  # same content: shared
+        assert calls == [5]
+    assert shared == fresh

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -239,7 +241,7 @@ class SweepChecker:
 
         check = self.check if fast else self.check_composed
         verdicts = []
-        with shared_scope():
+        with shared_scope(), _old_objects_frozen():
             for p in points:
                 verdicts.append(check(p))
                 if progress is not None:
@@ -377,6 +379,23 @@ class SweepChecker:
         except ConfigLoadError as e:
             return str(e)
         return cfg
+
+
+@contextmanager
+def _old_objects_frozen() -> Iterator[None]:
+    """The objects alive before the sweep (Hydra's, the compositions, the imported modules)
+    kept out of the garbage collector's full collections while it runs (``gc.freeze``): the
+    points allocate millions of short-lived objects (the allocator's event lists), and each
+    full collection would traverse them all again (~70 ms each, 10 % of a sweep's CPU).
+    Nothing changes if the process froze objects itself (they stay as they are)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 CHUNK_POINTS = 250

@@ -21,6 +21,7 @@ no torch counter sees but the GPU does.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,7 +43,7 @@ from cfgcheck.memory.recompute import backward_front, recompute_moment, softmax_
 from cfgcheck.memory.stack import as_built, attention, sdpa_masked, sdpa_math, stack
 from cfgcheck.memory.stack import padded_batches as padded_batches  # moved down; re-exported
 from cfgcheck.pipeline import Pipeline
-from cfgcheck.reuse import ESTIMATES, Unkeyable, frozen
+from cfgcheck.reuse import ESTIMATES, Unkeyable, content_number, derived, fields_number, pinned
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -233,7 +234,8 @@ def sequence_length(d: DataConfig) -> int:
     """Worst-case tokens per sample, as the pipeline feeds them (:mod:`cfgcheck.pipeline`):
     packed rows are ``max_seq_length``; otherwise the tokenizer's ``max_length`` (which may
     be above ``max_seq_length``) rounded up to ``pad_to_multiple_of``."""
-    return Pipeline.from_data(d).memory_length()
+    # a function of the data section alone (building the pipeline validates a trainer)
+    return derived("sequence_length", d, (), lambda: Pipeline.from_data(d).memory_length())
 
 
 # Trainer settings the estimate never reads (no module of cfgcheck/memory/ names them; a test
@@ -244,17 +246,23 @@ UNREAD_TRAINER_FIELDS = frozenset({"learning_rate", "gpu"})
 def estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:
     """Per-GPU peak memory of a training step of ``m`` on ``d`` with ``t`` (see the module
     docstring). Results are cached by the sections' contents (:mod:`cfgcheck.reuse`)."""
-    try:
-        trainer = tuple(
-            (k, frozen(getattr(t, k)))
-            for k in type(t).model_fields
-            if k not in UNREAD_TRAINER_FIELDS
-        )
-        key = (frozen(m), frozen(d), type(t), trainer)
-    except Unkeyable:
-        return _estimate(m, d, t)
-    found: MemoryEstimate = ESTIMATES.get_or(key, lambda: _estimate(m, d, t))
-    return found
+    with pinned():  # the estimate never changes a section: each is keyed once
+        try:
+            key = _key(m, d, t)
+        except Unkeyable:
+            return _estimate(m, d, t)
+        found: MemoryEstimate = ESTIMATES.get_or(key, lambda: _estimate(m, d, t))
+        return found
+
+
+def _key(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> Hashable:
+    """The sections' contents by their content numbers (each stands for one content,
+    process-wide), without the trainer fields the estimate never reads."""
+    model, data = content_number(m), content_number(d)
+    trainer = fields_number(t, UNREAD_TRAINER_FIELDS)
+    if model is None or data is None or trainer is None:
+        raise Unkeyable("section")
+    return ("estimate", model, data, trainer)
 
 
 def _estimate(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> MemoryEstimate:

@@ -17,6 +17,7 @@ from typing import Any
 
 from cfgcheck.memory.estimate import MemoryEstimate, estimate
 from cfgcheck.memory.verdict import decide, may_fit, verdict
+from cfgcheck.reuse import pinned
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -163,6 +164,18 @@ def fixes(
     each fix it offers with the rule itself (the gpu-memory rule's fixes are re-checked by
     :mod:`cfgcheck.fixcheck`, which drops a fix whose run still does not fit).
     """
+    with pinned():  # the search never changes a section: each is keyed once
+        return _search(m, d, t, budget, allowed, exact)
+
+
+def _search(
+    m: ModelConfig,
+    d: DataConfig,
+    t: TrainerConfig,
+    budget: int | None,
+    allowed: Callable[[str], bool] | None,
+    exact: bool,
+) -> list[MemoryFix]:
 
     # The figures on the GPU (MemoryEstimate.on_gpu), as the gpu-memory finding and `cfgcheck
     # memory` state the peak, so that "saves X (-> Y)" adds up to the peak they quote.

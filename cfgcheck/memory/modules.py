@@ -29,6 +29,7 @@ from cfgcheck.memory.traced import LINEAR as LINEAR
 from cfgcheck.memory.traced import NORM as NORM
 from cfgcheck.memory.traced import OTHER as OTHER
 from cfgcheck.memory.traced import Trace, trace
+from cfgcheck.reuse import derived
 from cfgcheck.schema.model import ModelConfig
 
 # The llama names of the seven block projections, the "roles" every layout maps onto.
@@ -151,6 +152,11 @@ def _traced_block(tr: Trace) -> list[Linear]:
 
 def block_linears(m: ModelConfig) -> list[Linear]:
     """The linear layers of one transformer block, in forward order, by their real names."""
+    # a function of the model's contents alone, asked for hundreds of times per estimate
+    return list(derived("block_linears", m, (), lambda: tuple(_block_linears(m))))
+
+
+def _block_linears(m: ModelConfig) -> list[Linear]:
     tr = traced(m)
     if tr is not None:
         block = traced_block(tr)

@@ -33,6 +33,7 @@ from cfgcheck.memory.modules import (
     traced,
 )
 from cfgcheck.memory.traced import PEFT_MOE_NAMES, Trace
+from cfgcheck.reuse import derived
 from cfgcheck.schema.model import ModelConfig
 
 T = TypeVar("T")
@@ -111,6 +112,10 @@ class ParamCount:
 
 def count_params(m: ModelConfig) -> ParamCount:
     """Exact parameter count of a model shape."""
+    return derived("count_params", m, (), lambda: _count_params(m))
+
+
+def _count_params(m: ModelConfig) -> ParamCount:
     tr = traced(m)
     if tr is not None:
         return _memo(("count", id(tr)), tr, lambda: _traced_count(tr))
@@ -253,6 +258,14 @@ def adapted_modules(
     ``parameters``: PEFT's ``target_parameters`` (:func:`matched_parameters`), read on the
     traced model only (a hand-written shape has no parameter names).
     """
+    # a function of the model's contents and the arguments: the estimate asks ~10 times
+    args = (tuple(targets), framework, tuple(parameters))
+    return derived("adapted", m, args, lambda: _adapted_modules(m, targets, framework, parameters))
+
+
+def _adapted_modules(
+    m: ModelConfig, targets: list[str], framework: str, parameters: Sequence[str]
+) -> Adapted:
     tr = traced(m)
     if tr is not None and framework == "hf":
         key = ("adapted", id(tr), tuple(targets), tuple(parameters))
@@ -411,6 +424,13 @@ def lora_params(
     """Trainable LoRA parameters: ``rank * (in + out)`` per adapted linear (a fused projection
     gets one adapter), the lm_head and the token embedding included when targeted, and the
     parameters ``target_parameters`` adapts (:func:`_explicit_param_adapters`)."""
+    args = (rank, tuple(targets), framework, tuple(parameters))
+    return derived("lora", m, args, lambda: _lora_params(m, rank, targets, framework, parameters))
+
+
+def _lora_params(
+    m: ModelConfig, rank: int, targets: list[str], framework: str, parameters: Sequence[str]
+) -> int:
     adapted = adapted_modules(m, targets, framework, parameters)
     total = sum(rank * (x.in_features + x.out_features) * n for x, n in adapted.linears)
     if adapted.lm_head:

@@ -31,6 +31,7 @@ from typing import Literal
 from cfgcheck.memory.estimate import MemoryEstimate, estimate
 from cfgcheck.memory.events import covered
 from cfgcheck.memory.simulated import Simulation, simulate_step
+from cfgcheck.reuse import pinned
 from cfgcheck.schema.data import DataConfig
 from cfgcheck.schema.model import ModelConfig
 from cfgcheck.schema.trainer import TrainerConfig
@@ -105,6 +106,13 @@ def decide(
 ) -> Decision:
     """The verdict on a GPU of ``capacity`` bytes (see the module docstring); ``est``: the
     run's estimate when the caller has it."""
+    with pinned():  # deciding never changes a section: each is keyed once
+        return _decide(m, d, t, capacity, est)
+
+
+def _decide(
+    m: ModelConfig, d: DataConfig, t: TrainerConfig, capacity: int, est: MemoryEstimate | None
+) -> Decision:
     est = (est or estimate(m, d, t)).with_vllm(capacity)
     why = ""
     if not covered(m, t):

@@ -14,14 +14,17 @@ in use has that section and it passed.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+from pydantic import BaseModel
+
 from cfgcheck.findings import Finding, Fix, Severity
-from cfgcheck.reuse import Scope, Unkeyable, current_scope, frozen
+from cfgcheck.reuse import Pins, Scope, Unkeyable, current_scope, number_of, pinned
 from cfgcheck.schema.run import SECTIONS, RunConfig
 
 
@@ -51,7 +54,7 @@ class Rule:
     # The rule's whole docstring (what ``cfgcheck explain`` prints for a team rule).
     doc: str = ""
 
-    @property
+    @functools.cached_property  # asked for every rule of every check
     def builtin(self) -> bool:
         """Shipped with cfgcheck (explained in cfgcheck/rules/explanations.py)."""
         return self.func.__module__.startswith("cfgcheck.")
@@ -155,31 +158,46 @@ def run_rules(config: RunConfig, valid_sections: Iterable[str]) -> Iterator[Find
     valid = frozenset(valid_sections)
     scope = current_scope()
     shared = scope is not None and expressible_filter() is None
-    keys = _Contents(config, scope)
+    pins: Pins = {}
+    keys = _Contents(config, pins)
+    # The built-in rules never change the config: its sections are keyed once for all of them
+    # (reuse.pinned), the keys carried from one rule to the next by ``pins``.
     for r in list(_RULES.values()):
         check_budget(f"running rule {r.id}")  # a service request's CPU budget (cfgcheck.budget)
         if not r.requires <= valid:
             continue
-        if scope is None or not shared or not r.builtin:
+        if not r.builtin:
             yield from r.check(config)
+            # a team's rule may read anything, and might change the config: key it afresh
+            pins = {}
+            keys = _Contents(config, pins)
             continue
-        known = scope.rule_reads.setdefault(r.id, [])
-        for reads in known:
-            key = keys.of(r.id, reads)
-            hit = None if key is None else scope.rules.get(key)
-            if hit is not None:
-                yield from hit
-                break
-        else:
-            recorder = _Recorder(config)
-            found = tuple(r.check(cast(RunConfig, recorder)))
-            reads = frozenset(recorder.read)
-            key = keys.of(r.id, reads)
-            if key is not None:
-                if reads not in known:
-                    known.append(reads)
-                scope.rules.get_or(key, lambda found=found: found)  # type: ignore[misc]
-            yield from found
+        yield from _builtin(r, config, keys, scope if shared else None, pins)
+
+
+def _builtin(
+    r: Rule, config: RunConfig, keys: _Contents, scope: Scope | None, pins: Pins
+) -> tuple[Finding, ...]:
+    """A built-in rule's findings, reused within a shared scope (see :func:`run_rules`)."""
+    if scope is None:
+        with pinned(pins):
+            return tuple(r.check(config))
+    known = scope.rule_reads.setdefault(r.id, [])
+    for reads in known:
+        key = keys.of(r.id, reads)
+        hit = None if key is None else scope.rules.get(key)
+        if hit is not None:
+            return hit
+    recorder = _Recorder(config)
+    with pinned(pins):
+        found = tuple(r.check(cast(RunConfig, recorder)))
+    reads = frozenset(recorder.read)
+    key = keys.of(r.id, reads)
+    if key is not None:
+        if reads not in known:
+            known.append(reads)
+        scope.rules.get_or(key, lambda: found)
+    return found
 
 
 class _Recorder:
@@ -200,24 +218,32 @@ _ABSENT = ("absent",)
 
 
 class _Contents:
-    """Content keys of a config's top-level attributes, each computed once (None: no key)."""
+    """Content keys of a config's top-level attributes, each computed once (None: no key):
+    numbers that stand for one content each (:func:`cfgcheck.reuse.number_of`)."""
 
-    def __init__(self, config: RunConfig, scope: Scope | None) -> None:
+    def __init__(self, config: RunConfig, pins: Pins) -> None:
         self._config = config
-        self._scope = scope
+        self._pins = pins  # the sections' keys, shared with the rules (reuse.pinned)
         self._keys: dict[str, Hashable | None] = {}
+        self._parts: dict[frozenset[str], tuple[tuple[str, Hashable], ...] | None] = {}
 
     def _attr(self, name: str) -> Hashable | None:
         if name not in self._keys:
             try:
-                key = frozen(getattr(self._config, name, _ABSENT))
-                self._keys[name] = key if self._scope is None else self._scope.intern(key)
+                value = getattr(self._config, name, _ABSENT)
+                with pinned(self._pins):  # a section's number is then the estimate's too
+                    number = number_of(value)
+                # rules read which fields a section was given (head_size given or derived):
+                # equal contents with other fields given are other configs to them
+                given = value.model_fields_set if isinstance(value, BaseModel) else None
+                self._keys[name] = number if given is None else (number, frozenset(given))
             except Unkeyable:  # e.g. a method: the rule reads more than sections
                 self._keys[name] = None
         return self._keys[name]
 
     def of(self, rule_id: str, reads: frozenset[str]) -> Hashable | None:
-        parts = [(s, self._attr(s)) for s in sorted(reads)]
-        if any(k is None for _, k in parts):
-            return None
-        return (rule_id, tuple(parts))
+        if reads not in self._parts:  # rules that read the same sections share the part
+            parts = tuple((s, self._attr(s)) for s in sorted(reads))
+            self._parts[reads] = None if any(k is None for _, k in parts) else parts
+        found = self._parts[reads]
+        return None if found is None else (rule_id, found)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 # No size, count or step of a training run comes near this (int64, what torch and the
 # frameworks store); a larger int is a typo or hostile input, and the estimates' float
@@ -26,6 +26,10 @@ def _too_large(value: Any) -> bool:
     return False
 
 
+# Exact types that are no int and hold none (a bool is no int here either).
+_NO_INTS = frozenset({str, float, bool, type(None), dict})
+
+
 class Section(BaseModel):
     """A config section: unknown keys are errors, values are not coerced across types.
 
@@ -42,7 +46,10 @@ class Section(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _sane_ints(cls, value: Any, info: ValidationInfo) -> Any:
+    def _sane_ints(cls, value: Any) -> Any:
+        # runs for every field of every validation: the values that hold no int leave first
+        if type(value) in _NO_INTS:
+            return value
         if _too_large(value):
             raise ValueError(f"integers beyond {MAX_INT} (int64) are not sane values here")
         return value

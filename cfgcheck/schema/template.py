@@ -12,6 +12,7 @@ the fast path never imports; the renderer (:mod:`cfgcheck.data.records`) applies
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 
@@ -20,6 +21,7 @@ MAX_FIELDS = 1000  # replacement fields in one template
 _NUMBER = re.compile(r"\d+")
 
 
+@functools.lru_cache(maxsize=64)  # a pure function of the string: once per data section seen
 def template_problem(template: str) -> str | None:
     """Why ``template`` may not render a record, or ``None``. Read with Python's own parser
     of format strings (:class:`string.Formatter`), without rendering anything."""
