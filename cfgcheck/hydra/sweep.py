@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import pickle
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from cfgcheck.collector import batch_collection
 from cfgcheck.compose import (
     DEFAULT_CONFIG_DIR,
     DEFAULT_CONFIG_NAME,
@@ -241,7 +240,7 @@ class SweepChecker:
 
         check = self.check if fast else self.check_composed
         verdicts = []
-        with shared_scope(), _old_objects_frozen():
+        with shared_scope(), batch_collection():  # cfgcheck/collector.py
             for p in points:
                 verdicts.append(check(p))
                 if progress is not None:
@@ -379,23 +378,6 @@ class SweepChecker:
         except ConfigLoadError as e:
             return str(e)
         return cfg
-
-
-@contextmanager
-def _old_objects_frozen() -> Iterator[None]:
-    """The objects alive before the sweep (Hydra's, the compositions, the imported modules)
-    kept out of the garbage collector's full collections while it runs (``gc.freeze``): the
-    points allocate millions of short-lived objects (the allocator's event lists), and each
-    full collection would traverse them all again (~70 ms each, 10 % of a sweep's CPU).
-    Nothing changes if the process froze objects itself (they stay as they are)."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 CHUNK_POINTS = 250
