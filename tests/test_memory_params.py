@@ -82,3 +82,20 @@ def test_preset_matches_transformers_on_meta_device(path: Path) -> None:
 
     m = ModelConfig.model_validate(yaml.safe_load(path.read_text()))
     assert count_params(m).total == meta_param_count(m)
+
+
+def test_a_traced_models_adapted_linears_follow_its_shared_norm() -> None:
+    """Two models of one trace that differ in ``shared_attention_norm`` (the MLP reads the
+    attention's input) get their own adapted linears: the traced path's memo is keyed by the
+    trace and that field, as :func:`cfgcheck.memory.params.block_linears` reads both."""
+    from cfgcheck.memory.modules import traced
+    from cfgcheck.memory.params import adapted_modules, block_linears
+
+    m = preset("gemma-3-1b")
+    shared = m.model_copy(update={"shared_attention_norm": True})
+    assert traced(m) is not None and traced(shared) is traced(m)
+    targets = ["q_proj", "gate_proj", "up_proj"]
+    for model in (m, shared, m):  # each after the other's entry is made
+        got = {x.name: x.source for x, _ in adapted_modules(model, targets).linears}
+        assert got == {x.name: x.source for x in block_linears(model)}
+    assert {x.name: x.source for x in block_linears(shared)}["gate_proj"] == "attn_in"

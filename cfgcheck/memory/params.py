@@ -268,7 +268,8 @@ def _adapted_modules(
 ) -> Adapted:
     tr = traced(m)
     if tr is not None and framework == "hf":
-        key = ("adapted", id(tr), tuple(targets), tuple(parameters))
+        # the block's linears read one field of the model beside the trace (block_linears)
+        key = ("adapted", id(tr), m.shared_attention_norm, tuple(targets), tuple(parameters))
         return _memo(key, tr, lambda: _traced_adapted(m, tr, targets, tuple(parameters)))
     # One layer's tree names every module kind (embeddings are outside the layers).
     tree = module_tree(m.model_copy(update={"n_layer": 1})) if framework == "hf" else None
