@@ -297,23 +297,6 @@ class Scope:
     rule_reads: dict[str, list[frozenset[str]]] = field(default_factory=dict)
     # what the checks of the block take as fixed: whether live GPUs are visible (rules/memory.py)
     facts: dict[str, Any] = field(default_factory=dict)
-    _ids: dict[Hashable, int] = field(default_factory=dict)
-    _next: int = 0
-
-    def intern(self, key: Hashable) -> int:
-        """A small number for a content key (hashing a deep key once per check, not once per
-        rule). Numbers are never reused: when the table is full it starts afresh, and content
-        seen again gets a new number (a cache miss, never a wrong hit)."""
-        found = self._ids.get(key)
-        if found is None:
-            if len(self._ids) >= MAX_INTERNED:
-                self._ids.clear()
-            found = self._ids[key] = self._next
-            self._next += 1
-        return found
-
-
-MAX_INTERNED = 65536
 
 
 _SCOPE: ContextVar[Scope | None] = ContextVar("cfgcheck_shared_scope", default=None)

@@ -253,15 +253,16 @@ def step_events(
         experts = moe_layout.adapter_sizes(m, t)  # PEFT's ParamWrapper on expert parameters
         r = t.lora.rank or 0
         linears = block_linears(m)
-        lora = [x for x in linears if kinds[x.name] == "lora"]
+        lora = [
+            (x.name, (r * x.in_features * s.adapter, x.out_features * r * s.adapter))
+            for x in linears
+            if kinds[x.name] == "lora"
+        ]
         for _ in range(m.n_layer):
             made: dict[str, tuple[tuple[int, int], ...]] = {x.name: () for x in linears}
-            for x in lora:
-                # sizes made per layer: each layer's own int objects, as marshal (the events'
-                # content key, sim_cache.content_key) writes shared objects as references
-                sizes = (r * x.in_features * s.adapter, x.out_features * r * s.adapter)
-                made[x.name] = tuple((ev.alloc(nb), nb) for nb in sizes)
-                trainable += made[x.name]
+            for name, sizes in lora:
+                made[name] = tuple((ev.alloc(nb), nb) for nb in sizes)
+                trainable += made[name]
             for name, *numels in experts:
                 key = "experts." + name
                 made[key] = tuple((ev.alloc(n * s.adapter), n * s.adapter) for n in numels)

@@ -31,10 +31,11 @@ def exact(m: ModelConfig, d: DataConfig, t: TrainerConfig) -> bool:
     """The Gemma settings generated op by op (see the module docstring)."""
     arch = architecture_of(m)
     g3 = arch in GEMMA3
+    if arch != "gemma" and not g3:  # asked of every simulated run (events.orders)
+        return False
     seq = Pipeline.from_data(d).memory_length()
     return (
-        (arch == "gemma" or g3)
-        and not (t.gradient_checkpointing and (kinds(m, t) or {}).get("down_proj") == "lora")
+        not (t.gradient_checkpointing and (kinds(m, t) or {}).get("down_proj") == "lora")
         and t.loss_chunking == "none"
         and t.attention == "sdpa"
         and t.precision in ("bf16-true", "16-true", "32-true")
@@ -118,8 +119,8 @@ def type_orders(m: ModelConfig) -> tuple[tuple[bool, ...], ...]:
     sliding window's first). One order where the layers have one type; none for Gemma."""
     if architecture_of(m) not in GEMMA3:
         return ()
-    kinds = {bool((i + 1) % (m.sliding_window_pattern or 6)) for i in range(m.n_layer)}
-    return ((True, False), (False, True)) if len(kinds) == 2 else (tuple(kinds),)
+    types = set(_sliding(m))
+    return ((True, False), (False, True)) if len(types) == 2 else (tuple(types),)
 
 
 def process_order(m: ModelConfig) -> tuple[bool, ...]:
